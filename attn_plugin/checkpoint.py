@@ -1,0 +1,94 @@
+"""Loading fairseq checkpoints with torch's safe unpickler switched on.
+
+torch >= 2.6 loads with ``weights_only=True``: the unpickler rebuilds tensors
+and plain containers only, and refuses any other global a pickle names (a
+pickle that names ``os.system`` could otherwise run it). Checkpoints written by
+fairseq's main branch hold only such plain data; older fairseq (0.10-0.12.2)
+and its published models also pickle the training options as an
+``argparse.Namespace``, and meters may hold numpy scalars. Exactly those types
+are added to torch's allow-list (:data:`FAIRSEQ_CHECKPOINT_GLOBALS`); the safe
+loading stays on. Anything else is refused with a :class:`CheckpointError`
+that names the file and the offending global, before any of it runs.
+
+Importing the plugin (``--user-dir attn_plugin``) applies this to fairseq's
+own ``checkpoint_utils.load_checkpoint_to_cpu``, which fairseq-train (resume),
+fairseq-generate and fairseq-interactive all use.
+"""
+import argparse
+import functools
+import pickle
+import re
+
+import numpy as np
+import torch
+
+from .errors import CheckpointError
+
+FAIRSEQ_CHECKPOINT_GLOBALS = [
+    argparse.Namespace,  # state["args"] in checkpoints of fairseq <= 0.12.2
+    np.dtype,  # numpy scalars in logged meters: a scalar pickles as (dtype, bytes)
+    type(np.dtype(np.float64)),
+    type(np.dtype(np.float32)),
+    type(np.dtype(np.int64)),
+]
+try:  # numpy >= 2 names the scalar reconstructor numpy._core.multiarray.scalar
+    from numpy._core.multiarray import scalar as _np_scalar
+except ImportError:  # numpy 1.x
+    from numpy.core.multiarray import scalar as _np_scalar
+FAIRSEQ_CHECKPOINT_GLOBALS.append(_np_scalar)
+
+
+def allow_fairseq_checkpoint_types():
+    """Add the types fairseq checkpoints contain to torch's safe-load allow-list."""
+    torch.serialization.add_safe_globals(FAIRSEQ_CHECKPOINT_GLOBALS)
+
+
+def describe_load_error(path, exc: BaseException) -> str:
+    """One line saying why ``path`` could not be loaded as a checkpoint."""
+    msg = str(exc)
+    if isinstance(exc, (FileNotFoundError, IsADirectoryError)):
+        return f"checkpoint not found: {path}"
+    if isinstance(exc, pickle.UnpicklingError):
+        unsafe = re.search(r"GLOBAL ([\w.]+)", msg) or re.search(r"Unsupported global: ([\w.]+)", msg)
+        what = f"'{unsafe.group(1)}'" if unsafe else "a type"
+        return (f"refused to load {path}: its pickle asks for {what}, which fairseq checkpoints never contain "
+                "(loading it could run code); nothing from it was executed")
+    if isinstance(exc, (RuntimeError, EOFError, ValueError)) and re.search(
+            r"zip archive|PytorchStreamReader|Ran out of input|EOF|invalid load key|magic number", msg):
+        return f"{path} is truncated or not a PyTorch checkpoint ({msg.splitlines()[0][:120]})"
+    if isinstance(exc, (KeyError, TypeError, AttributeError)):
+        return f"{path} is not a fairseq checkpoint (unexpected content: {type(exc).__name__}: {msg[:120]})"
+    return f"cannot load checkpoint {path}: {type(exc).__name__}: {msg.splitlines()[0][:200] if msg else ''}"
+
+
+def load_checkpoint(path) -> dict:
+    """``torch.load`` a fairseq checkpoint safely; raise CheckpointError if it is not one."""
+    allow_fairseq_checkpoint_types()
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 -- every failure becomes one clear line
+        raise CheckpointError(describe_load_error(path, exc)) from None
+    if not isinstance(state, dict) or "model" not in state:
+        raise CheckpointError(f"{path} is not a fairseq checkpoint (no 'model' entry)")
+    return state
+
+
+def patch_fairseq_loader():
+    """Make fairseq's loader report bad files as one-line CheckpointErrors."""
+    from fairseq import checkpoint_utils
+
+    original = checkpoint_utils.load_checkpoint_to_cpu
+    if getattr(original, "_attn_plugin", False):
+        return
+
+    @functools.wraps(original)
+    def load_checkpoint_to_cpu(path, *args, **kwargs):
+        try:
+            return original(path, *args, **kwargs)
+        except CheckpointError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise CheckpointError(describe_load_error(path, exc)) from None
+
+    load_checkpoint_to_cpu._attn_plugin = True
+    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu

@@ -1,0 +1,2 @@
+"""Models: the paper's Transformer (``attn_transformer``) and its architectures."""
+from . import attn_transformer  # noqa: F401

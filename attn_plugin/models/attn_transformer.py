@@ -1,0 +1,516 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), Sec. 3.
+
+Read top to bottom, this file follows the paper:
+
+    positional encoding (Sec. 3.5)  ->  multi-head attention (Sec. 3.2)
+    ->  position-wise feed-forward network (Sec. 3.3)
+    ->  encoder and decoder layers, post-norm (Sec. 3.1)  ->  encoder, decoder
+    ->  the model with shared embeddings (Sec. 3.4)  ->  the paper's architectures.
+
+Shapes are batch-first throughout: B = batch, S = source length, T = target
+length, d_model = model width, h = heads, d_k / d_v = per-head key / value width.
+
+Where the paper leaves a detail open, the choices are fairseq's (linear layers
+have biases; the decoder feeds the previous target token, starting with EOS)
+so that a stock ``transformer_wmt_en_de`` checkpoint converts one to one
+(:func:`convert_fairseq_transformer_state_dict`).
+"""
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.incremental_decoding_utils import with_incremental_state
+from fairseq.models import (
+    FairseqEncoder,
+    FairseqEncoderDecoderModel,
+    FairseqIncrementalDecoder,
+    register_model,
+    register_model_architecture,
+)
+from torch import Tensor, nn
+
+from ..errors import ConfigError
+
+IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
+
+
+# ---------------------------------------------------------------------------
+# Sec. 3.5  Positional encoding
+# ---------------------------------------------------------------------------
+def sinusoidal_encoding(positions: Tensor, d_model: int, layout: str = "paper") -> Tensor:
+    """Sinusoidal positional encodings for integer ``positions`` (any shape).
+
+    ``layout="paper"`` is Sec. 3.5 exactly, sin and cos interleaved::
+
+        PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
+        PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
+
+    ``layout="fairseq"`` is stock fairseq's ``SinusoidalPositionalEmbedding``:
+    [sin | cos] halves with the frequency step ln(10000) / (d_model/2 - 1)
+    (callers also shift positions by padding_idx + 1, as fairseq does). It
+    exists so the plugin can reproduce a stock fairseq model exactly.
+    """
+    half = d_model // 2
+    if layout == "paper":
+        inv_freq = torch.exp(torch.arange(half, dtype=torch.float) * (-2.0 * math.log(10000.0) / d_model))
+    elif layout == "fairseq":
+        inv_freq = torch.exp(torch.arange(half, dtype=torch.float) * (-math.log(10000.0) / (half - 1)))
+    else:
+        raise ValueError(f"unknown sinusoid layout {layout!r}; expected 'paper' or 'fairseq'")
+    angles = positions.to(torch.float).unsqueeze(-1) * inv_freq.to(positions.device)
+    if layout == "paper":
+        pe = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)  # sin, cos, sin, cos, ...
+    else:
+        pe = torch.cat([angles.sin(), angles.cos()], dim=-1)  # sin ... sin | cos ... cos
+    if d_model % 2:
+        pe = F.pad(pe, (0, 1))
+    return pe
+
+
+class PositionalEncoding(nn.Module):
+    """Adds position information to scaled token embeddings (Sec. 3.5).
+
+    Position 0 is the first real token of a sentence; padding (left padding in
+    fairseq's source batches) does not shift the positions of real tokens.
+    ``learned=True`` is Table 3 row (E): one trained vector per position.
+    """
+
+    def __init__(self, d_model: int, max_positions: int, padding_idx: int, learned: bool = False,
+                 layout: str = "paper"):
+        super().__init__()
+        self.d_model, self.padding_idx, self.layout = d_model, padding_idx, layout
+        self.max_positions = max_positions
+        # fairseq numbers positions from padding_idx + 1; the paper from 0.
+        self.offset = padding_idx + 1 if layout == "fairseq" else 0
+        if learned:
+            self.weight = nn.Parameter(torch.empty(max_positions + self.offset, d_model))
+            nn.init.normal_(self.weight, mean=0.0, std=d_model ** -0.5)
+        else:
+            self.weight = None
+            table = sinusoidal_encoding(torch.arange(max_positions + self.offset), d_model, layout)
+            self.register_buffer("table", table, persistent=False)
+
+    def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
+        """Encodings for ``tokens`` (B x L); ``start`` is the position of
+        ``tokens[:, 0]`` when decoding incrementally (no padding there)."""
+        if start > 0 or tokens.size(1) == 1:
+            positions = torch.arange(start, start + tokens.size(1), device=tokens.device).unsqueeze(0)
+        else:
+            not_pad = tokens.ne(self.padding_idx)
+            positions = (torch.cumsum(not_pad, dim=1) - 1).clamp(min=0)
+        positions = positions + self.offset
+        table = self.weight if self.weight is not None else self.table
+        if int(positions.max()) >= table.size(0):
+            if self.weight is not None:
+                raise ValueError(f"sequence longer than the {self.max_positions} learned positions")
+            # Sinusoids extend to any length: grow the table.
+            self.table = sinusoidal_encoding(torch.arange(int(positions.max()) + 1, device=tokens.device),
+                                             self.d_model, self.layout)
+            table = self.table
+        return F.embedding(positions, table.to(device=tokens.device))
+
+
+# ---------------------------------------------------------------------------
+# Sec. 3.2  Attention
+# ---------------------------------------------------------------------------
+@with_incremental_state
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O (Sec. 3.2.2),
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), with
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (Sec. 3.2.1, eq. 1).
+
+    The h projections W_i^Q, W_i^K (d_model x d_k) and W_i^V (d_model x d_v)
+    are stored side by side as one d_model x h*d_k (or h*d_v) linear layer;
+    W^O is h*d_v x d_model. d_k and d_v are free parameters (Table 3 rows A, B).
+    The product runs in ``F.scaled_dot_product_attention`` (fused kernels).
+
+    For incremental decoding the projected keys and values are cached:
+    self-attention appends one step at a time, encoder-decoder attention
+    projects the encoder output once (``static_kv``).
+    """
+
+    def __init__(self, d_model: int, h: int, d_k: int, d_v: int, attention_dropout: float = 0.0,
+                 self_attention: bool = True):
+        super().__init__()
+        self.h, self.d_k, self.d_v = h, d_k, d_v
+        self.self_attention = self_attention
+        self.attention_dropout = attention_dropout
+        self.w_q = nn.Linear(d_model, h * d_k)
+        self.w_k = nn.Linear(d_model, h * d_k)
+        self.w_v = nn.Linear(d_model, h * d_v)
+        self.w_o = nn.Linear(h * d_v, d_model)
+        for w in (self.w_q, self.w_k, self.w_v):  # as fairseq, so both train alike
+            nn.init.xavier_uniform_(w.weight, gain=1 / math.sqrt(2))
+        nn.init.xavier_uniform_(self.w_o.weight)
+        nn.init.zeros_(self.w_o.bias)
+
+    def _heads(self, x: Tensor, d: int) -> Tensor:
+        """B x L x h*d  ->  B x h x L x d"""
+        return x.view(x.size(0), x.size(1), self.h, d).transpose(1, 2)
+
+    def forward(self, query: Tensor, key_value: Tensor, key_padding_mask: Optional[Tensor] = None,
+                causal: bool = False, incremental_state: Optional[IncrementalState] = None) -> Tensor:
+        """``query``: B x L x d_model; ``key_value``: B x S x d_model (ignored
+        when cached); ``key_padding_mask``: B x S, True at padding."""
+        cache = None if incremental_state is None else (self.get_incremental_state(incremental_state, "kv") or {})
+        q = self._heads(self.w_q(query), self.d_k)
+        if cache and "k" in cache and not self.self_attention:
+            k, v = cache["k"], cache["v"]  # projected encoder output, computed at step 0
+        else:
+            k = self._heads(self.w_k(key_value), self.d_k)
+            v = self._heads(self.w_v(key_value), self.d_v)
+            if cache is not None:
+                if self.self_attention and cache and "k" in cache:
+                    k = torch.cat([cache["k"], k], dim=2)
+                    v = torch.cat([cache["v"], v], dim=2)
+                self.set_incremental_state(incremental_state, "kv", {"k": k, "v": v})
+        mask = None
+        if key_padding_mask is not None and key_padding_mask.any():
+            mask = ~key_padding_mask[:, None, None, :]  # True = may attend
+        # A cached causal step attends to every cached position: no mask needed.
+        is_causal = causal and cache is None and query.size(1) > 1
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=is_causal,
+            dropout_p=self.attention_dropout if self.training else 0.0,
+        )
+        out = out.transpose(1, 2).reshape(query.size(0), query.size(1), self.h * self.d_v)
+        return self.w_o(out)
+
+    def reorder_incremental_state(self, incremental_state: IncrementalState, new_order: Tensor):
+        """Beam search reorders hypotheses: select the cache rows to match."""
+        cache = self.get_incremental_state(incremental_state, "kv")
+        if cache:
+            self.set_incremental_state(
+                incremental_state, "kv", {name: t.index_select(0, new_order) for name, t in cache.items()}
+            )
+
+
+# ---------------------------------------------------------------------------
+# Sec. 3.3  Position-wise feed-forward network
+# ---------------------------------------------------------------------------
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (eq. 2); inner width d_ff.
+
+    ``activation_dropout`` (not in the paper, default 0) drops the ReLU output.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float = 0.0):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.activation_dropout = activation_dropout
+        for w in (self.w_1, self.w_2):
+            nn.init.xavier_uniform_(w.weight)
+            nn.init.zeros_(w.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = F.relu(self.w_1(x))
+        x = F.dropout(x, self.activation_dropout, self.training)
+        return self.w_2(x)
+
+
+# ---------------------------------------------------------------------------
+# Sec. 3.1  Encoder and decoder stacks (post-norm: LayerNorm(x + Sublayer(x)))
+# ---------------------------------------------------------------------------
+class EncoderLayer(nn.Module):
+    """Self-attention, then FFN; each sub-layer is LayerNorm(x + Dropout(Sublayer(x)))
+    (Sec. 3.1 with residual dropout P_drop, Sec. 5.4)."""
+
+    def __init__(self, d_model, d_ff, h, d_k, d_v, p_drop, attention_dropout=0.0, activation_dropout=0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, h, d_k, d_v, attention_dropout, self_attention=True)
+        self.self_attn_norm = nn.LayerNorm(d_model)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, activation_dropout)
+        self.ffn_norm = nn.LayerNorm(d_model)
+        self.p_drop = p_drop
+
+    def forward(self, x: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
+        x = self.self_attn_norm(x + F.dropout(self.self_attn(x, x, padding_mask), self.p_drop, self.training))
+        x = self.ffn_norm(x + F.dropout(self.ffn(x), self.p_drop, self.training))
+        return x
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, FFN (Sec. 3.1); the
+    self-attention is causal so position i sees only positions <= i."""
+
+    def __init__(self, d_model, d_ff, h, d_k, d_v, p_drop, attention_dropout=0.0, activation_dropout=0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, h, d_k, d_v, attention_dropout, self_attention=True)
+        self.self_attn_norm = nn.LayerNorm(d_model)
+        self.cross_attn = MultiHeadAttention(d_model, h, d_k, d_v, attention_dropout, self_attention=False)
+        self.cross_attn_norm = nn.LayerNorm(d_model)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, activation_dropout)
+        self.ffn_norm = nn.LayerNorm(d_model)
+        self.p_drop = p_drop
+
+    def forward(self, y: Tensor, memory: Tensor, memory_padding_mask: Optional[Tensor],
+                incremental_state: Optional[IncrementalState] = None) -> Tensor:
+        drop = lambda t: F.dropout(t, self.p_drop, self.training)  # noqa: E731
+        y = self.self_attn_norm(y + drop(self.self_attn(y, y, causal=True, incremental_state=incremental_state)))
+        y = self.cross_attn_norm(y + drop(self.cross_attn(y, memory, memory_padding_mask,
+                                                          incremental_state=incremental_state)))
+        y = self.ffn_norm(y + drop(self.ffn(y)))
+        return y
+
+
+def _layer_sizes(cfg, side: str) -> dict:
+    """Per-layer sizes for ``side`` ("encoder" or "decoder") from the config."""
+    d_model = getattr(cfg, f"{side}_embed_dim")
+    h = getattr(cfg, f"{side}_attention_heads")
+    d_k = cfg.attention_key_dim or d_model // h
+    d_v = cfg.attention_value_dim or d_model // h
+    return dict(d_model=d_model, d_ff=getattr(cfg, f"{side}_ffn_embed_dim"), h=h, d_k=d_k, d_v=d_v,
+                p_drop=cfg.dropout, attention_dropout=cfg.attention_dropout,
+                activation_dropout=cfg.activation_dropout)
+
+
+class Embedding(nn.Module):
+    """Token embedding times sqrt(d_model) plus positional encoding, then
+    dropout P_drop (Sec. 3.4, 3.5, 5.4)."""
+
+    def __init__(self, embed_tokens: nn.Embedding, cfg, max_positions: int):
+        super().__init__()
+        self.embed_tokens = embed_tokens
+        d_model = embed_tokens.embedding_dim
+        self.scale = math.sqrt(d_model)
+        self.positions = PositionalEncoding(d_model, max_positions, embed_tokens.padding_idx,
+                                            learned=cfg.positional_encoding == "learned",
+                                            layout=cfg.sinusoid_layout)
+        self.p_drop = cfg.dropout
+
+    def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
+        x = self.scale * self.embed_tokens(tokens) + self.positions(tokens, start)
+        return F.dropout(x, self.p_drop, self.training)
+
+
+class AttnEncoder(FairseqEncoder):
+    """N identical encoder layers over the embedded source (Sec. 3.1)."""
+
+    def __init__(self, cfg, dictionary, embed_tokens: nn.Embedding):
+        super().__init__(dictionary)
+        self.padding_idx = embed_tokens.padding_idx
+        self.max_source_positions = cfg.max_source_positions
+        self.embed = Embedding(embed_tokens, cfg, cfg.max_source_positions)
+        sizes = _layer_sizes(cfg, "encoder")
+        self.layers = nn.ModuleList(EncoderLayer(**sizes) for _ in range(cfg.encoder_layers))
+
+    def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, **unused):
+        padding_mask = src_tokens.eq(self.padding_idx)
+        x = self.embed(src_tokens)
+        for layer in self.layers:
+            x = layer(x, padding_mask)
+        # Lists, as fairseq's encoders return, so fairseq's generator can treat it alike.
+        return {"encoder_out": [x], "encoder_padding_mask": [padding_mask]}
+
+    def forward_torchscript(self, net_input: Dict[str, Tensor]):
+        return self.forward(net_input["src_tokens"], net_input.get("src_lengths"))
+
+    def reorder_encoder_out(self, encoder_out, new_order: Tensor):
+        return {name: [t.index_select(0, new_order) for t in ts] for name, ts in encoder_out.items()}
+
+    def max_positions(self) -> int:
+        return self.max_source_positions
+
+
+class AttnDecoder(FairseqIncrementalDecoder):
+    """N identical decoder layers, then the pre-softmax linear transformation,
+    which shares its weight matrix with the embeddings (Sec. 3.4)."""
+
+    def __init__(self, cfg, dictionary, embed_tokens: nn.Embedding):
+        super().__init__(dictionary)
+        self.max_target_positions = cfg.max_target_positions
+        self.embed = Embedding(embed_tokens, cfg, cfg.max_target_positions)
+        sizes = _layer_sizes(cfg, "decoder")
+        self.layers = nn.ModuleList(DecoderLayer(**sizes) for _ in range(cfg.decoder_layers))
+
+    def forward(self, prev_output_tokens: Tensor, encoder_out=None,
+                incremental_state: Optional[IncrementalState] = None, features_only: bool = False, **unused):
+        """``prev_output_tokens``: B x T (EOS followed by the target shifted
+        right). With ``incremental_state`` only the last position is computed."""
+        start = 0
+        if incremental_state is not None:
+            start = prev_output_tokens.size(1) - 1
+            prev_output_tokens = prev_output_tokens[:, -1:]
+        y = self.embed(prev_output_tokens, start)
+        memory = encoder_out["encoder_out"][0]
+        memory_padding_mask = encoder_out["encoder_padding_mask"][0]
+        for layer in self.layers:
+            y = layer(y, memory, memory_padding_mask, incremental_state)
+        if not features_only:
+            y = self.output_layer(y)
+        return y, {"attn": [None], "inner_states": None}
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        return F.linear(features, self.embed.embed_tokens.weight)
+
+    def max_positions(self) -> int:
+        return self.max_target_positions
+
+
+# ---------------------------------------------------------------------------
+# The model and its configuration
+# ---------------------------------------------------------------------------
+POSITIONAL_CHOICES = ChoiceEnum(["sinusoidal", "learned"])
+SINUSOID_LAYOUT_CHOICES = ChoiceEnum(["paper", "fairseq"])
+
+
+@dataclass
+class AttnTransformerConfig(FairseqDataclass):
+    """Sizes and dropout of the Transformer; defaults are the paper's base model (Table 3)."""
+
+    encoder_embed_dim: int = field(default=512, metadata={"help": "d_model of the encoder"})
+    decoder_embed_dim: int = field(default=512, metadata={"help": "d_model of the decoder"})
+    encoder_ffn_embed_dim: int = field(default=2048, metadata={"help": "d_ff, FFN inner width, encoder (Sec. 3.3)"})
+    decoder_ffn_embed_dim: int = field(default=2048, metadata={"help": "d_ff, FFN inner width, decoder (Sec. 3.3)"})
+    encoder_layers: int = field(default=6, metadata={"help": "N, number of encoder layers"})
+    decoder_layers: int = field(default=6, metadata={"help": "N, number of decoder layers"})
+    encoder_attention_heads: int = field(default=8, metadata={"help": "h, attention heads, encoder"})
+    decoder_attention_heads: int = field(default=8, metadata={"help": "h, attention heads, decoder"})
+    attention_key_dim: Optional[int] = field(
+        default=None, metadata={"help": "d_k, query/key width per head (Sec. 3.2.2); default d_model/h"})
+    attention_value_dim: Optional[int] = field(
+        default=None, metadata={"help": "d_v, value width per head (Sec. 3.2.2); default d_model/h"})
+    dropout: float = field(default=0.1, metadata={
+        "help": "P_drop, residual dropout on every sub-layer output and on embeddings+positions (Sec. 5.4)"})
+    attention_dropout: float = field(default=0.0, metadata={
+        "help": "dropout on attention weights (not in the paper; 0 follows it)"})
+    activation_dropout: float = field(default=0.0, metadata={
+        "help": "dropout after the FFN's ReLU (not in the paper; 0 follows it)"})
+    share_all_embeddings: bool = field(default=False, metadata={
+        "help": "one matrix for source and target embeddings and the pre-softmax linear (Sec. 3.4). "
+                "This is already the default here (it needs fairseq-preprocess --joined-dictionary); "
+                "the flag is accepted so fairseq command lines work unchanged"})
+    no_share_all_embeddings: bool = field(default=False, metadata={
+        "help": "separate source and target embeddings (the decoder's input and pre-softmax "
+                "matrices stay tied); for data binarized without --joined-dictionary"})
+    positional_encoding: POSITIONAL_CHOICES = field(default="sinusoidal", metadata={
+        "help": "sinusoidal (Sec. 3.5) or learned (Table 3 row E)"})
+    sinusoid_layout: SINUSOID_LAYOUT_CHOICES = field(default="paper", metadata={
+        "help": "paper: sin/cos interleaved from position 0 (Sec. 3.5); fairseq: stock fairseq's "
+                "[sin|cos] halves from position padding_idx+1, to reproduce stock fairseq models"})
+    max_source_positions: int = field(default=1024, metadata={"help": "longest source, in tokens"})
+    max_target_positions: int = field(default=1024, metadata={"help": "longest target, in tokens"})
+
+
+@register_model("attn_transformer", dataclass=AttnTransformerConfig)
+class AttnTransformerModel(FairseqEncoderDecoderModel):
+    """Encoder-decoder Transformer of Vaswani et al. (2017), Fig. 1."""
+
+    @classmethod
+    def build_model(cls, cfg, task):
+        src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+        share_all = not cfg.no_share_all_embeddings
+        if share_all:
+            if src_dict != tgt_dict:
+                raise ConfigError("the paper shares source and target embeddings (Sec. 3.4), which needs one "
+                                 "vocabulary: binarize with fairseq-preprocess --joined-dictionary, or pass "
+                                 "--no-share-all-embeddings")
+            if cfg.encoder_embed_dim != cfg.decoder_embed_dim:
+                raise ConfigError("shared embeddings need --encoder-embed-dim == --decoder-embed-dim "
+                                 "(or pass --no-share-all-embeddings)")
+        for side in ("encoder", "decoder"):
+            d_model, h = getattr(cfg, f"{side}_embed_dim"), getattr(cfg, f"{side}_attention_heads")
+            if (cfg.attention_key_dim is None or cfg.attention_value_dim is None) and d_model % h:
+                raise ConfigError(f"--{side}-embed-dim {d_model} is not divisible by --{side}-attention-heads {h}; "
+                                 "set --attention-key-dim and --attention-value-dim")
+        encoder_embed = cls.build_embedding(src_dict, cfg.encoder_embed_dim)
+        decoder_embed = encoder_embed if share_all else cls.build_embedding(tgt_dict, cfg.decoder_embed_dim)
+        return cls(AttnEncoder(cfg, src_dict, encoder_embed), AttnDecoder(cfg, tgt_dict, decoder_embed))
+
+    @staticmethod
+    def build_embedding(dictionary, d_model: int) -> nn.Embedding:
+        emb = nn.Embedding(len(dictionary), d_model, padding_idx=dictionary.pad())
+        nn.init.normal_(emb.weight, mean=0.0, std=d_model ** -0.5)
+        nn.init.zeros_(emb.weight[dictionary.pad()])
+        return emb
+
+
+# ---------------------------------------------------------------------------
+# Loading stock fairseq Transformer weights
+# ---------------------------------------------------------------------------
+_FAIRSEQ_NAMES = [  # (stock fairseq fragment, plugin fragment)
+    (".self_attn.q_proj.", ".self_attn.w_q."), (".self_attn.k_proj.", ".self_attn.w_k."),
+    (".self_attn.v_proj.", ".self_attn.w_v."), (".self_attn.out_proj.", ".self_attn.w_o."),
+    (".encoder_attn.q_proj.", ".cross_attn.w_q."), (".encoder_attn.k_proj.", ".cross_attn.w_k."),
+    (".encoder_attn.v_proj.", ".cross_attn.w_v."), (".encoder_attn.out_proj.", ".cross_attn.w_o."),
+    (".self_attn_layer_norm.", ".self_attn_norm."), (".encoder_attn_layer_norm.", ".cross_attn_norm."),
+    (".final_layer_norm.", ".ffn_norm."), (".fc1.", ".ffn.w_1."), (".fc2.", ".ffn.w_2."),
+    ("encoder.embed_tokens.", "encoder.embed.embed_tokens."),
+    ("decoder.embed_tokens.", "decoder.embed.embed_tokens."),
+    ("encoder.embed_positions.weight", "encoder.embed.positions.weight"),
+    ("decoder.embed_positions.weight", "decoder.embed.positions.weight"),
+]
+
+
+def convert_fairseq_transformer_state_dict(state_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
+    """Rename a stock fairseq post-norm ``transformer`` state dict (e.g.
+    ``transformer_wmt_en_de``) to this model's names. Buffers that this model
+    recomputes (sinusoid tables, version counters) are dropped, and so is the
+    tied output projection: this model reads the embedding matrix (Sec. 3.4)."""
+    out = {}
+    for name, tensor in state_dict.items():
+        if name.endswith((".version", "embed_positions._float_tensor")):
+            continue
+        if name == "decoder.output_projection.weight":
+            continue
+        for old, new in _FAIRSEQ_NAMES:
+            name = name.replace(old, new)
+        out[name] = tensor
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The paper's architectures
+# ---------------------------------------------------------------------------
+def _defaults(args, **values):
+    """Fill every option the user did not set on the command line."""
+    for name, value in values.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+
+
+@register_model_architecture("attn_transformer", "attn_paper_base")
+def attn_paper_base(args):
+    """Base model, Table 3: N=6, d_model=512, d_ff=2048, h=8, d_k=d_v=64, P_drop=0.1."""
+    _defaults(args, encoder_embed_dim=512, encoder_ffn_embed_dim=2048, encoder_layers=6,
+              encoder_attention_heads=8, dropout=0.1)
+    _defaults(args, decoder_embed_dim=args.encoder_embed_dim, decoder_ffn_embed_dim=args.encoder_ffn_embed_dim,
+              decoder_layers=args.encoder_layers, decoder_attention_heads=args.encoder_attention_heads)
+    # Everything else from the config's defaults (fairseq leaves unset options out of the Namespace).
+    for name, f in AttnTransformerConfig.__dataclass_fields__.items():
+        if not name.startswith("_") and not hasattr(args, name):
+            setattr(args, name, f.default)
+
+
+@register_model_architecture("attn_transformer", "attn_paper_big")
+def attn_paper_big(args):
+    """Big model, Table 3: N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3 (EN-DE)."""
+    _defaults(args, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096, encoder_attention_heads=16, dropout=0.3)
+    attn_paper_base(args)
+
+
+@register_model_architecture("attn_transformer", "attn_paper_big_en_fr")
+def attn_paper_big_en_fr(args):
+    """Big model for EN-FR: P_drop=0.1 instead of 0.3 (Sec. 6.1)."""
+    _defaults(args, dropout=0.1)
+    attn_paper_big(args)
+
+
+@register_model_architecture("attn_transformer", "attn_paper_parse")
+def attn_paper_parse(args):
+    """Constituency parsing, Sec. 6.3: 4 layers, d_model=1024.
+
+    The paper gives only those two sizes ("everything else as the EN-DE base
+    model"); we keep the base model's head width d_k=d_v=64, so h=16, and the
+    base ratio d_ff = 4 d_model = 4096, as in the big model of the same width.
+    P_drop is 0.3, the big model's: the paper tuned dropout on section 22 for
+    a ~40K-sentence training set, where the smaller base value overfits.
+    """
+    _defaults(args, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096, encoder_layers=4,
+              encoder_attention_heads=16, dropout=0.3)
+    attn_paper_base(args)

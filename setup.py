@@ -1,0 +1,28 @@
+"""attn_plugin: "Attention Is All You Need" (Vaswani et al., 2017) as a fairseq plugin.
+
+fairseq 0.12.2 does not import on Python >= 3.11; ``fairseq-fixed`` is fairseq's
+main branch with the 3.11 fixes and installs the same ``fairseq`` package.
+fairseq's build imports torch, so install torch first and fairseq-fixed with
+``--no-build-isolation`` (``scripts/env.sh`` does all of this for you).
+"""
+from setuptools import find_packages, setup
+
+setup(
+    name="attn_plugin",
+    version="0.1.0",
+    description='fairseq plugin reproducing "Attention Is All You Need"',
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["attn_plugin", "attn_plugin.*"]),
+    python_requires=">=3.8",
+    install_requires=[
+        "fairseq-fixed==0.12.3.1; python_version >= '3.11'",
+        "fairseq==0.12.2; python_version < '3.11'",
+        "torch>=2.0",
+        "numpy",
+        "sacremoses>=0.0.53",
+        "subword-nmt>=0.3.8",
+        "sacrebleu>=2.0",
+    ],
+    extras_require={"test": ["pytest>=7"], "plot": ["matplotlib"]},
+)
