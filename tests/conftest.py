@@ -1,0 +1,89 @@
+"""Shared fixtures: a tiny synthetic parallel corpus binarized with the real
+fairseq-preprocess, and small models trained with the real fairseq-train."""
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+USER_DIR = str(REPO / "attn_plugin")
+BIN = Path(sys.executable).parent
+SHARED = REPO.parent / "shared"
+
+sys.path.insert(0, str(REPO))
+
+
+def cli(name):
+    """Path of a console script (fairseq-train, ...) of the running environment."""
+    path = BIN / name
+    return str(path) if path.exists() else shutil.which(name)
+
+
+def run(cmd, cwd=None, check=True, timeout=600):
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd[0]} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def last_line(proc):
+    """The last line a failed command printed on stderr (fairseq logs to stdout)."""
+    lines = [line for line in (proc.stderr or proc.stdout).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+# Small model flags on top of --arch attn_paper_base (or a stock fairseq arch).
+TINY_MODEL = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
+              "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+              "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+
+
+@pytest.fixture(scope="session")
+def data_bin(tmp_path_factory):
+    """Reverse-the-sentence task over 30 words, binarized with a joined dictionary."""
+    root = tmp_path_factory.mktemp("tiny")
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(30)]
+    for split, n in [("train", 600), ("valid", 40), ("test", 21)]:
+        with open(root / f"{split}.src", "w") as fs, open(root / f"{split}.tgt", "w") as ft:
+            for _ in range(n):
+                s = [rng.choice(words) for _ in range(rng.randint(3, 9))]
+                fs.write(" ".join(s) + "\n")
+                ft.write(" ".join(reversed(s)) + "\n")
+    run([cli("fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
+         "--trainpref", root / "train", "--validpref", root / "valid", "--testpref", root / "test",
+         "--destdir", root / "bin", "--joined-dictionary", "--workers", "1"])
+    return root / "bin"
+
+
+def train_cmd(data, save_dir, arch_flags, extra=()):
+    return [cli("fairseq-train"), data, *arch_flags, *TINY_MODEL, "--optimizer", "adam",
+            "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-9", "--max-tokens", "400", "--cpu",
+            "--seed", "1", "--no-progress-bar", "--log-format", "simple", "--log-interval", "5",
+            "--save-dir", save_dir, *extra]
+
+
+@pytest.fixture(scope="session")
+def plugin_run(data_bin, tmp_path_factory):
+    """fairseq-train --user-dir attn_plugin --arch attn_paper_base, 40 updates."""
+    save = tmp_path_factory.mktemp("plugin_ckpt")
+    proc = run(train_cmd(data_bin, save, ["--user-dir", USER_DIR, "--arch", "attn_paper_base"],
+                         ["--lr", "1", "--lr-scheduler", "attn_inverse_sqrt", "--warmup-updates", "20",
+                          "--lr-scale", "2", "--criterion", "attn_label_smoothed_cross_entropy",
+                          "--max-update", "40", "--save-interval-updates", "10", "--no-epoch-checkpoints"]))
+    return save, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="session")
+def stock_checkpoint(data_bin, tmp_path_factory):
+    """A checkpoint of stock fairseq's transformer, trained with stock fairseq-train."""
+    save = tmp_path_factory.mktemp("stock_ckpt")
+    run(train_cmd(data_bin, save, ["--arch", "transformer", "--share-all-embeddings"],
+                  ["--lr", "0.001", "--criterion", "label_smoothed_cross_entropy", "--max-update", "10"]))
+    return save / "checkpoint_last.pt"

@@ -1,0 +1,170 @@
+"""The model against the paper's formulas and against stock fairseq."""
+import math
+
+import pytest
+import torch
+from conftest import TINY_MODEL, USER_DIR
+from fairseq import options, tasks
+
+from attn_plugin.models.attn_transformer import (
+    PositionalEncoding,
+    convert_fairseq_transformer_state_dict,
+    sinusoidal_encoding,
+)
+from attn_plugin.table3 import TABLE3_ROWS, build_for_counting, count_parameters
+
+
+def build(data_bin, flags):
+    args = options.parse_args_and_arch(options.get_training_parser(), [str(data_bin), "--cpu", *TINY_MODEL, *flags])
+    task = tasks.setup_task(args)
+    model = task.build_model(args)
+    model.eval()
+    return task, model
+
+
+def plugin_model(data_bin, *flags):
+    return build(data_bin, ["--user-dir", USER_DIR, "--arch", "attn_paper_base", *flags])
+
+
+def random_batch(d, B=3, S=7, T=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(d.nspecial, len(d), (B, S), generator=g)
+    if B > 1:
+        src[0, :2] = d.pad()  # fairseq left-pads sources
+        src[B - 1, :1] = d.pad()
+    prev = torch.randint(d.nspecial, len(d), (B, T), generator=g)
+    prev[:, 0] = d.eos()
+    return src, src.ne(d.pad()).sum(1), prev
+
+
+def log_probs(model, src, lengths, prev):
+    with torch.no_grad():
+        return model.get_normalized_probs(model(src, lengths, prev), log_probs=True)
+
+
+def incremental_log_probs(model, src, lengths, prev, reorder=None):
+    """Decode step by step as fairseq's beam search does; ``reorder`` = (step, new_order)."""
+    with torch.no_grad():
+        enc = model.encoder(src, lengths)
+        state, out = {}, []
+        for t in range(1, prev.size(1) + 1):
+            if reorder and t == reorder[0]:
+                model.decoder.reorder_incremental_state_scripting(state, reorder[1])
+                enc = model.encoder.reorder_encoder_out(enc, reorder[1])
+                prev = prev.index_select(0, reorder[1])
+                out = [o.index_select(0, reorder[1]) for o in out]
+            step = model.decoder(prev[:, :t], enc, incremental_state=state)
+            out.append(model.get_normalized_probs(step, log_probs=True)[:, -1])
+        return torch.stack(out, dim=1), prev
+
+
+@pytest.fixture(scope="module")
+def stock_and_plugin(data_bin):
+    """Stock fairseq transformer_wmt_en_de and the plugin's base model with its weights."""
+    torch.manual_seed(0)
+    task, stock = build(data_bin, ["--arch", "transformer_wmt_en_de", "--share-all-embeddings"])
+    _, plugin = plugin_model(data_bin, "--sinusoid-layout", "fairseq")
+    plugin.load_state_dict(convert_fairseq_transformer_state_dict(stock.state_dict()), strict=True)
+    return task.source_dictionary, stock, plugin
+
+
+def test_parity_with_stock_fairseq_full_forward(stock_and_plugin):
+    d, stock, plugin = stock_and_plugin
+    src, lengths, prev = random_batch(d)
+    prev[1, -2:] = d.pad()  # right-padded target
+    keep = prev.ne(d.pad())
+    diff = (log_probs(stock, src, lengths, prev) - log_probs(plugin, src, lengths, prev)).abs()[keep]
+    assert diff.max().item() <= 1e-5
+    assert count_parameters(stock) == count_parameters(plugin)
+
+
+def test_parity_with_stock_fairseq_incremental_decoding(stock_and_plugin):
+    d, stock, plugin = stock_and_plugin
+    src, lengths, prev = random_batch(d, seed=1)
+    a, _ = incremental_log_probs(stock, src, lengths, prev)
+    b, _ = incremental_log_probs(plugin, src, lengths, prev)
+    assert (a - b).abs().max().item() <= 1e-5
+
+
+def test_incremental_decoding_with_beam_reordering_matches_full_forward(data_bin):
+    _, model = plugin_model(data_bin)
+    d = model.decoder.dictionary
+    src, lengths, prev = random_batch(d, seed=2)
+    new_order = torch.tensor([2, 2, 0])
+    inc, prev_reordered = incremental_log_probs(model, src, lengths, prev, reorder=(3, new_order))
+    full = log_probs(model, src.index_select(0, new_order), lengths.index_select(0, new_order), prev_reordered)
+    assert (inc - full).abs().max().item() <= 1e-5
+
+
+def test_causal_mask_leaks_nothing_from_the_future(data_bin):
+    _, model = plugin_model(data_bin)
+    d = model.decoder.dictionary
+    src, lengths, prev = random_batch(d, seed=3)
+    base = log_probs(model, src, lengths, prev)
+    for t in range(1, prev.size(1)):
+        changed = prev.clone()
+        changed[:, t:] = torch.randint(d.nspecial, len(d), changed[:, t:].shape)
+        out = log_probs(model, src, lengths, changed)
+        assert torch.allclose(out[:, :t], base[:, :t], atol=1e-6), f"position < {t} saw the future"
+        if t < prev.size(1):
+            assert not torch.allclose(out[:, t:], base[:, t:], atol=1e-4)  # the change is visible later
+
+
+def test_padding_changes_no_real_output(data_bin):
+    _, model = plugin_model(data_bin)
+    d = model.decoder.dictionary
+    src, lengths, prev = random_batch(d, B=1, seed=4)
+    src = src[:, src.ne(d.pad())[0]]  # one sentence, no padding
+    alone = log_probs(model, src, src.ne(d.pad()).sum(1), prev)
+    padded_src = torch.cat([torch.full((1, 4), d.pad()), src], dim=1)  # left-padded as in a batch
+    padded_prev = torch.cat([prev, torch.full((1, 3), d.pad())], dim=1)  # right-padded target
+    padded = log_probs(model, padded_src, padded_src.ne(d.pad()).sum(1), padded_prev)
+    assert (padded[:, : prev.size(1)] - alone).abs().max().item() <= 1e-5
+
+
+def test_sinusoid_matches_the_papers_formula_element_by_element():
+    d_model = 16
+    pe = sinusoidal_encoding(torch.arange(50), d_model, layout="paper")
+    for pos in range(50):
+        for i in range(d_model // 2):
+            angle = pos / 10000 ** (2 * i / d_model)
+            assert pe[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert pe[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_positions_start_at_the_first_real_token():
+    enc = PositionalEncoding(8, 32, padding_idx=1)
+    tokens = torch.tensor([[1, 1, 5, 6, 7]])
+    expected = sinusoidal_encoding(torch.arange(3), 8)
+    assert torch.allclose(enc(tokens)[0, 2:], expected)
+
+
+def test_attention_sizes_follow_d_k_and_d_v(data_bin):
+    _, model = plugin_model(data_bin, "--attention-key-dim", "5", "--attention-value-dim", "3")
+    attn = model.encoder.layers[0].self_attn
+    h, d_model = 4, 32
+    assert attn.w_q.weight.shape == (h * 5, d_model)
+    assert attn.w_k.weight.shape == (h * 5, d_model)
+    assert attn.w_v.weight.shape == (h * 3, d_model)
+    assert attn.w_o.weight.shape == (d_model, h * 3)
+    src, lengths, prev = random_batch(model.decoder.dictionary)
+    assert torch.isfinite(log_probs(model, src, lengths, prev)).all()
+
+
+def test_learned_positions_are_parameters(data_bin):
+    _, sinusoidal = plugin_model(data_bin)
+    _, learned = plugin_model(data_bin, "--positional-encoding", "learned")
+    extra = count_parameters(learned) - count_parameters(sinusoidal)
+    assert extra == 2 * 1024 * 32  # encoder and decoder, max 1024 positions, d_model 32
+
+
+def test_embeddings_are_shared_and_scaled(data_bin):
+    _, model = plugin_model(data_bin)
+    assert model.encoder.embed.embed_tokens is model.decoder.embed.embed_tokens
+    assert model.encoder.embed.scale == pytest.approx(math.sqrt(32))
+
+
+@pytest.mark.parametrize("row,change,flags,paper", [r for r in TABLE3_ROWS if r[3]], ids=lambda v: str(v))
+def test_table3_parameter_counts_within_7_percent_of_paper(row, change, flags, paper):
+    n = count_parameters(build_for_counting(flags)) / 1e6
+    assert abs(n - paper) / paper <= 0.07, f"row {row} ({change}): {n:.1f}M vs paper {paper}M"

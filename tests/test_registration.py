@@ -1,0 +1,89 @@
+"""Everything registers with fairseq through --user-dir, with the paper's sizes."""
+import argparse
+import importlib.util
+import sys
+
+import pytest
+from conftest import USER_DIR, cli, last_line, run
+from fairseq import options
+from fairseq.dataclass.utils import gen_parser_from_dataclass
+
+
+def parsed(arch, *flags):
+    return options.parse_args_and_arch(
+        options.get_training_parser(), ["unused", "--user-dir", USER_DIR, "--arch", arch, *flags])
+
+
+def test_registries_hold_the_plugin_components():
+    from fairseq.criterions import CRITERION_REGISTRY
+    from fairseq.models import ARCH_MODEL_REGISTRY
+    from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
+
+    parsed("attn_paper_base")
+    for arch in ("attn_paper_base", "attn_paper_big", "attn_paper_big_en_fr", "attn_paper_parse"):
+        assert ARCH_MODEL_REGISTRY[arch].__name__ == "AttnTransformerModel"
+    assert "attn_inverse_sqrt" in LR_SCHEDULER_REGISTRY
+    assert "attn_label_smoothed_cross_entropy" in CRITERION_REGISTRY
+
+
+@pytest.mark.parametrize("arch,d_model,d_ff,h,layers,p_drop", [
+    ("attn_paper_base", 512, 2048, 8, 6, 0.1),     # Table 3, base
+    ("attn_paper_big", 1024, 4096, 16, 6, 0.3),    # Table 3, big
+    ("attn_paper_big_en_fr", 1024, 4096, 16, 6, 0.1),  # Sec. 6.1
+    ("attn_paper_parse", 1024, 4096, 16, 4, 0.3),  # Sec. 6.3: 4 layers, d_model 1024
+])
+def test_architectures_have_the_papers_sizes(arch, d_model, d_ff, h, layers, p_drop):
+    a = parsed(arch)
+    for side in ("encoder", "decoder"):
+        assert getattr(a, f"{side}_embed_dim") == d_model
+        assert getattr(a, f"{side}_ffn_embed_dim") == d_ff
+        assert getattr(a, f"{side}_attention_heads") == h
+        assert getattr(a, f"{side}_layers") == layers
+    assert a.dropout == p_drop
+
+
+def test_command_line_overrides_win_over_architecture_defaults():
+    a = parsed("attn_paper_big", "--dropout", "0.2", "--decoder-layers", "3")
+    assert (a.dropout, a.decoder_layers, a.encoder_layers) == (0.2, 3, 6)
+
+
+def test_user_dir_pointing_at_the_installed_package(tmp_path):
+    """--user-dir works with the package's installed location, from any directory."""
+    installed = importlib.util.find_spec("attn_plugin").submodule_search_locations[0]
+    code = ("from fairseq import options; a = options.parse_args_and_arch(options.get_training_parser(), "
+            f"['unused', '--user-dir', {installed!r}, '--arch', 'attn_paper_parse']); "
+            "print('layers', a.encoder_layers, a.encoder_embed_dim)")
+    proc = run([sys.executable, "-c", code], cwd=tmp_path)
+    assert "layers 4 1024" in proc.stdout
+
+
+def test_help_strings_explain_lr_and_eps_ls():
+    """fairseq-train --help lists no plugin options (fairseq prints help before it
+    adds them), so check the help that fairseq-train shows once they are added."""
+    from fairseq.criterions import CRITERION_REGISTRY
+    from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
+
+    parsed("attn_paper_base")
+    parser = argparse.ArgumentParser()
+    gen_parser_from_dataclass(parser, LR_SCHEDULER_REGISTRY["attn_inverse_sqrt"].__dataclass())
+    gen_parser_from_dataclass(parser, CRITERION_REGISTRY["attn_label_smoothed_cross_entropy"].__dataclass())
+    text = " ".join(parser.format_help().split())
+    assert "--lr is ignored by this schedule" in text
+    assert "eps_ls" in text and "--lr-scale" in text and "--warmup-updates" in text
+
+
+def test_unknown_arch_is_one_clear_error(data_bin):
+    proc = run([cli("fairseq-train"), data_bin, "--user-dir", USER_DIR, "--arch", "attn_paper_huge", "--cpu"],
+               check=False)
+    assert proc.returncode != 0
+    assert "invalid choice: 'attn_paper_huge'" in last_line(proc)
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_data_directory_names_the_directory(tmp_path):
+    missing = tmp_path / "no-such-data-bin"
+    proc = run([cli("fairseq-train"), missing, "--user-dir", USER_DIR, "--arch", "attn_paper_base", "--cpu",
+                "--criterion", "attn_label_smoothed_cross_entropy", "--lr-scheduler", "attn_inverse_sqrt",
+                "--optimizer", "adam", "--lr", "1", "--max-tokens", "100"], check=False)
+    assert proc.returncode != 0
+    assert str(missing) in last_line(proc) and "no such file or directory" in last_line(proc).lower()
