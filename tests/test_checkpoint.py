@@ -16,7 +16,6 @@ def generate(data_bin, path, *extra, check=True):
 def test_stock_checkpoint_needs_the_allow_list_and_loads_with_it(data_bin, stock_checkpoint):
     """fairseq-train pickles argparse.Namespace into a stock transformer checkpoint:
     torch's safe loader refuses it, the plugin allows exactly that type."""
-    assert "argparse.Namespace" in str(torch.serialization.get_unsafe_globals_in_checkpoint(stock_checkpoint))
     without = generate(data_bin, stock_checkpoint, check=False)
     assert without.returncode != 0 and "argparse.Namespace" in without.stderr
     with_plugin = generate(data_bin, stock_checkpoint, "--user-dir", USER_DIR)

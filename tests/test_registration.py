@@ -84,6 +84,7 @@ def test_missing_data_directory_names_the_directory(tmp_path):
     missing = tmp_path / "no-such-data-bin"
     proc = run([cli("fairseq-train"), missing, "--user-dir", USER_DIR, "--arch", "attn_paper_base", "--cpu",
                 "--criterion", "attn_label_smoothed_cross_entropy", "--lr-scheduler", "attn_inverse_sqrt",
-                "--optimizer", "adam", "--lr", "1", "--max-tokens", "100"], check=False)
+                "--optimizer", "adam", "--lr", "1", "--max-tokens", "100", "--save-dir", tmp_path / "ckpt"],
+               check=False)
     assert proc.returncode != 0
     assert str(missing) in last_line(proc) and "no such file or directory" in last_line(proc).lower()

@@ -1,0 +1,198 @@
+"""A small stage library shared by the recipes (WMT14 EN-DE / EN-FR, WSJ parsing).
+
+A recipe is a list of :class:`Stage` objects run in order by :class:`Pipeline`:
+
+- **idempotent**: a stage that finished leaves a stamp ``WORKDIR/.stages/NAME.done``
+  (written last, after every output is in place); on the next run it is skipped.
+- **resumable**: a stage killed half-way leaves no stamp and runs again; stages
+  write their outputs under a temporary name and rename them when complete
+  (:meth:`Context.output`), and fairseq-train resumes from ``checkpoint_last.pt``.
+- ``--dry-run`` prints every command each stage would run and runs nothing.
+- ``--stage N`` / ``--stop-stage M`` run only stages N..M (1-based).
+
+A failing command is reported as one line naming the stage, the exit status,
+the last line the command printed and its log file; the recipe exits non-zero.
+"""
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, List, Optional
+
+
+class RecipeError(Exception):
+    """A problem reported to the user as one line: ``error: <message>``."""
+
+
+def log(msg: str):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@dataclass
+class Stage:
+    """``run(ctx)`` does the work through ``ctx`` so that --dry-run can print it."""
+
+    name: str
+    run: Callable[["Context"], None]
+    help: str = ""
+
+
+@dataclass
+class Context:
+    workdir: Path
+    dry_run: bool
+    stage: str = ""
+    log_dir: Path = field(init=False)
+    timings: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.log_dir = self.workdir / "logs"
+
+    def sh(self, cmd: List, stdin: Optional[Path] = None, stdout: Optional[Path] = None,
+           env: Optional[dict] = None, tail: int = 0):
+        """Run ``cmd`` (a list); stdout goes to the ``stdout`` file if given,
+        everything else to ``logs/STAGE.log``; ``tail`` > 0 echoes log lines
+        containing progress to the console as they come."""
+        cmd = [str(c) for c in cmd]
+        shown = " ".join(shlex.quote(c) for c in cmd)
+        if stdin:
+            shown += f" < {shlex.quote(str(stdin))}"
+        if stdout:
+            shown += f" > {shlex.quote(str(stdout))}"
+        print(f"  $ {shown}", flush=True)
+        if self.dry_run:
+            return
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{self.stage}.log"
+        full_env = dict(os.environ, PYTHONWARNINGS="ignore", **(env or {}))
+        with open(log_path, "a", encoding="utf-8") as log_file:
+            log_file.write(f"$ {shown}\n")
+            log_file.flush()
+            fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
+            fout = open(stdout, "wb") if stdout else subprocess.PIPE
+            try:
+                proc = subprocess.Popen(cmd, stdin=fin, stdout=fout,
+                                        stderr=subprocess.STDOUT if not stdout else subprocess.PIPE,
+                                        env=full_env)
+            except FileNotFoundError:
+                raise RecipeError(f"stage {self.stage}: command not found: {cmd[0]}") from None
+            last = ""
+            stream = proc.stdout if not stdout else proc.stderr
+            for raw in stream:
+                line = raw.decode("utf-8", "replace")
+                log_file.write(line)
+                if line.strip():
+                    last = line.strip()
+                if tail and _is_progress(line):
+                    print(f"    {line.rstrip()[:160]}", flush=True)
+            rc = proc.wait()
+            if stdin:
+                fin.close()
+            if stdout:
+                fout.close()
+        if rc != 0:
+            raise RecipeError(f"stage {self.stage} failed (exit {rc}): {last[:300]}; log: {log_path}")
+
+    def step(self, description: str, fn: Callable, *args, **kwargs):
+        """A step done in Python; --dry-run prints its description only."""
+        print(f"  # {description}", flush=True)
+        if not self.dry_run:
+            return fn(*args, **kwargs)
+
+    @contextmanager
+    def output(self, path: Path):
+        """Yield a temporary path; rename it to ``path`` only if the block completes."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".partial")
+        if not self.dry_run:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if tmp.is_dir():
+                shutil.rmtree(tmp)
+            elif tmp.exists():
+                tmp.unlink()
+        yield tmp
+        if not self.dry_run:
+            if path.is_dir():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+
+
+def _is_progress(line: str) -> bool:
+    return any(k in line for k in ("| train_inner |", "| valid |", "| train |", "Translated", "BLEU",
+                                   "Stopping training", "loaded checkpoint", "done training"))
+
+
+class Pipeline:
+    def __init__(self, workdir: Path, stages: List[Stage], dry_run=False, first=1, last=None):
+        self.workdir = Path(workdir)
+        self.stages = stages
+        self.dry_run = dry_run
+        self.first = first
+        self.last = last or len(stages)
+        if not 1 <= self.first <= self.last <= len(stages):
+            raise RecipeError(f"--stage/--stop-stage must satisfy 1 <= stage <= stop-stage <= {len(stages)}")
+
+    def stamp(self, stage: Stage) -> Path:
+        return self.workdir / ".stages" / f"{stage.name}.done"
+
+    def is_done(self, stage: Stage) -> bool:
+        return self.stamp(stage).exists()
+
+    def run(self) -> dict:
+        """Run the selected stages; return {stage name: seconds} of those that ran now."""
+        ctx = Context(self.workdir, self.dry_run)
+        n = len(self.stages)
+        for i, stage in enumerate(self.stages, 1):
+            tag = f"stage {i}/{n} {stage.name}"
+            if not self.first <= i <= self.last:
+                continue
+            if self.is_done(stage) and not self.dry_run:
+                log(f"{tag}: done already, skipping")
+                continue
+            log(f"{tag}: {stage.help}" + (" (dry run)" if self.dry_run else ""))
+            ctx.stage = stage.name
+            start = time.time()
+            stage.run(ctx)
+            seconds = round(time.time() - start, 1)
+            if not self.dry_run:
+                self.stamp(stage).parent.mkdir(parents=True, exist_ok=True)
+                self.stamp(stage).write_text(json.dumps({"seconds": seconds, "finished": time.time()}))
+                ctx.timings[stage.name] = seconds
+                log(f"{tag}: finished in {seconds:.0f}s")
+        return ctx.timings
+
+    def stage_seconds(self) -> dict:
+        """Wall time each finished stage took when it ran."""
+        out = {}
+        for stage in self.stages:
+            if self.is_done(stage):
+                try:
+                    out[stage.name] = json.loads(self.stamp(stage).read_text())["seconds"]
+                except (ValueError, KeyError):
+                    pass
+        return out
+
+
+def write_json_atomic(path: Path, data: dict):
+    tmp = Path(str(path) + ".partial")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def main_guard(fn):
+    """Run ``fn()``; report RecipeError (and Ctrl-C) as one line and exit non-zero."""
+    try:
+        sys.exit(fn() or 0)
+    except RecipeError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("error: interrupted; finished stages are kept, run the same command again to resume",
+              file=sys.stderr, flush=True)
+        sys.exit(130)
