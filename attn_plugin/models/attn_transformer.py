@@ -103,13 +103,13 @@ class PositionalEncoding(nn.Module):
             not_pad = tokens.ne(self.padding_idx)
             positions = (torch.cumsum(not_pad, dim=1) - 1).clamp(min=0)
         positions = positions + self.offset
+        needed = start + tokens.size(1) + self.offset  # > every position; no device sync
         table = self.weight if self.weight is not None else self.table
-        if int(positions.max()) >= table.size(0):
+        if needed > table.size(0):
             if self.weight is not None:
                 raise ValueError(f"sequence longer than the {self.max_positions} learned positions")
             # Sinusoids extend to any length: grow the table.
-            self.table = sinusoidal_encoding(torch.arange(int(positions.max()) + 1, device=tokens.device),
-                                             self.d_model, self.layout)
+            self.table = sinusoidal_encoding(torch.arange(needed, device=tokens.device), self.d_model, self.layout)
             table = self.table
         return F.embedding(positions, table.to(device=tokens.device))
 

@@ -3,12 +3,15 @@
 A recipe is a list of :class:`Stage` objects run in order by :class:`Pipeline`:
 
 - **idempotent**: a stage that finished leaves a stamp ``WORKDIR/.stages/NAME.done``
-  (written last, after every output is in place); on the next run it is skipped.
+  (written last, after every output is in place); on the next run it is skipped,
+  unless one of its declared ``outputs`` has since disappeared.
 - **resumable**: a stage killed half-way leaves no stamp and runs again; stages
   write their outputs under a temporary name and rename them when complete
   (:meth:`Context.output`), and fairseq-train resumes from ``checkpoint_last.pt``.
 - ``--dry-run`` prints every command each stage would run and runs nothing.
-- ``--stage N`` / ``--stop-stage M`` run only stages N..M (1-based).
+- ``--stage N`` / ``--stop-stage M`` run only stages N..M (1-based numbers or names).
+- a stage's declared ``inputs`` are checked before it starts: a missing one is
+  one error line, not a traceback from deep inside the stage.
 
 A failing command is reported as one line naming the stage, the exit status,
 the last line the command printed and its log file; the recipe exits non-zero.
@@ -23,7 +26,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence, Union
 
 
 class RecipeError(Exception):
@@ -36,11 +39,19 @@ def log(msg: str):
 
 @dataclass
 class Stage:
-    """``run(ctx)`` does the work through ``ctx`` so that --dry-run can print it."""
+    """One step of a recipe.
+
+    ``run(ctx)`` does the work through ``ctx`` (:meth:`Context.sh`,
+    :meth:`Context.step`, :meth:`Context.output`) so that --dry-run can print it.
+    ``inputs`` must exist before it runs; ``outputs`` must all exist (besides
+    its stamp) for it to count as done.
+    """
 
     name: str
     run: Callable[["Context"], None]
     help: str = ""
+    inputs: Sequence[Path] = ()
+    outputs: Sequence[Path] = ()
 
 
 @dataclass
@@ -70,7 +81,7 @@ class Context:
             return
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{self.stage}.log"
-        full_env = dict(os.environ, PYTHONWARNINGS="ignore", **(env or {}))
+        full_env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1", **(env or {}))
         with open(log_path, "a", encoding="utf-8") as log_file:
             log_file.write(f"$ {shown}\n")
             log_file.flush()
@@ -87,6 +98,7 @@ class Context:
             for raw in stream:
                 line = raw.decode("utf-8", "replace")
                 log_file.write(line)
+                log_file.flush()  # the log is the place to watch a long stage
                 if line.strip():
                     last = line.strip()
                 if tail and _is_progress(line):
@@ -97,6 +109,8 @@ class Context:
             if stdout:
                 fout.close()
         if rc != 0:
+            if last.startswith("error: "):  # a tool's own one-line error (attn_plugin, our scripts)
+                last = last[len("error: "):]
             raise RecipeError(f"stage {self.stage} failed (exit {rc}): {last[:300]}; log: {log_path}")
 
     def step(self, description: str, fn: Callable, *args, **kwargs):
@@ -129,20 +143,40 @@ def _is_progress(line: str) -> bool:
 
 
 class Pipeline:
-    def __init__(self, workdir: Path, stages: List[Stage], dry_run=False, first=1, last=None):
+    """Runs ``stages`` in order under ``workdir``; ``first``/``last`` (1-based
+    numbers or stage names) select a range, ``dry_run`` only prints."""
+
+    def __init__(self, workdir: Path, stages: List[Stage], dry_run=False,
+                 first: Union[int, str, None] = 1, last: Union[int, str, None] = None):
         self.workdir = Path(workdir)
         self.stages = stages
         self.dry_run = dry_run
-        self.first = first
-        self.last = last or len(stages)
+        self.first = self._index(first, 1)
+        self.last = self._index(last, len(stages))
         if not 1 <= self.first <= self.last <= len(stages):
-            raise RecipeError(f"--stage/--stop-stage must satisfy 1 <= stage <= stop-stage <= {len(stages)}")
+            raise RecipeError(f"--stage/--stop-stage must satisfy 1 <= stage <= stop-stage <= {len(stages)} "
+                              f"(stages: {self.names()})")
+
+    def names(self) -> str:
+        return ", ".join(f"{i} {s.name}" for i, s in enumerate(self.stages, 1))
+
+    def _index(self, value, default: int) -> int:
+        """A stage number from a 1-based number, a numeric string or a stage name."""
+        if value is None:
+            return default
+        if isinstance(value, int) or str(value).isdigit():
+            return int(value)
+        for i, stage in enumerate(self.stages, 1):
+            if stage.name == value:
+                return i
+        raise RecipeError(f"unknown stage {value!r}; stages: {self.names()}")
 
     def stamp(self, stage: Stage) -> Path:
         return self.workdir / ".stages" / f"{stage.name}.done"
 
     def is_done(self, stage: Stage) -> bool:
-        return self.stamp(stage).exists()
+        """Stamped, and every declared output still there."""
+        return self.stamp(stage).exists() and all(Path(p).exists() for p in stage.outputs)
 
     def run(self) -> dict:
         """Run the selected stages; return {stage name: seconds} of those that ran now."""
@@ -155,10 +189,21 @@ class Pipeline:
             if self.is_done(stage) and not self.dry_run:
                 log(f"{tag}: done already, skipping")
                 continue
+            if self.stamp(stage).exists() and not self.dry_run:
+                log(f"{tag}: an output is missing, redoing it")
+                self.stamp(stage).unlink()
             log(f"{tag}: {stage.help}" + (" (dry run)" if self.dry_run else ""))
+            if not self.dry_run:
+                missing = [str(p) for p in stage.inputs if not Path(p).exists()]
+                if missing:
+                    earlier = " (run the earlier stages first)" if i > 1 else ""
+                    raise RecipeError(f"stage {stage.name}: missing input {missing[0]}{earlier}")
             ctx.stage = stage.name
             start = time.time()
-            stage.run(ctx)
+            try:
+                stage.run(ctx)
+            except OSError as exc:  # a file problem inside a Python step: one line, no traceback
+                raise RecipeError(f"stage {stage.name} failed: {exc}") from None
             seconds = round(time.time() - start, 1)
             if not self.dry_run:
                 self.stamp(stage).parent.mkdir(parents=True, exist_ok=True)
@@ -189,7 +234,7 @@ def main_guard(fn):
     """Run ``fn()``; report RecipeError (and Ctrl-C) as one line and exit non-zero."""
     try:
         sys.exit(fn() or 0)
-    except RecipeError as exc:
+    except (RecipeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         sys.exit(1)
     except KeyboardInterrupt:

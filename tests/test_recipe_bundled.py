@@ -1,0 +1,218 @@
+"""The bundled EN-DE recipe's command line and the stage library's failure
+handling, without training (each test takes seconds).
+
+The end-to-end run (``bash recipes/wmt14_en_de.sh --bundled``, ~15 minutes on
+a 2-core CPU) is not part of the suite.
+"""
+import json
+import lzma
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO
+
+from recipes.lib.stages import Pipeline, RecipeError, Stage
+from recipes import wmt14
+
+RECIPE = [sys.executable, str(REPO / "recipes" / "wmt14.py"), "--pair", "en-de"]
+SH = ["bash", str(REPO / "recipes" / "wmt14_en_de.sh")]
+
+
+def recipe(argv, cwd=None, cmd=RECIPE, timeout=120):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run([*cmd, *[str(a) for a in argv]], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def assert_one_error_line(proc, *fragments):
+    """Non-zero exit, exactly one line on stderr starting with 'error: ', no traceback anywhere."""
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- the .sh entry point
+def test_help_through_the_shell_script(tmp_path):
+    """`bash recipes/wmt14_en_de.sh --help` works from any directory and documents every option."""
+    proc = recipe(["--help"], cwd=tmp_path, cmd=SH, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for option in ("--bundled", "--smoke", "--workdir", "--dry-run", "--stage", "--stop-stage", "--arch",
+                   "--train-minutes", "--average"):
+        assert option in proc.stdout, option
+
+
+def test_shell_dry_run_prints_the_fairseq_commands_and_creates_nothing(tmp_path):
+    """A relative --workdir is relative to the caller's directory, and --dry-run writes nothing."""
+    proc = recipe(["--bundled", "--dry-run", "--workdir", "w"], cwd=tmp_path, cmd=SH, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for command in ("sacremoses", "subword-nmt learn-joint-bpe-and-vocab", "subword-nmt apply-bpe",
+                    "fairseq-preprocess", "--joined-dictionary", "fairseq-train", "--arch attn_paper_base",
+                    "--stop-time-hours", "average_checkpoints.py", "--num-update-checkpoints",
+                    "fairseq-generate", "--beam 4", "--remove-bpe", "sacreBLEU"):
+        assert command in proc.stdout, command
+    assert str(tmp_path / "w" / "data-bin") in proc.stdout
+    assert list(tmp_path.iterdir()) == []
+    for i, name in enumerate(["extract", "tokenize", "bpe", "binarize", "train", "average", "generate",
+                              "score"], 1):
+        assert f"stage {i}/8 {name}:" in proc.stdout
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["--smoke"], "not implemented yet"),
+    ([], "not implemented yet"),
+    (["--bundled", "--arch", "transformer_wmt_en_de_big_t2t"], "unknown --arch 'transformer_wmt_en_de_big_t2t'"),
+    (["--bundled", "--stage", "nonsense"], "unknown stage 'nonsense'"),
+    (["--bundled", "--stage", "train", "--stop-stage", "bpe"], "--stage/--stop-stage"),
+])
+def test_bad_command_lines_are_one_error_line(tmp_path, argv, fragment):
+    proc = recipe([*argv, "--workdir", tmp_path / "w"])
+    assert_one_error_line(proc, fragment)
+    assert not (tmp_path / "w").exists()
+
+
+def test_unknown_arch_error_lists_the_plugins_architectures(tmp_path):
+    line = assert_one_error_line(recipe(["--bundled", "--arch", "attn_paper_huge", "--workdir", tmp_path]))
+    assert "attn_paper_base" in line and "attn_paper_big" in line
+
+
+def test_arch_names_read_from_the_source_are_the_registered_ones():
+    """The cheap --arch check (a scan of attn_plugin/models) agrees with fairseq's registry."""
+    import attn_plugin  # noqa: F401  (registers the architectures)
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    registered = {name for name, cls in ARCH_MODEL_REGISTRY.items() if cls.__module__.startswith("attn_plugin")}
+    assert set(wmt14.plugin_archs()) == registered
+    assert "attn_paper_base" in registered
+
+
+# --------------------------------------------------------------------------- bad inputs
+def test_a_stage_whose_input_is_missing_is_one_error_line(tmp_path):
+    """Starting at a later stage in an empty workdir names the missing file, no traceback."""
+    proc = recipe(["--bundled", "--stage", "tokenize", "--workdir", tmp_path / "w"])
+    assert_one_error_line(proc, "stage tokenize: missing input", str(tmp_path / "w" / "raw"),
+                          "run the earlier stages first")
+    proc = recipe(["--bundled", "--stage", "6", "--workdir", tmp_path / "w"])
+    assert_one_error_line(proc, "stage average: missing input", "checkpoints")
+
+
+def test_a_corrupt_bundled_file_is_one_error_line(tmp_path, monkeypatch):
+    """A damaged data/ file is one error line naming it, and the stage leaves nothing behind."""
+    data = tmp_path / "data" / "tatoeba-en-de"
+    data.mkdir(parents=True)
+    for split in ("train", "valid", "test"):
+        (data / f"{split}.en-de.tsv.xz").write_bytes(b"not xz at all")
+    monkeypatch.setattr(wmt14, "REPO", tmp_path)
+    args = wmt14.parse_args(["--bundled", "--workdir", str(tmp_path / "w")])
+    with pytest.raises(RecipeError, match="bundled data damaged: .*train.en-de.tsv.xz"):
+        Pipeline(args.workdir, wmt14.bundled_stages(args)).run()
+    assert not (tmp_path / "w" / "raw").exists() and not (tmp_path / "w" / ".stages" / "extract.done").exists()
+
+
+def test_bundled_data_is_complete_and_attributed():
+    """The recipe needs nothing outside the repo: the three splits and their CC-BY attribution."""
+    data = REPO / "data" / "tatoeba-en-de"
+    sizes = {}
+    for split in ("train", "valid", "test"):
+        with lzma.open(data / f"{split}.en-de.tsv.xz", "rt", encoding="utf-8") as f:
+            sizes[split] = sum(1 for line in f if line.count("\t") == 1)
+    assert sizes == {"train": 166813, "valid": 1000, "test": 2000}
+    about = (data / "ABOUT.md").read_text(encoding="utf-8")
+    for fact in ("CC-BY 2.0", "creativecommons.org/licenses/by/2.0", "www.manythings.org/anki", "tatoeba.org",
+                 "2018-05-13"):
+        assert fact in about, fact
+
+
+# --------------------------------------------------------------------------- the stage library
+def test_a_failing_command_is_one_line_with_exit_status_last_line_and_log(tmp_path):
+    script = ("import sys; print('working...'); sys.stdout.flush(); "
+              "print('fatal: the last thing it said', file=sys.stderr); sys.exit(3)")
+    stage = Stage("fake", lambda ctx: ctx.sh([sys.executable, "-c", script]), "fails")
+    with pytest.raises(RecipeError) as info:
+        Pipeline(tmp_path, [stage]).run()
+    log = tmp_path / "logs" / "fake.log"
+    assert str(info.value) == f"stage fake failed (exit 3): fatal: the last thing it said; log: {log}"
+    assert "working..." in log.read_text()
+    assert not (tmp_path / ".stages" / "fake.done").exists()
+
+
+def test_a_tools_own_error_line_is_not_prefixed_twice(tmp_path):
+    """attn_plugin and scripts/ print 'error: ...' themselves; the stage error quotes it once."""
+    script = "import sys; print('error: found 0 update checkpoints', file=sys.stderr); sys.exit(1)"
+    stage = Stage("average", lambda ctx: ctx.sh([sys.executable, "-c", script]))
+    with pytest.raises(RecipeError, match=r"^stage average failed \(exit 1\): found 0 update checkpoints; log: "):
+        Pipeline(tmp_path, [stage]).run()
+
+
+def test_main_guard_prints_one_line_for_a_failed_stage(tmp_path):
+    program = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from recipes.lib.stages import Pipeline, Stage, main_guard\n"
+        "stage = Stage('train', lambda ctx: ctx.sh([sys.executable, '-c', 'import sys; sys.exit(1)']))\n"
+        "main_guard(lambda: Pipeline(%r, [stage]).run() and None)\n" % (str(REPO), str(tmp_path)))
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert_one_error_line(proc, "stage train failed (exit 1)", f"log: {tmp_path / 'logs' / 'train.log'}")
+
+
+def test_a_stage_whose_output_disappeared_is_redone(tmp_path):
+    calls = []
+
+    def make(name):
+        def body(ctx):
+            calls.append(name)
+            with ctx.output(tmp_path / f"{name}.txt") as tmp:
+                ctx.step(f"write {name}", tmp.write_text, name)
+        return Stage(name, body, f"make {name}.txt", outputs=[tmp_path / f"{name}.txt"])
+
+    stages = [make("a"), make("b")]
+    Pipeline(tmp_path, stages).run()
+    (tmp_path / "b.txt").unlink()
+    Pipeline(tmp_path, stages).run()
+    assert calls == ["a", "b", "b"]
+    assert (tmp_path / "b.txt").read_text() == "b"
+
+
+def test_stage_range_by_name_and_timings(tmp_path):
+    calls = []
+    stages = [Stage(n, lambda ctx, n=n: calls.append(n)) for n in ("one", "two", "three")]
+    timings = Pipeline(tmp_path, stages, first="two", last="two").run()
+    assert calls == ["two"] and list(timings) == ["two"]
+    assert set(Pipeline(tmp_path, stages).stage_seconds()) == {"two"}
+
+
+def test_dry_run_runs_nothing_even_for_finished_stages(tmp_path):
+    calls = []
+    stage = Stage("s", lambda ctx: ctx.step("would do it", calls.append, "ran"))
+    Pipeline(tmp_path / "w", [stage], dry_run=True).run()
+    assert calls == [] and not (tmp_path / "w").exists()
+
+
+# --------------------------------------------------------------------------- a finished run
+def test_a_second_run_skips_every_stage_and_reprints_the_score(tmp_path):
+    """With every stage stamped and its outputs present, the recipe only reports (in seconds)."""
+    work = tmp_path / "w"
+    args = wmt14.parse_args(["--bundled", "--workdir", str(work)])
+    stages = wmt14.bundled_stages(args)
+    for stage in stages:
+        for path in stage.outputs:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("x")
+        (work / ".stages").mkdir(parents=True, exist_ok=True)
+        (work / ".stages" / f"{stage.name}.done").write_text(json.dumps({"seconds": 1.0}))
+    (work / "results.json").write_text(json.dumps({
+        "mode": "bundled", "arch": "attn_paper_base", "sacrebleu": 24.04, "test_sentences": 2000, "updates": 1000,
+        "sacrebleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"}))
+    start = time.time()
+    proc = recipe(["--bundled", "--workdir", work])
+    assert proc.returncode == 0, proc.stderr
+    assert time.time() - start < 20
+    assert proc.stdout.count("done already, skipping") == len(stages)
+    assert "sacreBLEU = 24.0" in proc.stdout and "nrefs:1|case:mixed" in proc.stdout
+    results = json.loads((work / "results.json").read_text())
+    assert results["stage_seconds"] == {stage.name: 1.0 for stage in stages}
