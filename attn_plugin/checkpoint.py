@@ -13,6 +13,12 @@ that names the file and the offending global, before any of it runs.
 Importing the plugin (``--user-dir attn_plugin``) applies this to fairseq's
 own ``checkpoint_utils.load_checkpoint_to_cpu``, which fairseq-train (resume),
 fairseq-generate and fairseq-interactive all use.
+
+Data-parallel resume: rank 0 loads the checkpoint (safely, as above) and sends
+the loaded state to the other ranks with ``torch.save``/``torch.load``; by then
+fairseq has turned the options into an omegaconf ``DictConfig``. The receiving
+``torch.load`` keeps ``weights_only=True`` and is allowed exactly the omegaconf
+container types of that state (:data:`BROADCAST_STATE_GLOBALS`), only while it runs.
 """
 import argparse
 import functools
@@ -71,6 +77,36 @@ def load_checkpoint(path) -> dict:
     if not isinstance(state, dict) or "model" not in state:
         raise CheckpointError(f"{path} is not a fairseq checkpoint (no 'model' entry)")
     return state
+
+
+def _broadcast_state_globals():
+    import collections
+    import typing
+
+    from fairseq.distributed.utils import _TensorPlaceholder  # stands for each tensor sent separately
+    from omegaconf import DictConfig, ListConfig
+    from omegaconf.base import ContainerMetadata, Metadata
+    from omegaconf.nodes import AnyNode
+
+    return [_TensorPlaceholder, DictConfig, ListConfig, ContainerMetadata, Metadata, AnyNode, typing.Any,
+            collections.defaultdict, dict, list, int]
+
+
+def patch_fairseq_broadcast():
+    """Let ranks > 0 receive rank 0's loaded checkpoint state (see the module docstring)."""
+    from fairseq.distributed import utils as distributed_utils
+
+    original = getattr(distributed_utils, "_broadcast_object_slow", None)
+    if original is None or getattr(original, "_attn_plugin", False):
+        return
+
+    @functools.wraps(original)
+    def broadcast_object_slow(*args, **kwargs):
+        with torch.serialization.safe_globals(_broadcast_state_globals()):
+            return original(*args, **kwargs)
+
+    broadcast_object_slow._attn_plugin = True
+    distributed_utils._broadcast_object_slow = broadcast_object_slow
 
 
 def patch_fairseq_loader():

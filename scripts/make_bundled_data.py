@@ -1,5 +1,9 @@
 #!/usr/bin/env python
-"""Make the bundled EN-DE corpus (data/tatoeba-en-de/) from Tatoeba's deu-eng.txt.
+"""Make the bundled EN-DE corpus (data/tatoeba-en-de/) from Tatoeba's deu-eng.txt,
+and the small EN-FR sample the --smoke recipe builds its fake WMT archives from:
+
+    python scripts/make_bundled_data.py --source ../shared/data/tatoeba/fra-eng.txt \\
+        --lang fr --out data/tatoeba-en-fr-sample --test 300 --valid 300 --train 2400
 
 Development tool: it reads ../shared/data/tatoeba/deu-eng.txt (manythings.org's
 Tatoeba export, 2018-05-13, CC-BY 2.0). The recipe itself only reads the
@@ -27,6 +31,8 @@ def main():
     p.add_argument("--seed", type=int, default=1, help="shuffle seed (default 1)")
     p.add_argument("--test", type=int, default=2000, help="test pairs (default 2000)")
     p.add_argument("--valid", type=int, default=1000, help="valid pairs (default 1000)")
+    p.add_argument("--train", type=int, default=None, help="keep at most this many train pairs (default all)")
+    p.add_argument("--lang", default="de", help="the non-English language, for file names (default de)")
     args = p.parse_args()
 
     groups = OrderedDict()
@@ -46,9 +52,10 @@ def main():
     for name, pairs in splits.items():
         if name == "train":
             random.Random(args.seed).shuffle(pairs)
-        with lzma.open(args.out / f"{name}.en-de.tsv.xz", "wt", encoding="utf-8", preset=9) as f:
-            for en, de in pairs:
-                f.write(f"{en}\t{de}\n")
+            pairs = pairs[:args.train]
+        with lzma.open(args.out / f"{name}.en-{args.lang}.tsv.xz", "wt", encoding="utf-8", preset=9) as f:
+            for en, other in pairs:
+                f.write(f"{en}\t{other}\n")
         print(f"{name}: {len(pairs)} pairs")
 
 

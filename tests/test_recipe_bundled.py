@@ -65,8 +65,8 @@ def test_shell_dry_run_prints_the_fairseq_commands_and_creates_nothing(tmp_path)
 
 
 @pytest.mark.parametrize("argv,fragment", [
-    (["--smoke"], "not implemented yet"),
-    ([], "not implemented yet"),
+    (["--bundled", "--pair", "en-fr"], "--bundled data is English-German"),
+    (["--bundled", "--ngpus", "-1"], "--ngpus must be >= 0"),
     (["--bundled", "--arch", "transformer_wmt_en_de_big_t2t"], "unknown --arch 'transformer_wmt_en_de_big_t2t'"),
     (["--bundled", "--stage", "nonsense"], "unknown stage 'nonsense'"),
     (["--bundled", "--stage", "train", "--stop-stage", "bpe"], "--stage/--stop-stage"),

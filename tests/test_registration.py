@@ -24,6 +24,9 @@ def test_registries_hold_the_plugin_components():
         assert ARCH_MODEL_REGISTRY[arch].__name__ == "AttnTransformerModel"
     assert "attn_inverse_sqrt" in LR_SCHEDULER_REGISTRY
     assert "attn_label_smoothed_cross_entropy" in CRITERION_REGISTRY
+    from fairseq.tasks import TASK_REGISTRY
+
+    assert TASK_REGISTRY["attn_translation"].__name__ == "AttnTranslationTask"
 
 
 @pytest.mark.parametrize("arch,d_model,d_ff,h,layers,p_drop", [

@@ -88,7 +88,7 @@ class Context:
             fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
             fout = open(stdout, "wb") if stdout else subprocess.PIPE
             try:
-                proc = subprocess.Popen(cmd, stdin=fin, stdout=fout,
+                proc = subprocess.Popen([_resolve(cmd[0]), *cmd[1:]], stdin=fin, stdout=fout,
                                         stderr=subprocess.STDOUT if not stdout else subprocess.PIPE,
                                         env=full_env)
             except FileNotFoundError:
@@ -137,9 +137,19 @@ class Context:
             os.replace(tmp, path)
 
 
+def _resolve(program: str) -> str:
+    """A console script (fairseq-train, subword-nmt, ...) of the running Python's
+    environment, even when that environment is not activated."""
+    if os.sep not in program:
+        candidate = Path(sys.executable).parent / program
+        if candidate.exists():
+            return str(candidate)
+    return program
+
+
 def _is_progress(line: str) -> bool:
     return any(k in line for k in ("| train_inner |", "| valid |", "| train |", "Translated", "BLEU",
-                                   "Stopping training", "loaded checkpoint", "done training"))
+                                   "Stopping training", "Loaded checkpoint", "done training"))
 
 
 class Pipeline:

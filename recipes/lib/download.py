@@ -1,0 +1,244 @@
+"""Checked, resumable downloads for the recipes (stdlib only).
+
+:func:`fetch` gets one :class:`RemoteFile` into a download folder:
+
+- the transfer goes to ``NAME.partial`` and is renamed to ``NAME`` only once its
+  size and checksums match, so a file under its final name is always a verified one;
+- a ``NAME.partial`` left by a broken connection or Ctrl-C is resumed with an
+  HTTP ``Range`` request (a server that ignores it sends the whole file again);
+- a file that does not match is moved to ``NAME.bad`` and reported in one line;
+- a verified file is recorded in ``.verified/NAME.json`` (size, mtime, sha256),
+  so later runs skip it without re-hashing gigabytes; a file with no published
+  checksum gets its sha256 recorded on first download, and later downloads of it
+  are checked against that (trust on first use);
+- ``mirror`` swaps the public host for another base URL or a local folder holding
+  the same paths, so the same code runs offline against a mirror.
+"""
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from http.client import HTTPException
+from pathlib import Path
+from typing import Optional
+from urllib.error import HTTPError
+from urllib.parse import urlsplit
+from urllib.request import ProxyHandler, Request, build_opener, url2pathname, urlopen
+
+from recipes.lib.stages import RecipeError, write_json_atomic
+
+TIMEOUT = 60  # seconds without data before a connection counts as broken
+USER_AGENT = "attn_plugin-recipes (python urllib)"
+
+
+@dataclass
+class RemoteFile:
+    name: str                     # local file name
+    url: str                      # canonical public URL
+    size: Optional[int] = None
+    sha256: Optional[str] = None
+    md5: Optional[str] = None     # sacreBLEU publishes md5 only for the test sets
+    note: str = ""
+
+
+def mirror_url(url: str, mirror: Optional[str]) -> str:
+    """``url`` with its scheme and host replaced by ``mirror`` (path kept).
+
+    A mirror without ``://`` is a local folder and the result a local path."""
+    if not mirror:
+        return url
+    parts = urlsplit(url)
+    path = parts.path + (f"?{parts.query}" if parts.query else "")
+    if "://" not in mirror:
+        return str(Path(mirror) / path.lstrip("/"))
+    return mirror.rstrip("/") + path
+
+
+def sha256_of(path) -> str:
+    return _hashes(Path(path), md5=False)[0]
+
+
+def _hashes(path: Path, md5: bool, chunk: int = 1 << 20):
+    """(sha256, md5 or None) of ``path`` in one streamed pass."""
+    sha, mdh = hashlib.sha256(), hashlib.md5() if md5 else None
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            sha.update(block)
+            if mdh:
+                mdh.update(block)
+    return sha.hexdigest(), mdh.hexdigest() if mdh else None
+
+
+def _load(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def fetch(rf: RemoteFile, dest_dir: Path, mirror: Optional[str] = None, log=print, chunk=1 << 20) -> Path:
+    """Download ``rf`` to ``dest_dir/rf.name``, verified; return that path.
+
+    Raises RecipeError (one line) on a network error (the partial file is kept:
+    running again resumes) or a size/checksum mismatch (the file becomes NAME.bad).
+    """
+    dest_dir = Path(dest_dir)
+    final, partial = dest_dir / rf.name, dest_dir / f"{rf.name}.partial"
+    sidecar = dest_dir / ".verified" / f"{rf.name}.json"
+    rec = _load(sidecar)
+    if final.exists():
+        st = final.stat()
+        if (rec.get("size"), rec.get("mtime_ns")) == (st.st_size, st.st_mtime_ns) and all(
+                getattr(rf, k) in (None, rec.get(k)) for k in ("size", "sha256", "md5")):
+            log(f"{rf.name}: verified already ({rec.get('checked')}), not downloading again")
+            return final
+        # Changed since it was verified (or never was): check it again, without the network.
+        os.replace(final, partial)
+        complete = True
+    else:
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        complete = False
+    src = mirror_url(rf.url, mirror)
+    size = rf.size if rf.size is not None else rec.get("size")
+    sha = rf.sha256 or rec.get("sha256")
+    have = partial.stat().st_size if partial.exists() else 0
+    if size is not None and not complete and have >= size:
+        if have > size:  # longer than the file can be: not a prefix of it
+            partial.unlink()
+        complete = have == size
+    if not complete:
+        if "://" in src and not src.startswith("file://"):
+            _from_url(rf, src, partial, log, chunk, mirror)
+        else:
+            _from_path(rf, Path(url2pathname(urlsplit(src).path)) if "://" in src else Path(src),
+                       partial, log, chunk)
+
+    actual = partial.stat().st_size
+    if size is not None and actual != size:
+        _reject(rf, partial, src, "size", f"{size} bytes", f"{actual} bytes")
+    got_sha, got_md5 = _hashes(partial, md5=bool(rf.md5))
+    if sha and got_sha != sha:
+        where = "" if rf.sha256 else f" (recorded on first download in {sidecar}; delete that to accept a new file)"
+        _reject(rf, partial, src, "sha256", sha + where, got_sha)
+    if rf.md5 and got_md5 != rf.md5:
+        _reject(rf, partial, src, "md5", rf.md5, got_md5)
+    if rf.sha256 or rf.md5:
+        checked = ", ".join(k for k in ("size", "sha256", "md5") if getattr(rf, k))
+        log(f"{rf.name}: verified ({checked})")
+    elif sha:
+        checked = "the sha256 recorded on its first download"
+        log(f"{rf.name}: verified against the sha256 recorded on its first download (none is published)")
+    else:
+        checked = "no published checksum; sha256 recorded on first download"
+        log(f"{rf.name}: no published checksum, so not checked; recorded its sha256 {got_sha} in {sidecar}, "
+            f"later downloads are checked against it")
+    os.replace(partial, final)
+    st = final.stat()
+    sidecar.parent.mkdir(exist_ok=True)
+    write_json_atomic(sidecar, {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": got_sha,
+                                "md5": got_md5, "url": src, "checked": checked})
+    return final
+
+
+def _reject(rf: RemoteFile, partial: Path, src: str, kind: str, expected: str, actual: str):
+    bad = partial.with_name(f"{rf.name}.bad")
+    os.replace(partial, bad)
+    raise RecipeError(f"{rf.name}: {kind} mismatch: expected {expected}, got {actual} (from {src}); "
+                      f"the server or mirror sent a different file, moved to {bad} and not used: "
+                      f"run again to download it afresh, or check --mirror")
+
+
+def _network_error(src: str, partial: Path, reason: str) -> RecipeError:
+    kept = partial.stat().st_size if partial.exists() else 0
+    then = f"{kept} bytes kept in {partial}, run again to resume" if kept else "run again to retry"
+    return RecipeError(f"download of {src} failed: {reason}; {then}")
+
+
+def _range_total(content_range: Optional[str]) -> Optional[int]:
+    """TOTAL of a ``Content-Range: bytes START-END/TOTAL`` (or ``*/TOTAL``) header."""
+    m = re.search(r"/(\d+)\s*$", content_range or "")
+    return int(m.group(1)) if m else None
+
+
+def _from_url(rf: RemoteFile, src: str, partial: Path, log, chunk: int, mirror: Optional[str]):
+    have = partial.stat().st_size if partial.exists() else 0
+    headers = {"User-Agent": USER_AGENT}
+    if have:
+        headers["Range"] = f"bytes={have}-"
+    try:
+        # A mirror on this machine (smoke mode, tests) is reached directly, whatever http_proxy says.
+        local = urlsplit(src).hostname in ("127.0.0.1", "localhost", "::1")
+        resp = (build_opener(ProxyHandler({})).open if local else urlopen)(Request(src, headers=headers),
+                                                                         timeout=TIMEOUT)
+    except HTTPError as exc:
+        if exc.code == 416 and have:
+            if _range_total(exc.headers.get("Content-Range")) == have:
+                return  # all there already: go on to verify it
+            partial.unlink()  # not a prefix of the remote file: start over
+            return _from_url(rf, src, partial, log, chunk, mirror)
+        hint = " (check --mirror)" if mirror and exc.code == 404 else ""
+        raise _network_error(src, partial, f"HTTP {exc.code} {exc.reason}{hint}") from None
+    except (OSError, HTTPException) as exc:
+        raise _network_error(src, partial, str(getattr(exc, "reason", exc))) from None
+    with resp:
+        start = have if have and resp.status == 206 and (resp.headers.get("Content-Range") or "").startswith(
+            f"bytes {have}-") else 0
+        if have and not start:
+            log(f"{rf.name}: the server did not resume at byte {have}; downloading it again from the start")
+        length = resp.headers.get("Content-Length")
+        total = start + int(length) if length else rf.size
+        _copy(rf, resp, partial, start, total, log, chunk, src)
+
+
+def _from_path(rf: RemoteFile, path: Path, partial: Path, log, chunk: int):
+    """Copy from a local mirror folder, resuming like a download."""
+    if not path.is_file():
+        raise RecipeError(f"{rf.name}: {path} not found in the mirror folder (check --mirror)")
+    size = path.stat().st_size
+    have = partial.stat().st_size if partial.exists() else 0
+    start = have if have <= size else 0
+    with open(path, "rb") as f:
+        f.seek(start)
+        _copy(rf, f, partial, start, size, log, chunk, str(path))
+
+
+def _copy(rf: RemoteFile, stream, partial: Path, start: int, total: Optional[int], log, chunk: int, src: str):
+    """Append ``stream`` to ``partial`` from byte ``start`` (truncating when 0), logging
+    progress every ~5 s or 10%. A Ctrl-C leaves what arrived in ``partial``."""
+    mb = 1 << 20
+    of = f" of {_size(total)}" if total else ""
+    log(f"{rf.name}: resuming at {_size(start)}{of} from {src}" if start else
+        f"{rf.name}: downloading {_size(total) + ' ' if total else ''}from {src}")
+    done, t0 = start, time.time()
+    last_t, last_tenth = t0, 10 * start // total if total else 0
+    error = None
+    with open(partial, "ab" if start else "wb") as out:
+        while True:
+            try:
+                block = stream.read(chunk)
+            except (OSError, HTTPException) as exc:
+                error = f"{type(exc).__name__}: {exc}".rstrip(": ")
+                break
+            if not block:
+                break
+            out.write(block)
+            done += len(block)
+            now, tenth = time.time(), 10 * done // total if total else 0
+            if (now - last_t >= 5 or tenth > last_tenth) and done != total:
+                rate = (done - start) / mb / max(now - t0, 1e-6)
+                log(f"{rf.name}: {done / mb:.1f}{f' / {total / mb:.1f}' if total else ''} MB, {rate:.1f} MB/s")
+                last_t, last_tenth = now, tenth
+    if error is None and total and done < total:
+        error = f"connection closed after {done} of {total} bytes"
+    if error:
+        raise _network_error(src, partial, error)
+    secs = time.time() - t0
+    log(f"{rf.name}: got {_size(done - start)} in {secs:.0f} s ({(done - start) / mb / max(secs, 1e-6):.1f} MB/s)")
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
+    return f"{n / 1024:.1f} KB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.1f} MB"

@@ -1,0 +1,153 @@
+"""How fairseq-train is launched: batch sizing per device count, precision,
+and the launcher (plain, torchrun for GPUs and multi-node, or our own CPU
+data-parallel launcher).
+
+Sec. 5.1: "Each training batch contained a set of sentence pairs containing
+approximately 25000 source tokens and 25000 target tokens." fairseq's batch
+size is ``--max-tokens`` per device times devices times ``--update-freq``, so
+:func:`batch_plan` picks the smallest ``--update-freq`` that keeps
+``--max-tokens`` within what one device holds, then spreads the budget evenly:
+1 GPU x 7 x 3572, 2 x 4 x 3125, 8 x 1 x 3125 all give ~25000 tokens per update.
+
+CPU data parallel (``python recipes/lib/launch.py --nprocs N -- fairseq-train ...``):
+fairseq's torchrun path assumes CUDA (it fails with a modulo by zero on CPU) and
+its default DDP wrapper rejects CPU modules, so this starts N fairseq-train
+processes itself with gloo, legacy_ddp and an explicit rank each.
+"""
+import argparse
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import List, Optional
+
+
+@dataclass
+class BatchPlan:
+    devices: int
+    max_tokens: int   # per device, per forward/backward
+    update_freq: int
+
+    @property
+    def tokens_per_update(self) -> int:
+        return self.devices * self.max_tokens * self.update_freq
+
+
+def batch_plan(tokens_per_update: int, devices: int, max_tokens_per_device: int) -> BatchPlan:
+    """--max-tokens and --update-freq for ``devices`` devices (CPU processes count
+    as devices) so that an update holds ~``tokens_per_update`` tokens."""
+    devices = max(1, devices)
+    update_freq = max(1, math.ceil(tokens_per_update / (devices * max_tokens_per_device)))
+    max_tokens = math.ceil(tokens_per_update / (devices * update_freq))
+    return BatchPlan(devices, max_tokens, update_freq)
+
+
+def precision_flags(precision: str, gpus: int) -> List[str]:
+    """fairseq flags for ``--precision auto|fp32|fp16|bf16``. auto: fp32 on CPU;
+    on GPUs bf16 where the visible GPU supports it, else fp16 (the paper trained
+    in fp32 on P100s; mixed precision is what makes the runs affordable today)."""
+    if gpus == 0 or precision == "fp32":
+        return []
+    if precision == "auto":
+        precision = "bf16" if _cuda_bf16() else "fp16"
+    return ["--bf16"] if precision == "bf16" else ["--fp16"]
+
+
+def _cuda_bf16() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    except Exception:  # no torch or a broken driver: fall back to fp16
+        return False
+
+
+def launcher(gpus: int, cpu_procs: int, nnodes: int = 1, node_rank: int = 0,
+             master_addr: Optional[str] = None, master_port: int = 29500, log_dir: str = ".") -> List[str]:
+    """The command that starts fairseq-train on the chosen devices; the caller
+    appends fairseq-train's arguments. One device: ``fairseq-train``. Several GPUs
+    or nodes: ``torchrun ... -m fairseq_cli.train`` (fairseq reads RANK, WORLD_SIZE
+    and LOCAL_RANK from torchrun's environment). Several CPU processes: this module."""
+    bindir = os.path.dirname(sys.executable)
+    if gpus > 1 or nnodes > 1:
+        torchrun = os.path.join(bindir, "torchrun")
+        run = [torchrun if os.path.exists(torchrun) else "torchrun", "--nproc-per-node", gpus]
+        if nnodes > 1:
+            run += ["--nnodes", nnodes, "--node-rank", node_rank,
+                    "--master-addr", master_addr, "--master-port", master_port]
+        else:
+            run += ["--standalone"]
+        return run + ["-m", "fairseq_cli.train"]
+    train = os.path.join(bindir, "fairseq-train")
+    train = train if os.path.exists(train) else "fairseq-train"
+    if gpus == 0 and cpu_procs > 1:
+        return [sys.executable, os.path.abspath(__file__), "--nprocs", cpu_procs, "--log-dir", log_dir, "--", train]
+    return [train]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_ddp_main(argv=None) -> int:
+    """Run ``CMD`` as N gloo data-parallel CPU workers; rank 0's output is ours,
+    the others' go to ``<save-dir>/worker<R>.log``-style files next to it.
+    If one worker fails the others are stopped; the exit status is the first failure's."""
+    p = argparse.ArgumentParser(prog="python recipes/lib/launch.py", description=cpu_ddp_main.__doc__)
+    p.add_argument("--nprocs", type=int, required=True, help="number of CPU worker processes")
+    p.add_argument("--port", type=int, default=0, help="TCP port for the rendezvous (default: a free one)")
+    p.add_argument("--log-dir", default=".", help="where workers 1..N-1 write their logs")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- fairseq-train command")
+    args = p.parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        p.error("give the fairseq-train command after --")
+    port = args.port or free_port()
+    common = ["--cpu", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp",
+              "--distributed-init-method", f"tcp://127.0.0.1:{port}",
+              "--distributed-world-size", str(args.nprocs), "--distributed-no-spawn"]
+    procs, logs = [], []
+    for rank in range(args.nprocs):
+        out = None
+        if rank > 0:
+            os.makedirs(args.log_dir, exist_ok=True)
+            out = open(os.path.join(args.log_dir, f"worker{rank}.log"), "w")
+            logs.append(out)
+        procs.append(subprocess.Popen(cmd + common + ["--distributed-rank", str(rank)],
+                                      stdout=out, stderr=subprocess.STDOUT if out else None))
+    status, failed = 0, None
+    try:
+        remaining = list(procs)
+        while remaining:
+            for proc in list(remaining):
+                try:
+                    rc = proc.wait(timeout=1)
+                except subprocess.TimeoutExpired:
+                    continue
+                remaining.remove(proc)
+                if rc != 0 and status == 0:
+                    status, failed = rc, procs.index(proc)
+                    for other in remaining:
+                        other.send_signal(signal.SIGTERM)
+    except KeyboardInterrupt:
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        for proc in procs:
+            proc.wait()
+        status = 130
+    finally:
+        for f in logs:
+            f.close()
+    if failed:  # rank 0 then only reports a lost connection: name the worker that failed first
+        log = os.path.join(args.log_dir, f"worker{failed}.log")
+        print(f"error: CPU worker {failed} failed first (exit {status}); its log: {log}", file=sys.stderr, flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(cpu_ddp_main())

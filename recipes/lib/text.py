@@ -1,0 +1,156 @@
+"""Text preparation shared by the recipes, streamed line by line so that a
+36M-line corpus is never held in memory.
+
+Tokenization is sacremoses (Moses' normalize-punctuation + tokenizer with
+aggressive hyphen splitting, ``-a``, as fairseq's WMT14 scripts run it);
+cleaning follows Moses' clean-corpus-n.perl, which fairseq's scripts call with
+``-ratio 1.5 ... 1 250``. Nothing here re-implements BPE or binarization:
+subword-nmt and fairseq-preprocess do that.
+"""
+import gzip
+import io
+import multiprocessing
+import re
+import tarfile
+from functools import partial
+from pathlib import Path
+from typing import Iterable, Iterator, List, Tuple
+
+from .stages import RecipeError
+
+_MOSES = {}
+
+
+def _moses_line(lang: str, line: str) -> str:
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    if lang not in _MOSES:
+        _MOSES[lang] = (MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang))
+    norm, tok = _MOSES[lang]
+    return tok.tokenize(norm.normalize(line.strip()), escape=False, aggressive_dash_splits=True, return_str=True)
+
+
+def moses_tokenize(inp: Path, out: Path, lang: str, workers: int):
+    """Moses punctuation normalization and tokenization (sacremoses) of ``inp``
+    into ``out``, streamed through ``workers`` processes (output order = input order)."""
+    fn = partial(_moses_line, lang)
+    with open(inp, encoding="utf-8", errors="replace") as fin, open(out, "w", encoding="utf-8") as fout:
+        if workers > 1:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                fout.writelines(t + "\n" for t in pool.imap(fn, fin, chunksize=2000))
+        else:
+            fout.writelines(fn(line) + "\n" for line in fin)
+
+
+_SEG = re.compile(r"<seg[^>]*>(.*)</seg>", re.I)
+
+
+def read_sgm(path: Path) -> List[str]:
+    """The segments of a WMT ``.sgm`` file (``<seg id="N">text</seg>``), in order.
+    WMT's sgm text is not entity-escaped, so the text is taken as it is."""
+    segs = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = _SEG.search(line)
+            if m:
+                segs.append(" ".join(m.group(1).split()))
+    if not segs:
+        raise RecipeError(f"{path}: no <seg> lines; is this a WMT .sgm file?")
+    return segs
+
+
+def extract_members(archive: Path, wanted: dict):
+    """Copy members of a tar archive to files: ``wanted`` maps member name ->
+    destination path. Members ending in .gz are decompressed on the way.
+    Streams the archive once; a missing member is an error naming the archive."""
+    todo = dict(wanted)
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            for member in tar:
+                dest = todo.pop(member.name, None) or todo.pop(member.name.lstrip("./"), None)
+                if dest is None:
+                    continue
+                src = tar.extractfile(member)
+                if member.name.endswith(".gz"):
+                    src = gzip.GzipFile(fileobj=src)
+                tmp = Path(str(dest) + ".partial")
+                with open(tmp, "wb") as out:
+                    while True:
+                        block = src.read(1 << 20)
+                        if not block:
+                            break
+                        out.write(block)
+                tmp.replace(dest)
+                if not todo:
+                    break
+    except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile) as exc:
+        raise RecipeError(f"cannot read {archive}: {exc}; delete it and run again to re-download") from None
+    if todo:
+        raise RecipeError(f"{archive} has no member {next(iter(todo))}; is it the right archive?")
+
+
+def concatenate(parts: Iterable[Path], out: Path) -> int:
+    """Concatenate text files into ``out``; return the number of lines."""
+    n = 0
+    with open(out, "w", encoding="utf-8") as fout:
+        for part in parts:
+            with open(part, encoding="utf-8", errors="replace", newline="\n") as f:
+                for line in f:
+                    # Some corpora hold stray \r or \u2028 inside lines: keep one line per pair.
+                    fout.write(" ".join(line.split()) + "\n")
+                    n += 1
+    return n
+
+
+def count_lines(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
+
+
+def keep_pair(src_words: int, tgt_words: int, min_len=1, max_len=250, ratio=1.5) -> bool:
+    """Moses clean-corpus-n.perl's rule: both sides have min_len..max_len words
+    and neither is more than ``ratio`` times longer than the other."""
+    if not (min_len <= src_words <= max_len and min_len <= tgt_words <= max_len):
+        return False
+    return src_words / tgt_words <= ratio and tgt_words / src_words <= ratio
+
+
+def clean_parallel(src_in: Path, tgt_in: Path, src_out: Path, tgt_out: Path,
+                   min_len=1, max_len=250, ratio=1.5) -> Tuple[int, int]:
+    """Drop pairs failing :func:`keep_pair`; return (kept, read)."""
+    kept = read = 0
+    with open(src_in, encoding="utf-8") as fs, open(tgt_in, encoding="utf-8") as ft, \
+            open(src_out, "w", encoding="utf-8") as os_, open(tgt_out, "w", encoding="utf-8") as ot:
+        for s, t in zip_strict(fs, ft, src_in, tgt_in):
+            read += 1
+            s, t = " ".join(s.split()), " ".join(t.split())
+            if keep_pair(len(s.split()), len(t.split()), min_len, max_len, ratio):
+                os_.write(s + "\n")
+                ot.write(t + "\n")
+                kept += 1
+    return kept, read
+
+
+def zip_strict(a: Iterator[str], b: Iterator[str], name_a, name_b):
+    """zip() that fails with one line when the two sides differ in length."""
+    n = 0
+    for n, pair in enumerate(_zip_longest(a, b), 1):
+        if pair[0] is None or pair[1] is None:
+            raise RecipeError(f"{name_a} and {name_b} differ in length (first difference at line {n}); "
+                              "the parallel corpus is damaged: delete it and rerun")
+        yield pair
+
+
+def _zip_longest(a, b):
+    a, b = iter(a), iter(b)
+    while True:
+        x, y = next(a, None), next(b, None)
+        if x is None and y is None:
+            return
+        yield x, y
+
+
+def write_lines(path: Path, lines: Iterable[str]):
+    with io.open(path, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(line + "\n")

@@ -1,0 +1,246 @@
+#!/usr/bin/env python
+"""Tokenized BLEU as Moses' multi-bleu.perl computes and prints it, with the
+compound splitting the paper, tensor2tensor and fairseq apply for EN-DE.
+
+    python scripts/score_bleu.py --hyp gen.tok.de --ref newstest2014.tok.de --compound-split
+
+prints one line on stdout, e.g. (hyp "der 2-Euro-Job ist gut", ref "der 2-Euro-Job ist ganz gut")
+
+    BLEU = 76.73, 100.0/85.7/83.3/80.0 (BP=0.882, ratio=0.889, hyp_len=8, ref_len=9)
+
+Both files hold tokenized text, one segment a line (the Moses-tokenized
+hypotheses after BPE removal, the Moses-tokenized reference); "--hyp -" reads
+the hypotheses from stdin. The n-gram statistics come from sacreBLEU
+(tokenize "none", no smoothing); how they are combined and printed follows
+multi-bleu.perl:
+
+  * a line is split into words at runs of ASCII whitespace (space, tab, CR,
+    LF, FF, VT: perl's \\s on the bytes multi-bleu.perl reads); a no-break
+    space or other non-ASCII space is part of a word, as it is for perl;
+  * clipped n-gram matches for n = 1..4 are summed over the corpus; with
+    several --ref files a hypothesis n-gram is clipped at its largest count in
+    any reference, and the reference length of a segment is the one closest to
+    the hypothesis length (the shorter on a tie);
+  * BP = exp(1 - r/c) if c < r else 1; BLEU = 0 if any of the four precisions
+    is zero (no smoothing);
+  * --lowercase (-lc) lowercases ASCII letters only, as perl's lc does on bytes.
+
+--compound-split rewrites every "(\\S)-(\\S)" as "\\1 ##AT##-##AT## \\2" in
+hypotheses and references, left to right without overlap, exactly like
+perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g' on the UTF-8 bytes (so "a-b-c"
+becomes "a ##AT##-##AT## b-c": the "b" is consumed by the first match; "é-è-ê"
+is split twice, as perl consumes only the first byte of "è").
+
+Where this differs from multi-bleu.perl (inputs a WMT test set never has): an
+empty reference line counts as length 0 (current multi-bleu.perl adds 9999 to
+ref_len for it, older ones 0; a warning is printed); an empty hypothesis file
+scores 0 instead of perl's division by zero; a file whose last line lacks its
+newline keeps that line's last character (perl's chop drops it). An empty
+reference (ref_len = 0) or files of different line counts are errors.
+
+Importable: ``from scripts.score_bleu import compound_split, multi_bleu``.
+"""
+import argparse
+import math
+import re
+import string
+import sys
+from dataclasses import dataclass
+from typing import List, Sequence, Tuple, Union
+
+MAX_ORDER = 4
+
+# perl's \s on the (byte) strings multi-bleu.perl reads: ASCII whitespace only.
+_PERL_SPACE = re.compile(r"[ \t\n\r\f\v]+")
+# On bytes, as perl -ple reads them: \S is any byte but [ \t\n\r\f\v], and a
+# non-ASCII character is several bytes ("\xc3\xa8" for "è").
+_COMPOUND = re.compile(rb"(\S)-(\S)")
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+class ScoreError(ValueError):
+    """Input that cannot be scored; the message says why."""
+
+
+def compound_split(line: str) -> str:
+    """Split hyphenated compounds the way the paper / t2t / fairseq do for EN-DE.
+
+    Works on the UTF-8 bytes like the perl one-liner, so "a-b-c" gives
+    "a ##AT##-##AT## b-c" but "é-è-ê" gives "é ##AT##-##AT## è ##AT##-##AT## ê"
+    (the first match consumes only the first byte of "è"). Spaces are only
+    inserted next to the ASCII "-", never inside a character.
+    """
+    data = _COMPOUND.sub(rb"\1 ##AT##-##AT## \2", line.encode("utf-8", "surrogateescape"))
+    return data.decode("utf-8", "surrogateescape")
+
+
+def words(line: str, lowercase: bool = False) -> List[str]:
+    """The words multi-bleu.perl sees in ``line``."""
+    if lowercase:
+        line = line.translate(_ASCII_LOWER)
+    return [w for w in _PERL_SPACE.split(line) if w]
+
+
+@dataclass(frozen=True)
+class MultiBleuResult:
+    """Corpus statistics and the numbers multi-bleu.perl derives from them.
+
+    The derived numbers repeat multi-bleu.perl's floating-point operations
+    rather than taking sacreBLEU's: sacreBLEU computes 100 * c / t where perl
+    computes 100 * (c / t), and the last bit can change a printed digit
+    (23/80: perl prints 28.7, 100 * 23 / 80 = 28.75 prints 28.8).
+    """
+
+    counts: Tuple[int, ...]  # clipped n-gram matches, n = 1..4
+    totals: Tuple[int, ...]  # hypothesis n-grams, n = 1..4
+    hyp_len: int
+    ref_len: int
+
+    @property
+    def fractions(self) -> List[float]:
+        return [c / t if t else 0.0 for c, t in zip(self.counts, self.totals)]
+
+    @property
+    def precisions(self) -> List[float]:
+        """n-gram precisions in percent (multi-bleu.perl computes 100 * (c / t))."""
+        return [100 * p for p in self.fractions]
+
+    @property
+    def bp(self) -> float:
+        if self.hyp_len >= self.ref_len:
+            return 1.0
+        return math.exp(1 - self.ref_len / self.hyp_len) if self.hyp_len else 0.0
+
+    @property
+    def ratio(self) -> float:
+        return self.hyp_len / self.ref_len
+
+    @property
+    def score(self) -> float:
+        """BLEU in percent, same floating-point operations as multi-bleu.perl."""
+        p1, p2, p3, p4 = self.fractions
+        if not (p1 and p2 and p3 and p4):
+            return 0.0  # perl: exp(-9999999999 / 4 + ...) == 0.0
+        return 100 * (self.bp * math.exp((math.log(p1) + math.log(p2) + math.log(p3) + math.log(p4)) / 4))
+
+    def format(self) -> str:
+        """The line multi-bleu.perl prints."""
+        return ("BLEU = %.2f, %.1f/%.1f/%.1f/%.1f (BP=%.3f, ratio=%.3f, hyp_len=%d, ref_len=%d)"
+                % (self.score, *self.precisions, self.bp, self.ratio, self.hyp_len, self.ref_len))
+
+    __str__ = format
+
+
+def _as_streams(refs) -> List[Sequence[str]]:
+    if isinstance(refs, str):
+        raise TypeError("refs must be a list of reference lines (or a list of such lists), not a str")
+    if len(refs) and not isinstance(refs[0], str):
+        return [list(stream) for stream in refs]
+    return [refs]
+
+
+def multi_bleu(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence[str]]],
+               lowercase: bool = False) -> MultiBleuResult:
+    """Corpus BLEU of ``hyps`` against ``refs`` as multi-bleu.perl [-lc] computes it.
+
+    ``refs`` is one reference line per hypothesis, or a list of such streams
+    for several references. Lines may keep their trailing newline.
+    """
+    from sacrebleu.metrics import BLEU
+
+    streams = _as_streams(refs)
+    for i, stream in enumerate(streams):
+        if len(stream) != len(hyps):
+            raise ScoreError(f"{len(hyps)} hypotheses but {len(stream)} lines in reference {i + 1}")
+    hyp_words = [words(h, lowercase) for h in hyps]
+    ref_words = [[words(r, lowercase) for r in stream] for stream in streams]
+    hyp_text = [" ".join(w) for w in hyp_words]
+    ref_text = [[" ".join(w) for w in stream] for stream in ref_words]
+    # sacreBLEU splits with str.split(), which also breaks at non-ASCII spaces
+    # (no-break space, U+2009, ...) that are part of a word for multi-bleu.perl.
+    # Should a word hold one, give sacreBLEU word ids instead (same n-gram counts).
+    if any(t.split() != w for t, w in zip(hyp_text, hyp_words)) or any(
+            t.split() != w for s_t, s_w in zip(ref_text, ref_words) for t, w in zip(s_t, s_w)):
+        ids = {}
+
+        def encode(ws):
+            return " ".join(str(ids.setdefault(w, len(ids))) for w in ws)
+
+        hyp_text = [encode(w) for w in hyp_words]
+        ref_text = [[encode(w) for w in stream] for stream in ref_words]
+    ref_len = 0
+    if hyps:
+        stats = BLEU(tokenize="none", smooth_method="none", force=True, max_ngram_order=MAX_ORDER
+                     ).corpus_score(hyp_text, ref_text)
+        counts, totals, hyp_len, ref_len = stats.counts, stats.totals, stats.sys_len, stats.ref_len
+    if ref_len == 0:
+        raise ScoreError("no reference words (ref_len=0); multi-bleu.perl gives no score for that either")
+    return MultiBleuResult(tuple(int(c) for c in counts), tuple(int(t) for t in totals), int(hyp_len),
+                           int(ref_len))
+
+
+def read_lines(path: str) -> List[str]:
+    """The lines of ``path`` ("-": stdin) without their newline, split at "\\n" only
+    (not at the other separators str.splitlines() knows), bytes kept as they are."""
+    if path == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        with open(path, "rb") as f:
+            data = f.read()
+    text = data.decode("utf-8", errors="surrogateescape")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _lines(n: int) -> str:
+    return f"{n} line" if n == 1 else f"{n} lines"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hyp", required=True, metavar="H", help="tokenized hypotheses, one a line ('-': stdin)")
+    parser.add_argument("--ref", required=True, nargs="+", action="extend", metavar="R",
+                        help="tokenized reference(s), one a line; several files = several references")
+    parser.add_argument("--compound-split", action="store_true",
+                        help="split hyphenated compounds (a-b -> a ##AT##-##AT## b) in hyp and ref, as for EN-DE")
+    parser.add_argument("--lowercase", "-lc", action="store_true", help="lowercase ASCII letters (multi-bleu.perl -lc)")
+    args = parser.parse_args(argv)
+
+    texts = {}
+    for role, path in [("hypothesis", args.hyp)] + [("reference", r) for r in args.ref]:
+        try:
+            texts[path] = read_lines(path)
+        except OSError as e:
+            print(f"error: cannot read {role} file {path}: {e.strerror or e}", file=sys.stderr)
+            return 1
+    hyps = texts[args.hyp]
+    refs = [texts[r] for r in args.ref]
+    for path, stream in zip(args.ref, refs):
+        if len(stream) != len(hyps):
+            hyp_name = "stdin" if args.hyp == "-" else args.hyp
+            print(f"error: hypothesis file {hyp_name} has {_lines(len(hyps))} but reference file {path} has "
+                  f"{_lines(len(stream))}", file=sys.stderr)
+            return 1
+        empty = sum(1 for line in stream if not words(line))
+        if empty:
+            print(f"warning: {empty} empty line(s) in reference file {path}, counted as length 0 "
+                  f"(current multi-bleu.perl adds 9999 to ref_len for each)", file=sys.stderr)
+    if args.compound_split:
+        hyps = [compound_split(h) for h in hyps]
+        refs = [[compound_split(r) for r in stream] for stream in refs]
+    try:
+        result = multi_bleu(hyps, refs, lowercase=args.lowercase)
+    except ScoreError as e:
+        print(f"error: reference file{'s' if len(args.ref) > 1 else ''} {', '.join(args.ref)}: {e}",
+              file=sys.stderr)
+        return 1
+    print(result.format())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""recipes.lib.download against a local mirror (recipes.lib.mirror): checksums,
+resumed and restarted transfers, errors. No internet."""
+import hashlib
+import os
+import tarfile
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from recipes.lib.download import RemoteFile, fetch, mirror_url, sha256_of
+from recipes.lib.mirror import RangeRequestHandler, make_tar, serve
+from recipes.lib.stages import RecipeError
+
+DATA = os.urandom(300_000)
+SHA = hashlib.sha256(DATA).hexdigest()
+MD5 = hashlib.md5(DATA).hexdigest()
+URL = "http://www.statmt.org/wmt13/data.tgz"
+CUT = 100_000
+
+
+class Recording(RangeRequestHandler):
+    """Records each request's Range header; ``cuts`` > 0 drops the connection
+    after CUT body bytes (that many times); ``honour_range`` False answers 200."""
+    ranges, cuts, honour_range = [], 0, True
+    lock = threading.Lock()
+
+    def do_GET(self):
+        with self.lock:
+            type(self).ranges.append(self.headers.get("Range"))
+        super().do_GET()
+
+    def byte_range(self, size):
+        return super().byte_range(size) if self.honour_range else None
+
+    def send_body(self, f, length):
+        with self.lock:
+            cut, type(self).cuts = self.cuts > 0, max(self.cuts - 1, 0)
+        if cut:
+            self.wfile.write(f.read(CUT))
+            self.close_connection = True
+        else:
+            super().send_body(f, length)
+
+
+@pytest.fixture
+def server(tmp_path):
+    root = tmp_path / "mirror"
+    (root / "wmt13").mkdir(parents=True)
+    (root / "wmt13" / "data.tgz").write_bytes(DATA)
+
+    def start(**attrs):
+        handler = type("Handler", (Recording,), {"ranges": [], **attrs})
+        base, stop = serve(root, handler=handler)
+        started.append(stop)
+        return base, handler, stop
+
+    started = []
+    yield start
+    for stop in started:
+        stop()
+
+
+def quiet(*_):
+    pass
+
+
+def remote(**kw):
+    return RemoteFile("data.tgz", URL, **{"size": len(DATA), "sha256": SHA, **kw})
+
+
+def test_good_file_is_verified_then_skipped_without_network(tmp_path, server):
+    base, handler, stop = server()
+    out = fetch(remote(md5=MD5), tmp_path / "dl", base, quiet)
+    assert out == tmp_path / "dl" / "data.tgz" and out.read_bytes() == DATA
+    assert handler.ranges == [None] and not (tmp_path / "dl" / "data.tgz.partial").exists()
+    stop()
+    lines = []
+    assert fetch(remote(md5=MD5), tmp_path / "dl", base, lines.append) == out  # the server is gone
+    assert "verified already" in lines[0]
+
+
+def test_checksum_mismatch_is_refused(tmp_path, server):
+    base, _, _ = server()
+    wrong = "0" * 64
+    with pytest.raises(RecipeError) as err:
+        fetch(remote(sha256=wrong), tmp_path, base, quiet)
+    msg = str(err.value)
+    assert "\n" not in msg and "data.tgz" in msg and wrong in msg and SHA in msg and "--mirror" in msg
+    assert not (tmp_path / "data.tgz").exists() and (tmp_path / "data.tgz.bad").read_bytes() == DATA
+    with pytest.raises(RecipeError, match="md5 mismatch"):
+        fetch(remote(md5="f" * 32), tmp_path, base, quiet)
+
+
+def test_size_mismatch_is_refused(tmp_path, server):
+    base, _, _ = server()
+    with pytest.raises(RecipeError, match=f"size mismatch: expected {len(DATA) + 1} bytes, got {len(DATA)} bytes"):
+        fetch(remote(size=len(DATA) + 1), tmp_path, base, quiet)
+    assert not (tmp_path / "data.tgz").exists() and (tmp_path / "data.tgz.bad").exists()
+
+
+def test_interrupted_download_is_resumed(tmp_path, server):
+    base, handler, _ = server(cuts=1)
+    with pytest.raises(RecipeError, match="run again to resume") as err:
+        fetch(remote(), tmp_path, base, quiet, chunk=8192)
+    assert "\n" not in str(err.value) and f"{base}/wmt13/data.tgz" in str(err.value)
+    assert (tmp_path / "data.tgz.partial").stat().st_size == CUT
+    lines = []
+    assert fetch(remote(), tmp_path, base, lines.append).read_bytes() == DATA
+    assert handler.ranges == [None, f"bytes={CUT}-"]
+    assert any("resuming" in line for line in lines)
+
+
+def test_server_ignoring_range_restarts_from_zero(tmp_path, server):
+    base, handler, _ = server(honour_range=False)
+    (tmp_path / "data.tgz.partial").write_bytes(b"x" * CUT)  # a stale prefix that must not be kept
+    lines = []
+    assert fetch(remote(), tmp_path, base, lines.append).read_bytes() == DATA
+    assert handler.ranges == [f"bytes={CUT}-"] and any("from the start" in line for line in lines)
+
+
+def test_complete_partial_is_verified_after_416(tmp_path, server):
+    base, handler, _ = server()
+    (tmp_path / "data.tgz.partial").write_bytes(DATA)
+    lines = []
+    fetch(remote(size=None, sha256=None), tmp_path, base, lines.append)  # no size known: asks the server
+    assert handler.ranges == [f"bytes={len(DATA)}-"] and (tmp_path / "data.tgz").read_bytes() == DATA
+    assert any("no published checksum" in line for line in lines)  # trust on first use is said
+
+
+def test_missing_file_is_one_line_error(tmp_path, server):
+    base, _, _ = server()
+    rf = RemoteFile("nope.tgz", "http://www.statmt.org/wmt14/nope.tgz")
+    with pytest.raises(RecipeError) as err:
+        fetch(rf, tmp_path, base, quiet)
+    msg = str(err.value)
+    assert "\n" not in msg and f"{base}/wmt14/nope.tgz" in msg and "404" in msg
+    assert not list(tmp_path.glob("nope.tgz*"))
+
+
+def test_unrecorded_checksum_is_recorded_and_enforced(tmp_path, server):
+    base, _, _ = server()
+    rf = RemoteFile("data.tgz", URL)
+    fetch(rf, tmp_path / "dl", base, quiet)
+    (tmp_path / "dl" / "data.tgz").unlink()
+    (tmp_path / "mirror" / "wmt13" / "data.tgz").write_bytes(DATA[::-1])  # the host changed the file
+    with pytest.raises(RecipeError, match="recorded on first download"):
+        fetch(rf, tmp_path / "dl", base, quiet)
+
+
+def test_local_folder_mirror(tmp_path):
+    root = tmp_path / "mirror"
+    (root / "wmt13").mkdir(parents=True)
+    (root / "wmt13" / "data.tgz").write_bytes(DATA)
+    (tmp_path / "data.tgz.partial").write_bytes(DATA[:CUT])
+    assert fetch(remote(), tmp_path, str(root), quiet).read_bytes() == DATA
+
+
+def test_range_requests_and_mirror_url(tmp_path, server):
+    base, _, _ = server()
+    assert mirror_url("http://www.statmt.org/wmt13/x.tgz", None) == "http://www.statmt.org/wmt13/x.tgz"
+    assert mirror_url("http://www.statmt.org/wmt13/x.tgz", "http://127.0.0.1:8000/base/") == \
+        "http://127.0.0.1:8000/base/wmt13/x.tgz"
+    assert mirror_url("http://www.statmt.org/wmt13/x.tgz", "/srv/wmt") == "/srv/wmt/wmt13/x.tgz"
+    open_ = urllib.request.build_opener(urllib.request.ProxyHandler({})).open
+    req = urllib.request.Request(f"{base}/wmt13/data.tgz", headers={"Range": "bytes=10-19"})
+    with open_(req) as resp:
+        assert resp.status == 206 and resp.read() == DATA[10:20]
+        assert resp.headers["Content-Range"] == f"bytes 10-19/{len(DATA)}"
+    with pytest.raises(urllib.error.HTTPError) as err:
+        open_(urllib.request.Request(f"{base}/wmt13/data.tgz", headers={"Range": f"bytes={len(DATA)}-"}))
+    assert err.value.code == 416 and err.value.headers["Content-Range"] == f"bytes */{len(DATA)}"
+
+
+def test_make_tar_is_deterministic(tmp_path):
+    members = {"training/b.en": b"hello\n", "a.de": b"hallo\n"}
+    for gz in (True, False):
+        make_tar(tmp_path / "1", members, gz)
+        make_tar(tmp_path / "2", dict(reversed(members.items())), gz)
+        assert sha256_of(tmp_path / "1") == sha256_of(tmp_path / "2")
+        with tarfile.open(tmp_path / "1") as tar:
+            assert tar.getnames() == ["a.de", "training/b.en"]
+            assert tar.extractfile("training/b.en").read() == b"hello\n"
+
+
+def test_ctrl_c_keeps_the_partial_file(tmp_path, server):
+    base, handler, _ = server()
+
+    def interrupt_on_progress(line):
+        if " MB/s" in line and "got" not in line:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fetch(remote(), tmp_path, base, interrupt_on_progress, chunk=8192)
+    kept = (tmp_path / "data.tgz.partial").stat().st_size
+    assert 0 < kept < len(DATA)
+    assert fetch(remote(), tmp_path, base, quiet).read_bytes() == DATA
+    assert handler.ranges == [None, f"bytes={kept}-"]

@@ -1,0 +1,191 @@
+"""The WMT14 recipes (full and --smoke): batch sizing per GPU count, the exact
+commands of the paper setup (--dry-run), and real --smoke runs through every
+stage: a local HTTP mirror, a kill during training and a resume, a real
+2-process data-parallel run on CPU, an idempotent rerun, and EN-FR's extra
+corpora (UN, gzipped giga-fren members)."""
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from recipes.lib.launch import batch_plan
+
+RECIPE = [sys.executable, str(REPO / "recipes" / "wmt14.py")]
+
+
+def recipe(*args, timeout=600):
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    return subprocess.run(RECIPE + [str(a) for a in args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def train_line(out: str) -> list:
+    """The fairseq-train command a --dry-run printed, as a list."""
+    line = next(line for line in out.splitlines()
+                if line.startswith("  $ ") and ("fairseq_cli.train" in line or "fairseq-train " in line))
+    return shlex.split(line.strip()[2:])
+
+
+def flag(cmd, name):
+    return cmd[cmd.index(name) + 1]
+
+
+@pytest.mark.parametrize("devices", [1, 2, 3, 8, 16, 64])
+def test_batch_plan_keeps_25000_tokens_per_update(devices):
+    plan = batch_plan(25000, devices, 4096)
+    assert plan.max_tokens <= 4096
+    # ceil rounding adds at most one token per device and accumulation step
+    assert 25000 <= plan.tokens_per_update < 25000 + devices * plan.update_freq
+    # the fewest accumulation steps that fit: one fewer would need > 4096 tokens per device
+    assert plan.update_freq == 1 or 25000 / (devices * (plan.update_freq - 1)) > 4096
+
+
+def test_8_and_2_gpus_give_the_same_tokens_per_update():
+    cmds = {}
+    for n in (8, 2):
+        proc = recipe("--pair", "en-de", "--dry-run", "--ngpus", n, "--workdir", "/tmp/never-created")
+        assert proc.returncode == 0, proc.stderr
+        cmds[n] = train_line(proc.stdout)
+    tokens = {n: int(flag(c, "--nproc-per-node")) * int(flag(c, "--max-tokens")) * int(flag(c, "--update-freq"))
+              for n, c in cmds.items()}
+    assert tokens[8] == tokens[2] == 25000
+    assert (flag(cmds[8], "--update-freq"), flag(cmds[2], "--update-freq")) == ("1", "4")
+    assert not Path("/tmp/never-created").exists()  # a dry run creates nothing
+
+
+def test_dry_run_prints_the_paper_setup():
+    proc = recipe("--pair", "en-de", "--dry-run", "--ngpus", "8", "--arch", "attn_paper_big", "--workdir", "/tmp/x")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for url in ("/wmt13/training-parallel-europarl-v7.tgz", "/wmt13/training-parallel-commoncrawl.tgz",
+                "/wmt14/training-parallel-nc-v9.tgz", "/wmt13/test.tgz", "/wmt14/test-full.tgz"):
+        assert "http://www.statmt.org" + url in out
+    assert "sha256 0224c7c710c8a063dfd893b0cc0830202d61f4c75c17eb8e31836103d27d96e7" in out
+    assert "learn-joint-bpe-and-vocab" in out and "-s 35000" in out
+    assert "--joined-dictionary" in out
+    cmd = train_line(out)
+    assert Path(cmd[0]).name == "torchrun" and flag(cmd, "--nproc-per-node") == "8"
+    for name, value in [("--arch", "attn_paper_big"), ("--max-update", "300000"), ("--warmup-updates", "4000"),
+                        ("--adam-betas", "(0.9, 0.98)"), ("--adam-eps", "1e-9"), ("--label-smoothing", "0.1"),
+                        ("--lr-scheduler", "attn_inverse_sqrt"), ("--keep-interval-updates", "20")]:
+        assert flag(cmd, name) == value, name
+    assert "--fp16" in cmd or "--bf16" in cmd
+    gen = next(line for line in out.splitlines() if line.startswith("  $ fairseq-generate"))
+    assert "--beam 4" in gen and "--gnmt-alpha 0.6" in gen and "--max-len-a 1 --max-len-b 50" in gen
+    assert "--num-update-checkpoints 20" in out  # Sec. 6.1: big averages the last 20
+
+
+def test_en_fr_big_is_the_en_fr_variant_and_multi_node_uses_torchrun():
+    proc = recipe("--pair", "en-fr", "--dry-run", "--arch", "attn_paper_big", "--ngpus", "8", "--nnodes", "2",
+                  "--node-rank", "1", "--master-addr", "10.0.0.1", "--workdir", "/tmp/x")
+    assert proc.returncode == 0, proc.stderr
+    cmd = train_line(proc.stdout)
+    assert flag(cmd, "--arch") == "attn_paper_big_en_fr"
+    assert (flag(cmd, "--nnodes"), flag(cmd, "--node-rank"), flag(cmd, "--master-addr")) == ("2", "1", "10.0.0.1")
+    assert 16 * int(flag(cmd, "--max-tokens")) * int(flag(cmd, "--update-freq")) == 25008  # ceil(25000/16)*16
+    assert "training-giga-fren.tar" in proc.stdout and "training-parallel-un.tgz" in proc.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--arch", "transformer_big"], "unknown --arch 'transformer_big'"),
+    (["--nnodes", "2"], "--master-addr"),
+    (["--pair", "en-fr", "--bundled"], "English-German"),
+])
+def test_bad_options_are_one_line(args, message):
+    proc = recipe("--dry-run", *args)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert message in proc.stderr.strip().splitlines()[-1]
+
+
+def _wait_for(path_glob, root: Path, proc, timeout=300):
+    start = time.time()
+    while time.time() - start < timeout:
+        if list(root.glob(path_glob)):
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.5)
+    return False
+
+
+def test_smoke_en_de_kill_resume_two_cpu_processes_and_idempotent_rerun(tmp_path):
+    work = tmp_path / "w"
+    args = ["--pair", "en-de", "--smoke", "--workdir", work, "--cpu-procs", "2"]
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    # 1. start, and kill the whole process tree once a mid-training checkpoint exists
+    proc = subprocess.Popen(RECIPE + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=env, start_new_session=True)
+    try:
+        assert _wait_for("checkpoints/checkpoint_1_20.pt", work, proc), proc.stdout.read().decode()[-3000:]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (work / "results.json").exists()
+    assert (work / ".stages" / "download.done").exists() and not (work / ".stages" / "train.done").exists()
+
+    # 2. the same command again: earlier stages are skipped, training resumes from its checkpoint
+    first = recipe(*args)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    assert "stage 1/7 download: done already" in first.stdout
+    train_log = (work / "logs" / "train.log").read_text()
+    resumed = re.findall(r"Loaded checkpoint \S+checkpoint_last.pt \(epoch \d+ @ (\d+) updates\)", train_log)
+    assert resumed and int(resumed[-1]) >= 20
+    # both CPU workers trained together (gloo, world size 2)
+    assert "distributed init (rank 0)" in train_log and (work / "logs" / "worker1.log").exists()
+    assert "distributed init (rank 1)" in (work / "logs" / "worker1.log").read_text()
+
+    results = json.loads((work / "results.json").read_text())
+    for key in ("bleu_compound_split", "bleu_tokenized", "sacrebleu", "sacrebleu_signature", "arch", "updates",
+                "gpus"):
+        assert key in results, key
+    assert results["updates"] == 60 and results["arch"] == "attn_paper_base" and results["gpus"] == 0
+    assert results["cpu_processes"] == 2 and results["test_sentences"] == 200
+    assert results["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert len(results["averaged_checkpoints"]) == 5
+    # 3. a third run does nothing but report
+    start = time.time()
+    again = recipe(*args)
+    assert again.returncode == 0
+    assert again.stdout.count("done already, skipping") == 7
+    assert time.time() - start < 30
+    assert json.loads((work / "results.json").read_text())["sacrebleu"] == results["sacrebleu"]
+
+
+def test_smoke_en_fr_reads_un_and_gzipped_giga_fren(tmp_path):
+    work = tmp_path / "w"
+    proc = recipe("--pair", "en-fr", "--smoke", "--workdir", work, "--max-update", "20", "--save-interval-updates",
+                  "5")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    results = json.loads((work / "results.json").read_text())
+    assert results["pair"] == "en-fr" and "bleu_compound_split" not in results
+    assert results["updates"] == 20
+    # five corpora, each a fifth of the 2400 sample pairs, concatenated before cleaning
+    for key in ("europarl", "commoncrawl", "news_commentary", "un", "giga_fren"):
+        assert sum(1 for _ in open(work / "orig" / f"{key}.fr", encoding="utf-8")) == 480
+    assert results["train_pairs"]["read"] == 2400
+
+
+def test_tampered_mirror_file_is_refused(tmp_path):
+    from recipes.wmt14_smoke import build_mirror
+
+    mirror = tmp_path / "mirror"
+    build_mirror(mirror, "en-de")
+    bad = mirror / "wmt14" / "training-parallel-nc-v9.tgz"
+    data = bytearray(bad.read_bytes())
+    data[100] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    work = tmp_path / "w"
+    proc = recipe("--pair", "en-de", "--smoke", "--workdir", work, "--mirror", mirror, "--stop-stage", "download")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "training-parallel-nc-v9.tgz" in last and "sha256" in last
+    assert not (work / "downloads" / "training-parallel-nc-v9.tgz").exists()
+    assert not (work / ".stages" / "download.done").exists()
