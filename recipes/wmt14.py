@@ -27,7 +27,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from recipes.lib.stages import Pipeline, RecipeError, Stage, log, main_guard, write_json_atomic  # noqa: E402
+from recipes.lib.stages import (RecipeError, Stage, average_checkpoints, log, main_guard,  # noqa: E402
+                                 run_recipe, write_json_atomic)
+from recipes.lib.stages import binarize as binarize_step  # noqa: E402
 from recipes.lib.text import moses_tokenize  # noqa: E402
 
 USER_DIR = REPO / "attn_plugin"
@@ -108,8 +110,9 @@ def parse_args(argv=None):
                    help="tokens per update over all devices (default 25000, Sec. 5.1; --smoke 1000)")
     g.add_argument("--max-tokens-per-gpu", type=int,
                    help="most tokens one device holds per step; --update-freq makes up the rest (default 4096)")
-    g.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16"],
-                   help="GPU training precision (default auto: bf16 where the GPU supports it, else fp16; CPU: fp32)")
+    g.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16"],
+                   help="GPU training precision (default auto = fp16 mixed precision on GPUs, fp32 on CPU; "
+                        "fairseq 0.12's --bf16 means TPU and is not offered)")
     g.add_argument("--max-update", type=int, help="updates (default: base 100000, big 300000)")
     g.add_argument("--warmup-updates", type=int, help="eq. 3 warmup (default 4000)")
     g.add_argument("--save-interval-updates", type=int,
@@ -205,6 +208,8 @@ def read_hypotheses(gen_out: Path, expected: int):
 # The bundled recipe
 # ---------------------------------------------------------------------------
 def bundled_stages(args):
+    from recipes.lib.launch import paper_optimization
+
     W, src, tgt = args.workdir, "en", "de"
     raw, tok, bpe, data_bin = W / "raw", W / "tok", W / "bpe", W / "data-bin"
     ckpt, avg, gen = W / "checkpoints", W / "checkpoint_avg.pt", W / "gen" / "test.out"
@@ -238,16 +243,11 @@ def bundled_stages(args):
                            stdin=tok / f"{split}.{lang}", stdout=tmp / f"{split}.{lang}")
 
     def binarize(ctx):
-        with ctx.output(data_bin) as tmp:
-            ctx.sh(["fairseq-preprocess", "--source-lang", src, "--target-lang", tgt,
-                    "--trainpref", bpe / "train", "--validpref", bpe / "valid", "--testpref", bpe / "test",
-                    "--destdir", tmp, "--joined-dictionary", "--workers", args.workers])
+        binarize_step(ctx, src, tgt, bpe, data_bin, args.workers)
 
     def train(ctx):
         ctx.sh(["fairseq-train", data_bin, "--user-dir", USER_DIR, "--arch", args.arch, *BUNDLED_MODEL,
-                "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-9",
-                "--lr-scheduler", "attn_inverse_sqrt", "--warmup-updates", "400", "--lr-scale", "0.8", "--lr", "1",
-                "--criterion", "attn_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+                *paper_optimization(warmup_updates=400, lr_scale=0.8),
                 "--max-tokens", "2048", "--required-batch-size-multiple", "1", "--cpu", "--seed", "1",
                 "--stop-time-hours", f"{args.train_minutes / 60:.4f}", "--max-update", args.max_update,
                 "--save-dir", ckpt, "--save-interval-updates", "100", "--keep-interval-updates", args.average,
@@ -280,17 +280,7 @@ def eval_stages(args, src: str, tgt: str):
     gpu = args.ngpus > 0
 
     def average(ctx):
-        with ctx.output(avg) as tmp:
-            n = args.average
-            if not ctx.dry_run:
-                have = len(list(ckpt.glob("checkpoint_*_*.pt")))
-                if have == 0:
-                    raise RecipeError(f"no update checkpoints in {ckpt}; did training run long enough?")
-                if have < n:
-                    log(f"only {have} update checkpoints; averaging those")
-                    n = have
-            ctx.sh([sys.executable, REPO / "scripts" / "average_checkpoints.py", "--inputs", ckpt,
-                    "--num-update-checkpoints", n, "--output", tmp])
+        average_checkpoints(ctx, ckpt, avg, args.average)
 
     if args.length_penalty == "gnmt":
         penalty, penalty_flags = f"GNMT alpha {args.alpha:g}", ["--gnmt-alpha", args.alpha]
@@ -394,7 +384,7 @@ def once(ctx, path: Path, description: str, fn, *args):
 def train_command(args, data_bin: Path, save_dir: Path):
     """fairseq-train with the paper's optimizer, schedule and criterion (Sec. 5.3-5.4),
     launched on args.ngpus GPUs x args.nnodes (or args.cpu_procs CPU processes)."""
-    from recipes.lib.launch import batch_plan, launcher, precision_flags
+    from recipes.lib.launch import batch_plan, launcher, paper_optimization, precision_flags
 
     devices = args.ngpus * args.nnodes if args.ngpus else args.cpu_procs
     plan = batch_plan(args.tokens_per_update, devices, args.max_tokens_per_gpu)
@@ -402,10 +392,7 @@ def train_command(args, data_bin: Path, save_dir: Path):
                    log_dir=str(args.workdir / "logs"))
     cmd += [data_bin, "--user-dir", USER_DIR, "--task", "attn_translation", "--arch", args.arch,
             *(SMOKE_MODEL if args.smoke else []),
-            "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-9",
-            "--lr-scheduler", "attn_inverse_sqrt", "--warmup-updates", args.warmup_updates, "--lr", "1",
-            *(["--lr-scale", "2"] if args.smoke else []),
-            "--criterion", "attn_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+            *paper_optimization(args.warmup_updates, 2 if args.smoke else 1),
             "--max-tokens", plan.max_tokens, "--update-freq", plan.update_freq,
             *precision_flags(args.precision, args.ngpus), *(["--cpu"] if args.ngpus == 0 else []),
             "--max-update", args.max_update, "--seed", "1",
@@ -516,10 +503,7 @@ def paper_stages(args):
             ctx.step(f"copy {bpe / t} -> {prep / t}", lambda t=t: (prep / t).write_bytes((bpe / t).read_bytes()))
 
     def binarize(ctx):
-        with ctx.output(data_bin) as tmp:
-            ctx.sh(["fairseq-preprocess", "--source-lang", src, "--target-lang", tgt,
-                    "--trainpref", prep / "train", "--validpref", prep / "valid", "--testpref", prep / "test",
-                    "--destdir", tmp, "--joined-dictionary", "--workers", args.workers])
+        binarize_step(ctx, src, tgt, prep, data_bin, args.workers)
         if not ctx.dry_run:
             vocab = count_lines(data_bin / f"dict.{src}.txt") + 4  # + <s> <pad> </s> <unk>
             log(f"joined dictionary: {vocab} types (the paper: about {pair.paper_vocab})")
@@ -557,13 +541,8 @@ PAPER_BLEU = {("en-de", "attn_paper_base"): 27.3, ("en-de", "attn_paper_big"): 2
               ("en-fr", "attn_paper_base"): 38.1, ("en-fr", "attn_paper_big_en_fr"): 41.8}
 
 
-def report(results_path: Path, seconds: dict):
-    """Print the scores as a short table; record each stage's wall time in results.json."""
-    r = json.loads(results_path.read_text())
-    if seconds and r.get("stage_seconds") != seconds:
-        r["stage_seconds"] = seconds
-        r["total_seconds"] = round(sum(seconds.values()), 1)
-        write_json_atomic(results_path, r)
+def report(r: dict):
+    """Print the scores as a short table."""
     size = {"bundled": " (small)", "smoke": " (tiny)"}.get(r.get("mode"), "")
     print(f"\nsacreBLEU = {r['sacrebleu']:.2f}   ({r['sacrebleu_signature']})")
     print(f"{r.get('pair', 'en-de')}, {r['arch']}{size}, {r['updates']} updates, {r['test_sentences']} test sentences")
@@ -578,22 +557,11 @@ def report(results_path: Path, seconds: dict):
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"  {k:<{width}}  {v:>6}")
-    if seconds:
-        print("stage times: " + ", ".join(f"{k} {v:.0f}s" for k, v in seconds.items())
-              + f" (total {sum(seconds.values()) / 60:.1f} min)")
-    print(f"results: {results_path}")
 
 
 def main():
     args = parse_args()
-    stages = bundled_stages(args) if args.bundled else paper_stages(args)
-    pipeline = Pipeline(args.workdir, stages, args.dry_run, args.stage, args.stop_stage)
-    if not args.dry_run:
-        args.workdir.mkdir(parents=True, exist_ok=True)
-    pipeline.run()
-    results = args.workdir / "results.json"
-    if not args.dry_run and results.exists():
-        report(results, pipeline.stage_seconds())
+    run_recipe(args, bundled_stages(args) if args.bundled else paper_stages(args), report)
 
 
 if __name__ == "__main__":

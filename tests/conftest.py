@@ -32,6 +32,17 @@ def run(cmd, cwd=None, check=True, timeout=600):
     return proc
 
 
+def assert_one_error_line(proc, *fragments):
+    """Non-zero exit, exactly one line on stderr starting with 'error: ', no traceback anywhere."""
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
 def last_line(proc):
     """The last line a failed command printed on stderr (fairseq logs to stdout)."""
     lines = [line for line in (proc.stderr or proc.stdout).strip().splitlines() if line.strip()]

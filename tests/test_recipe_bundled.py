@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO
+from conftest import REPO, assert_one_error_line
 
 from recipes.lib.stages import Pipeline, RecipeError, Stage
 from recipes import wmt14
@@ -27,15 +27,6 @@ def recipe(argv, cwd=None, cmd=RECIPE, timeout=120):
                           text=True, timeout=timeout)
 
 
-def assert_one_error_line(proc, *fragments):
-    """Non-zero exit, exactly one line on stderr starting with 'error: ', no traceback anywhere."""
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stdout + proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 # --------------------------------------------------------------------------- the .sh entry point

@@ -45,24 +45,25 @@ def batch_plan(tokens_per_update: int, devices: int, max_tokens_per_device: int)
     return BatchPlan(devices, max_tokens, update_freq)
 
 
+def paper_optimization(warmup_updates: int, lr_scale: float = 1.0, label_smoothing: float = 0.1) -> List[str]:
+    """fairseq-train flags for the paper's optimizer, schedule and criterion:
+    Adam (0.9, 0.98, 1e-9) (Sec. 5.3), eq. 3 with ``warmup_updates`` (times
+    ``lr_scale``), label smoothing eps_ls (Sec. 5.4). ``--lr 1`` only satisfies
+    fairseq's parser: attn_inverse_sqrt computes the rate from eq. 3."""
+    return ["--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-9",
+            "--lr-scheduler", "attn_inverse_sqrt", "--warmup-updates", str(warmup_updates), "--lr", "1",
+            *(["--lr-scale", f"{lr_scale:g}"] if lr_scale != 1 else []),
+            "--criterion", "attn_label_smoothed_cross_entropy", "--label-smoothing", f"{label_smoothing:g}"]
+
+
 def precision_flags(precision: str, gpus: int) -> List[str]:
-    """fairseq flags for ``--precision auto|fp32|fp16|bf16``. auto: fp32 on CPU;
-    on GPUs bf16 where the visible GPU supports it, else fp16 (the paper trained
-    in fp32 on P100s; mixed precision is what makes the runs affordable today)."""
+    """fairseq flags for ``--precision auto|fp32|fp16``: fp32 on CPU, fp16 mixed
+    precision on GPUs (auto). The paper trained in fp32 on P100s; mixed precision
+    is what makes the runs affordable today. No bf16: fairseq 0.12's ``--bf16``
+    "implies --tpu" and fails on a GPU (seen on an H100: no xla_device)."""
     if gpus == 0 or precision == "fp32":
         return []
-    if precision == "auto":
-        precision = "bf16" if _cuda_bf16() else "fp16"
-    return ["--bf16"] if precision == "bf16" else ["--fp16"]
-
-
-def _cuda_bf16() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    except Exception:  # no torch or a broken driver: fall back to fp16
-        return False
+    return ["--fp16"]
 
 
 def launcher(gpus: int, cpu_procs: int, nnodes: int = 1, node_rank: int = 0,

@@ -66,10 +66,11 @@ class Context:
         self.log_dir = self.workdir / "logs"
 
     def sh(self, cmd: List, stdin: Optional[Path] = None, stdout: Optional[Path] = None,
-           env: Optional[dict] = None, tail: int = 0):
+           env: Optional[dict] = None, tail: Union[int, Callable[[str], bool]] = 0):
         """Run ``cmd`` (a list); stdout goes to the ``stdout`` file if given,
         everything else to ``logs/STAGE.log``; ``tail`` > 0 echoes log lines
-        containing progress to the console as they come."""
+        containing progress to the console as they come (a function of the
+        line instead picks the lines to echo)."""
         cmd = [str(c) for c in cmd]
         shown = " ".join(shlex.quote(c) for c in cmd)
         if stdin:
@@ -101,7 +102,7 @@ class Context:
                 log_file.flush()  # the log is the place to watch a long stage
                 if line.strip():
                     last = line.strip()
-                if tail and _is_progress(line):
+                if tail and (tail(line) if callable(tail) else _is_progress(line)):
                     print(f"    {line.rstrip()[:160]}", flush=True)
             rc = proc.wait()
             if stdin:
@@ -234,10 +235,56 @@ class Pipeline:
         return out
 
 
+def binarize(ctx: Context, src: str, tgt: str, text_dir: Path, dest: Path, workers: int):
+    """fairseq-preprocess of ``text_dir/{train,valid,test}.{src,tgt}`` into ``dest``
+    with one dictionary for both sides (the shared embeddings of Sec. 3.4 need it)."""
+    with ctx.output(dest) as tmp:
+        ctx.sh(["fairseq-preprocess", "--source-lang", src, "--target-lang", tgt,
+                "--trainpref", text_dir / "train", "--validpref", text_dir / "valid", "--testpref", text_dir / "test",
+                "--destdir", tmp, "--joined-dictionary", "--workers", workers])
+
+
+def average_checkpoints(ctx: Context, ckpt_dir: Path, output: Path, n: int):
+    """Average the last ``n`` update checkpoints of ``ckpt_dir`` into ``output``
+    (Sec. 6.1) with scripts/average_checkpoints.py; fewer if fewer exist."""
+    with ctx.output(output) as tmp:
+        if not ctx.dry_run:
+            have = len(list(Path(ckpt_dir).glob("checkpoint_*_*.pt")))
+            if have == 0:
+                raise RecipeError(f"no update checkpoints in {ckpt_dir}; did training run long enough?")
+            if have < n:
+                log(f"only {have} update checkpoints; averaging those")
+                n = have
+        script = Path(__file__).resolve().parents[2] / "scripts" / "average_checkpoints.py"
+        ctx.sh([sys.executable, script, "--inputs", ckpt_dir, "--num-update-checkpoints", n, "--output", tmp])
+
+
 def write_json_atomic(path: Path, data: dict):
     tmp = Path(str(path) + ".partial")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     os.replace(tmp, path)
+
+
+def run_recipe(args, stages: List[Stage], report: Callable[[dict], None]):
+    """Run ``stages`` as ``args`` (workdir, dry_run, stage, stop_stage) select.
+    If the run has results, record each stage's wall time in results.json,
+    ``report(results)`` (the recipe prints its scores), then print the times."""
+    pipeline = Pipeline(args.workdir, stages, args.dry_run, args.stage, args.stop_stage)
+    if not args.dry_run:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+    pipeline.run()
+    path = args.workdir / "results.json"
+    if args.dry_run or not path.exists():
+        return
+    results, seconds = json.loads(path.read_text()), pipeline.stage_seconds()
+    if seconds and results.get("stage_seconds") != seconds:
+        results.update(stage_seconds=seconds, total_seconds=round(sum(seconds.values()), 1))
+        write_json_atomic(path, results)
+    report(results)
+    if seconds:
+        print("stage times: " + ", ".join(f"{k} {v:.0f}s" for k, v in seconds.items())
+              + f" (total {sum(seconds.values()) / 60:.1f} min)")
+    print(f"results: {path}")
 
 
 def main_guard(fn):

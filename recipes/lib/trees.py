@@ -1,0 +1,319 @@
+"""Penn Treebank trees for the parsing recipe (Sec. 6.3): reading, the
+preprocessing every WSJ parser uses, and Vinyals et al. (2015)'s linearization
+with its inverse.
+
+Reading: ``.mrg`` files hold bracketed trees over several lines each, most of
+them wrapped in an unlabelled ``( ... )``; silver trees (``--extra-trees``)
+are one tree per line. A malformed tree is a :class:`TreeError` naming the
+file and line.
+
+Preprocessing (:func:`strip_tree`): drop the empty elements (``-NONE-``
+words) and every constituent left without words, cut function tags and
+indices from constituent labels (``NP-SBJ-1`` -> ``NP``, ``NP=2`` -> ``NP``;
+labels that start with ``-`` such as ``-NONE-`` or ``-LRB-`` are kept), and
+give the tree a ``TOP`` root (EVALB's COLLINS.prm does not count it).
+
+Linearization (:func:`linearize`), depth first, closing brackets labelled:
+
+    (TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .)))
+    -> (S (NP XX )NP (VP XX (NP XX XX )NP )VP XX )S          (pos_tags="xx")
+    -> (S (NP NNP )NP (VP VBZ (NP DT NN )NP )VP . )S         (pos_tags="keep")
+
+The words are the input sequence; the output has one leaf token per word.
+
+Delinearization (:func:`delinearize`) rebuilds a tree from a predicted token
+sequence and the input words, repairing what the model got wrong and counting
+each repair (:data:`REPAIRS`): closing brackets with nothing open are dropped,
+a closing bracket whose label differs from the open one closes it anyway,
+brackets still open at the end are closed, leaf tokens beyond the words are
+dropped, words without a leaf token are attached to the bracket that was open
+when the sequence ended (or the last top-level constituent, or TOP), and
+brackets that end up over no word are dropped. The tree's words are always
+the input words in their order.
+"""
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+
+class TreeError(ValueError):
+    """A malformed tree; the message names the file and line."""
+
+
+class Tree:
+    """A constituent: ``label`` and ``children`` (Trees), or a preterminal whose
+    only child is its word (a str)."""
+
+    __slots__ = ("label", "children")
+
+    def __init__(self, label: str, children: List[Union["Tree", str]]):
+        self.label = label
+        self.children = children
+
+    @property
+    def is_preterminal(self) -> bool:
+        return len(self.children) == 1 and isinstance(self.children[0], str)
+
+    def preterminals(self) -> Iterator["Tree"]:
+        if self.is_preterminal:
+            yield self
+        else:
+            for child in self.children:
+                yield from child.preterminals()
+
+    def words(self) -> List[str]:
+        return [p.children[0] for p in self.preterminals()]
+
+    def tags(self) -> List[str]:
+        return [p.label for p in self.preterminals()]
+
+    def __str__(self) -> str:
+        if self.is_preterminal:
+            return f"({self.label} {self.children[0]})"
+        return f"({self.label} {' '.join(str(c) for c in self.children)})"
+
+    def __repr__(self) -> str:
+        return f"Tree({str(self)!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Tree) and str(self) == str(other)
+
+    def __hash__(self):
+        return hash(str(self))
+
+
+# --------------------------------------------------------------------------- reading
+def _tokens(text: str, first_line: int = 1) -> Iterator[Tuple[str, int]]:
+    """'(' , ')' and atoms, each with its line number."""
+    line, i, n = first_line, 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line += 1
+            i += 1
+        elif c.isspace():
+            i += 1
+        elif c in "()":
+            yield c, line
+            i += 1
+        else:
+            j = i
+            while j < n and not text[j].isspace() and text[j] not in "()":
+                j += 1
+            yield text[i:j], line
+            i = j
+
+
+def parse_trees(text: str, source: str = "<string>", first_line: int = 1) -> Iterator[Tuple[Tree, int]]:
+    """Every tree in ``text`` with the line it starts on. Accepts the treebank's
+    ``( (S ...) )`` wrapper (an empty root label) and plain ``(S ...)``."""
+    stack: List[Tuple[Tree, int]] = []
+    expect_label = False
+    for tok, line in _tokens(text, first_line):
+        if tok == "(":
+            node = Tree("", [])
+            if stack:
+                parent = stack[-1][0]
+                if parent.is_preterminal:
+                    raise TreeError(f"{source}:{line}: a bracket inside ({parent.label} {parent.children[0]} ...); "
+                                    "a word's (TAG word) pair holds one word")
+                parent.children.append(node)
+            stack.append((node, line))
+            expect_label = True
+        elif tok == ")":
+            if not stack:
+                raise TreeError(f"{source}:{line}: ')' with no open bracket")
+            node, start = stack.pop()
+            if not node.children:
+                raise TreeError(f"{source}:{line}: empty bracket ({node.label}) (opened on line {start})")
+            expect_label = False
+            if not stack:
+                yield node, start
+        else:
+            if not stack:
+                raise TreeError(f"{source}:{line}: text outside a tree: {tok!r}")
+            node = stack[-1][0]
+            if expect_label:
+                node.label = tok
+                expect_label = False
+            elif not node.children:
+                node.children.append(tok)
+            elif node.is_preterminal:
+                raise TreeError(f"{source}:{line}: more than one word in ({node.label} {node.children[0]} {tok} ...)")
+            else:
+                raise TreeError(f"{source}:{line}: word {tok!r} outside a (TAG word) pair in ({node.label} ...)")
+    if stack:
+        node, start = stack[0]
+        raise TreeError(f"{source}:{start}: the tree that starts here is never closed "
+                        f"({len(stack)} ')' missing at the end of the file)")
+
+
+def read_mrg(path: Path) -> List[Tree]:
+    """All trees of a treebank ``.mrg`` file (trees over several lines)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError as exc:
+        raise TreeError(f"{path}: cannot read it ({exc.strerror})") from None
+    return [tree for tree, _ in parse_trees(text, str(path))]
+
+
+def read_tree_lines(path: Path) -> Iterator[Tree]:
+    """Trees one per line (blank lines skipped), e.g. silver trees for --extra-trees."""
+    path = Path(path)
+    try:
+        f = open(path, encoding="utf-8", errors="surrogateescape")
+    except OSError as exc:
+        raise TreeError(f"{path}: cannot read it ({exc.strerror})") from None
+    with f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            trees = list(parse_trees(line, str(path), n))
+            if len(trees) != 1:
+                raise TreeError(f"{path}:{n}: {len(trees)} trees on one line; expected one bracketed tree per line")
+            yield trees[0][0]
+
+
+# --------------------------------------------------------------------------- preprocessing
+def bare_label(label: str) -> str:
+    """A constituent label without function tags or indices: NP-SBJ-1 -> NP, NP=2 -> NP."""
+    if label.startswith("-"):
+        return label
+    for k, ch in enumerate(label):
+        if ch in "-=":
+            return label[:k]
+    return label
+
+
+def _strip(node: Tree) -> Optional[Tree]:
+    if node.is_preterminal:
+        return None if node.label == "-NONE-" else Tree(node.label, [node.children[0]])
+    children = [c for c in (_strip(child) for child in node.children) if c is not None]
+    return Tree(bare_label(node.label), children) if children else None
+
+
+def strip_tree(tree: Tree) -> Optional[Tree]:
+    """The tree as parsers see it: no empty elements, no function tags, a TOP root.
+    None when nothing but empty elements is left."""
+    if tree.label in ("", "TOP", "ROOT") and not tree.is_preterminal:
+        children = [c for c in (_strip(child) for child in tree.children) if c is not None]
+    else:
+        child = _strip(tree)
+        children = [child] if child else []
+    return Tree("TOP", children) if children else None
+
+
+def gold_tree(tree: Tree) -> Tree:
+    """The treebank's own tree for EVALB: function tags and empty elements kept
+    (EVALB removes them itself), the unlabelled wrapper named TOP."""
+    if tree.label in ("", "ROOT"):
+        return Tree("TOP", tree.children)
+    return tree if tree.label == "TOP" else Tree("TOP", [tree])
+
+
+# --------------------------------------------------------------------------- linearization
+XX = "XX"
+
+
+def linearize(tree: Tree, pos_tags: str = "xx") -> List[str]:
+    """Vinyals et al.'s depth-first bracket sequence of a (stripped) tree; the
+    TOP root is not part of it. ``pos_tags``: "xx" writes every word as XX,
+    "keep" writes its POS tag."""
+    if pos_tags not in ("xx", "keep"):
+        raise ValueError(f"pos_tags must be 'xx' or 'keep', not {pos_tags!r}")
+    out: List[str] = []
+
+    def walk(node: Tree):
+        if node.is_preterminal:
+            out.append(XX if pos_tags == "xx" else node.label)
+            return
+        out.append("(" + node.label)
+        for child in node.children:
+            walk(child)
+        out.append(")" + node.label)
+
+    for child in (tree.children if tree.label == "TOP" else [tree]):
+        walk(child)
+    return out
+
+
+REPAIRS = ("extra_close", "label_mismatch", "unclosed", "extra_leaves", "missing_leaves", "empty_brackets")
+
+
+def delinearize(tokens: Sequence[str], words: Sequence[str], tags: Optional[Sequence[str]] = None
+                ) -> Tuple[Tree, Counter]:
+    """A tree over ``words`` from a predicted bracket sequence, and the repairs it
+    needed (a Counter over :data:`REPAIRS`; empty for a well-formed sequence).
+
+    Tokens ``(L`` open a bracket, ``)L`` (or ``)``) close one, anything else is a
+    word's leaf. The word's tag is ``tags[i]`` when given (the recipe passes the
+    gold tags when the model predicts XX, so that EVALB deletes the same
+    punctuation on both sides), else the leaf token itself."""
+    repairs: Counter = Counter()
+    root = Tree("TOP", [])
+    stack = [root]
+    n_leaves = 0
+
+    def leaf(i: int) -> Tree:
+        return Tree(tags[i] if tags is not None else leaf_tokens[i], [words[i]])
+
+    leaf_tokens: List[str] = []
+    for tok in tokens:
+        if len(tok) > 1 and tok[0] == "(":
+            node = Tree(tok[1:], [])
+            stack[-1].children.append(node)
+            stack.append(node)
+        elif tok[:1] == ")":
+            if len(stack) == 1:
+                repairs["extra_close"] += 1
+                continue
+            node = stack.pop()
+            if len(tok) > 1 and tok[1:] != node.label:
+                repairs["label_mismatch"] += 1
+        else:
+            if n_leaves >= len(words):
+                repairs["extra_leaves"] += 1
+                continue
+            leaf_tokens.append(tok)
+            stack[-1].children.append(leaf(n_leaves))
+            n_leaves += 1
+    if len(stack) > 1:
+        repairs["unclosed"] += len(stack) - 1
+    if n_leaves < len(words):
+        # attach the missing words where the sequence stopped: to the innermost open bracket,
+        # else to the last top-level constituent, else to TOP (always on the right edge, so
+        # the words stay in order)
+        if len(stack) > 1:
+            host = stack[-1]
+        elif root.children and not root.children[-1].is_preterminal:
+            host = root.children[-1]
+        else:
+            host = root
+        for i in range(n_leaves, len(words)):
+            leaf_tokens.append(XX)
+            host.children.append(leaf(i))
+        repairs["missing_leaves"] += len(words) - n_leaves
+
+    def prune(node: Tree) -> Optional[Tree]:
+        if node.is_preterminal:
+            return node
+        children = [c for c in (prune(child) for child in node.children) if c is not None]
+        if not children:
+            repairs["empty_brackets"] += 1
+            return None
+        node.children = children
+        return node
+
+    root.children = [c for c in (prune(child) for child in root.children) if c is not None]
+    return root, repairs
+
+
+def tree_line(tree: Tree) -> str:
+    """One line, as EVALB reads trees."""
+    return str(tree)
+
+
+def words_of(trees: Iterable[Tree]) -> Iterator[List[str]]:
+    for tree in trees:
+        yield tree.words()

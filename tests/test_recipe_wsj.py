@@ -1,0 +1,260 @@
+"""The WSJ parsing recipe (recipes/wsj_parsing.sh): its command line, its error
+lines for bad input, the whole --smoke run (about a minute on 2 CPU cores)
+and the tree/scoring stages on real WSJ trees (NLTK's sample in ../shared,
+skipped when absent)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+from conftest import REPO, SHARED, assert_one_error_line
+
+sys.path.insert(0, str(REPO / "scripts"))
+import evalb  # noqa: E402
+
+from recipes import wsj  # noqa: E402
+from recipes.lib.stages import Pipeline  # noqa: E402
+
+RECIPE = [sys.executable, str(REPO / "recipes" / "wsj.py")]
+SH = ["bash", str(REPO / "recipes" / "wsj_parsing.sh")]
+PTB_SAMPLE = SHARED / "data" / "ptb-sample" / "treebank.zip"
+STAGES = ["prepare", "bpe", "binarize", "train", "average", "generate", "trees", "score"]
+
+
+def recipe(argv, cwd=None, cmd=RECIPE, timeout=120):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run([*cmd, *[str(a) for a in argv]], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+
+
+def fake_ptb(root, sections=("02", "22", "23"), tree="( (S (NP-SBJ (DT A) (NN test)) (VP (VBZ works)) (. .)) )\n"):
+    """A treebank laid out as LDC's: root/parsed/mrg/wsj/NN/wsj_NN01.mrg."""
+    for s in sections:
+        d = root / "parsed" / "mrg" / "wsj" / s
+        d.mkdir(parents=True)
+        (d / f"wsj_{s}01.mrg").write_text(tree)
+    return root
+
+
+# --------------------------------------------------------------------------- command line
+def test_help_through_the_shell_script(tmp_path):
+    proc = recipe(["--help"], cwd=tmp_path, cmd=SH, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for option in ("--smoke", "--ptb", "--extra-trees", "--workdir", "--dry-run", "--stage", "--stop-stage",
+                   "--ngpus", "--pos-tags", "--vocab", "--beam", "--alpha", "--evalb", "LDC99T42",
+                   "parsed/mrg/wsj/NN/wsj_NNNN.mrg"):
+        assert option in proc.stdout, option
+
+
+def test_dry_run_prints_the_papers_commands_and_creates_nothing(tmp_path):
+    """--dry-run --ngpus 8 --ptb DIR: the WSJ-only setting of Sec. 6.3 (DIR need not exist yet)."""
+    proc = recipe(["--dry-run", "--ngpus", "8", "--ptb", tmp_path / "treebank_3", "--workdir", "w"],
+                  cwd=tmp_path, cmd=SH, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for i, name in enumerate(STAGES, 1):
+        assert f"stage {i}/8 {name}:" in out
+    for command in (f"read {tmp_path / 'treebank_3'}/parsed/mrg/wsj sections train 02-21, dev 22, test 23",
+                    "subword-nmt learn-bpe -s 16000 --total-symbols", "fairseq-preprocess", "--joined-dictionary",
+                    "torchrun --nproc-per-node 8 --standalone -m fairseq_cli.train", "--arch attn_paper_parse",
+                    "--task attn_translation", "--lr-scheduler attn_inverse_sqrt --warmup-updates 4000",
+                    "--criterion attn_label_smoothed_cross_entropy --label-smoothing 0.1",
+                    "--max-tokens 3125 --update-freq 1", "--fp16", "--max-update 100000",
+                    "--save-interval-updates 1500",
+                    "--keep-interval-updates 5", "average_checkpoints.py", "--num-update-checkpoints 5",
+                    "fairseq-generate", "--gen-subset valid", "--gen-subset test", "--beam 21", "--gnmt-alpha 0.3",
+                    "--max-len-a 1 --max-len-b 300", "scripts/evalb.py"):
+        assert command in out, command
+    assert "--cpu" not in out and "--encoder-layers" not in out  # the paper's model, on GPUs
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_dry_run_of_the_semi_supervised_setting_uses_32k(tmp_path):
+    proc = recipe(["--dry-run", "--ptb", tmp_path, "--extra-trees", tmp_path / "silver.txt",
+                   "--workdir", tmp_path / "w"])
+    assert proc.returncode == 0, proc.stderr
+    assert "subword-nmt learn-bpe -s 32000" in proc.stdout
+    assert f"add {tmp_path / 'silver.txt'} to training" in proc.stdout
+
+
+# --------------------------------------------------------------------------- bad input: one line each
+def test_missing_ptb_says_what_is_expected_and_where_it_comes_from(tmp_path):
+    line = assert_one_error_line(recipe(["--workdir", tmp_path / "w"]), "--ptb DIR is required")
+    assert "parsed/mrg/wsj/NN/wsj_NNNN.mrg" in line and "LDC99T42" in line and "--smoke" in line
+
+
+@pytest.mark.parametrize("setup,fragments", [
+    (lambda t: t / "nowhere", ["no such folder", "parsed/mrg/wsj/NN/wsj_NNNN.mrg", "LDC99T42"]),
+    (lambda t: (t / "empty").mkdir() or t / "empty", ["no WSJ section folders", "LDC99T42"]),
+    (lambda t: fake_ptb(t / "p", sections=("02", "22")), ["section 23 is missing"]),
+    (lambda t: (fake_ptb(t / "p"), (t / "p/parsed/mrg/wsj/22/wsj_2201.mrg").unlink())[0],
+     ["holds no .mrg files"]),
+    (lambda t: fake_ptb(t / "p", tree="( (S (NP (DT a) (NN b))\n  (VP (VBZ c) word)) )\n"),
+     ["malformed tree", "wsj_0201.mrg:2: word 'word' outside a (TAG word) pair"]),
+])
+def test_bad_treebanks_are_one_error_line(tmp_path, setup, fragments):
+    ptb = setup(tmp_path)
+    proc = recipe(["--ptb", ptb, "--train-sections", "02", "--workdir", tmp_path / "w"])
+    assert_one_error_line(proc, *fragments)
+    assert not (tmp_path / "w" / "prep").exists() and not (tmp_path / "w" / ".stages").exists()
+
+
+def test_the_wsj_folder_itself_is_accepted(tmp_path):
+    ptb = fake_ptb(tmp_path / "p")
+    proc = recipe(["--ptb", ptb / "parsed" / "mrg" / "wsj", "--train-sections", "02", "--workdir", tmp_path / "w",
+                   "--stop-stage", "prepare"])
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "w" / "prep" / "train.tree").read_text() == "(S (NP XX XX )NP (VP XX )VP XX )S\n"
+    assert (tmp_path / "w" / "prep" / "test.gold").read_text() == \
+        "(TOP (S (NP-SBJ (DT A) (NN test)) (VP (VBZ works)) (. .)))\n"
+
+
+@pytest.mark.parametrize("content,fragments", [
+    (None, ["--extra-trees", "no such file"]),
+    ("(TOP (S (NN a)))\n(TOP (S (NN b))\n",
+     ["malformed tree", "silver.txt:2: the tree that starts here is never closed"]),
+])
+def test_bad_extra_trees_are_one_error_line(tmp_path, content, fragments):
+    silver = tmp_path / "silver.txt"
+    if content is not None:
+        silver.write_text(content)
+    proc = recipe(["--ptb", fake_ptb(tmp_path / "p"), "--train-sections", "02", "--extra-trees", silver,
+                   "--workdir", tmp_path / "w"])
+    assert_one_error_line(proc, *fragments)
+
+
+def test_extra_trees_join_the_training_data(tmp_path):
+    silver = tmp_path / "silver.txt"
+    silver.write_text("(TOP (S (NP (PRP It)) (VP (VBD worked)) (. .)))\n\n( (S (NP (NNS Trees)) (VP (VBP grow))) )\n")
+    proc = recipe(["--ptb", fake_ptb(tmp_path / "p"), "--train-sections", "02", "--extra-trees", silver,
+                   "--workdir", tmp_path / "w", "--stop-stage", "prepare"])
+    assert proc.returncode == 0, proc.stderr
+    prep = tmp_path / "w" / "prep"
+    assert prep.joinpath("train.words").read_text() == "A test works .\nIt worked .\nTrees grow\n"
+    stats = json.loads(prep.joinpath("stats.json").read_text())
+    assert (stats["train_trees"], stats["extra_trees"], stats["valid_trees"], stats["test_trees"]) == (3, 2, 1, 1)
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["--smoke", "--train-sections", "2-x"], "bad section list '2-x'"),
+    (["--smoke", "--dev-sections", "25"], "WSJ sections are 00-24"),
+    (["--smoke", "--evalb", "/nonexistent/evalb"], "--evalb /nonexistent/evalb: not an executable file"),
+    (["--smoke", "--stage", "nonsense"], "unknown stage 'nonsense'"),
+    (["--smoke", "--beam", "0"], "--beam must be >= 1"),
+])
+def test_bad_options_are_one_error_line(tmp_path, argv, fragment):
+    assert_one_error_line(recipe([*argv, "--workdir", tmp_path / "w"]), fragment)
+
+
+# --------------------------------------------------------------------------- the smoke run
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    work = tmp_path_factory.mktemp("wsj") / "smoke"
+    proc = recipe(["--smoke", "--workdir", work], cmd=SH, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return work, proc
+
+
+def test_smoke_runs_every_stage_and_writes_results(smoke):
+    work, proc = smoke
+    for i, name in enumerate(STAGES, 1):
+        assert f"stage {i}/8 {name}: finished" in proc.stdout
+    r = json.loads((work / "results.json").read_text())
+    assert r["mode"] == "smoke" and r["arch"] == "attn_paper_parse"
+    for name in ("dev", "test"):
+        assert isinstance(r[f"{name}_f1"], float) and 0 <= r[f"{name}_f1"] <= 100
+        assert r[name]["evalb_all"]["sentences"] == 6
+        # repaired outputs always carry the input words: no EVALB error sentence
+        assert r[name]["evalb_all"]["error_sentences"] == 0 and r[name]["evalb_all"]["skip_sentences"] == 0
+        assert r[name]["repairs"]["sentences"] == 6
+        assert set(r[name]["repairs"]) == {"sentences", "repaired_sentences", *wsj.REPAIRS}
+    # the test set's 45-word sentence is left out of the len<=40 section
+    assert r["test"]["evalb_len<=40"]["sentences"] == 5
+    assert r["data"]["train_trees"] == 36 and r["decoding"]["beam"] == 21
+    assert f"EVALB F1: dev {r['dev_f1']:.2f}, test {r['test_f1']:.2f}" in proc.stdout
+    # results.json holds what scripts/evalb.py reports for the written trees
+    again = subprocess.run([sys.executable, REPO / "scripts" / "evalb.py", work / "prep" / "test.gold",
+                            work / "eval" / "test.parsed"], capture_output=True, text=True)
+    f1 = evalb.parse_summary(again.stdout)["all"]["f1"]
+    assert r["test_f1"] == (round(f1, 2) if f1 == f1 else None)
+
+
+def test_smoke_twice_skips_every_stage(smoke):
+    work, _ = smoke
+    proc = recipe(["--smoke", "--workdir", work])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("done already, skipping") == len(STAGES)
+    assert "EVALB F1: dev" in proc.stdout
+
+
+def test_a_removed_output_reruns_only_its_stage(smoke, tmp_path):
+    """Delete the scored trees of a copy of the smoke run: the trees stage notices and runs again."""
+    copy = tmp_path / "copy"
+    shutil.copytree(smoke[0], copy, ignore=shutil.ignore_patterns("checkpoints"))
+    (copy / "checkpoints").mkdir()
+    (copy / "checkpoints" / "checkpoint_last.pt").write_text("stand-in")
+    (copy / "eval" / "test.parsed").unlink()
+    proc = recipe(["--smoke", "--workdir", copy, "--stage", "trees"])
+    assert proc.returncode == 0, proc.stderr
+    assert "stage 7/8 trees: an output is missing, redoing it" in proc.stdout
+    assert (copy / "eval" / "test.parsed").read_text() == (smoke[0] / "eval" / "test.parsed").read_text()
+
+
+# --------------------------------------------------------------------------- real WSJ trees
+def pseudo_split(root):
+    """NLTK's WSJ sample (sections 00-01) as a treebank: wsj_0001-0179 as section 02,
+    wsj_0180-0189 as 22, wsj_0190-0199 as 23."""
+    if not PTB_SAMPLE.exists():
+        pytest.skip("../shared/data/ptb-sample is not here")
+    with zipfile.ZipFile(PTB_SAMPLE) as z:
+        for name in z.namelist():
+            base = os.path.basename(name)
+            if base.startswith("wsj_") and base.endswith(".mrg"):
+                n = int(base[4:8])
+                section = "02" if n <= 179 else "22" if n <= 189 else "23"
+                d = root / "parsed" / "mrg" / "wsj" / section
+                d.mkdir(parents=True, exist_ok=True)
+                (d / base).write_bytes(z.read(name))
+    return root
+
+
+def test_real_trees_through_prepare_bpe_binarize_trees_and_score(tmp_path):
+    """The sample's trees through every stage but training: prepare, BPE and fairseq-preprocess
+    for real, then a stand-in for fairseq-generate that "predicts" the reference sequence,
+    except for one sentence per split cut off after 5 tokens. Scores: every other sentence
+    100%, the cut one repaired (its words appended where the sequence stopped), no EVALB error."""
+    ptb = pseudo_split(tmp_path / "ptb")
+    work = tmp_path / "w"
+    args = wsj.parse_args(["--smoke", "--ptb", str(ptb), "--train-sections", "02", "--vocab", "1000",
+                           "--workdir", str(work), "--workers", "1"])
+    stages = wsj.stages(args)
+    Pipeline(work, stages, first="prepare", last="binarize").run()
+    stats = json.loads((work / "prep" / "stats.json").read_text())
+    assert (stats["train_trees"], stats["valid_trees"], stats["test_trees"]) == (3669, 127, 118)
+    assert stats["train_trees"] + stats["valid_trees"] + stats["test_trees"] == 3914
+    assert (work / "data-bin" / "dict.tree.txt").exists()
+
+    (work / "gen").mkdir()
+    for split in ("valid", "test"):
+        targets = (work / "prep" / f"{split}.tree").read_text().splitlines()
+        with open(work / "gen" / f"{split}.out", "w") as f:
+            for i, t in enumerate(targets):
+                hyp = " ".join(t.split()[:5]) if i == 3 else t
+                f.write(f"S-{i}\tsource\nH-{i}\t-0.1\t{hyp}\nD-{i}\t-0.1\t{hyp}\n")
+    Pipeline(work, stages, first="trees", last="trees").run()
+    # the score stage, less write_results' training facts: run scripts/evalb.py as it does
+    repairs = json.loads((work / "eval" / "repairs.json").read_text())
+    for split in ("valid", "test"):
+        assert repairs[split]["repaired_sentences"] == 1 and repairs[split]["missing_leaves"] > 0
+        proc = subprocess.run([*map(str, wsj.evalb_command(args, work / "prep" / f"{split}.gold",
+                                                           work / "eval" / f"{split}.parsed"))],
+                              capture_output=True, text=True)
+        s = evalb.parse_summary(proc.stdout)["all"]
+        assert s["error_sentences"] == 0 and s["valid_sentences"] == stats[f"{split}_trees"]
+        assert 98.0 < s["f1"] < 100.0
+        assert s["complete_match"] == pytest.approx(100 * (1 - 1 / s["sentences"]), abs=0.005)
