@@ -126,11 +126,13 @@ class MultiHeadAttention(nn.Module):
     The h projections W_i^Q, W_i^K (d_model x d_k) and W_i^V (d_model x d_v)
     are stored side by side as one d_model x h*d_k (or h*d_v) linear layer;
     W^O is h*d_v x d_model. d_k and d_v are free parameters (Table 3 rows A, B).
-    The product runs in ``F.scaled_dot_product_attention`` (fused kernels).
+    Eq. 1 runs in ``F.scaled_dot_product_attention`` (fused kernels; the
+    causal mask is a flag, not a tensor, and no mask at all without padding).
 
     For incremental decoding the projected keys and values are cached:
-    self-attention appends one step at a time, encoder-decoder attention
-    projects the encoder output once (``static_kv``).
+    self-attention appends one step at a time; encoder-decoder attention
+    projects the encoder output once, and in beam search once per sentence
+    rather than once per hypothesis (the hypotheses of a sentence share it).
     """
 
     def __init__(self, d_model: int, h: int, d_k: int, d_v: int, attention_dropout: float = 0.0,
@@ -139,6 +141,7 @@ class MultiHeadAttention(nn.Module):
         self.h, self.d_k, self.d_v = h, d_k, d_v
         self.self_attention = self_attention
         self.attention_dropout = attention_dropout
+        self.beam_size = 1  # announced by fairseq's beam search (set_beam_size)
         self.w_q = nn.Linear(d_model, h * d_k)
         self.w_k = nn.Linear(d_model, h * d_k)
         self.w_v = nn.Linear(d_model, h * d_v)
@@ -149,27 +152,38 @@ class MultiHeadAttention(nn.Module):
         nn.init.zeros_(self.w_o.bias)
 
     def _heads(self, x: Tensor, d: int) -> Tensor:
-        """B x L x h*d  ->  B x h x L x d"""
+        """B x L x h*d  ->  B x h x L x d (a view, no copy)"""
         return x.view(x.size(0), x.size(1), self.h, d).transpose(1, 2)
 
     def forward(self, query: Tensor, key_value: Tensor, key_padding_mask: Optional[Tensor] = None,
                 causal: bool = False, incremental_state: Optional[IncrementalState] = None) -> Tensor:
         """``query``: B x L x d_model; ``key_value``: B x S x d_model (ignored
-        when cached); ``key_padding_mask``: B x S, True at padding."""
+        when cached); ``key_padding_mask``: B x S, True at padding (None: no padding)."""
         cache = None if incremental_state is None else (self.get_incremental_state(incremental_state, "kv") or {})
         q = self._heads(self.w_q(query), self.d_k)
-        if cache and "k" in cache and not self.self_attention:
-            k, v = cache["k"], cache["v"]  # projected encoder output, computed at step 0
-        else:
-            k = self._heads(self.w_k(key_value), self.d_k)
-            v = self._heads(self.w_v(key_value), self.d_v)
+        if self.self_attention:
+            k = self._heads(self.w_k(query), self.d_k)
+            v = self._heads(self.w_v(query), self.d_v)
             if cache is not None:
-                if self.self_attention and cache and "k" in cache:
+                if "k" in cache:
                     k = torch.cat([cache["k"], k], dim=2)
                     v = torch.cat([cache["v"], v], dim=2)
                 self.set_incremental_state(incremental_state, "kv", {"k": k, "v": v})
+        elif cache and "k" in cache:
+            k, v = cache["k"], cache["v"]  # projected encoder output, computed at step 0
+        else:
+            per_sentence = cache is not None and self._beam_copies(key_value)
+            if per_sentence:
+                key_value = key_value[:: self.beam_size]  # the first hypothesis of each sentence
+            k = self._heads(self.w_k(key_value), self.d_k)
+            v = self._heads(self.w_v(key_value), self.d_v)
+            if cache is not None:
+                self.set_incremental_state(incremental_state, "kv", {"k": k, "v": v})
+                self.set_incremental_state(incremental_state, "per_sentence", {"beam": per_sentence})
+        if k.size(0) < q.size(0):  # keys per sentence, queries per hypothesis (beam search)
+            return self.w_o(self._attend_per_sentence(q, k, v, key_padding_mask))
         mask = None
-        if key_padding_mask is not None and key_padding_mask.any():
+        if key_padding_mask is not None:
             mask = ~key_padding_mask[:, None, None, :]  # True = may attend
         # A cached causal step attends to every cached position: no mask needed.
         is_causal = causal and cache is None and query.size(1) > 1
@@ -180,13 +194,53 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).reshape(query.size(0), query.size(1), self.h * self.d_v)
         return self.w_o(out)
 
+    def _beam_copies(self, x: Tensor) -> bool:
+        """Whether the rows of ``x`` come in groups of ``beam_size`` equal rows, one
+        group per sentence, as fairseq's beam search expands the encoder output."""
+        beam = self.beam_size
+        if beam <= 1 or x.size(0) % beam:
+            return False
+        groups = x.view(x.size(0) // beam, beam, *x.shape[1:])
+        return torch.equal(groups, groups[:, :1].expand_as(groups))
+
+    def _attend_per_sentence(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
+        """Encoder-decoder attention of the beam hypotheses of each sentence.
+
+        ``q``: (B*beam) x h x L x d_k; ``k``, ``v``: B x h x S x d: one row per
+        sentence. Every query attends independently, so the beam folds into the
+        query positions of its sentence: B x h x (beam*L) x d_k. Returns
+        (B*beam) x L x h*d_v."""
+        B, beam, L = k.size(0), q.size(0) // k.size(0), q.size(2)
+        q = q.view(B, beam, self.h, L, self.d_k).transpose(1, 2).reshape(B, self.h, beam * L, self.d_k)
+        mask = None
+        if key_padding_mask is not None:
+            mask = ~key_padding_mask[::beam, None, None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                             dropout_p=self.attention_dropout if self.training else 0.0)
+        out = out.view(B, self.h, beam, L, self.d_v).permute(0, 2, 3, 1, 4)
+        return out.reshape(B * beam, L, self.h * self.d_v)
+
+    def set_beam_size(self, beam_size: int):
+        """fairseq's beam search announces its beam size before decoding."""
+        self.beam_size = beam_size
+
     def reorder_incremental_state(self, incremental_state: IncrementalState, new_order: Tensor):
-        """Beam search reorders hypotheses: select the cache rows to match."""
+        """Beam search reorders hypotheses: select the cache rows to match.
+
+        A per-sentence encoder-decoder cache changes only when finished
+        sentences leave the batch: fairseq's beam search moves hypotheses only
+        within their sentence, whose ``beam_size`` hypotheses sit together.
+        """
         cache = self.get_incremental_state(incremental_state, "kv")
-        if cache:
-            self.set_incremental_state(
-                incremental_state, "kv", {name: t.index_select(0, new_order) for name, t in cache.items()}
-            )
+        if not cache:
+            return
+        if not self.self_attention and self.get_incremental_state(incremental_state, "per_sentence")["beam"]:
+            if cache["k"].size(0) * self.beam_size == new_order.numel():
+                return  # the same sentences
+            new_order = new_order[:: self.beam_size] // self.beam_size  # the sentences that remain
+        self.set_incremental_state(
+            incremental_state, "kv", {name: t.index_select(0, new_order) for name, t in cache.items()}
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -302,8 +356,9 @@ class AttnEncoder(FairseqEncoder):
     def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, **unused):
         padding_mask = src_tokens.eq(self.padding_idx)
         x = self.embed(src_tokens)
+        attn_padding_mask = padding_mask if padding_mask.any() else None  # None: unmasked, fastest kernels
         for layer in self.layers:
-            x = layer(x, padding_mask)
+            x = layer(x, attn_padding_mask)
         # Lists, as fairseq's encoders return, so fairseq's generator can treat it alike.
         return {"encoder_out": [x], "encoder_padding_mask": [padding_mask]}
 
@@ -339,6 +394,8 @@ class AttnDecoder(FairseqIncrementalDecoder):
         y = self.embed(prev_output_tokens, start)
         memory = encoder_out["encoder_out"][0]
         memory_padding_mask = encoder_out["encoder_padding_mask"][0]
+        if not memory_padding_mask.any():
+            memory_padding_mask = None  # unmasked, fastest kernels
         for layer in self.layers:
             y = layer(y, memory, memory_padding_mask, incremental_state)
         if not features_only:
@@ -421,6 +478,10 @@ class AttnTransformerModel(FairseqEncoderDecoderModel):
         encoder_embed = cls.build_embedding(src_dict, cfg.encoder_embed_dim)
         decoder_embed = encoder_embed if share_all else cls.build_embedding(tgt_dict, cfg.decoder_embed_dim)
         return cls(AttnEncoder(cfg, src_dict, encoder_embed), AttnDecoder(cfg, tgt_dict, decoder_embed))
+
+    def set_beam_size(self, beam_size: int):
+        """fairseq's beam search calls this before decoding (see MultiHeadAttention)."""
+        self.decoder.set_beam_size(beam_size)
 
     @staticmethod
     def build_embedding(dictionary, d_model: int) -> nn.Embedding:

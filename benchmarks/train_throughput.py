@@ -1,0 +1,164 @@
+#!/usr/bin/env python
+"""Training throughput: attn_plugin's Transformer against stock fairseq's.
+
+    python benchmarks/train_throughput.py                          # CPU, shapes small and base
+    python benchmarks/train_throughput.py --device cuda --dtype bf16   # GPU, shapes base and big
+
+One training step = forward + label-smoothed loss (each model with its own
+criterion, as fairseq-train runs it) + backward + Adam step, on the same
+synthetic batch (left-padded sources, right-padded targets, lengths 70-100% of
+the batch length). Both models are built by fairseq from the command-line
+flags fairseq-train would get (plugin: attn_paper_base/big; stock:
+transformer_wmt_en_de / transformer_vaswani_wmt_en_de_big, --share-all-embeddings)
+with the same sizes, and live in the same process. Each trial times a few
+steps of one model, then of the other, alternating which goes first; the
+table gives medians over the trials and the median of the per-trial ratios
+plugin/stock (> 1: the plugin is faster). bf16/fp16 run under torch.autocast
+with fp32 weights (fp16 with a gradient scaler).
+
+Peak memory: the most bytes one model's training step held (parameters,
+gradients, Adam state, activations); see benchmarks/common.py. On CUDA the
+table adds model FLOP utilization: model FLOPs per second (benchmarks/common.py,
+``train_flops_per_step``) over the measured matmul rate of this GPU at --dtype.
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+
+BATCH = {  # (sentences, tokens per sentence at most) per device and shape
+    "cpu": {"small": (32, 32), "base": (16, 32), "big": (8, 32)},
+    "cuda": {"small": (128, 64), "base": (128, 64), "big": (128, 64)},
+}
+
+
+def parse_args(argv=None):
+    p = common.base_parser(__doc__, "runs/benchmarks/train_throughput_<device>_<dtype>.json")
+    p.add_argument("--steps", type=int, help="timed steps per model per trial (default 3 on CPU, 10 on CUDA)")
+    p.add_argument("--warmup", type=int, help="untimed steps before each model's first trial (default 1 on CPU, "
+                                              "3 on CUDA)")
+    p.add_argument("--sentences", type=int, help="sentences per batch (default per shape: CPU 32/16/8 for "
+                                                 "small/base/big, CUDA 128)")
+    p.add_argument("--length", type=int, help="longest source and target in the batch (default CPU 32, CUDA 64)")
+    args = common.check_common_args(p.parse_args(argv))
+    cuda = args.device == "cuda"
+    args.steps = args.steps or (10 if cuda else 3)
+    args.warmup = args.warmup if args.warmup is not None else (3 if cuda else 1)
+    if args.steps < 1 or args.warmup < 0:
+        raise common.UsageError("--steps must be >= 1 and --warmup >= 0")
+    args.out = args.out or common.default_out("train_throughput", args)
+    return args
+
+
+class Trainee:
+    """One model with its criterion and optimizer, and its training step."""
+
+    def __init__(self, which, shape, dictionary, args):
+        import torch
+
+        self.which, self.device, self.dtype = which, args.device, args.dtype
+        self.model, self.criterion = common.build(which, shape, dictionary, args.seed)
+        self.model.to(args.device).train()
+        self.params = common.count_parameters(self.model)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
+                                          **({"fused": True} if args.device == "cuda" else {}))
+        self.scaler = torch.amp.GradScaler("cuda") if args.dtype == "fp16" else None
+
+    def step(self, sample):
+        with common.autocast(self.device, self.dtype):
+            loss, _sample_size, _log = self.criterion(self.model, sample)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def bench_shape(shape, args, log):
+    dictionary = common.make_dictionary(common.SHAPES[shape]["vocab"])
+    sentences, length = BATCH[args.device][shape]
+    sentences, length = args.sentences or sentences, args.length or length
+    sample = common.make_sample(dictionary, sentences, length, length, args.seed, args.device)
+    models = {w: Trainee(w, shape, dictionary, args) for w in common.MODELS}
+    for m in models.values():
+        for _ in range(args.warmup):
+            m.step(sample)
+    tokens = sample["ntokens"]
+    tps = {w: [] for w in common.MODELS}
+    ratios = []
+    for r, order in common.alternating(args.repeats):
+        trial = {}
+        for w in order:
+            seconds = common.time_calls(args.device, lambda: models[w].step(sample), args.steps)
+            trial[w] = tokens * args.steps / seconds
+            tps[w].append(trial[w])
+        ratios.append(trial["plugin"] / trial["stock"])
+        log(f"  {shape} trial {r + 1}/{args.repeats}: plugin {trial['plugin']:.0f} tok/s, "
+            f"stock {trial['stock']:.0f} tok/s, ratio {ratios[-1]:.3f}")
+    peak = {}
+    for w, m in models.items():
+        peak[w] = common.measure_peak(args.device, common.resident_tensors(m.model, m.optimizer),
+                                      lambda: m.step(sample))
+    result = {"batch": {"sentences": sentences, "max_length": length, "target_tokens": tokens},
+              "ratio_tokens_per_s": common.median(ratios), "trial_ratios": ratios,
+              "ratio_peak_bytes": peak["plugin"] / peak["stock"]}
+    flops = common.train_flops_per_step(shape, sample)
+    for w, m in models.items():
+        result[w] = {"params": m.params, "tokens_per_s": common.median(tps[w]), "trials_tokens_per_s": tps[w],
+                     "peak_bytes": peak[w]}
+        if args.device == "cuda":
+            achieved = flops * common.median(tps[w]) / tokens
+            result[w]["model_tflops"] = achieved / 1e12
+            result[w]["utilization"] = achieved / args.matmul_rate
+    return result
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    common.quiet_fairseq()
+    import torch
+
+    torch.manual_seed(args.seed)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    env = common.environment(args)
+    if args.device == "cuda":
+        args.matmul_rate = common.matmul_rate(args.device, args.dtype)
+        env["matmul_tflops"] = args.matmul_rate / 1e12
+        log(f"measured {args.dtype} matmul rate: {args.matmul_rate / 1e12:.1f} TFLOP/s")
+    results = {}
+    for shape in args.shapes:
+        log(f"{shape}: building both models, {args.repeats} trials of {args.steps} steps each ...")
+        results[shape] = bench_shape(shape, args, log)
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    header = ["shape", "params", "plugin tok/s", "stock tok/s", "ratio tok/s (median)",
+              "plugin peak", "stock peak", "ratio peak mem"]
+    if args.device == "cuda":
+        header += ["plugin MFU", "stock MFU"]
+    rows = []
+    for shape, r in results.items():
+        row = [shape, f"{r['plugin']['params'] / 1e6:.1f}M", f"{r['plugin']['tokens_per_s']:.0f}",
+               f"{r['stock']['tokens_per_s']:.0f}", f"**{r['ratio_tokens_per_s']:.3f}**",
+               common.fmt_bytes(r["plugin"]["peak_bytes"]), common.fmt_bytes(r["stock"]["peak_bytes"]),
+               f"{r['ratio_peak_bytes']:.3f}"]
+        if args.device == "cuda":
+            row += [f"{r['plugin']['utilization']:.1%}", f"{r['stock']['utilization']:.1%}"]
+        rows.append(row)
+    table = common.markdown_table(header, rows)
+    print(f"training throughput, plugin vs stock fairseq ({args.device}, {args.dtype}, "
+          f"{env['threads']} threads, median of {args.repeats} alternating trials)\n")
+    print(table)
+    common.write_json(args.out, {"benchmark": "train_throughput", "environment": env,
+                                 "settings": {"repeats": args.repeats, "steps": args.steps, "warmup": args.warmup,
+                                              "seed": args.seed, "shapes": args.shapes},
+                                 "results": results, "table": table})
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    common.main_guard(main)
