@@ -101,8 +101,10 @@ def test_bundled_sizes_are_the_bundled_recipes():
     args = cb.parse_args(["--bundled", "--minutes", "5"])
     assert cb.size_flags(args) == BUNDLED_MODEL
     assert (args.max_tokens, args.warmup_updates, args.lr_scale) == (2048, 400, 0.8)
-    assert "--stop-time-hours" in (cmd := cb.train_command("stock", args, REPO, True, 1, REPO / "x"))
+    assert cb.d_model(args) == 256
+    cmd = cb.train_command("stock", args, REPO, True, 1, REPO / "x")
     assert float(cmd[cmd.index("--stop-time-hours") + 1]) == pytest.approx(2.5 / 60)  # half of 5 min each
+    assert float(cmd[cmd.index("--lr") + 1]) == pytest.approx(0.8 * 256 ** -0.5 * 400 ** -0.5)
 
 
 # ---------------------------------------------------------------------------
