@@ -13,8 +13,14 @@ transformer_wmt_en_de / transformer_vaswani_wmt_en_de_big, --share-all-embedding
 with the same sizes, and live in the same process. Each trial times a few
 steps of one model, then of the other, alternating which goes first; the
 table gives medians over the trials and the median of the per-trial ratios
-plugin/stock (> 1: the plugin is faster). bf16/fp16 run under torch.autocast
-with fp32 weights (fp16 with a gradient scaler).
+plugin/stock (> 1: the plugin is faster).
+
+bf16/fp16 run the way ``fairseq-train --bf16`` / ``--fp16`` do (``--mixed
+fairseq``, the default): the model's weights are in half precision, Adam
+updates an fp32 master copy, and the half-precision gradients are copied into
+it after each backward pass (fairseq's FP16Optimizer; fp16 with fairseq's
+initial loss scale of 128). ``--mixed autocast`` instead keeps fp32 weights
+and runs forward under torch.autocast (``fairseq-train --amp``).
 
 Peak memory: the most bytes one model's training step held (parameters,
 gradients, Adam state, activations); see benchmarks/common.py. On CUDA the
@@ -42,6 +48,10 @@ def parse_args(argv=None):
     p.add_argument("--sentences", type=int, help="sentences per batch (default per shape: CPU 32/16/8 for "
                                                  "small/base/big, CUDA 128)")
     p.add_argument("--length", type=int, help="longest source and target in the batch (default CPU 32, CUDA 64)")
+    p.add_argument("--mixed", default="fairseq", choices=["fairseq", "autocast"],
+                   help="how --dtype bf16/fp16 trains: fairseq = half-precision weights with an fp32 master "
+                        "copy (fairseq-train --bf16/--fp16); autocast = fp32 weights under torch.autocast "
+                        "(fairseq-train --amp). Default fairseq")
     args = common.check_common_args(p.parse_args(argv))
     cuda = args.device == "cuda"
     args.steps = args.steps or (10 if cuda else 3)
@@ -55,6 +65,8 @@ def parse_args(argv=None):
 class Trainee:
     """One model with its criterion and optimizer, and its training step."""
 
+    LOSS_SCALE_FP16 = 128.0  # fairseq's --fp16-init-scale
+
     def __init__(self, which, shape, dictionary, args):
         import torch
 
@@ -62,21 +74,49 @@ class Trainee:
         self.model, self.criterion = common.build(which, shape, dictionary, args.seed)
         self.model.to(args.device).train()
         self.params = common.count_parameters(self.model)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
-                                          **({"fused": True} if args.device == "cuda" else {}))
-        self.scaler = torch.amp.GradScaler("cuda") if args.dtype == "fp16" else None
+        self.half = args.dtype != "fp32" and args.mixed == "fairseq"
+        self.autocast = args.dtype != "fp32" and args.mixed == "autocast"
+        adam = dict(lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **({"fused": True} if args.device == "cuda" else {}))
+        self.scale = self.LOSS_SCALE_FP16 if args.dtype == "fp16" else 1.0
+        if self.half:  # fairseq's FP16Optimizer: half model, fp32 master weights for Adam
+            self.model.to(common.torch_dtype(args.dtype))
+            self.weights = [p for p in self.model.parameters() if p.requires_grad]
+            self.master = [p.detach().float().clone().requires_grad_() for p in self.weights]
+            for m in self.master:
+                m.grad = torch.zeros_like(m)
+            self.optimizer = torch.optim.Adam(self.master, **adam)
+        else:
+            self.master = []
+            self.optimizer = torch.optim.Adam(self.model.parameters(), **adam)
+        self.scaler = torch.amp.GradScaler("cuda") if self.autocast and args.dtype == "fp16" else None
 
     def step(self, sample):
-        with common.autocast(self.device, self.dtype):
+        import torch
+
+        with common.autocast(self.device, self.dtype if self.autocast else "fp32"):
             loss, _sample_size, _log = self.criterion(self.model, sample)
-        if self.scaler is not None:
+        if self.half:
+            (loss * self.scale).backward()
+            grads = [m.grad for m in self.master]
+            with torch.no_grad():
+                torch._foreach_copy_(grads, [p.grad for p in self.weights])
+                if self.scale != 1.0:
+                    torch._foreach_mul_(grads, 1.0 / self.scale)
+            self.optimizer.step()
+            with torch.no_grad():
+                torch._foreach_copy_(self.weights, self.master)
+        elif self.scaler is not None:
             self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             loss.backward()
             self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)
+
+    def resident(self):
+        """Tensors that live between steps: weights, gradients, master copy, Adam state."""
+        return common.resident_tensors(self.model, self.optimizer) + [t for m in self.master for t in (m, m.grad)]
 
 
 def bench_shape(shape, args, log):
@@ -102,7 +142,7 @@ def bench_shape(shape, args, log):
             f"stock {trial['stock']:.0f} tok/s, ratio {ratios[-1]:.3f}")
     peak = {}
     for w, m in models.items():
-        peak[w] = common.measure_peak(args.device, common.resident_tensors(m.model, m.optimizer),
+        peak[w] = common.measure_peak(args.device, m.resident(),
                                       lambda: m.step(sample))
     result = {"batch": {"sentences": sentences, "max_length": length, "target_tokens": tokens},
               "ratio_tokens_per_s": common.median(ratios), "trial_ratios": ratios,
@@ -150,11 +190,13 @@ def main(argv=None):
             row += [f"{r['plugin']['utilization']:.1%}", f"{r['stock']['utilization']:.1%}"]
         rows.append(row)
     table = common.markdown_table(header, rows)
-    print(f"training throughput, plugin vs stock fairseq ({args.device}, {args.dtype}, "
+    mixed = f" ({args.mixed} mixed precision)" if args.dtype != "fp32" else ""
+    print(f"training throughput, plugin vs stock fairseq ({args.device}, {args.dtype}{mixed}, "
           f"{env['threads']} threads, median of {args.repeats} alternating trials)\n")
     print(table)
     common.write_json(args.out, {"benchmark": "train_throughput", "environment": env,
-                                 "settings": {"repeats": args.repeats, "steps": args.steps, "warmup": args.warmup,
+                                 "settings": {"mixed": args.mixed, "repeats": args.repeats, "steps": args.steps,
+                                              "warmup": args.warmup,
                                               "seed": args.seed, "shapes": args.shapes},
                                  "results": results, "table": table})
     print(f"\nwrote {args.out}")

@@ -143,10 +143,11 @@ def test_attention_sizes_follow_d_k_and_d_v(data_bin):
     _, model = plugin_model(data_bin, "--attention-key-dim", "5", "--attention-value-dim", "3")
     attn = model.encoder.layers[0].self_attn
     h, d_model = 4, 32
-    assert attn.w_q.weight.shape == (h * 5, d_model)
-    assert attn.w_k.weight.shape == (h * 5, d_model)
-    assert attn.w_v.weight.shape == (h * 3, d_model)
+    assert attn.w_qkv.weight.shape == (h * (5 + 5 + 3), d_model)  # [W^Q | W^K | W^V]
     assert attn.w_o.weight.shape == (d_model, h * 3)
+    cross = model.decoder.layers[0].cross_attn
+    assert cross.w_q.weight.shape == (h * 5, d_model)
+    assert cross.w_kv.weight.shape == (h * (5 + 3), d_model)
     src, lengths, prev = random_batch(model.decoder.dictionary)
     assert torch.isfinite(log_probs(model, src, lengths, prev)).all()
 
@@ -168,3 +169,36 @@ def test_embeddings_are_shared_and_scaled(data_bin):
 def test_table3_parameter_counts_within_7_percent_of_paper(row, change, flags, paper):
     n = count_parameters(build_for_counting(flags)) / 1e6
     assert abs(n - paper) / paper <= 0.07, f"row {row} ({change}): {n:.1f}M vs paper {paper}M"
+
+
+def test_stacked_projections_are_initialized_like_separate_ones(data_bin):
+    """W^Q, W^K, W^V each get fairseq's Xavier-uniform init with gain 1/sqrt(2)
+    for a d_model x d_model matrix: bound = gain * sqrt(6 / (2 d_model))."""
+    _, model = plugin_model(data_bin)
+    d_model = 32
+    bound = (1 / math.sqrt(2)) * math.sqrt(6 / (d_model + d_model))
+    for w in (model.encoder.layers[0].self_attn.w_qkv.weight, model.decoder.layers[0].cross_attn.w_kv.weight):
+        for block in w.detach().split(d_model):
+            assert block.abs().max() <= bound
+            assert block.abs().max() > 0.9 * bound  # uniform over [-bound, bound], 1024 draws
+            assert abs(block.std().item() - bound / math.sqrt(3)) < 0.1 * bound
+
+
+def test_checkpoints_with_separate_q_k_v_still_load(data_bin):
+    """attn_plugin 0.1 stored W^Q, W^K, W^V as separate layers; fairseq's
+    load_state_dict (what fairseq-generate and training resumption call) upgrades them."""
+    _, model = plugin_model(data_bin)
+    old = {}
+    for name, t in model.state_dict().items():
+        if ".w_qkv." in name:
+            for part, w in zip(t.chunk(3), ("w_q", "w_k", "w_v")):
+                old[name.replace("w_qkv", w)] = part.clone()
+        elif ".w_kv." in name:
+            for part, w in zip(t.chunk(2), ("w_k", "w_v")):
+                old[name.replace("w_kv", w)] = part.clone()
+        else:
+            old[name] = t.clone()
+    _, fresh = plugin_model(data_bin, "--seed", "7")
+    fresh.load_state_dict(old, strict=True)
+    src, lengths, prev = random_batch(model.decoder.dictionary)
+    assert torch.equal(log_probs(model.eval(), src, lengths, prev), log_probs(fresh.eval(), src, lengths, prev))

@@ -68,6 +68,8 @@ def make_criterion(eps, pad=0):
 class FixedModel:
     """Stands in for a model: returns given log-probabilities for the sample."""
 
+    decoder = None
+
     def __init__(self, lprobs):
         self.lprobs = lprobs
 
@@ -87,9 +89,44 @@ def test_criterion_equals_hand_computed_szegedy_loss():
     by_hand = -(0.925 * math.log(0.6) + 0.025 * (math.log(0.1) + math.log(0.2) + math.log(0.1)))
     by_hand += -(0.925 * math.log(0.25) + 0.025 * 3 * math.log(0.25))
     crit = make_criterion(eps)
-    loss, nll = crit.compute_loss(FixedModel(probs.log()), None, {"target": target})
-    assert loss.item() == pytest.approx(by_hand, rel=1e-6)
-    assert nll.item() == pytest.approx(-(math.log(0.6) + math.log(0.25)), rel=1e-6)
+    # From log-probabilities (a model's get_normalized_probs) and from unnormalized
+    # logits (the decoder's output; any per-row shift leaves the softmax unchanged).
+    logits = probs.log() + torch.tensor([3.0, -2.0, 0.5])[None, :, None]
+    for net_output in (None, (logits, {})):
+        loss, nll = crit.compute_loss(FixedModel(probs.log()), net_output, {"target": target})
+        assert loss.item() == pytest.approx(by_hand, rel=1e-6)
+        assert nll.item() == pytest.approx(-(math.log(0.6) + math.log(0.25)), rel=1e-6)
+
+
+def reference_smoothed_loss(logits, target, eps, pad):
+    """Sec. 5.4 written out with plain autograd ops: sum over kept rows of
+    -sum_k q'(k) log p(k), q' = (1-eps) onehot(y) + eps/K."""
+    lprobs = logits.float().log_softmax(-1)
+    K = lprobs.size(-1)
+    q = torch.full_like(lprobs, eps / K)
+    q.scatter_(-1, target.clamp(min=0).unsqueeze(-1), 1 - eps + eps / K)
+    keep = target.ne(pad).unsqueeze(-1)
+    return -(q * lprobs * keep).sum(), -(lprobs.gather(-1, target.unsqueeze(-1)) * keep).sum()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_loss_and_gradient_equal_autograd_of_the_formula(dtype):
+    torch.manual_seed(0)
+    logits = (3 * torch.randn(2, 6, 13)).to(dtype).requires_grad_()
+    target = torch.randint(1, 13, (2, 6))
+    target[0, 4:] = 0  # padding
+    crit = make_criterion(0.1)
+    loss, nll = crit.compute_loss(FixedModel(None), (logits, {}), {"target": target})
+    (loss + 0.5 * nll).backward()
+    ref_logits = logits.detach().clone().requires_grad_()
+    ref_loss, ref_nll = reference_smoothed_loss(ref_logits, target.view(2, 6), 0.1, pad=0)
+    (ref_loss + 0.5 * ref_nll).backward()
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-5)
+    assert nll.item() == pytest.approx(ref_nll.item(), rel=1e-5)
+    assert logits.grad.dtype == dtype
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    assert torch.allclose(logits.grad.float(), ref_logits.grad.float(), atol=tol, rtol=tol)
+    assert logits.grad[0, 4:].abs().max() == 0  # padding gets no gradient
 
 
 def test_criterion_without_smoothing_equals_stock_fairseq_nll():

@@ -12,6 +12,12 @@ dictionary, special symbols (<s>, <pad>, </s>, <unk>) included, because the
 model puts probability on all of them. Positions whose target is padding are
 excluded from the loss, from ``nll_loss`` and from the token count.
 
+The loss is computed from the decoder's logits z in one fused step
+(:class:`SmoothedCrossEntropy`) whose gradient is written out,
+d loss / d z = p - q' (p = softmax(z)). Nothing of size tokens x K is kept
+for the backward pass but the logits themselves, where stock fairseq keeps
+fp32 log-probabilities and autograd's intermediates.
+
 fairseq's ``label_smoothed_cross_entropy`` differs: it gives the target 1-eps
 and every other symbol eps/(K-1). Everything else (logging, accuracy, sentence
 averaging) is fairseq's: ``loss`` and ``nll_loss`` are logged in base 2 per
@@ -19,6 +25,7 @@ token and ``ppl`` = 2^nll_loss, so logs compare line by line with stock runs.
 """
 from dataclasses import dataclass, field
 
+import torch
 from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
@@ -35,20 +42,52 @@ class AttnLabelSmoothedCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConf
     )
 
 
-def szegedy_smoothed_nll_loss(lprobs, target, eps_ls, ignore_index):
+class SmoothedCrossEntropy(torch.autograd.Function):
+    """Summed Szegedy-smoothed loss and summed NLL of N x K ``logits``
+    (unnormalized; log-probabilities work too, as log_softmax leaves them
+    unchanged) against N ``target`` indices, skipping ``target == ignore_index``.
+
+    Forward, per kept row, with log p = log_softmax(z): nll = -log p(y);
+    loss = (1 - eps) nll + (eps / K) sum_k -log p(k).
+    Backward: d loss / d z = p - q' with p = softmax(z) recomputed,
+    q' = (1 - eps) onehot(y) + eps / K; d nll / d z = p - onehot(y).
+    Arithmetic is in fp32 whatever the logits' dtype; the gradient is
+    returned in the logits' dtype.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, target, eps: float, ignore_index):
+        K = logits.size(-1)
+        keep = target.ne(ignore_index) if ignore_index is not None else torch.ones_like(target, dtype=torch.bool)
+        target = target.masked_fill(~keep, 0)  # any valid index; those rows are masked out
+        lprobs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)  # one fused pass; freed below
+        nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1).masked_fill(~keep, 0.0).sum()
+        uniform = -lprobs.sum(dim=-1).masked_fill(~keep, 0.0).sum()  # sum_k -log p(k)
+        loss = (1.0 - eps) * nll + (eps / K) * uniform
+        ctx.save_for_backward(logits, target, keep)
+        ctx.eps = eps
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll):
+        logits, target, keep = ctx.saved_tensors
+        eps, K = ctx.eps, logits.size(-1)
+        keep = keep.unsqueeze(-1).float()
+        # grad = keep * ((g_loss + g_nll) p - g_loss eps/K - (g_loss (1-eps) + g_nll) onehot(y))
+        p = torch.softmax(logits, dim=-1, dtype=torch.float32)
+        grad = torch.addcmul(keep * (-grad_loss * (eps / K)), p, keep * (grad_loss + grad_nll))
+        del p
+        at_target = keep * -(grad_loss * (1.0 - eps) + grad_nll)
+        grad.scatter_add_(-1, target.unsqueeze(-1), at_target)
+        return grad.to(logits.dtype), None, None, None
+
+
+def szegedy_smoothed_nll_loss(logits, target, eps_ls, ignore_index):
     """Summed smoothed loss and summed NLL over non-padding targets.
 
-    ``lprobs``: N x K log-probabilities; ``target``: N class indices.
+    ``logits``: N x K scores (or log-probabilities); ``target``: N class indices.
     """
-    target = target.unsqueeze(-1)
-    nll = -lprobs.gather(dim=-1, index=target).squeeze(-1)
-    uniform = -lprobs.sum(dim=-1)  # sum_k -log p(k)
-    keep = target.squeeze(-1).ne(ignore_index)
-    nll_loss = nll.masked_fill(~keep, 0.0).sum()
-    uniform_loss = uniform.masked_fill(~keep, 0.0).sum()
-    K = lprobs.size(-1)
-    loss = (1.0 - eps_ls) * nll_loss + (eps_ls / K) * uniform_loss
-    return loss, nll_loss
+    return SmoothedCrossEntropy.apply(logits, target, eps_ls, ignore_index)
 
 
 @register_criterion("attn_label_smoothed_cross_entropy", dataclass=AttnLabelSmoothedCrossEntropyConfig)
@@ -58,5 +97,13 @@ class AttnLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
     def compute_loss(self, model, net_output, sample, reduce=True):
         if not reduce:
             raise NotImplementedError("attn_label_smoothed_cross_entropy only computes summed losses")
-        lprobs, target = self.get_lprobs_and_target(model, net_output, sample)
-        return szegedy_smoothed_nll_loss(lprobs, target, self.eps, self.padding_idx)
+        logits = net_output[0] if isinstance(net_output, (tuple, list)) else None
+        if not torch.is_tensor(logits) or getattr(model.decoder, "adaptive_softmax", None) is not None:
+            # Not plain logits (e.g. an adaptive softmax): let the model normalize.
+            logits, target = self.get_lprobs_and_target(model, net_output, sample)
+        else:
+            target = model.get_targets(sample, net_output)
+            if self.ignore_prefix_size > 0:
+                logits, target = logits[:, self.ignore_prefix_size:], target[:, self.ignore_prefix_size:]
+            logits, target = logits.reshape(-1, logits.size(-1)), target.reshape(-1)
+        return szegedy_smoothed_nll_loss(logits, target, self.eps, self.padding_idx)

@@ -124,8 +124,12 @@ class MultiHeadAttention(nn.Module):
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (Sec. 3.2.1, eq. 1).
 
     The h projections W_i^Q, W_i^K (d_model x d_k) and W_i^V (d_model x d_v)
-    are stored side by side as one d_model x h*d_k (or h*d_v) linear layer;
-    W^O is h*d_v x d_model. d_k and d_v are free parameters (Table 3 rows A, B).
+    are stored side by side, h*d_k (or h*d_v) output columns each, and the
+    matrices that read the same input are stacked so that one matmul computes
+    them: self-attention projects Q, K and V from one input (``w_qkv``);
+    encoder-decoder attention projects Q from the decoder (``w_q``) and K, V
+    from the encoder output (``w_kv``). W^O (``w_o``) is h*d_v x d_model.
+    d_k and d_v are free parameters (Table 3 rows A, B).
     Eq. 1 runs in ``F.scaled_dot_product_attention`` (fused kernels; the
     causal mask is a flag, not a tensor, and no mask at all without padding).
 
@@ -142,12 +146,17 @@ class MultiHeadAttention(nn.Module):
         self.self_attention = self_attention
         self.attention_dropout = attention_dropout
         self.beam_size = 1  # announced by fairseq's beam search (set_beam_size)
-        self.w_q = nn.Linear(d_model, h * d_k)
-        self.w_k = nn.Linear(d_model, h * d_k)
-        self.w_v = nn.Linear(d_model, h * d_v)
+        if self_attention:
+            self.w_qkv = nn.Linear(d_model, h * (2 * d_k + d_v))  # [W^Q | W^K | W^V]
+            stacked = [self.w_qkv.weight.split([h * d_k, h * d_k, h * d_v])]
+        else:
+            self.w_q = nn.Linear(d_model, h * d_k)
+            self.w_kv = nn.Linear(d_model, h * (d_k + d_v))  # [W^K | W^V]
+            stacked = [[self.w_q.weight], self.w_kv.weight.split([h * d_k, h * d_v])]
         self.w_o = nn.Linear(h * d_v, d_model)
-        for w in (self.w_q, self.w_k, self.w_v):  # as fairseq, so both train alike
-            nn.init.xavier_uniform_(w.weight, gain=1 / math.sqrt(2))
+        with torch.no_grad():  # each of W^Q, W^K, W^V initialized on its own, as fairseq does
+            for block in (b for blocks in stacked for b in blocks):
+                nn.init.xavier_uniform_(block, gain=1 / math.sqrt(2))
         nn.init.xavier_uniform_(self.w_o.weight)
         nn.init.zeros_(self.w_o.bias)
 
@@ -160,23 +169,24 @@ class MultiHeadAttention(nn.Module):
         """``query``: B x L x d_model; ``key_value``: B x S x d_model (ignored
         when cached); ``key_padding_mask``: B x S, True at padding (None: no padding)."""
         cache = None if incremental_state is None else (self.get_incremental_state(incremental_state, "kv") or {})
-        q = self._heads(self.w_q(query), self.d_k)
         if self.self_attention:
-            k = self._heads(self.w_k(query), self.d_k)
-            v = self._heads(self.w_v(query), self.d_v)
+            q, k, v = self.w_qkv(query).split([self.h * self.d_k, self.h * self.d_k, self.h * self.d_v], dim=-1)
+            q, k, v = self._heads(q, self.d_k), self._heads(k, self.d_k), self._heads(v, self.d_v)
             if cache is not None:
                 if "k" in cache:
                     k = torch.cat([cache["k"], k], dim=2)
                     v = torch.cat([cache["v"], v], dim=2)
                 self.set_incremental_state(incremental_state, "kv", {"k": k, "v": v})
         elif cache and "k" in cache:
+            q = self._heads(self.w_q(query), self.d_k)
             k, v = cache["k"], cache["v"]  # projected encoder output, computed at step 0
         else:
+            q = self._heads(self.w_q(query), self.d_k)
             per_sentence = cache is not None and self._beam_copies(key_value)
             if per_sentence:
                 key_value = key_value[:: self.beam_size]  # the first hypothesis of each sentence
-            k = self._heads(self.w_k(key_value), self.d_k)
-            v = self._heads(self.w_v(key_value), self.d_v)
+            k, v = self.w_kv(key_value).split([self.h * self.d_k, self.h * self.d_v], dim=-1)
+            k, v = self._heads(k, self.d_k), self._heads(v, self.d_v)
             if cache is not None:
                 self.set_incremental_state(incremental_state, "kv", {"k": k, "v": v})
                 self.set_incremental_state(incremental_state, "per_sentence", {"beam": per_sentence})
@@ -479,6 +489,12 @@ class AttnTransformerModel(FairseqEncoderDecoderModel):
         decoder_embed = encoder_embed if share_all else cls.build_embedding(tgt_dict, cfg.decoder_embed_dim)
         return cls(AttnEncoder(cfg, src_dict, encoder_embed), AttnDecoder(cfg, tgt_dict, decoder_embed))
 
+    def upgrade_state_dict_named(self, state_dict, name):
+        """fairseq calls this on every checkpoint it loads: checkpoints of
+        attn_plugin 0.1 kept W^Q, W^K, W^V apart; stack them as stored now."""
+        stack_attention_projections(state_dict)
+        super().upgrade_state_dict_named(state_dict, name)
+
     def set_beam_size(self, beam_size: int):
         """fairseq's beam search calls this before decoding (see MultiHeadAttention)."""
         self.decoder.set_beam_size(beam_size)
@@ -508,11 +524,28 @@ _FAIRSEQ_NAMES = [  # (stock fairseq fragment, plugin fragment)
 ]
 
 
+def stack_attention_projections(state_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
+    """Stack separate ``w_q``/``w_k``/``w_v`` tensors into this model's
+    ``self_attn.w_qkv`` and ``cross_attn.w_kv`` (in place; returns the dict).
+    Used for stock fairseq weights and for checkpoints of attn_plugin 0.1,
+    which kept the three projections apart."""
+    for name in [n for n in state_dict if n.endswith((".self_attn.w_q.weight", ".self_attn.w_q.bias"))]:
+        prefix, kind = name.rsplit(".w_q.", 1)
+        parts = [state_dict.pop(f"{prefix}.{w}.{kind}") for w in ("w_q", "w_k", "w_v")]
+        state_dict[f"{prefix}.w_qkv.{kind}"] = torch.cat(parts, dim=0)
+    for name in [n for n in state_dict if n.endswith((".cross_attn.w_k.weight", ".cross_attn.w_k.bias"))]:
+        prefix, kind = name.rsplit(".w_k.", 1)
+        parts = [state_dict.pop(f"{prefix}.{w}.{kind}") for w in ("w_k", "w_v")]
+        state_dict[f"{prefix}.w_kv.{kind}"] = torch.cat(parts, dim=0)
+    return state_dict
+
+
 def convert_fairseq_transformer_state_dict(state_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
     """Rename a stock fairseq post-norm ``transformer`` state dict (e.g.
-    ``transformer_wmt_en_de``) to this model's names. Buffers that this model
-    recomputes (sinusoid tables, version counters) are dropped, and so is the
-    tied output projection: this model reads the embedding matrix (Sec. 3.4)."""
+    ``transformer_wmt_en_de``) to this model's names, stacking q/k/v
+    projections as this model stores them. Buffers that this model recomputes
+    (sinusoid tables, version counters) are dropped, and so is the tied output
+    projection: this model reads the embedding matrix (Sec. 3.4)."""
     out = {}
     for name, tensor in state_dict.items():
         if name.endswith((".version", "embed_positions._float_tensor")):
@@ -522,7 +555,7 @@ def convert_fairseq_transformer_state_dict(state_dict: Dict[str, Tensor]) -> Dic
         for old, new in _FAIRSEQ_NAMES:
             name = name.replace(old, new)
         out[name] = tensor
-    return out
+    return stack_attention_projections(out)
 
 
 # ---------------------------------------------------------------------------
