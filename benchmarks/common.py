@@ -118,12 +118,13 @@ def shape_flags(shape: str):
     return [str(f) for f in flags + ["--dropout", s["dropout"]]]
 
 
-def model_flags(which: str, shape: str, sinusoid_layout: str = "paper"):
-    """fairseq-train flags for the plugin or stock fairseq at ``shape`` (same sizes and dropout)."""
+def model_flags(which: str, shape: str, sinusoid_layout: str = "paper", plugin_extra=()):
+    """fairseq-train flags for the plugin or stock fairseq at ``shape`` (same sizes and dropout);
+    ``plugin_extra``: more flags for the plugin only (e.g. --compile-layers)."""
     if which == "plugin":
         return ["--user-dir", USER_DIR, "--arch", PLUGIN_ARCH[shape], "--criterion",
                 "attn_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-                "--sinusoid-layout", sinusoid_layout, *shape_flags(shape)]
+                "--sinusoid-layout", sinusoid_layout, *shape_flags(shape), *plugin_extra]
     return ["--arch", STOCK_ARCH[shape], "--share-all-embeddings", "--criterion", "label_smoothed_cross_entropy",
             "--label-smoothing", "0.1", *shape_flags(shape)]
 
@@ -137,13 +138,13 @@ def make_dictionary(vocab: int):
     return d
 
 
-def build(which: str, shape: str, dictionary, seed: int, sinusoid_layout: str = "paper"):
+def build(which: str, shape: str, dictionary, seed: int, sinusoid_layout: str = "paper", plugin_extra=()):
     """(model, criterion) as fairseq-train builds them from the command line."""
     import torch
     from fairseq import options
     from fairseq.tasks.translation import TranslationTask
 
-    argv = ["unused-data-dir", "--task", "translation", *model_flags(which, shape, sinusoid_layout)]
+    argv = ["unused-data-dir", "--task", "translation", *model_flags(which, shape, sinusoid_layout, plugin_extra)]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
     task = TranslationTask(args, dictionary, dictionary)
     torch.manual_seed(seed)

@@ -48,6 +48,9 @@ def parse_args(argv=None):
     p.add_argument("--sentences", type=int, help="sentences per batch (default per shape: CPU 32/16/8 for "
                                                  "small/base/big, CUDA 128)")
     p.add_argument("--length", type=int, help="longest source and target in the batch (default CPU 32, CUDA 64)")
+    p.add_argument("--compile-layers", action="store_true",
+                   help="train the plugin with its --compile-layers option (torch.compile of each layer; "
+                        "the first steps compile, so raise --warmup); stock fairseq runs as always")
     p.add_argument("--mixed", default="fairseq", choices=["fairseq", "autocast"],
                    help="how --dtype bf16/fp16 trains: fairseq = half-precision weights with an fp32 master "
                         "copy (fairseq-train --bf16/--fp16); autocast = fp32 weights under torch.autocast "
@@ -71,7 +74,8 @@ class Trainee:
         import torch
 
         self.which, self.device, self.dtype = which, args.device, args.dtype
-        self.model, self.criterion = common.build(which, shape, dictionary, args.seed)
+        extra = ["--compile-layers"] if args.compile_layers else []
+        self.model, self.criterion = common.build(which, shape, dictionary, args.seed, plugin_extra=extra)
         self.model.to(args.device).train()
         self.params = common.count_parameters(self.model)
         self.half = args.dtype != "fp32" and args.mixed == "fairseq"
@@ -195,8 +199,8 @@ def main(argv=None):
           f"{env['threads']} threads, median of {args.repeats} alternating trials)\n")
     print(table)
     common.write_json(args.out, {"benchmark": "train_throughput", "environment": env,
-                                 "settings": {"mixed": args.mixed, "repeats": args.repeats, "steps": args.steps,
-                                              "warmup": args.warmup,
+                                 "settings": {"mixed": args.mixed, "compile_layers": args.compile_layers,
+                                              "repeats": args.repeats, "steps": args.steps, "warmup": args.warmup,
                                               "seed": args.seed, "shapes": args.shapes},
                                  "results": results, "table": table})
     print(f"\nwrote {args.out}")

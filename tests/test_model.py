@@ -202,3 +202,25 @@ def test_checkpoints_with_separate_q_k_v_still_load(data_bin):
     fresh.load_state_dict(old, strict=True)
     src, lengths, prev = random_batch(model.decoder.dictionary)
     assert torch.equal(log_probs(model.eval(), src, lengths, prev), log_probs(fresh.eval(), src, lengths, prev))
+
+
+def test_compiled_layers_train_exactly_like_the_plain_ones(data_bin):
+    """--compile-layers changes kernels, not the function: same loss and gradients."""
+    _, plain = plugin_model(data_bin, "--dropout", "0")
+    _, compiled = plugin_model(data_bin, "--dropout", "0", "--compile-layers")
+    compiled.load_state_dict(plain.state_dict())
+    src, lengths, prev = random_batch(plain.decoder.dictionary)
+    grads = []
+    for model in (plain, compiled):
+        model.train()
+        lp = model.get_normalized_probs(model(src, lengths, prev), log_probs=True)
+        lp[..., 5].sum().backward()
+        grads.append((lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    assert compiled.encoder._compiled_layers is not None and compiled.decoder._compiled_layers is not None
+    assert torch.allclose(grads[0][0], grads[1][0], atol=1e-5)
+    for name, g in grads[0][1].items():
+        assert torch.allclose(g, grads[1][1][name], atol=1e-5), name
+    # Decoding (incremental state) runs the plain layers.
+    compiled.eval()
+    assert torch.allclose(log_probs(compiled, src, lengths, prev), log_probs(plain.eval(), src, lengths, prev),
+                          atol=1e-5)

@@ -352,6 +352,17 @@ class Embedding(nn.Module):
         return F.dropout(x, self.p_drop, self.training)
 
 
+def _training_layers(module: nn.Module, compile_layers: bool):
+    """The layers to run: ``module.layers``, or, when training with
+    ``--compile-layers``, torch.compile'd wrappers of them (same parameters;
+    kept in a plain list so they are not registered twice as submodules)."""
+    if not (compile_layers and module.training):
+        return module.layers
+    if getattr(module, "_compiled_layers", None) is None:
+        module._compiled_layers = [torch.compile(layer) for layer in module.layers]
+    return module._compiled_layers
+
+
 class AttnEncoder(FairseqEncoder):
     """N identical encoder layers over the embedded source (Sec. 3.1)."""
 
@@ -362,12 +373,13 @@ class AttnEncoder(FairseqEncoder):
         self.embed = Embedding(embed_tokens, cfg, cfg.max_source_positions)
         sizes = _layer_sizes(cfg, "encoder")
         self.layers = nn.ModuleList(EncoderLayer(**sizes) for _ in range(cfg.encoder_layers))
+        self.compile_layers = getattr(cfg, "compile_layers", False)
 
     def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, **unused):
         padding_mask = src_tokens.eq(self.padding_idx)
         x = self.embed(src_tokens)
         attn_padding_mask = padding_mask if padding_mask.any() else None  # None: unmasked, fastest kernels
-        for layer in self.layers:
+        for layer in _training_layers(self, self.compile_layers):
             x = layer(x, attn_padding_mask)
         # Lists, as fairseq's encoders return, so fairseq's generator can treat it alike.
         return {"encoder_out": [x], "encoder_padding_mask": [padding_mask]}
@@ -392,6 +404,7 @@ class AttnDecoder(FairseqIncrementalDecoder):
         self.embed = Embedding(embed_tokens, cfg, cfg.max_target_positions)
         sizes = _layer_sizes(cfg, "decoder")
         self.layers = nn.ModuleList(DecoderLayer(**sizes) for _ in range(cfg.decoder_layers))
+        self.compile_layers = getattr(cfg, "compile_layers", False)
 
     def forward(self, prev_output_tokens: Tensor, encoder_out=None,
                 incremental_state: Optional[IncrementalState] = None, features_only: bool = False, **unused):
@@ -406,7 +419,8 @@ class AttnDecoder(FairseqIncrementalDecoder):
         memory_padding_mask = encoder_out["encoder_padding_mask"][0]
         if not memory_padding_mask.any():
             memory_padding_mask = None  # unmasked, fastest kernels
-        for layer in self.layers:
+        layers = self.layers if incremental_state is not None else _training_layers(self, self.compile_layers)
+        for layer in layers:
             y = layer(y, memory, memory_padding_mask, incremental_state)
         if not features_only:
             y = self.output_layer(y)
@@ -462,6 +476,11 @@ class AttnTransformerConfig(FairseqDataclass):
                 "[sin|cos] halves from position padding_idx+1, to reproduce stock fairseq models"})
     max_source_positions: int = field(default=1024, metadata={"help": "longest source, in tokens"})
     max_target_positions: int = field(default=1024, metadata={"help": "longest target, in tokens"})
+    compile_layers: bool = field(default=False, metadata={
+        "help": "speed only, not in the paper: run each encoder and decoder layer through torch.compile "
+                "while training, which fuses dropout, residual add and LayerNorm into fewer kernels. "
+                "Compiles on the first batches (seconds to minutes; again for new batch shapes until "
+                "shapes are treated as dynamic); decoding always runs the plain layers"})
 
 
 @register_model("attn_transformer", dataclass=AttnTransformerConfig)
