@@ -41,7 +41,7 @@ def parse_args(argv=None):
     p.add_argument("--length", type=int, help="longest source sentence; outputs stop at the source length "
                                               "(default CPU 24, CUDA 32)")
     p.add_argument("--warmup", type=int, default=1, help="untimed generations per model first (default 1)")
-    args = common.check_common_args(p.parse_args(argv))
+    args = common.check_common_args(p.parse_args(argv), default_repeats_cpu=9)
     if args.beam < 1 or args.warmup < 0:
         raise common.UsageError("--beam must be >= 1 and --warmup >= 0")
     args.out = args.out or common.default_out("generate_throughput", args)
