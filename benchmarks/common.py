@@ -389,6 +389,35 @@ def environment(args) -> dict:
     return env
 
 
+def run_shapes(args, bench_shape, what: str) -> dict:
+    """``bench_shape(shape, args, log)`` for every shape of ``args.shapes``, with progress on stderr."""
+    import torch
+
+    results = {}
+    for shape in args.shapes:
+        log(f"{shape}: building both models, {args.repeats} trials of {what} ...")
+        results[shape] = bench_shape(shape, args, log)
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    return results
+
+
+def report(name: str, args, env: dict, title: str, header, rows, settings: dict, results: dict):
+    """Print ``title`` and the markdown table; write everything to ``args.out`` as JSON."""
+    table = markdown_table(header, rows)
+    print(f"{title}, plugin vs stock fairseq ({args.device}, {args.dtype}, {env['threads']} threads, "
+          f"median of {args.repeats} alternating trials)\n")
+    print(table)
+    write_json(args.out, {"benchmark": name, "environment": env,
+                          "settings": {**settings, "repeats": args.repeats, "seed": args.seed, "shapes": args.shapes},
+                          "results": results, "table": table})
+    print(f"\nwrote {args.out}")
+
+
+def log(msg: str):
+    print(msg, file=sys.stderr, flush=True)
+
+
 def write_json(path: Path, data: dict):
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".partial")

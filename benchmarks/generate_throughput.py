@@ -116,29 +116,16 @@ def main(argv=None):
     import torch
 
     torch.manual_seed(args.seed)
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     env = common.environment(args)
-    results = {}
-    for shape in args.shapes:
-        log(f"{shape}: building both models, {args.repeats} trials of beam-{args.beam} generation ...")
-        results[shape] = bench_shape(shape, args, log)
-        if args.device == "cuda":
-            torch.cuda.empty_cache()
+    results = common.run_shapes(args, bench_shape, f"beam-{args.beam} generation")
     header = ["shape", "params", "plugin sent/s", "stock sent/s", "ratio sent/s (median)",
               "plugin peak", "stock peak", "ratio peak mem", "same output"]
     rows = [[shape, f"{r['plugin']['params'] / 1e6:.1f}M", f"{r['plugin']['sentences_per_s']:.2f}",
              f"{r['stock']['sentences_per_s']:.2f}", f"**{r['ratio_sentences_per_s']:.3f}**",
              common.fmt_bytes(r["plugin"]["peak_bytes"]), common.fmt_bytes(r["stock"]["peak_bytes"]),
              f"{r['ratio_peak_bytes']:.3f}", r["same_best_hypothesis"]] for shape, r in results.items()]
-    table = common.markdown_table(header, rows)
-    print(f"beam-{args.beam} generation throughput, plugin vs stock fairseq ({args.device}, {args.dtype}, "
-          f"{env['threads']} threads, median of {args.repeats} alternating trials)\n")
-    print(table)
-    common.write_json(args.out, {"benchmark": "generate_throughput", "environment": env,
-                                 "settings": {"repeats": args.repeats, "beam": args.beam, "warmup": args.warmup,
-                                              "seed": args.seed, "shapes": args.shapes},
-                                 "results": results, "table": table})
-    print(f"\nwrote {args.out}")
+    common.report("generate_throughput", args, env, f"beam-{args.beam} generation throughput", header, rows,
+                  {"beam": args.beam, "warmup": args.warmup}, results)
 
 
 if __name__ == "__main__":

@@ -168,18 +168,12 @@ def main(argv=None):
     import torch
 
     torch.manual_seed(args.seed)
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     env = common.environment(args)
     if args.device == "cuda":
         args.matmul_rate = common.matmul_rate(args.device, args.dtype)
         env["matmul_tflops"] = args.matmul_rate / 1e12
-        log(f"measured {args.dtype} matmul rate: {args.matmul_rate / 1e12:.1f} TFLOP/s")
-    results = {}
-    for shape in args.shapes:
-        log(f"{shape}: building both models, {args.repeats} trials of {args.steps} steps each ...")
-        results[shape] = bench_shape(shape, args, log)
-        if args.device == "cuda":
-            torch.cuda.empty_cache()
+        common.log(f"measured {args.dtype} matmul rate: {args.matmul_rate / 1e12:.1f} TFLOP/s")
+    results = common.run_shapes(args, bench_shape, f"{args.steps} steps each")
     header = ["shape", "params", "plugin tok/s", "stock tok/s", "ratio tok/s (median)",
               "plugin peak", "stock peak", "ratio peak mem"]
     if args.device == "cuda":
@@ -193,17 +187,10 @@ def main(argv=None):
         if args.device == "cuda":
             row += [f"{r['plugin']['utilization']:.1%}", f"{r['stock']['utilization']:.1%}"]
         rows.append(row)
-    table = common.markdown_table(header, rows)
     mixed = f" ({args.mixed} mixed precision)" if args.dtype != "fp32" else ""
-    print(f"training throughput, plugin vs stock fairseq ({args.device}, {args.dtype}{mixed}, "
-          f"{env['threads']} threads, median of {args.repeats} alternating trials)\n")
-    print(table)
-    common.write_json(args.out, {"benchmark": "train_throughput", "environment": env,
-                                 "settings": {"mixed": args.mixed, "compile_layers": args.compile_layers,
-                                              "repeats": args.repeats, "steps": args.steps, "warmup": args.warmup,
-                                              "seed": args.seed, "shapes": args.shapes},
-                                 "results": results, "table": table})
-    print(f"\nwrote {args.out}")
+    common.report("train_throughput", args, env, f"training throughput{mixed}", header, rows,
+                  {"mixed": args.mixed, "compile_layers": args.compile_layers, "steps": args.steps,
+                   "warmup": args.warmup}, results)
 
 
 if __name__ == "__main__":

@@ -191,23 +191,34 @@ def prepare_bundled(workdir: Path) -> Path:
     log(f"bundled data: recipes/wmt14.py --bundled --stop-stage binarize in {workdir}")
     cmd = [sys.executable, str(REPO / "recipes" / "wmt14.py"), "--pair", "en-de", "--bundled",
            "--workdir", str(workdir), "--stop-stage", "binarize"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1"))
+    def on_line(line):
+        if "] stage" in line:  # the recipe's progress lines
+            print("  " + line.rstrip(), flush=True)
+
+    rc, last = stream(cmd, dict(os.environ, PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1"), on_line)
+    if rc != 0:
+        raise CompareError(f"preparing the bundled data failed: {last}")
+    return data
+
+
+def stream(cmd, env: dict, on_line) -> tuple:
+    """Run ``cmd``, handing each output line (stdout and stderr) to ``on_line``;
+    Ctrl-C stops the child too. Returns (exit code, last non-empty line
+    without an ``error: `` prefix)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
+                            errors="replace")
     last = ""
     try:
         for line in proc.stdout:
             if line.strip():
                 last = line.strip()
-            if "] stage" in line:  # the recipe's progress lines
-                print("  " + line.rstrip(), flush=True)
+            on_line(line)
         rc = proc.wait()
     except KeyboardInterrupt:
         proc.terminate()
         proc.wait()
         raise
-    if rc != 0:
-        raise CompareError(f"preparing the bundled data failed: {last.removeprefix('error: ')}")
-    return data
+    return rc, last.removeprefix("error: ")
 
 
 def inspect_data(data: Path, gen_subset: str):
@@ -352,33 +363,23 @@ def run_training(which: str, seed: int, cmd, run_dir: Path, tag: str, env: dict)
         shutil.rmtree(run_dir)  # fairseq-train would resume from an old checkpoint_last.pt
     run_dir.mkdir(parents=True)
     (run_dir / "command.txt").write_text(" ".join(shlex.quote(c) for c in cmd) + "\n")
-    train_inner, last = [], ""
+    train_inner = []
     start = time.time()
     with open(run_dir / "train.log", "w", encoding="utf-8") as logf:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
-                                errors="replace")
-        try:
-            for line in proc.stdout:
-                logf.write(line)
-                if line.strip():
-                    last = line.strip()
-                record = _json_record(line, "train_inner")
-                if record:
-                    train_inner.append(record)
-                record = _json_record(line, "valid")
-                if record:
-                    ppl = float(record.get("valid_ppl", "nan"))
-                    log(f"  {tag}: update {record.get('valid_num_updates')}, valid nll_loss "
-                        f"{float(record.get('valid_nll_loss', 'nan')):.3f}, ppl {ppl:.2f} "
-                        f"({(time.time() - start) / 60:.1f} min)")
-            rc = proc.wait()
-        except KeyboardInterrupt:
-            proc.terminate()
-            proc.wait()
-            raise
+        def on_line(line):
+            logf.write(line)
+            record = _json_record(line, "train_inner")
+            if record:
+                train_inner.append(record)
+            record = _json_record(line, "valid")
+            if record:
+                ppl = float(record.get("valid_ppl", "nan"))
+                log(f"  {tag}: update {record.get('valid_num_updates')}, valid nll_loss "
+                    f"{float(record.get('valid_nll_loss', 'nan')):.3f}, ppl {ppl:.2f} "
+                    f"({(time.time() - start) / 60:.1f} min)")
+
+        rc, last = stream(cmd, env, on_line)
     if rc != 0:
-        if last.startswith("error: "):
-            last = last[len("error: "):]
         raise CompareError(f"{tag}: fairseq-train failed (exit {rc}): {last[:300]}; log: {run_dir / 'train.log'}")
     stats = _read_stats(run_dir / "stats.json")
     stats["train_inner"] = train_inner
