@@ -543,19 +543,23 @@ _FAIRSEQ_NAMES = [  # (stock fairseq fragment, plugin fragment)
 ]
 
 
+_STACKED = [  # (attention module, separate projections, the stacked one that replaces them)
+    ("self_attn", ("w_q", "w_k", "w_v"), "w_qkv"),
+    ("cross_attn", ("w_k", "w_v"), "w_kv"),
+]
+
+
 def stack_attention_projections(state_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
     """Stack separate ``w_q``/``w_k``/``w_v`` tensors into this model's
     ``self_attn.w_qkv`` and ``cross_attn.w_kv`` (in place; returns the dict).
     Used for stock fairseq weights and for checkpoints of attn_plugin 0.1,
     which kept the three projections apart."""
-    for name in [n for n in state_dict if n.endswith((".self_attn.w_q.weight", ".self_attn.w_q.bias"))]:
-        prefix, kind = name.rsplit(".w_q.", 1)
-        parts = [state_dict.pop(f"{prefix}.{w}.{kind}") for w in ("w_q", "w_k", "w_v")]
-        state_dict[f"{prefix}.w_qkv.{kind}"] = torch.cat(parts, dim=0)
-    for name in [n for n in state_dict if n.endswith((".cross_attn.w_k.weight", ".cross_attn.w_k.bias"))]:
-        prefix, kind = name.rsplit(".w_k.", 1)
-        parts = [state_dict.pop(f"{prefix}.{w}.{kind}") for w in ("w_k", "w_v")]
-        state_dict[f"{prefix}.w_kv.{kind}"] = torch.cat(parts, dim=0)
+    for module, parts, stacked in _STACKED:
+        first = f".{module}.{parts[0]}."
+        for name in [n for n in state_dict if n.endswith((first + "weight", first + "bias"))]:
+            prefix, kind = name.rsplit(first, 1)
+            blocks = [state_dict.pop(f"{prefix}.{module}.{w}.{kind}") for w in parts]
+            state_dict[f"{prefix}.{module}.{stacked}.{kind}"] = torch.cat(blocks, dim=0)
     return state_dict
 
 
