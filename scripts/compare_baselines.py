@@ -191,6 +191,7 @@ def prepare_bundled(workdir: Path) -> Path:
     log(f"bundled data: recipes/wmt14.py --bundled --stop-stage binarize in {workdir}")
     cmd = [sys.executable, str(REPO / "recipes" / "wmt14.py"), "--pair", "en-de", "--bundled",
            "--workdir", str(workdir), "--stop-stage", "binarize"]
+
     def on_line(line):
         if "] stage" in line:  # the recipe's progress lines
             print("  " + line.rstrip(), flush=True)

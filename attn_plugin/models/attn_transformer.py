@@ -146,16 +146,17 @@ class MultiHeadAttention(nn.Module):
         self.self_attention = self_attention
         self.attention_dropout = attention_dropout
         self.beam_size = 1  # announced by fairseq's beam search (set_beam_size)
+        self.qkv_sizes = [h * d_k, h * d_k, h * d_v]  # output columns of W^Q, W^K, W^V
         if self_attention:
-            self.w_qkv = nn.Linear(d_model, h * (2 * d_k + d_v))  # [W^Q | W^K | W^V]
-            stacked = [self.w_qkv.weight.split([h * d_k, h * d_k, h * d_v])]
+            self.w_qkv = nn.Linear(d_model, sum(self.qkv_sizes))  # [W^Q | W^K | W^V]
+            blocks = self.w_qkv.weight.split(self.qkv_sizes)
         else:
             self.w_q = nn.Linear(d_model, h * d_k)
-            self.w_kv = nn.Linear(d_model, h * (d_k + d_v))  # [W^K | W^V]
-            stacked = [[self.w_q.weight], self.w_kv.weight.split([h * d_k, h * d_v])]
+            self.w_kv = nn.Linear(d_model, sum(self.qkv_sizes[1:]))  # [W^K | W^V]
+            blocks = [self.w_q.weight, *self.w_kv.weight.split(self.qkv_sizes[1:])]
         self.w_o = nn.Linear(h * d_v, d_model)
         with torch.no_grad():  # each of W^Q, W^K, W^V initialized on its own, as fairseq does
-            for block in (b for blocks in stacked for b in blocks):
+            for block in blocks:
                 nn.init.xavier_uniform_(block, gain=1 / math.sqrt(2))
         nn.init.xavier_uniform_(self.w_o.weight)
         nn.init.zeros_(self.w_o.bias)
@@ -170,7 +171,7 @@ class MultiHeadAttention(nn.Module):
         when cached); ``key_padding_mask``: B x S, True at padding (None: no padding)."""
         cache = None if incremental_state is None else (self.get_incremental_state(incremental_state, "kv") or {})
         if self.self_attention:
-            q, k, v = self.w_qkv(query).split([self.h * self.d_k, self.h * self.d_k, self.h * self.d_v], dim=-1)
+            q, k, v = self.w_qkv(query).split(self.qkv_sizes, dim=-1)
             q, k, v = self._heads(q, self.d_k), self._heads(k, self.d_k), self._heads(v, self.d_v)
             if cache is not None:
                 if "k" in cache:
@@ -185,7 +186,7 @@ class MultiHeadAttention(nn.Module):
             per_sentence = cache is not None and self._beam_copies(key_value)
             if per_sentence:
                 key_value = key_value[:: self.beam_size]  # the first hypothesis of each sentence
-            k, v = self.w_kv(key_value).split([self.h * self.d_k, self.h * self.d_v], dim=-1)
+            k, v = self.w_kv(key_value).split(self.qkv_sizes[1:], dim=-1)
             k, v = self._heads(k, self.d_k), self._heads(v, self.d_v)
             if cache is not None:
                 self.set_incremental_state(incremental_state, "kv", {"k": k, "v": v})
