@@ -38,7 +38,16 @@ scores 0 instead of perl's division by zero; a file whose last line lacks its
 newline keeps that line's last character (perl's chop drops it). An empty
 reference (ref_len = 0) or files of different line counts are errors.
 
-Importable: ``from scripts.score_bleu import compound_split, multi_bleu``.
+--protocol t2t scores raw (detokenized) text the way the paper's EN-DE
+numbers were made, tensor2tensor's get_ende_bleu.sh: Moses
+replace-unicode-punctuation.perl, tokenizer.perl -l LANG with its defaults
+(escaping on, no -a), the compound split (for German; --no-compound-split or
+--compound-split override), then multi-bleu.perl:
+
+    python scripts/score_bleu.py --protocol t2t --hyp out.detok.de --ref newstest2014.de
+    python scripts/score_bleu.py --protocol t2t -l fr --hyp out.detok.fr --ref newstest2014.fr
+
+Importable: ``from scripts.score_bleu import compound_split, multi_bleu, t2t_bleu, t2t_tokenize``.
 """
 import argparse
 import math
@@ -179,6 +188,65 @@ def multi_bleu(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence
                            int(ref_len))
 
 
+# ---------------------------------------------------------------------------
+# The paper's protocol: tensor2tensor's get_ende_bleu.sh
+# ---------------------------------------------------------------------------
+# replace-unicode-punctuation.perl's substitutions, in its order. The script
+# reads bytes (its binmode lines are commented out) and ignores -l; each
+# pattern is a whole UTF-8 sequence, so on text it is the same replacement.
+# "。 *" and "． *" also swallow the spaces after the full stop.
+_UNICODE_PUNCT = [
+    ("，", ","), ("。 *", ". "), ("、", ","), ("”", '"'), ("“", '"'), ("∶", ":"), ("：", ":"), ("？", "?"),
+    ("《", '"'), ("》", '"'), ("）", ")"), ("！", "!"), ("（", "("), ("；", ";"), ("１", "1"), ("」", '"'),
+    ("「", '"'), ("０", "0"), ("３", "3"), ("２", "2"), ("５", "5"), ("６", "6"), ("９", "9"), ("７", "7"),
+    ("８", "8"), ("４", "4"), ("． *", ". "), ("～", "~"), ("’", "'"), ("…", "..."), ("━", "-"), ("〈", "<"),
+    ("〉", ">"), ("【", "["), ("】", "]"), ("％", "%"),
+]
+_UNICODE_PUNCT_RE = [(re.compile(pattern), repl) for pattern, repl in _UNICODE_PUNCT]
+
+
+def replace_unicode_punctuation(line: str) -> str:
+    """Moses' replace-unicode-punctuation.perl on one line. It maps full-width and CJK
+    punctuation, the curly double quotes “ ” and ’ to ASCII; it leaves „ ‚ ‘ « » – —
+    alone (the tokenizer then treats them as symbols of their own)."""
+    for pattern, repl in _UNICODE_PUNCT_RE:
+        line = pattern.sub(repl, line)
+    return line
+
+
+_TOKENIZERS = {}
+
+
+def t2t_tokenize(line: str, lang: str = "de") -> str:
+    """replace-unicode-punctuation.perl, then tokenizer.perl -l ``lang`` with its
+    defaults: escaping on (& < > ' " | [ ] become &amp; &lt; &gt; &apos; &quot;
+    &#124; &#91; &#93;), no -a (a hyphen between letters stays inside the word).
+    The tokenizer is sacremoses' port of tokenizer.perl (1:1 on newstest2014,
+    see tests/test_score_bleu.py)."""
+    from sacremoses import MosesTokenizer
+
+    tok = _TOKENIZERS.get(lang)
+    if tok is None:
+        tok = _TOKENIZERS[lang] = MosesTokenizer(lang=lang)
+    text = replace_unicode_punctuation(line)
+    return tok.tokenize(text, aggressive_dash_splits=False, escape=True, return_str=True)
+
+
+def t2t_bleu(hyps: Sequence[str], refs: Sequence[str], lang: str = "de",
+             compound: Union[bool, None] = None) -> "MultiBleuResult":
+    """BLEU of raw (detokenized) ``hyps`` against raw ``refs`` as tensor2tensor's
+    get_ende_bleu.sh computes it (the paper's Table 2 for EN-DE): both sides
+    through :func:`t2t_tokenize`, the compound split (``compound``: default on for
+    German only), multi-bleu.perl."""
+    if compound is None:
+        compound = lang == "de"
+    hyp_tok = [t2t_tokenize(h, lang) for h in hyps]
+    ref_tok = [t2t_tokenize(r, lang) for r in refs]
+    if compound:
+        hyp_tok, ref_tok = [compound_split(h) for h in hyp_tok], [compound_split(r) for r in ref_tok]
+    return multi_bleu(hyp_tok, ref_tok)
+
+
 def read_lines(path: str) -> List[str]:
     """The lines of ``path`` ("-": stdin) without their newline, split at "\\n" only
     (not at the other separators str.splitlines() knows), bytes kept as they are."""
@@ -202,11 +270,18 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hyp", required=True, metavar="H", help="tokenized hypotheses, one a line ('-': stdin)")
+    parser.add_argument("--protocol", choices=["tokenized", "t2t"], default="tokenized",
+                        help="tokenized (default): the files are tokenized already; t2t: the files are raw text, "
+                             "scored as tensor2tensor's get_ende_bleu.sh (the paper's EN-DE protocol)")
+    parser.add_argument("-l", "--lang", default="de", help="--protocol t2t: the Moses tokenizer's language (default de)")
+    parser.add_argument("--hyp", required=True, metavar="H", help="hypotheses, one a line ('-': stdin)")
     parser.add_argument("--ref", required=True, nargs="+", action="extend", metavar="R",
-                        help="tokenized reference(s), one a line; several files = several references")
-    parser.add_argument("--compound-split", action="store_true",
-                        help="split hyphenated compounds (a-b -> a ##AT##-##AT## b) in hyp and ref, as for EN-DE")
+                        help="reference(s), one a line; several files = several references")
+    parser.add_argument("--compound-split", action="store_true", default=None,
+                        help="split hyphenated compounds (a-b -> a ##AT##-##AT## b) in hyp and ref, as for EN-DE "
+                             "(with --protocol t2t: the default for -l de)")
+    parser.add_argument("--no-compound-split", dest="compound_split", action="store_false",
+                        help="--protocol t2t -l de without the compound split")
     parser.add_argument("--lowercase", "-lc", action="store_true", help="lowercase ASCII letters (multi-bleu.perl -lc)")
     args = parser.parse_args(argv)
 
@@ -229,6 +304,11 @@ def main(argv=None) -> int:
         if empty:
             print(f"warning: {empty} empty line(s) in reference file {path}, counted as length 0 "
                   f"(current multi-bleu.perl adds 9999 to ref_len for each)", file=sys.stderr)
+    if args.protocol == "t2t":
+        hyps = [t2t_tokenize(h, args.lang) for h in hyps]
+        refs = [[t2t_tokenize(r, args.lang) for r in stream] for stream in refs]
+        if args.compound_split is None:
+            args.compound_split = args.lang == "de"
     if args.compound_split:
         hyps = [compound_split(h) for h in hyps]
         refs = [[compound_split(r) for r in stream] for stream in refs]

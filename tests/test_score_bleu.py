@@ -391,3 +391,88 @@ def test_cli_help():
     assert proc.returncode == 0
     for text in ("--hyp", "--ref", "--compound-split", "--lowercase", "multi-bleu.perl", "##AT##-##AT##"):
         assert text in proc.stdout
+
+
+# ---------------------------------------------------------------- the paper's protocol (t2t get_ende_bleu.sh)
+# Expected strings are worked out from the perl scripts' rules: replace-unicode-punctuation.perl's
+# substitution list, tokenizer.perl (2017, before its 2018-11 "split final dots unconditionally") with
+# its defaults (escaping on, no -a), and the compound-split one-liner.
+from scripts.score_bleu import replace_unicode_punctuation, t2t_bleu, t2t_tokenize  # noqa: E402
+
+
+@pytest.mark.parametrize("raw,tokens", [
+    # escaping: & < > ' " | [ ] become entities; quotes and brackets are split off first
+    ("a & b <c> 'd' \"e\" | [f]", "a &amp; b &lt; c &gt; &apos; d &apos; &quot; e &quot; &#124; &#91; f &#93;"),
+    # “ ” become " (then &quot;); „ and « » are not in replace-unicode-punctuation's list: own tokens
+    ("Er sagte: „Das ist gut“ und «Bonjour»", "Er sagte : „ Das ist gut &quot; und « Bonjour »"),
+    # full-width comma and full stop (which also swallows the spaces after it), ellipsis, full-width digits
+    ("Hallo，Welt。  Ende… 【１２】 ％", "Hallo , Welt . Ende ... &#91; 12 &#93; %"),
+    # ’ becomes ', and German splits an apostrophe off on both sides
+    ("Das ist’s", "Das ist &apos; s"),
+    # no -a: hyphens inside words stay; a lone or leading/trailing hyphen is left as it is
+    ("2-Euro-Job a-b-c -a a- - x", "2-Euro-Job a-b-c -a a- - x"),
+    # a final full stop is split off unless the word is a nonbreaking prefix (German lists 1-99: "24.")
+    ("Wir fahren nach Hause.", "Wir fahren nach Hause ."),
+    ("Bitte kommen Sie zu Gate 24.", "Bitte kommen Sie zu Gate 24."),
+    ("", ""),
+])
+def test_t2t_tokenization_follows_the_perl_rules(raw, tokens):
+    assert t2t_tokenize(raw, "de") == tokens
+
+
+def test_replace_unicode_punctuation_is_the_scripts_table():
+    assert replace_unicode_punctuation("（ａ）！？；：～") == "(ａ)!?;:~"  # full-width a is not in the table
+    assert replace_unicode_punctuation("x．  y") == "x. y"
+    assert replace_unicode_punctuation("‘q’ – —") == "‘q' – —"  # only the right single quote is mapped
+
+
+def test_t2t_compound_split_after_tokenization():
+    tok = t2t_tokenize("Der 2-Euro-Job a-b-c -a a-", "de")
+    # (\S)-(\S) left to right without overlap: "2-E" and then "o-J"; in "a-b-c" the "b" is used up
+    assert compound_split(tok) == f"Der 2 {AT} Euro {AT} Job a {AT} b-c -a a-"
+
+
+def test_t2t_bleu_by_hand_and_against_fairseqs_protocol(tmp_path):
+    hyp, ref = "Der E-Mail-Test ist gut.", "Der E-Mail-Test war gut."
+    # t2t: Der E ##AT##-##AT## Mail ##AT##-##AT## Test ist|war gut .  (9 tokens each)
+    # 1-grams 8/9 (ist); 2-grams 6/8 (Test ist, ist gut); 3-grams 4/7; 4-grams 3/6; BP 1
+    # BLEU = (8/9 * 6/8 * 4/7 * 3/6) ** (1/4) = 0.66063...
+    expected = "BLEU = 66.06, 88.9/75.0/57.1/50.0 (BP=1.000, ratio=1.000, hyp_len=9, ref_len=9)"
+    assert t2t_bleu([hyp], [ref]).format() == expected
+    (tmp_path / "h").write_text(hyp + "\n", encoding="utf-8")
+    (tmp_path / "r").write_text(ref + "\n", encoding="utf-8")
+    proc = score("--protocol", "t2t", "--hyp", tmp_path / "h", "--ref", tmp_path / "r")
+    assert proc.returncode == 0 and proc.stdout.strip() == expected
+    # fairseq's protocol (-a, then the split) turns each hyphen into "@ ##AT##-##AT## @": more easy matches
+    from sacremoses import MosesTokenizer
+
+    tok = MosesTokenizer(lang="de")
+    fairseq_tok = [compound_split(tok.tokenize(x, aggressive_dash_splits=True, return_str=True)) for x in (hyp, ref)]
+    assert fairseq_tok[0].count(f"@ {AT} @") == 2
+    assert multi_bleu([fairseq_tok[0]], [fairseq_tok[1]]).score > t2t_bleu([hyp], [ref]).score
+    # --no-compound-split: "E-Mail-Test" is one token; 5 tokens, 1-grams 4/5, 2-grams 2/4
+    # (Der E-Mail-Test, gut .), 3-grams 0/3: BLEU 0, multi-bleu has no smoothing
+    no_split = score("--protocol", "t2t", "--no-compound-split", "--hyp", tmp_path / "h", "--ref", tmp_path / "r")
+    assert no_split.stdout.strip() == "BLEU = 0.00, 80.0/50.0/0.0/0.0 (BP=1.000, ratio=1.000, hyp_len=5, ref_len=5)"
+
+
+def test_t2t_french_has_no_compound_split_and_splits_elision():
+    assert t2t_tokenize("C'est l'e-mail.", "fr") == "C&apos; est l&apos; e-mail ."
+    r = t2t_bleu(["C'est l'e-mail."], ["C'est l'e-mail."], lang="fr")
+    assert r.hyp_len == 5 and r.score == pytest.approx(100.0)  # 5 tokens: no ##AT## pieces
+
+
+def test_t2t_matches_the_real_perl_pipeline_where_it_is_installed(tmp_path):
+    """With MOSES_SCRIPTS=/path/to/mosesdecoder/scripts (the 2017 tokenizer.perl), the whole pipeline
+    is compared with perl's on text full of the cases above; skipped where they are not installed."""
+    scripts = os.environ.get("MOSES_SCRIPTS")
+    if not (PERL and scripts and Path(scripts, "tokenizer", "tokenizer.perl").exists()):
+        pytest.skip("set MOSES_SCRIPTS to mosesdecoder/scripts to compare with the perl scripts")
+    lines = ["Er sagte: „Das ist gut“ & <ok> 'x'", "2-Euro-Job a-b-c -a a- - x", "", "Hallo，Welt。 Ende…",
+             "Dr. Müller z.B. 3.5 Mio. e-mail"]
+    raw = tmp_path / "raw"
+    raw.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    perl = subprocess.run(f"perl {scripts}/tokenizer/replace-unicode-punctuation.perl < {raw} | "
+                          f"perl {scripts}/tokenizer/tokenizer.perl -l de -q", shell=True, capture_output=True,
+                          text=True).stdout.splitlines()
+    assert perl == [t2t_tokenize(x, "de") for x in lines]
