@@ -67,11 +67,17 @@ def describe_load_error(path, exc: BaseException) -> str:
     return f"cannot load checkpoint {path}: {type(exc).__name__}: {msg.splitlines()[0][:200] if msg else ''}"
 
 
-def load_checkpoint(path) -> dict:
-    """``torch.load`` a fairseq checkpoint safely; raise CheckpointError if it is not one."""
+def load_checkpoint(path, mmap: bool = False) -> dict:
+    """``torch.load`` a fairseq checkpoint safely; raise CheckpointError if it is not one.
+    ``mmap``: map the tensors instead of reading them (cheap when only metadata is wanted)."""
     allow_fairseq_checkpoint_types()
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        except RuntimeError:
+            if not mmap:  # a file in torch's legacy format cannot be mapped: read it whole
+                raise
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 -- every failure becomes one clear line
         raise CheckpointError(describe_load_error(path, exc)) from None
     if not isinstance(state, dict) or "model" not in state:

@@ -21,6 +21,7 @@ import json
 import lzma
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -52,24 +53,52 @@ def plugin_archs(user_dir: Path = USER_DIR):
     return names
 
 
+def model_flags(layers: int, d_model: int, d_ff: int, h: int, p_drop: float = None):
+    """fairseq-train flags that resize the arch: N = ``layers`` encoder and decoder
+    layers, d_model, d_ff, h heads (Sec. 3), and P_drop if given."""
+    flags = []
+    for side in ("encoder", "decoder"):
+        flags += [f"--{side}-layers", layers, f"--{side}-embed-dim", d_model, f"--{side}-ffn-embed-dim", d_ff,
+                  f"--{side}-attention-heads", h]
+    return [str(f) for f in flags] + (["--dropout", f"{p_drop:g}"] if p_drop is not None else [])
+
+
 # --bundled: a small configuration of the paper's model for a 2-core CPU.
-BUNDLED_MODEL = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "256",
-                 "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim",
-                 "1024", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--dropout", "0.1"]
-
-
+BUNDLED_SIZE = dict(layers=2, d_model=256, d_ff=1024, h=4, p_drop=0.1)
 # --smoke: a tiny model and batch so that every stage runs on one CPU in minutes.
-SMOKE_MODEL = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "64",
-               "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
-               "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+SMOKE_SIZE = dict(layers=2, d_model=64, d_ff=128, h=4)
 
 # The paper's settings per arch (Sec. 5.3, 6.1): updates, checkpoints averaged.
 # Checkpoints every 1500 (base) / 600 (big) updates are the paper's 10-minute
 # intervals at its 0.4 s (base) and 1.0 s (big) per update on 8 P100s.
 PAPER = {
-    "attn_paper_base": dict(max_update=100000, average=5, save_interval=1500),
-    "attn_paper_big": dict(max_update=300000, average=20, save_interval=600),
-    "attn_paper_big_en_fr": dict(max_update=300000, average=20, save_interval=600),
+    "attn_paper_base": dict(max_update=100000, average=5, save_interval_updates=1500),
+    "attn_paper_big": dict(max_update=300000, average=20, save_interval_updates=600),
+    "attn_paper_big_en_fr": dict(max_update=300000, average=20, save_interval_updates=600),
+}
+
+# Every mode's defaults in one place; a command-line option overrides each.
+# The paper's modes take PAPER[arch] on top of "paper".
+MODES = {
+    # tokens_per_update: fairseq's --max-tokens caps *padded* tokens (sentences x the longest of source and
+    # target); 28000 of those hold ~25600 real source and ~24500 real target tokens per update on WMT-like
+    # lengths, the paper's "approximately 25000 source tokens and 25000 target tokens" (Sec. 5.1);
+    # a 25000 cap holds only ~22800 / ~21900 (recipes/results/tokens_per_update_newstest_en_de.json).
+    "paper": dict(size=None, ngpus=8, threads=None, tokens_per_update=28000, max_tokens_per_gpu=4096,
+                  warmup_updates=4000, lr_scale=1.0, bpe_merges=None, length_penalty="gnmt",
+                  validate_interval_updates=None, log_interval=100),
+    # --bundled: a fixed number of updates, not a time budget, so the result is the same on every machine.
+    # Chosen by the sweep in recipes/results/bundled_sweep.*.json (scripts/bundled_sweep.py; README "The
+    # bundled run"): valid BLEU still climbs ~3 points per 100 updates at 1000, so the run is as many updates
+    # as fit in 15 minutes on 2 cores; 4000 BPE merges (a ~4.5K vocabulary) make an update cheaper than 8000
+    # (the output layer is a large share of this small model) and scored no worse per update (20.3 vs 18.9
+    # valid at 800); a warmup of 200 (a higher early rate) and --lr-scale 0.5 both scored lower.
+    "bundled": dict(size=BUNDLED_SIZE, ngpus=0, threads=2, tokens_per_update=2048, max_tokens_per_gpu=2048,
+                    max_update=1000, warmup_updates=400, lr_scale=0.8, save_interval_updates=100, average=5,
+                    bpe_merges=4000, length_penalty="fairseq", validate_interval_updates=500, log_interval=50),
+    "smoke": dict(size=SMOKE_SIZE, ngpus=0, threads=1, tokens_per_update=1000, max_tokens_per_gpu=1000,
+                  max_update=60, warmup_updates=20, lr_scale=2.0, save_interval_updates=10, average=5,
+                  bpe_merges=600, length_penalty="gnmt", validate_interval_updates=None, log_interval=10),
 }
 
 
@@ -95,7 +124,8 @@ def parse_args(argv=None):
     g.add_argument("--mirror", help="base URL (or local folder) that holds the WMT14 files at the same paths as "
                                     "www.statmt.org, e.g. http://127.0.0.1:8000 (default: the public hosts)")
     g.add_argument("--bpe-merges", type=int, help="joint BPE merges (default: EN-DE 35000, EN-FR 30000, aiming at "
-                                                  "the paper's 37000 / 32000 shared tokens; --bundled 8000)")
+                                                  f"the paper's 37000 / 32000 shared tokens; --bundled "
+                                                  f"{MODES['bundled']['bpe_merges']})")
     g.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
                    help="processes for tokenization, BPE and binarization (default: CPUs, at most 8)")
     g = p.add_argument_group("training")
@@ -107,25 +137,43 @@ def parse_args(argv=None):
     g.add_argument("--cpu-procs", type=int, default=1,
                    help="with --ngpus 0: data-parallel CPU processes (gloo; default 1)")
     g.add_argument("--tokens-per-update", type=int,
-                   help="tokens per update over all devices (default 25000, Sec. 5.1; --smoke 1000)")
+                   help="padded tokens per update over all devices, fairseq's --max-tokens x devices x "
+                        "--update-freq (default 28000: ~25000 real source and target tokens each on WMT-like "
+                        "lengths, Sec. 5.1; --bundled 2048, --smoke 1000)")
     g.add_argument("--max-tokens-per-gpu", type=int,
                    help="most tokens one device holds per step; --update-freq makes up the rest (default 4096)")
     g.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16"],
                    help="GPU training precision (default auto = fp16 mixed precision on GPUs, fp32 on CPU; "
                         "fairseq 0.12's --bf16 means TPU and is not offered)")
-    g.add_argument("--max-update", type=int, help="updates (default: base 100000, big 300000)")
-    g.add_argument("--warmup-updates", type=int, help="eq. 3 warmup (default 4000)")
+    B, S = MODES["bundled"], MODES["smoke"]
+    g.add_argument("--max-update", type=int, help=f"updates (default: base 100000, big 300000; --bundled "
+                                                  f"{B['max_update']}, --smoke {S['max_update']})")
+    g.add_argument("--warmup-updates", type=int, help=f"eq. 3 warmup (default 4000; --bundled {B['warmup_updates']})")
+    g.add_argument("--lr-scale", type=float, help=f"multiplies eq. 3's learning rate (default 1; --bundled "
+                                                  f"{B['lr_scale']:g})")
+    size = ", ".join(f"{k} {v:g}" for k, v in BUNDLED_SIZE.items())
+    for name, what in (("layers", "N, layers of encoder and decoder"), ("d_model", "d_model"), ("d_ff", "d_ff"),
+                       ("h", "attention heads h"), ("p_drop", "P_drop, residual dropout")):
+        g.add_argument(f"--{name.replace('_', '-')}", type=float if name == "p_drop" else int,
+                       help=f"--bundled/--smoke: {what} (the bundled model: {size})")
+    g.add_argument("--seed", type=int, default=1, help="random seed of training (default 1)")
+    g.add_argument("--threads", type=int,
+                   help="CPU threads per process (OMP_NUM_THREADS) for training and decoding (default: --bundled 2, "
+                        "--smoke 1, GPU runs torch's choice); results are bitwise reproducible for the same "
+                        "thread count")
     g.add_argument("--save-interval-updates", type=int,
                    help="save a checkpoint every N updates (default: base 1500, big 600)")
-    g.add_argument("--train-minutes", type=float, default=11.5,
-                   help="--bundled: wall-clock training budget in minutes (default 11.5: the whole run then "
-                        "fits in 15 minutes on 2 CPU cores)")
+    g.add_argument("--train-minutes", type=float,
+                   help="opt-in wall-clock training budget in minutes (fairseq's --stop-time-hours); training then "
+                        "stops at --max-update or the budget, whichever comes first, so the result depends on "
+                        "the machine's speed. Default: none, a fixed number of updates")
     g = p.add_argument_group("evaluation")
     g.add_argument("--average", type=int, help="average the last N checkpoints (default: base 5, big 20; Sec. 6.1)")
     g.add_argument("--beam", type=int, default=4, help="beam size (default 4, Sec. 6.1)")
     g.add_argument("--length-penalty", choices=["gnmt", "fairseq"],
                    help="gnmt: the paper's ((5+|Y|)/6)^alpha (default); fairseq: |Y|^lenpen (default for --bundled: "
-                        "on Tatoeba's short sentences it scored 24.4 vs 23.1 sacreBLEU for GNMT 0.6, same checkpoint)")
+                        "on Tatoeba's short sentences it beat GNMT 0.6 on the valid split with the same checkpoint, "
+                        "recipes/results/bundled_sweep.*.json)")
     g.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty alpha (default 0.6, Sec. 6.1)")
     g.add_argument("--lenpen", type=float, default=1.0, help="fairseq's --lenpen, with --length-penalty fairseq")
     args = p.parse_args(argv)
@@ -141,22 +189,30 @@ def parse_args(argv=None):
     args.mode = mode
     args.workdir = (args.workdir or REPO / "runs" / f"wmt14_{args.pair.replace('-', '_')}_{mode}").resolve()
 
-    paper = PAPER.get(args.arch, PAPER["attn_paper_base"])
-    small = args.bundled or args.smoke
-    defaults = dict(
-        ngpus=0 if small else 8,
-        tokens_per_update=1000 if args.smoke else 25000,
-        max_tokens_per_gpu=1000 if args.smoke else 4096,
-        max_update=60 if args.smoke else 100000 if args.bundled else paper["max_update"],
-        warmup_updates=20 if args.smoke else 4000,
-        save_interval_updates=10 if args.smoke else paper["save_interval"],
-        average=5 if small else paper["average"],
-        bpe_merges=8000 if args.bundled else 600 if args.smoke else None,
-        length_penalty="fairseq" if args.bundled else "gnmt",
-    )
+    defaults = dict(MODES["paper"], **PAPER.get(args.arch, PAPER["attn_paper_base"]))
+    if mode in MODES:
+        defaults.update(MODES[mode])
+    args.settings = defaults
+    size = dict(defaults["size"] or {})
+    for key in ("layers", "d_model", "d_ff", "h", "p_drop"):
+        if getattr(args, key) is not None:
+            if not size:
+                raise RecipeError(f"--{key.replace('_', '-')} resizes the --bundled and --smoke models; the paper's "
+                                  "sizes come with --arch")
+            size[key] = getattr(args, key)
+    args.size = size or None
+    args.model = model_flags(**size) if size else []
     for key, value in defaults.items():
-        if getattr(args, key) is None:
+        if getattr(args, key, None) is None:
             setattr(args, key, value)
+    for name in ("max_update", "warmup_updates", "save_interval_updates", "average", "tokens_per_update",
+                 "max_tokens_per_gpu", "beam"):
+        if getattr(args, name) < 1:
+            raise RecipeError(f"--{name.replace('_', '-')} must be >= 1")
+    if args.threads is not None and args.threads < 1:
+        raise RecipeError("--threads must be >= 1")
+    if args.lr_scale <= 0 or (args.train_minutes is not None and args.train_minutes <= 0):
+        raise RecipeError("--lr-scale and --train-minutes must be > 0")
     if args.ngpus < 0 or args.nnodes < 1 or args.cpu_procs < 1:
         raise RecipeError("--ngpus must be >= 0, --nnodes and --cpu-procs >= 1")
     if args.nnodes > 1 and not args.master_addr:
@@ -246,13 +302,7 @@ def bundled_stages(args):
         binarize_step(ctx, src, tgt, bpe, data_bin, args.workers)
 
     def train(ctx):
-        ctx.sh(["fairseq-train", data_bin, "--user-dir", USER_DIR, "--arch", args.arch, *BUNDLED_MODEL,
-                *paper_optimization(warmup_updates=400, lr_scale=0.8),
-                "--max-tokens", "2048", "--required-batch-size-multiple", "1", "--cpu", "--seed", "1",
-                "--stop-time-hours", f"{args.train_minutes / 60:.4f}", "--max-update", args.max_update,
-                "--save-dir", ckpt, "--save-interval-updates", "100", "--keep-interval-updates", args.average,
-                "--no-epoch-checkpoints", "--validate-interval-updates", "1000", "--log-format", "simple",
-                "--log-interval", "100", "--no-progress-bar"], tail=1)
+        train_stage(ctx, args, data_bin, ckpt)
 
     bundled = REPO / "data" / "tatoeba-en-de"
     texts = [f"{split}.{lang}" for split in ("train", "valid", "test") for lang in (src, tgt)]
@@ -266,7 +316,7 @@ def bundled_stages(args):
               inputs=[tok / t for t in texts], outputs=[bpe / "codes", *(bpe / t for t in texts)]),
         Stage("binarize", binarize, "fairseq-preprocess --joined-dictionary",
               inputs=[bpe / t for t in texts], outputs=[data_bin / f"dict.{src}.txt", data_bin / f"dict.{tgt}.txt"]),
-        Stage("train", train, f"fairseq-train --arch {args.arch} (small), {args.train_minutes:g} min budget",
+        Stage("train", train, f"fairseq-train --arch {args.arch} (small), {train_budget(args)}",
               inputs=[data_bin / f"dict.{src}.txt"], outputs=[ckpt / "checkpoint_last.pt"]),
         *eval_stages(args, src, tgt),
     ]
@@ -293,7 +343,7 @@ def eval_stages(args, src: str, tgt: str):
                     "--path", avg, "--gen-subset", "test", "--beam", args.beam, *penalty_flags,
                     "--max-len-a", "1", "--max-len-b", "50", "--batch-size", "128",
                     "--required-batch-size-multiple", "1", "--remove-bpe", *([] if gpu else ["--cpu"])],
-                   stdout=tmp, tail=1)
+                   stdout=tmp, tail=1, env=thread_env(args))
 
     def score(ctx):
         ctx.step(f"BLEU: tokenized{' and compound-split' if tgt == 'de' else ''} (multi-bleu) against "
@@ -309,12 +359,41 @@ def eval_stages(args, src: str, tgt: str):
     ]
 
 
+T2T_PROTOCOL = {
+    True: "tensor2tensor get_ende_bleu.sh: replace-unicode-punctuation, tokenizer.perl -l de (no -a), "
+          "compound split, multi-bleu.perl (the paper's Table 2)",
+    False: "replace-unicode-punctuation, tokenizer.perl (no -a), multi-bleu.perl (t2t's pipeline without the "
+           "compound split)",
+}
+
+
+def run_record(args, W: Path) -> dict:
+    """What a reader needs to repeat the run: the exact training command, seed,
+    threads, updates, the averaged checkpoints' update numbers and the real
+    tokens per update (from the training log)."""
+    from recipes.lib.stages import read_averaged, train_log_summary
+
+    record = {"seed": args.seed, "threads": args.threads, "max_update": args.max_update,
+              "train_minutes": args.train_minutes}
+    command = W / "train_command.json"
+    if command.exists():
+        saved = json.loads(command.read_text())
+        record["train_command"] = " ".join(
+            [*(f"{k}={v}" for k, v in saved.get("env", {}).items()), *map(shlex.quote, saved["argv"])])
+    record.update(train_log_summary(W / "logs" / "train.log"))
+    averaged = read_averaged(W / "checkpoint_avg.pt")
+    record["checkpoint"] = str(W / "checkpoint_avg.pt")
+    record["averaged_checkpoints"] = averaged["paths"] if averaged else None
+    record["averaged_updates"] = averaged["updates"] if averaged else None
+    return record
+
+
 def write_results(args, src: str, tgt: str, penalty: str):
     """Score the test output every way the paper and fairseq report it; write results.json."""
     import sacrebleu
     from sacremoses import MosesDetokenizer
 
-    from scripts.score_bleu import compound_split, multi_bleu, read_lines
+    from scripts.score_bleu import compound_split, multi_bleu, read_lines, t2t_bleu
 
     W = args.workdir
     gen = W / "gen" / "test.out"
@@ -330,41 +409,31 @@ def write_results(args, src: str, tgt: str, penalty: str):
     tokenized = multi_bleu(hyps_tok, tok_refs)
     out = {
         "mode": args.mode, "pair": f"{src}-{tgt}", "arch": args.arch,
-        "model_overrides": BUNDLED_MODEL if args.bundled else SMOKE_MODEL if args.smoke else [],
+        "model_overrides": args.model, "model_size": args.size,
         "sacrebleu": round(result.score, 2), "sacrebleu_signature": str(bleu.get_signature()),
         "bleu_tokenized": round(tokenized.score, 2),
     }
+    # the paper's protocol (tensor2tensor's get_ende_bleu.sh) on the detokenized output and the raw reference
+    paper = t2t_bleu(hyps, refs, lang=tgt)
+    out = {"bleu_t2t": round(paper.score, 2), "bleu_t2t_protocol": T2T_PROTOCOL[tgt == "de"], **out}
     if tgt == "de":
         split = multi_bleu([compound_split(h) for h in hyps_tok], [compound_split(r) for r in tok_refs])
         out["bleu_compound_split"] = round(split.score, 2)
-    train_log = W / "logs" / "train.log"
-    text = train_log.read_text(encoding="utf-8", errors="replace") if train_log.exists() else ""
-    # fairseq: "Saved checkpoint .../checkpoint_last.pt (epoch 1 @ 712 updates, ...)"
-    last = re.findall(r"@ (\d+) updates", text) or re.findall(r"num_updates[ =](\d+)", text)
-    avg_log = W / "logs" / "average.log"
-    averaged = re.findall(r"^averaging \d+ checkpoints: (.*)$",
-                          avg_log.read_text(encoding="utf-8", errors="replace") if avg_log.exists() else "", re.M)
-    out.update({
-        "updates": int(last[-1]) if last else None, "test_sentences": len(refs),
-        "gpus": args.ngpus * args.nnodes, "nodes": args.nnodes,
-        "cpu_processes": args.cpu_procs if args.ngpus == 0 else 0,
-        "beam": args.beam, "length_penalty": penalty, "checkpoint": str(W / "checkpoint_avg.pt"),
-        "averaged_checkpoints": averaged[-1].split(", ") if averaged else None,
-    })
-    if args.bundled:
-        out["train_minutes"] = args.train_minutes
-    else:
-        from recipes.lib.launch import batch_plan
+    out.update(run_record(args, W))
+    out.update({"test_sentences": len(refs), "gpus": args.ngpus * args.nnodes, "nodes": args.nnodes,
+                "cpu_processes": args.cpu_procs if args.ngpus == 0 else 0,
+                "beam": args.beam, "length_penalty": penalty})
+    from recipes.lib.launch import batch_plan
 
-        plan = batch_plan(args.tokens_per_update, args.ngpus * args.nnodes or args.cpu_procs, args.max_tokens_per_gpu)
-        out.update({"tokens_per_update": plan.tokens_per_update, "max_tokens": plan.max_tokens,
-                    "update_freq": plan.update_freq})
-        clean = W / "prep" / "clean.json"
-        if clean.exists():
-            out["train_pairs"] = json.loads(clean.read_text())
-        vocab = W / "data-bin" / f"dict.{src}.txt"
-        if vocab.exists():
-            out["vocabulary"] = count_lines(vocab) + 4
+    plan = batch_plan(args.tokens_per_update, args.ngpus * args.nnodes or args.cpu_procs, args.max_tokens_per_gpu)
+    out.update({"max_tokens": plan.max_tokens, "update_freq": plan.update_freq,
+                "max_tokens_per_update": plan.tokens_per_update})
+    clean = W / "prep" / "clean.json"
+    if clean.exists():
+        out["train_pairs"] = json.loads(clean.read_text())
+    vocab = W / "data-bin" / f"dict.{src}.txt"
+    if vocab.exists():
+        out["vocabulary"] = count_lines(vocab) + 4
     write_json_atomic(W / "results.json", out)
 
 
@@ -381,25 +450,52 @@ def once(ctx, path: Path, description: str, fn, *args):
         ctx.step(description, fn, *args, tmp)
 
 
+def train_budget(args) -> str:
+    budget = f"{args.max_update} updates"
+    return budget + (f" or {args.train_minutes:g} minutes, whichever comes first" if args.train_minutes else "")
+
+
+def thread_env(args):
+    """OMP_NUM_THREADS for every training and decoding process, if --threads is set."""
+    return {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)} if args.threads else None
+
+
 def train_command(args, data_bin: Path, save_dir: Path):
     """fairseq-train with the paper's optimizer, schedule and criterion (Sec. 5.3-5.4),
-    launched on args.ngpus GPUs x args.nnodes (or args.cpu_procs CPU processes)."""
+    launched on args.ngpus GPUs x args.nnodes (or args.cpu_procs CPU processes);
+    the same for every mode, whose settings (MODES) only change the numbers."""
     from recipes.lib.launch import batch_plan, launcher, paper_optimization, precision_flags
 
     devices = args.ngpus * args.nnodes if args.ngpus else args.cpu_procs
     plan = batch_plan(args.tokens_per_update, devices, args.max_tokens_per_gpu)
     cmd = launcher(args.ngpus, args.cpu_procs, args.nnodes, args.node_rank, args.master_addr, args.master_port,
                    log_dir=str(args.workdir / "logs"))
-    cmd += [data_bin, "--user-dir", USER_DIR, "--task", "attn_translation", "--arch", args.arch,
-            *(SMOKE_MODEL if args.smoke else []),
-            *paper_optimization(args.warmup_updates, 2 if args.smoke else 1),
+    validate = ["--validate-interval-updates", args.validate_interval_updates] \
+        if args.validate_interval_updates else []
+    cmd += [data_bin, "--user-dir", USER_DIR, "--task", "attn_translation", "--arch", args.arch, *args.model,
+            *paper_optimization(args.warmup_updates, args.lr_scale),
             "--max-tokens", plan.max_tokens, "--update-freq", plan.update_freq,
+            *(["--required-batch-size-multiple", "1"] if args.bundled else []),
             *precision_flags(args.precision, args.ngpus), *(["--cpu"] if args.ngpus == 0 else []),
-            "--max-update", args.max_update, "--seed", "1",
+            "--max-update", args.max_update, "--seed", args.seed,
+            *(["--stop-time-hours", f"{args.train_minutes / 60:.4f}"] if args.train_minutes else []),
             "--save-dir", save_dir, "--save-interval-updates", args.save_interval_updates,
-            "--keep-interval-updates", args.average, "--no-epoch-checkpoints",
-            "--log-format", "simple", "--log-interval", "10" if args.smoke else "100", "--no-progress-bar"]
+            "--keep-interval-updates", args.average, "--no-epoch-checkpoints", *validate,
+            "--log-format", "simple", "--log-interval", args.log_interval, "--no-progress-bar"]
     return cmd, plan
+
+
+def train_stage(ctx, args, data_bin: Path, ckpt: Path):
+    """Run training, showing updates done / total and an ETA; record the exact command."""
+    from recipes.lib.stages import TrainProgress
+
+    cmd, plan = train_command(args, data_bin, ckpt)
+    log(f"{plan.devices} device(s) x --max-tokens {plan.max_tokens} x --update-freq {plan.update_freq} "
+        f"= {plan.tokens_per_update} tokens per update (at most; padding included)")
+    if not ctx.dry_run:
+        write_json_atomic(args.workdir / "train_command.json",
+                          {"argv": [str(c) for c in cmd], "env": thread_env(args) or {}})
+    ctx.sh(cmd, tail=TrainProgress(args.max_update), env=thread_env(args))
 
 
 def paper_stages(args):
@@ -509,10 +605,7 @@ def paper_stages(args):
             log(f"joined dictionary: {vocab} types (the paper: about {pair.paper_vocab})")
 
     def train(ctx):
-        cmd, plan = train_command(args, data_bin, ckpt)
-        log(f"{plan.devices} device(s) x --max-tokens {plan.max_tokens} x --update-freq {plan.update_freq} "
-            f"= {plan.tokens_per_update} tokens per update (target {args.tokens_per_update})")
-        ctx.sh(cmd, tail=1)
+        train_stage(ctx, args, data_bin, ckpt)
 
     return [
         Stage("download", download, f"WMT14 {args.pair} corpora, newstest2013 and newstest2014"
@@ -524,7 +617,7 @@ def paper_stages(args):
         Stage("binarize", binarize, "fairseq-preprocess --joined-dictionary",
               inputs=[prep / t for t in texts], outputs=[data_bin / f"dict.{src}.txt", data_bin / f"dict.{tgt}.txt"]),
         Stage("train", train, f"fairseq-train --arch {args.arch}" + (" (tiny)" if args.smoke else "")
-              + f", {args.max_update} updates", inputs=[data_bin / f"dict.{src}.txt"],
+              + f", {train_budget(args)}", inputs=[data_bin / f"dict.{src}.txt"],
               outputs=[ckpt / "checkpoint_last.pt"]),
         *eval_stages(args, src, tgt),
     ]
@@ -542,18 +635,24 @@ PAPER_BLEU = {("en-de", "attn_paper_base"): 27.3, ("en-de", "attn_paper_big"): 2
 
 
 def report(r: dict):
-    """Print the scores as a short table."""
+    """Print the scores as a short table, the paper's protocol first."""
     size = {"bundled": " (small)", "smoke": " (tiny)"}.get(r.get("mode"), "")
     print(f"\nsacreBLEU = {r['sacrebleu']:.2f}   ({r['sacrebleu_signature']})")
-    print(f"{r.get('pair', 'en-de')}, {r['arch']}{size}, {r['updates']} updates, {r['test_sentences']} test sentences")
-    rows = [("sacreBLEU, detokenized", f"{r['sacrebleu']:.2f}")]
-    if "bleu_tokenized" in r:
-        rows.append(("BLEU, tokenized", f"{r['bleu_tokenized']:.2f}"))
+    averaged = r.get("averaged_updates") or []
+    print(f"{r.get('pair', 'en-de')}, {r['arch']}{size}, {r['updates']} updates (seed {r.get('seed')}), "
+          f"average of {len(averaged)} checkpoints (updates {', '.join(map(str, averaged))}), "
+          f"{r['test_sentences']} test sentences")
+    rows = []
+    if "bleu_t2t" in r:
+        rows.append(("BLEU, the paper's protocol (t2t; compare with Table 2)", f"{r['bleu_t2t']:.2f}"))
     if "bleu_compound_split" in r:
-        rows.append(("BLEU, tokenized + compound split", f"{r['bleu_compound_split']:.2f}"))
+        rows.append(("BLEU, fairseq's protocol (-a tokens + compound split)", f"{r['bleu_compound_split']:.2f}"))
+    if "bleu_tokenized" in r:
+        rows.append(("BLEU, tokenized (-a)", f"{r['bleu_tokenized']:.2f}"))
+    rows.append(("sacreBLEU, detokenized", f"{r['sacrebleu']:.2f}"))
     paper = PAPER_BLEU.get((r.get("pair"), r["arch"]))
     if paper and r.get("mode") not in ("bundled", "smoke"):
-        rows.append(("the paper, Table 2 (compound split for EN-DE)", f"{paper:.1f}"))
+        rows.append(("the paper, Table 2", f"{paper:.1f}"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"  {k:<{width}}  {v:>6}")

@@ -2,12 +2,22 @@
 """Average the parameters of several fairseq checkpoints (Sec. 6.1).
 
 The paper's base models are the average of the last 5 checkpoints, the big
-ones of the last 20. Flags are those of fairseq's own script (which the pip
-package does not ship)::
+ones of the last 20, written at 10-minute intervals: the last of them is the
+final model. Flags are those of fairseq's own script (which the pip package
+does not ship)::
 
     python scripts/average_checkpoints.py --inputs ckpts/ --num-update-checkpoints 5 --output avg.pt
     python scripts/average_checkpoints.py --inputs ckpts/ --num-epoch-checkpoints 5 --output avg.pt
     python scripts/average_checkpoints.py --inputs a.pt b.pt c.pt --output avg.pt
+
+Where the paper and fairseq differ: fairseq writes ``checkpoint_E_U.pt`` only
+when U is a multiple of ``--save-interval-updates``, and its script averages
+those alone, so with 100000 updates and an interval of 1500 "the last 5" ends
+at update 99000 and leaves the final model out. Here ``--num-update-checkpoints
+N`` always ends at the final update: when ``checkpoint_last.pt`` holds a later
+update than the newest interval checkpoint, it is the last of the N (see
+:func:`update_checkpoints`). ``--info-json FILE`` records the update numbers
+averaged.
 
 Checkpoints are read with torch's safe unpickler (attn_plugin.checkpoint): a
 file that is not a plain fairseq checkpoint is refused, never executed. The
@@ -16,6 +26,7 @@ no optimizer state, and is written atomically (temp file, then rename).
 """
 import argparse
 import collections
+import json
 import os
 import re
 import sys
@@ -30,17 +41,70 @@ from attn_plugin.errors import AttnPluginError  # noqa: E402
 
 def last_checkpoints(directory, n, kind, upper_bound=None):
     """The newest ``n`` checkpoints in ``directory``: ``checkpoint{E}.pt`` for
-    kind "epoch", ``checkpoint_{E}_{U}.pt`` for kind "update"."""
-    pattern = re.compile(r"checkpoint(\d+)\.pt$" if kind == "epoch" else r"checkpoint_\d+_(\d+)\.pt$")
+    kind "epoch"; for kind "update", those :func:`update_checkpoints` picks."""
+    if kind == "update":
+        return [path for _, path in update_checkpoints(directory, n, upper_bound)]
+    found = _numbered(directory, re.compile(r"checkpoint(\d+)\.pt"), upper_bound)
+    if len(found) < n:
+        raise AttnPluginError(f"found {len(found)} epoch checkpoints in {directory}, need {n} "
+                              "(files named checkpointE.pt)")
+    return [path for _, path in found[-n:][::-1]]
+
+
+def _numbered(directory, pattern, upper_bound=None):
+    """[(number, path)] of the files in ``directory`` whose name ``pattern`` matches
+    in full (the number is its last group), ascending."""
     found = []
     for name in os.listdir(directory):
         m = pattern.fullmatch(name)
-        if m and (upper_bound is None or int(m.group(1)) <= upper_bound):
-            found.append((int(m.group(1)), os.path.join(directory, name)))
+        if m and (upper_bound is None or int(m.groups()[-1]) <= upper_bound):
+            found.append((int(m.groups()[-1]), os.path.join(directory, name)))
+    return sorted(found)
+
+
+def checkpoint_update(path):
+    """The number of updates the model in checkpoint ``path`` has had
+    (fairseq records it in ``optimizer_history[-1]["num_updates"]``)."""
+    state = load_checkpoint(path, mmap=True)
+    try:
+        return int(state["optimizer_history"][-1]["num_updates"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise AttnPluginError(f"{path} does not record its number of updates "
+                              "(no optimizer_history[-1]['num_updates'])") from None
+
+
+def update_checkpoints(directory, n, upper_bound=None):
+    """The ``n`` update checkpoints to average, as [(update, path)] ascending,
+    ending at the final update of the run in ``directory`` (see
+    :func:`update_candidates`)."""
+    if n < 1:
+        raise AttnPluginError(f"--num-update-checkpoints must be >= 1 (got {n})")
+    found = update_candidates(directory, upper_bound)
     if len(found) < n:
-        raise AttnPluginError(f"found {len(found)} {kind} checkpoints in {directory}, need {n} "
-                              f"(files named {'checkpointE.pt' if kind == 'epoch' else 'checkpoint_E_U.pt'})")
-    return [path for _, path in sorted(found, reverse=True)[:n]]
+        raise AttnPluginError(f"found {len(found)} update checkpoints in {directory}, need {n} "
+                              "(files named checkpoint_E_U.pt, and checkpoint_last.pt)")
+    return found[-n:]
+
+
+def update_candidates(directory, upper_bound=None):
+    """Every update checkpoint of the run in ``directory`` as [(update, path)]
+    ascending, the last being the final model.
+
+    The final model is ``checkpoint_last.pt`` (fairseq saves it when training
+    stops, whatever the update count). When it is newer than the newest
+    ``checkpoint_E_U.pt`` (the run did not end on a multiple of
+    ``--save-interval-updates``), it takes the last place; when it holds the
+    same update as an interval checkpoint, that file stands for it. With
+    ``upper_bound`` only updates <= upper_bound count, checkpoint_last.pt
+    included.
+    """
+    found = _numbered(directory, re.compile(r"checkpoint_(\d+)_(\d+)\.pt"), upper_bound)
+    last = os.path.join(directory, "checkpoint_last.pt")
+    if os.path.exists(last):
+        final = checkpoint_update(last)
+        if (upper_bound is None or final <= upper_bound) and final not in {u for u, _ in found}:
+            found = [(u, p) for u, p in found if u < final] + [(final, last)]
+    return found
 
 
 def average_checkpoints(paths):
@@ -79,25 +143,44 @@ def main(argv=None):
     group.add_argument("--num-epoch-checkpoints", type=int,
                        help="average the last N epoch checkpoints (checkpointE.pt) in the --inputs directory")
     group.add_argument("--num-update-checkpoints", type=int,
-                       help="average the last N update checkpoints (checkpoint_E_U.pt) in the --inputs directory")
+                       help="average the last N update checkpoints in the --inputs directory, ending at the final "
+                            "update: checkpoint_E_U.pt files, and checkpoint_last.pt when it is newer")
     parser.add_argument("--checkpoint-upper-bound", type=int,
                         help="ignore checkpoints after this epoch / update number")
+    parser.add_argument("--info-json", metavar="FILE",
+                        help="also write FILE: the averaged paths and, with --num-update-checkpoints, their "
+                             "update numbers (ascending; the last is the run's final update)")
     args = parser.parse_args(argv)
     try:
-        n = args.num_epoch_checkpoints or args.num_update_checkpoints
+        n = args.num_epoch_checkpoints if args.num_epoch_checkpoints is not None else args.num_update_checkpoints
+        updates = None
         if n is not None:
             if len(args.inputs) != 1 or not os.path.isdir(args.inputs[0]):
                 raise AttnPluginError("--num-epoch/update-checkpoints needs --inputs to be one directory")
-            kind = "epoch" if args.num_epoch_checkpoints else "update"
-            paths = last_checkpoints(args.inputs[0], n, kind, args.checkpoint_upper_bound)
+            if args.num_update_checkpoints is not None:
+                picked = update_checkpoints(args.inputs[0], n, args.checkpoint_upper_bound)
+                updates, paths = [u for u, _ in picked], [p for _, p in reversed(picked)]  # newest first
+            else:
+                if n < 1:
+                    raise AttnPluginError(f"--num-epoch-checkpoints must be >= 1 (got {n})")
+                paths = last_checkpoints(args.inputs[0], n, "epoch", args.checkpoint_upper_bound)
         else:
             paths = args.inputs
         print(f"averaging {len(paths)} checkpoints: {', '.join(paths)}", file=sys.stderr)
+        if updates:
+            print(f"at updates: {', '.join(map(str, updates))}", file=sys.stderr)
         state = average_checkpoints(paths)
         tmp = f"{args.output}.tmp{os.getpid()}"
         os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
         torch.save(state, tmp)
         os.replace(tmp, args.output)
+        if args.info_json:
+            ordered = paths[::-1] if updates else paths  # ascending, as the update numbers
+            info = {"paths": [os.path.abspath(p) for p in ordered], "updates": updates}
+            tmp = f"{args.info_json}.tmp{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(info, f, indent=2)
+            os.replace(tmp, args.info_json)
         print(f"wrote {args.output}", file=sys.stderr)
     except AttnPluginError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -172,8 +172,14 @@ def parse_args(argv=None):
         if value is not None and value < 1:
             raise CompareError(f"--{name.replace('_', '-')} must be >= 1")
     bundled = args.bundled
-    defaults = dict(max_tokens=2048 if bundled else 4096, warmup_updates=400 if bundled else 4000,
-                    lr_scale=0.8 if bundled else 1.0)
+    if bundled:
+        from recipes.wmt14 import MODES  # the bundled recipe's settings, defined there once
+
+        b = MODES["bundled"]
+        defaults = dict(max_tokens=b["max_tokens_per_gpu"], warmup_updates=b["warmup_updates"],
+                        lr_scale=b["lr_scale"])
+    else:
+        defaults = dict(max_tokens=4096, warmup_updates=4000, lr_scale=1.0)
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -273,9 +279,9 @@ def warmup_init_lr(args) -> float:
 def size_flags(args):
     """The model-size flags both models get."""
     if args.bundled:
-        from recipes.wmt14 import BUNDLED_MODEL  # the bundled recipe's configuration
+        from recipes.wmt14 import BUNDLED_SIZE, model_flags  # the bundled recipe's configuration
 
-        flags = list(BUNDLED_MODEL)
+        flags = model_flags(**BUNDLED_SIZE)
     else:
         flags = []
     for side in ("encoder", "decoder"):

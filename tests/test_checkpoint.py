@@ -101,3 +101,53 @@ def test_average_checkpoints_too_few_is_one_clear_error(plugin_run, tmp_path):
     assert proc.returncode == 1
     assert last_line(proc).startswith("error: found") and "need 50" in last_line(proc)
     assert not (tmp_path / "x.pt").exists()
+
+
+# --------------------------------------------------------------------------- which checkpoints are averaged
+def _fake_run(directory, max_update, interval, keep):
+    """The files fairseq-train leaves: checkpoint_1_U.pt for U a multiple of ``interval``
+    (the newest ``keep`` of them, --keep-interval-updates) and checkpoint_last.pt at the final update."""
+    directory.mkdir()
+    saved = [u for u in range(interval, max_update + 1, interval)][-keep:]
+    for u in saved:
+        torch.save({"model": {}, "optimizer_history": [{"num_updates": u}]}, directory / f"checkpoint_1_{u}.pt")
+    torch.save({"model": {}, "optimizer_history": [{"num_updates": max_update}]}, directory / "checkpoint_last.pt")
+
+
+@pytest.mark.parametrize("max_update,interval,n,expected", [
+    # the base recipe: 100000 % 1500 = 1000, so the interval checkpoints stop at 99000 (Sec. 6.1: "the last 5")
+    (100000, 1500, 5, [94500, 96000, 97500, 99000, 100000]),
+    (300000, 600, 3, [298800, 299400, 300000]),  # big: 300000 is a multiple of 600: checkpoint_1_300000.pt is it
+    (1000, 100, 5, [600, 700, 800, 900, 1000]),
+    (25, 10, 5, [10, 20, 25]),  # fewer than asked: all of them, ending at 25
+    (7, 10, 5, [7]),  # no interval checkpoint at all: the final model alone
+])
+def test_averaged_set_ends_at_the_final_update(tmp_path, max_update, interval, n, expected):
+    from scripts.average_checkpoints import update_candidates, update_checkpoints
+
+    _fake_run(tmp_path / "c", max_update, interval, keep=n)
+    found = update_candidates(tmp_path / "c")
+    picked = update_checkpoints(tmp_path / "c", min(n, len(found)))
+    assert [u for u, _ in picked] == expected
+    last = os.path.basename(picked[-1][1])
+    assert last == ("checkpoint_last.pt" if max_update % interval else f"checkpoint_1_{max_update}.pt")
+
+
+def test_average_script_records_the_updates_and_rejects_a_bad_count(tmp_path):
+    import json
+
+    _fake_run(tmp_path / "c", 1000, 300, keep=3)  # 300, 600, 900 and the final 1000
+    for name in os.listdir(tmp_path / "c"):  # give the files a tensor to average: its update number
+        state = torch.load(tmp_path / "c" / name, weights_only=True)
+        u = state["optimizer_history"][-1]["num_updates"]
+        state["model"] = {"w": torch.tensor([float(u)])}
+        torch.save(state, tmp_path / "c" / name)
+    out, info = tmp_path / "avg.pt", tmp_path / "avg.json"
+    run([cli("python"), AVERAGE, "--inputs", tmp_path / "c", "--num-update-checkpoints", "2", "--output", out,
+         "--info-json", info])
+    assert json.loads(info.read_text())["updates"] == [900, 1000]
+    assert torch.load(out, weights_only=True)["model"]["w"].item() == pytest.approx(950.0)  # (900 + 1000) / 2
+    for bad in ("0", "-1"):
+        proc = run([cli("python"), AVERAGE, "--inputs", tmp_path / "c", "--num-update-checkpoints", bad,
+                    "--output", tmp_path / "x.pt"], check=False)
+        assert proc.returncode == 1 and last_line(proc) == f"error: --num-update-checkpoints must be >= 1 (got {bad})"

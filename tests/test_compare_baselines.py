@@ -96,15 +96,19 @@ def test_plugin_and_stock_models_have_the_same_sizes_and_parameter_count(data_bi
 
 
 def test_bundled_sizes_are_the_bundled_recipes():
-    from recipes.wmt14 import BUNDLED_MODEL
+    from recipes.wmt14 import BUNDLED_SIZE, MODES, model_flags
 
     args = cb.parse_args(["--bundled", "--minutes", "5"])
-    assert cb.size_flags(args) == BUNDLED_MODEL
-    assert (args.max_tokens, args.warmup_updates, args.lr_scale) == (2048, 400, 0.8)
-    assert cb.d_model(args) == 256
+    assert cb.size_flags(args) == model_flags(**BUNDLED_SIZE)
+    b = MODES["bundled"]
+    assert (args.max_tokens, args.warmup_updates, args.lr_scale) == (b["max_tokens_per_gpu"], b["warmup_updates"],
+                                                                     b["lr_scale"])
+    assert cb.d_model(args) == BUNDLED_SIZE["d_model"]
     cmd = cb.train_command("stock", args, REPO, True, 1, REPO / "x")
     assert float(cmd[cmd.index("--stop-time-hours") + 1]) == pytest.approx(2.5 / 60)  # half of 5 min each
-    assert float(cmd[cmd.index("--lr") + 1]) == pytest.approx(0.8 * 256 ** -0.5 * 400 ** -0.5)
+    # eq. 3's peak, lr_scale * d_model^-0.5 * warmup^-0.5, as stock's --lr
+    assert float(cmd[cmd.index("--lr") + 1]) == pytest.approx(
+        b["lr_scale"] * BUNDLED_SIZE["d_model"] ** -0.5 * b["warmup_updates"] ** -0.5)
 
 
 # ---------------------------------------------------------------------------

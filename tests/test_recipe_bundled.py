@@ -35,7 +35,7 @@ def test_help_through_the_shell_script(tmp_path):
     proc = recipe(["--help"], cwd=tmp_path, cmd=SH, timeout=300)
     assert proc.returncode == 0, proc.stderr
     for option in ("--bundled", "--smoke", "--workdir", "--dry-run", "--stage", "--stop-stage", "--arch",
-                   "--train-minutes", "--average"):
+                   "--train-minutes", "--average", "--seed", "--threads", "--max-update"):
         assert option in proc.stdout, option
 
 
@@ -45,10 +45,16 @@ def test_shell_dry_run_prints_the_fairseq_commands_and_creates_nothing(tmp_path)
     assert proc.returncode == 0, proc.stderr
     for command in ("sacremoses", "subword-nmt learn-joint-bpe-and-vocab", "subword-nmt apply-bpe",
                     "fairseq-preprocess", "--joined-dictionary", "fairseq-train", "--arch attn_paper_base",
-                    "--stop-time-hours", "average_checkpoints.py", "--num-update-checkpoints",
+                    "--seed 1", "average_checkpoints.py", "--num-update-checkpoints",
                     "fairseq-generate", "--beam 4", "--remove-bpe", "sacreBLEU"):
         assert command in proc.stdout, command
     assert str(tmp_path / "w" / "data-bin") in proc.stdout
+    # a fixed amount of work, not a time budget, on a fixed number of threads (issue: the same BLEU everywhere)
+    from recipes.wmt14 import MODES
+
+    train = next(line for line in proc.stdout.splitlines() if line.startswith("  $ ") and "fairseq-train " in line)
+    assert f"--max-update {MODES['bundled']['max_update']} " in train and "--stop-time-hours" not in train
+    assert train.strip().startswith("$ OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 ")
     assert list(tmp_path.iterdir()) == []
     for i, name in enumerate(["extract", "tokenize", "bpe", "binarize", "train", "average", "generate",
                               "score"], 1):

@@ -55,7 +55,7 @@ def test_8_and_2_gpus_give_the_same_tokens_per_update():
         cmds[n] = train_line(proc.stdout)
     tokens = {n: int(flag(c, "--nproc-per-node")) * int(flag(c, "--max-tokens")) * int(flag(c, "--update-freq"))
               for n, c in cmds.items()}
-    assert tokens[8] == tokens[2] == 25000
+    assert tokens[8] == tokens[2] == 28000  # padded tokens: ~25000 real source and target (Sec. 5.1)
     assert (flag(cmds[8], "--update-freq"), flag(cmds[2], "--update-freq")) == ("1", "4")
     assert not Path("/tmp/never-created").exists()  # a dry run creates nothing
 
@@ -89,7 +89,7 @@ def test_en_fr_big_is_the_en_fr_variant_and_multi_node_uses_torchrun():
     cmd = train_line(proc.stdout)
     assert flag(cmd, "--arch") == "attn_paper_big_en_fr"
     assert (flag(cmd, "--nnodes"), flag(cmd, "--node-rank"), flag(cmd, "--master-addr")) == ("2", "1", "10.0.0.1")
-    assert 16 * int(flag(cmd, "--max-tokens")) * int(flag(cmd, "--update-freq")) == 25008  # ceil(25000/16)*16
+    assert 16 * int(flag(cmd, "--max-tokens")) * int(flag(cmd, "--update-freq")) == 28000  # 1750 per GPU
     assert "training-giga-fren.tar" in proc.stdout and "training-parallel-un.tgz" in proc.stdout
 
 
@@ -189,3 +189,46 @@ def test_tampered_mirror_file_is_refused(tmp_path):
     assert "training-parallel-nc-v9.tgz" in last and "sha256" in last
     assert not (work / "downloads" / "training-parallel-nc-v9.tgz").exists()
     assert not (work / ".stages" / "download.done").exists()
+
+
+def test_smoke_same_command_same_numbers_and_the_average_ends_at_the_final_update(tmp_path):
+    """A fixed number of updates, a fixed seed and a fixed thread count: the same command gives the same
+    averaged model (bit for bit) and the same BLEU. 25 updates with a checkpoint every 10: fairseq writes
+    checkpoint_1_10.pt and checkpoint_1_20.pt, and the average of "the last 2" must be 20 and the final 25."""
+    import shutil
+
+    import torch
+
+    args = ["--pair", "en-de", "--smoke", "--max-update", "25", "--save-interval-updates", "10", "--average", "2"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    first = recipe(*args, "--workdir", a)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    # the second run: the same command on a copy of the prepared data (download..binarize), so that it
+    # trains, averages, decodes and scores again from scratch
+    for d in ("downloads", "orig", "raw", "tok", "bpe", "prep", "data-bin"):
+        shutil.copytree(a / d, b / d)
+    (b / ".stages").mkdir()
+    for stage in ("download", "prepare", "binarize"):
+        shutil.copy(a / ".stages" / f"{stage}.done", b / ".stages")
+    second = recipe(*args, "--workdir", b)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
+    assert "stage 4/7 train: fairseq-train" in second.stdout and "updates, " in second.stdout  # progress, ETA
+    ra, rb = (json.loads((w / "results.json").read_text()) for w in (a, b))
+    for key in ("sacrebleu", "bleu_tokenized", "bleu_compound_split", "updates", "averaged_updates"):
+        assert ra[key] == rb[key], key
+    ma, mb = (torch.load(w / "checkpoint_avg.pt", weights_only=True)["model"] for w in (a, b))
+    assert all(torch.equal(ma[k], mb[k]) for k in ma)
+    # Sec. 6.1's average ends at the final update: checkpoint_last.pt (25) joins checkpoint_1_20.pt
+    assert ra["updates"] == 25 and ra["averaged_updates"] == [20, 25]
+    assert [Path(p).name for p in ra["averaged_checkpoints"]] == ["checkpoint_1_20.pt", "checkpoint_last.pt"]
+    c20, c25 = (torch.load(a / "checkpoints" / n, weights_only=True)["model"]
+                for n in ("checkpoint_1_20.pt", "checkpoint_last.pt"))
+    name = next(k for k in ma if ma[k].is_floating_point())
+    assert torch.allclose(ma[name], (c20[name] + c25[name]) / 2, atol=1e-6)
+    # what a reader needs to repeat it
+    assert ra["seed"] == 1 and ra["threads"] == 1
+    assert ra["train_command"].startswith("OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 ")
+    assert "fairseq-train" in ra["train_command"] and "--max-update 25 --seed 1" in ra["train_command"]
+    tpu = ra["tokens_per_update"]
+    assert 0 < tpu["source"] <= 1000 and 0 < tpu["target"] <= 1000  # real tokens under a 1000-token cap
+    assert ra["max_tokens_per_update"] == 1000

@@ -22,10 +22,14 @@ fairseq's ``label_smoothed_cross_entropy`` differs: it gives the target 1-eps
 and every other symbol eps/(K-1). Everything else (logging, accuracy, sentence
 averaging) is fairseq's: ``loss`` and ``nll_loss`` are logged in base 2 per
 token and ``ppl`` = 2^nll_loss, so logs compare line by line with stock runs.
+One addition: ``src_wpb``, the real (unpadded) source tokens per update, beside
+fairseq's ``wpb`` (target tokens per update), because Sec. 5.1 sizes batches by
+both ("approximately 25000 source tokens and 25000 target tokens").
 """
 from dataclasses import dataclass, field
 
 import torch
+from fairseq import metrics
 from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
@@ -107,3 +111,19 @@ class AttnLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropyCriterion):
                 logits, target = logits[:, self.ignore_prefix_size:], target[:, self.ignore_prefix_size:]
             logits, target = logits.reshape(-1, logits.size(-1)), target.reshape(-1)
         return szegedy_smoothed_nll_loss(logits, target, self.eps, self.padding_idx)
+
+    def forward(self, model, sample, reduce=True):
+        loss, sample_size, logging_output = super().forward(model, sample, reduce=reduce)
+        src_lengths = sample["net_input"].get("src_lengths")
+        if src_lengths is not None:
+            logging_output["nsrc_tokens"] = int(src_lengths.sum())
+        return loss, sample_size, logging_output
+
+    @classmethod
+    def reduce_metrics(cls, logging_outputs) -> None:
+        """fairseq's metrics, plus ``src_wpb``: source tokens (padding excluded,
+        </s> included, as in fairseq's ``wpb``) summed over the update's batches."""
+        super().reduce_metrics(logging_outputs)
+        if any("nsrc_tokens" in log for log in logging_outputs):
+            metrics.log_scalar("src_wpb", sum(log.get("nsrc_tokens", 0) for log in logging_outputs),
+                               priority=181, round=1)

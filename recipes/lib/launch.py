@@ -7,7 +7,10 @@ approximately 25000 source tokens and 25000 target tokens." fairseq's batch
 size is ``--max-tokens`` per device times devices times ``--update-freq``, so
 :func:`batch_plan` picks the smallest ``--update-freq`` that keeps
 ``--max-tokens`` within what one device holds, then spreads the budget evenly:
-1 GPU x 7 x 3572, 2 x 4 x 3125, 8 x 1 x 3125 all give ~25000 tokens per update.
+for the WMT recipes' 28000, 1 GPU x 7 x 4000, 2 x 4 x 3500, 8 x 1 x 3500.
+``--max-tokens`` counts padded tokens (sentences x the longest of source and
+target), so the real tokens per update are fewer: scripts/tokens_per_update.py
+measures them, and results.json records them from the training log.
 
 CPU data parallel (``python recipes/lib/launch.py --nprocs N -- fairseq-train ...``):
 fairseq's torchrun path assumes CUDA (it fails with a modulo by zero on CPU) and

@@ -18,6 +18,7 @@ the last line the command printed and its log file; the recipe exits non-zero.
 """
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -72,7 +73,8 @@ class Context:
         containing progress to the console as they come (a function of the
         line instead picks the lines to echo)."""
         cmd = [str(c) for c in cmd]
-        shown = " ".join(shlex.quote(c) for c in cmd)
+        shown = " ".join([*(f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items()),
+                          *(shlex.quote(c) for c in cmd)])
         if stdin:
             shown += f" < {shlex.quote(str(stdin))}"
         if stdout:
@@ -235,6 +237,66 @@ class Pipeline:
         return out
 
 
+class TrainProgress:
+    """A ``tail`` filter for :meth:`Context.sh` on fairseq-train: echoes validation
+    and end-of-training lines, and for each progress line
+    ``updates done/total, s/update, ETA`` from the update rate measured since the
+    first progress line this run printed (so a resumed run is timed on its own)."""
+
+    _UPDATES = re.compile(r"num_updates[= ](\d+)")  # "num_updates=50" (fairseq's simple format) or "| num_updates 50"
+
+    def __init__(self, total: int, clock: Callable[[], float] = time.time):
+        self.total, self.clock, self.start = total, clock, None
+
+    def __call__(self, line: str) -> bool:
+        m = self._UPDATES.search(line) if "| train_inner |" in line else None
+        if not m:
+            return any(k in line for k in ("| valid |", "Stopping training", "Loaded checkpoint", "done training"))
+        done, now = int(m.group(1)), self.clock()
+        if self.start is None:
+            self.start = (now, done)
+            print(f"    {done}/{self.total} updates", flush=True)
+            return False
+        t0, u0 = self.start
+        rate = (now - t0) / max(1, done - u0)
+        eta = max(0, self.total - done) * rate
+        print(f"    {done}/{self.total} updates, {rate:.2f} s/update, ETA {int(eta // 60)}m{int(eta % 60):02d}s",
+              flush=True)
+        return False
+
+
+def train_log_summary(train_log: Path) -> dict:
+    """From a fairseq-train log: ``updates`` (the last update the run reached) and
+    ``tokens_per_update``: the mean real (unpadded) target tokens (fairseq's
+    ``wpb``) and source tokens (the plugin criterion's ``src_wpb``) per update,
+    each progress line weighted by the updates it covers."""
+    try:
+        text = Path(train_log).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {"updates": None}
+    # fairseq: "Saved checkpoint .../checkpoint_last.pt (epoch 1 @ 712 updates, ...)"
+    last = re.findall(r"@ (\d+) updates", text) or re.findall(r"num_updates[ =](\d+)", text)
+    out = {"updates": int(last[-1]) if last else None}
+    sums, weight, previous = {"tgt": 0.0, "src": 0.0}, 0, 0
+    for line in text.splitlines():
+        if "| train_inner |" not in line:
+            continue
+        fields = dict(re.findall(r"(\w+)(?:=| )([\d.]+)(?:,|\s|$)", line.split("| train_inner |", 1)[1]))
+        if "num_updates" not in fields or "wpb" not in fields:
+            continue
+        n = int(fields["num_updates"])
+        w = n - previous if n > previous else 1
+        previous = n
+        sums["tgt"] += w * float(fields["wpb"])
+        sums["src"] += w * float(fields.get("src_wpb", "nan"))
+        weight += w
+    if weight:
+        out["tokens_per_update"] = {"target": round(sums["tgt"] / weight, 1),
+                                    "source": None if sums["src"] != sums["src"] else round(sums["src"] / weight, 1),
+                                    "updates_measured": weight}
+    return out
+
+
 def binarize(ctx: Context, src: str, tgt: str, text_dir: Path, dest: Path, workers: int):
     """fairseq-preprocess of ``text_dir/{train,valid,test}.{src,tgt}`` into ``dest``
     with one dictionary for both sides (the shared embeddings of Sec. 3.4 need it)."""
@@ -246,17 +308,38 @@ def binarize(ctx: Context, src: str, tgt: str, text_dir: Path, dest: Path, worke
 
 def average_checkpoints(ctx: Context, ckpt_dir: Path, output: Path, n: int):
     """Average the last ``n`` update checkpoints of ``ckpt_dir`` into ``output``
-    (Sec. 6.1) with scripts/average_checkpoints.py; fewer if fewer exist."""
+    (Sec. 6.1) with scripts/average_checkpoints.py, fewer if fewer exist. The
+    averaged set always ends at the run's final update (checkpoint_last.pt when
+    the run did not end on a checkpoint interval); the paths and update numbers
+    averaged go to :func:`averaged_info_path` (read it with :func:`read_averaged`)."""
+    info = averaged_info_path(output)
     with ctx.output(output) as tmp:
         if not ctx.dry_run:
-            have = len(list(Path(ckpt_dir).glob("checkpoint_*_*.pt")))
+            from scripts.average_checkpoints import update_candidates
+
+            have = len(update_candidates(ckpt_dir))
             if have == 0:
                 raise RecipeError(f"no update checkpoints in {ckpt_dir}; did training run long enough?")
             if have < n:
                 log(f"only {have} update checkpoints; averaging those")
                 n = have
         script = Path(__file__).resolve().parents[2] / "scripts" / "average_checkpoints.py"
-        ctx.sh([sys.executable, script, "--inputs", ckpt_dir, "--num-update-checkpoints", n, "--output", tmp])
+        ctx.sh([sys.executable, script, "--inputs", ckpt_dir, "--num-update-checkpoints", n, "--output", tmp,
+                "--info-json", info])
+
+
+def averaged_info_path(output: Path) -> Path:
+    """Where :func:`average_checkpoints` records what it averaged into ``output``."""
+    return Path(output).with_suffix(".json")
+
+
+def read_averaged(output: Path) -> Optional[dict]:
+    """``{"paths": [...], "updates": [...]}`` (updates ascending, the last the
+    final update) of the average in ``output``, or None if it was not recorded."""
+    try:
+        return json.loads(averaged_info_path(output).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def write_json_atomic(path: Path, data: dict):
@@ -282,9 +365,22 @@ def run_recipe(args, stages: List[Stage], report: Callable[[dict], None]):
         write_json_atomic(path, results)
     report(results)
     if seconds:
-        print("stage times: " + ", ".join(f"{k} {v:.0f}s" for k, v in seconds.items())
-              + f" (total {sum(seconds.values()) / 60:.1f} min)")
+        print("\n" + stage_time_table(seconds))
     print(f"results: {path}")
+
+
+def stage_time_table(seconds: dict) -> str:
+    """Wall time per stage (as each stage took when it ran) and the total, as a small table."""
+    width = max(len(name) for name in [*seconds, "total"])
+    rows = [f"  {name:<{width}}  {_clock(s)}" for name, s in seconds.items()]
+    return "\n".join(["stage times:", *rows, f"  {'total':<{width}}  {_clock(sum(seconds.values()))}"])
+
+
+def _clock(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:6.1f}s"
+    m, sec = divmod(int(round(seconds)), 60)
+    return f"{m:3d}m{sec:02d}s"
 
 
 def main_guard(fn):
