@@ -5,9 +5,12 @@ run it through recipes/wsj_parsing.sh.
 Parsing as sequence to sequence (Vinyals et al., 2015): the input is the
 sentence's words, the output its tree as a depth-first bracket sequence,
 (S (NP XX )NP (VP XX (NP XX XX )NP )VP XX )S. Model attn_paper_parse (4
-layers, d_model 1024), beam 21, GNMT length penalty alpha 0.3, output length
-up to input + 300, the last checkpoints averaged; F1 by EVALB (COLLINS.prm)
-on section 22 (dev) and section 23 (test).
+layers, d_model 1024, otherwise the base model: h 8, d_ff 2048, P_drop 0.1;
+attention dropout 0.2, warmup 16000 and 0.5 x eq. 3's rate from the authors'
+tensor2tensor transformer_parsing_base, where the paper gives no values),
+beam 21, GNMT length penalty alpha 0.3, output length up to input + 300, the
+last checkpoints averaged; F1 by EVALB (COLLINS.prm) on section 22 (dev) and
+section 23 (test).
 
 Modes:
   --ptb DIR              WSJ only (Table 4: 91.3 F1): sections 02-21 train, 22 dev,
@@ -18,21 +21,42 @@ Modes:
   --smoke                every stage on CPU in a few minutes: the repo's own
                          hand-written trees (data/wsj-smoke) and a tiny model
                          (with --ptb DIR: the tiny model on your treebank)
+  --tune [--tune-grid SPEC]
+                         Sec. 6.3: "a small number of experiments to select the
+                         dropout, both attention and residual, learning rates
+                         and beam size on the Section 22 development set":
+                         one training per (dropout, attention dropout, lr
+                         scale) of the grid, each decoded on section 22 with
+                         every (beam, alpha); the best dev F1 is decoded once
+                         on section 23. SPEC is 'KEY=V,V,...;KEY=V,...' or a
+                         JSON file {"KEY": [V, ...], ...}. Default grid (8
+                         trainings x 4 decodings; --smoke: 2 x 2):
+    dropout=0.1,0.2;attention_dropout=0.1,0.2;lr_scale=0.5,1;beam=10,21;alpha=0.3,1
+    --smoke: attention_dropout=0,0.2;alpha=0.3,1
 
 The Penn Treebank is licensed by the LDC (Treebank-3, LDC99T42) and cannot be
 downloaded here: --ptb is your copy, the folder that holds
 parsed/mrg/wsj/NN/wsj_NNNN.mrg (NN = 00..24).
 
 Stages: prepare, bpe, binarize, train, average, generate, trees, score.
+With --tune: prepare, bpe, binarize, one tune-d<D>-a<A>-lr<L> stage per
+training setting (train, average, decode and score section 22 for every
+decoding setting, in WORKDIR/tune/d<D>-a<A>-lr<L>/), select, generate (section
+23 with the selected setting), trees, score.
 Each stage skips work whose complete output exists; --dry-run prints the
 commands; a killed run resumes where it stopped (training from its last
-checkpoint) when the same command is run again. Results: WORKDIR/results.json.
+checkpoint) when the same command is run again; with --tune, a trial that
+finished training is never trained again, and the grid may grow between runs
+in the same WORKDIR (the new trials run, the selection is made again).
+Results: WORKDIR/results.json.
 """
 import argparse
+import itertools
 import json
 import math
 import os
 import re
+import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -40,6 +64,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from recipes.lib import stages as stage_lib  # noqa: E402
 from recipes.lib.stages import (RecipeError, Stage, average_checkpoints, log, main_guard,  # noqa: E402
                                  run_recipe, write_json_atomic)
 from recipes.lib.stages import binarize as binarize_step  # noqa: E402
@@ -54,11 +79,34 @@ LDC = "Treebank-3 (LDC99T42), licensed from the Linguistic Data Consortium: http
 PAPER_F1 = {"wsj": 91.3, "semi-supervised": 92.7}
 
 # --smoke: a tiny configuration of attn_plugin's parsing model, so that training takes about a
-# minute on 2 CPU cores. Its default --lr-scale 0.25 gives it the learning rate that eq. 3 gives
-# the real model: (64)^-0.5 * 0.25 = (1024)^-0.5.
+# minute on 2 CPU cores. Its default --lr-scale 0.25 gives it the learning rate that eq. 3 (lr
+# scale 1) gives a d_model 1024 model: (64)^-0.5 * 0.25 = (1024)^-0.5.
 SMOKE_MODEL = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "64",
                "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "256", "--decoder-ffn-embed-dim", "256",
-               "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--dropout", "0.1"]
+               "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+
+
+# attn_paper_parse's dropout (the base model's P_drop, Table 3) and attention dropout (t2t
+# transformer_parsing_base): the values of a --tune key that neither the grid nor an option sets.
+PARSE_DROPOUT, PARSE_ATTENTION_DROPOUT = 0.1, 0.2
+
+# --tune (Sec. 6.3): training keys (one training each) and decoding keys (tried on section 22 with
+# every trained model, no retraining).
+TRAIN_KEYS = ("dropout", "attention_dropout", "lr_scale")
+DECODE_KEYS = ("beam", "alpha")
+# The default grid: t2t transformer_parsing_base's tuned values (dropout 0.2 for both, 0.5 x eq. 3)
+# against the base model's (0.1, rate 1 x eq. 3), the paper's beam 21 / alpha 0.3 against 10 / 1.0:
+# 8 trainings, each decoded 4 ways on section 22.
+TUNE_GRID = {"dropout": [0.1, 0.2], "attention_dropout": [0.1, 0.2], "lr_scale": [0.5, 1.0],
+             "beam": [10, 21], "alpha": [0.3, 1.0]}
+# --smoke --tune: 2 trainings x 2 decodings (the other keys from the options), ~2 minutes on 2 cores.
+SMOKE_TUNE_GRID = {"attention_dropout": [0.0, 0.2], "alpha": [0.3, 1.0]}
+TUNE_GRID_HELP = ("the --tune grid: 'KEY=V,V,...;KEY=V,...' or a JSON file {\"KEY\": [V, ...], ...}; keys "
+                  "dropout, attention_dropout, lr_scale (one training per combination), beam, alpha (each tried on "
+                  "section 22 with every trained model). A key left out is fixed at its option's value "
+                  "(--dropout, --attention-dropout, --lr-scale, --beam, --alpha). Implies --tune. Default: the "
+                  "grid shown above; an option given on the command line fixes its key in it. E.g. "
+                  "'dropout=0.1,0.2,0.3;beam=21'")
 
 
 def _smoke_progress(line: str) -> bool:
@@ -85,6 +133,95 @@ def section_list(spec: str):
     return out
 
 
+def _grid_value(key: str, text, where: str):
+    """One value of a --tune-grid key, checked; a RecipeError names ``where``."""
+    try:
+        if isinstance(text, bool):
+            raise ValueError
+        if key == "beam":
+            value = int(text) if not isinstance(text, float) or text.is_integer() else None
+            if value is None or value < 1:
+                raise ValueError
+            return value
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError
+    except (TypeError, ValueError):
+        kind = "an integer >= 1" if key == "beam" else "a number"
+        raise RecipeError(f"--tune-grid {where}: {key} value {text!r} is not {kind}") from None
+    if key in ("dropout", "attention_dropout") and not 0 <= value < 1:
+        raise RecipeError(f"--tune-grid {where}: {key} {value:g} is not in [0, 1)")
+    if key == "lr_scale" and value <= 0:
+        raise RecipeError(f"--tune-grid {where}: lr_scale {value:g} must be > 0")
+    if key == "alpha" and value < 0:
+        raise RecipeError(f"--tune-grid {where}: alpha {value:g} must be >= 0")
+    return value
+
+
+def parse_tune_grid(spec: str) -> dict:
+    """``--tune-grid``: 'dropout=0.1,0.2;lr_scale=0.5,1;beam=21' or the path of a JSON
+    file {"dropout": [0.1, 0.2], "beam": 21, ...} -> {key: [values]} in the order
+    given, repeated values dropped. Keys: TRAIN_KEYS + DECODE_KEYS (- or _)."""
+    keys = TRAIN_KEYS + DECODE_KEYS
+    path = Path(spec).expanduser()
+    try:
+        is_file = path.is_file()
+    except OSError:  # e.g. a long KEY=V list is too long a file name
+        is_file = False
+    if spec.strip().endswith(".json") or is_file:
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise RecipeError(f"--tune-grid {spec}: cannot read it ({exc.strerror or exc})") from None
+        except ValueError as exc:
+            raise RecipeError(f"--tune-grid {spec}: not valid JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise RecipeError(f"--tune-grid {spec}: expected a JSON object such as "
+                              '{"dropout": [0.1, 0.2], "beam": [10, 21]}')
+        items = [(str(k), v if isinstance(v, list) else [v]) for k, v in raw.items()]
+        where = spec
+    else:
+        items = []
+        for part in filter(str.strip, spec.split(";")):
+            key, eq, values = part.partition("=")
+            if not eq:
+                raise RecipeError(f"--tune-grid {spec!r}: {part.strip()!r} is not KEY=V,V,... "
+                                  "(e.g. dropout=0.1,0.2;beam=10,21)")
+            items.append((key, [v.strip() for v in values.split(",")]))
+        where = repr(spec)
+    grid = {}
+    for key, values in items:
+        name = key.strip().replace("-", "_")
+        if name not in keys:
+            raise RecipeError(f"--tune-grid {where}: unknown key {key.strip()!r}; keys: {', '.join(keys)}")
+        if name in grid:
+            raise RecipeError(f"--tune-grid {where}: {name} is given twice")
+        if not values or values == [""]:
+            raise RecipeError(f"--tune-grid {where}: {name} has no values")
+        grid[name] = list(dict.fromkeys(_grid_value(name, v, where) for v in values))
+    if not grid:
+        raise RecipeError(f"--tune-grid {where}: empty; give e.g. dropout=0.1,0.2;beam=10,21")
+    return grid
+
+
+def tune_grid(args, given: dict) -> dict:
+    """The full --tune grid: ``--tune-grid``'s keys, else the default grid's; an option
+    given on the command line fixes its key (an error if --tune-grid also sets it);
+    keys still unset take their option's value."""
+    options = {"dropout": args.dropout, "attention_dropout": args.attention_dropout, "lr_scale": given["lr_scale"],
+               "beam": given["beam"], "alpha": given["alpha"]}
+    grid = dict(args.tune_grid) if args.tune_grid else dict(SMOKE_TUNE_GRID if args.smoke else TUNE_GRID)
+    for key, value in options.items():
+        if value is None:
+            continue
+        if args.tune_grid and key in args.tune_grid:
+            raise RecipeError(f"--{key.replace('_', '-')} and --tune-grid both set {key}; give it in one place")
+        grid[key] = [value]
+    fallback = {"dropout": PARSE_DROPOUT, "attention_dropout": PARSE_ATTENTION_DROPOUT, "lr_scale": args.lr_scale,
+                "beam": args.beam, "alpha": args.alpha}
+    return {key: grid.get(key, [fallback[key]]) for key in TRAIN_KEYS + DECODE_KEYS}
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="recipes/wsj_parsing.sh", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -96,6 +233,11 @@ def parse_args(argv=None):
     p.add_argument("--dry-run", action="store_true", help="print every command, run nothing")
     p.add_argument("--stage", default="1", help="first stage to run: a 1-based number or a stage name (default 1)")
     p.add_argument("--stop-stage", help="last stage to run: a number or a stage name (default: the last)")
+    p.add_argument("--tune", action="store_true",
+                   help="select dropout, attention dropout, learning rate, beam and alpha on section 22 as the "
+                        "paper did (Sec. 6.3): train every training setting of --tune-grid, decode section 22 "
+                        "with every decoding setting, pick the best dev F1, decode section 23 once with it")
+    p.add_argument("--tune-grid", metavar="SPEC", help=TUNE_GRID_HELP.replace("%", "%%"))
     g = p.add_argument_group("data")
     g.add_argument("--ptb", type=Path, help="your Penn Treebank: the folder holding parsed/mrg/wsj/NN/wsj_NNNN.mrg "
                                            f"({LDC}); the wsj folder itself also works")
@@ -114,7 +256,11 @@ def parse_args(argv=None):
     g = p.add_argument_group("training")
     g.add_argument("--arch", default="attn_paper_parse", help="model (default attn_paper_parse: 4 layers, d_model "
                                                               "1024; --smoke shrinks it, see SMOKE_MODEL)")
-    g.add_argument("--dropout", type=float, help="P_drop (default: the arch's, 0.3; the paper tuned it on section 22)")
+    g.add_argument("--dropout", type=float, help="P_drop, residual dropout (default: the arch's, 0.1 as the base "
+                                                 "model; the paper tuned it on section 22, t2t used 0.2)")
+    g.add_argument("--attention-dropout", type=float,
+                   help="dropout on the attention weights, fairseq's --attention-dropout (default: the arch's, 0.2 "
+                        "as t2t transformer_parsing_base; the paper tuned it on section 22)")
     g.add_argument("--ngpus", type=int, help="GPUs (default 8; 0 = CPU; --smoke: 0)")
     g.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16"],
                    help="GPU training precision (default auto = fp16 mixed precision on GPUs, fp32 on CPU; "
@@ -124,14 +270,16 @@ def parse_args(argv=None):
     g.add_argument("--max-tokens-per-gpu", type=int,
                    help="most tokens one device holds per step; --update-freq makes up the rest (default 4096)")
     g.add_argument("--max-update", type=int, help="updates (default 100000 as the base model; --smoke 600)")
-    g.add_argument("--warmup-updates", type=int, help="eq. 3 warmup (default 4000; --smoke 100)")
-    g.add_argument("--lr-scale", type=float, help="multiplies eq. 3's learning rate (default 1; --smoke 0.25; "
-                                                  "the paper tuned the rate on section 22)")
+    g.add_argument("--warmup-updates", type=int, help="eq. 3 warmup (default 16000 as t2t "
+                                                      "transformer_parsing_base; --smoke 100)")
+    g.add_argument("--lr-scale", type=float, help="multiplies eq. 3's learning rate (default 0.5: t2t "
+                                                  "transformer_parsing_base's learning_rate 0.05 is 0.5 x eq. 3; "
+                                                  "--smoke 0.25; the paper tuned the rate on section 22)")
     g.add_argument("--save-interval-updates", type=int, help="checkpoint every N updates (default 1500; --smoke 25)")
     g.add_argument("--average", type=int, help="average the last N checkpoints (default 5, Sec. 6.1)")
     g = p.add_argument_group("decoding and scoring")
-    g.add_argument("--beam", type=int, default=21, help="beam size (default 21, Sec. 6.3)")
-    g.add_argument("--alpha", type=float, default=0.3, help="GNMT length penalty alpha (default 0.3, Sec. 6.3)")
+    g.add_argument("--beam", type=int, help="beam size (default 21, Sec. 6.3)")
+    g.add_argument("--alpha", type=float, help="GNMT length penalty alpha (default 0.3, Sec. 6.3)")
     g.add_argument("--max-len-b", type=int, default=300, help="longest output = input length + this (default 300)")
     g.add_argument("--evalb", type=Path, metavar="PATH",
                    help="score with the official EVALB binary at PATH (default: scripts/evalb.py, the same numbers)")
@@ -156,16 +304,19 @@ def parse_args(argv=None):
             raise RecipeError(f"--evalb {args.evalb}: not an executable file (EVALB builds with 'make' in its "
                               "folder: https://nlp.cs.nyu.edu/evalb/)")
     smoke = args.smoke
+    given = {"lr_scale": args.lr_scale, "beam": args.beam, "alpha": args.alpha}
     defaults = dict(
         vocab=300 if smoke else 32000 if args.extra_trees else 16000,
         ngpus=0 if smoke else 8,
         tokens_per_update=200 if smoke else 25000,
         max_tokens_per_gpu=200 if smoke else 4096,
         max_update=600 if smoke else 100000,
-        warmup_updates=100 if smoke else 4000,
-        lr_scale=0.25 if smoke else 1.0,
+        warmup_updates=100 if smoke else 16000,
+        lr_scale=0.25 if smoke else 0.5,
         save_interval_updates=25 if smoke else 1500,
         average=5,
+        beam=21,
+        alpha=0.3,
     )
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -178,6 +329,13 @@ def parse_args(argv=None):
             raise RecipeError(f"--{name.replace('_', '-')} must be >= 1")
     if args.lr_scale <= 0:
         raise RecipeError("--lr-scale must be > 0")
+    for name in ("dropout", "attention_dropout"):
+        if getattr(args, name) is not None and not 0 <= getattr(args, name) < 1:
+            raise RecipeError(f"--{name.replace('_', '-')} must be in [0, 1)")
+    args.tune = args.tune or args.tune_grid is not None
+    if args.tune_grid is not None:
+        args.tune_grid = parse_tune_grid(args.tune_grid)
+    args.grid = tune_grid(args, given) if args.tune else None
     return args
 
 
@@ -321,22 +479,55 @@ def _clean(summary: dict) -> dict:
             for k, v in summary.items()}
 
 
-def write_results(args):
+def evalb_blocks(path: Path):
+    """EVALB's ``-- All --`` and ``-- len<=40 --`` blocks of the report in ``path``, cleaned."""
     from scripts.evalb import parse_summary
 
+    try:
+        summary = parse_summary(path.read_text(encoding="latin-1"))
+    except ValueError as exc:
+        raise RecipeError(f"{path}: {exc}") from None
+    return _clean(summary["all"]), _clean(summary.get("len<=40", {}))
+
+
+def last_update(log_path: Path):
+    """The last update a fairseq-train log reached (None if it shows none)."""
+    text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
+    # fairseq: "Saved checkpoint .../checkpoint_last.pt (epoch 1 @ 712 updates, ...)"
+    last = re.findall(r"@ (\d+) updates", text) or re.findall(r"num_updates[ =](\d+)", text)
+    return int(last[-1]) if last else None
+
+
+def averaged_record(avg: Path, log_path: Path) -> dict:
+    """What was averaged into ``avg``: ``averaged_checkpoints`` (paths) and, where
+    recipes.lib.stages records them (read_averaged), ``averaged_updates``."""
+    read = getattr(stage_lib, "read_averaged", None)
+    info = read(avg) if read else None
+    out = {}
+    if info:
+        out["averaged_checkpoints"] = info.get("paths")
+    else:  # scripts/average_checkpoints.py's own line in the stage's log
+        text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
+        averaged = re.findall(r"^averaging \d+ checkpoints: (.*)$", text, re.M)
+        out["averaged_checkpoints"] = averaged[-1].split(", ") if averaged else None
+    if read:
+        out["averaged_updates"] = info.get("updates") if info else None
+    return out
+
+
+def write_results(args):
     W = args.workdir
+    sel = json.loads((W / "tune" / "selected.json").read_text())["selected"] if args.tune else None
     out = {"mode": args.mode, "arch": args.arch, "model_overrides": SMOKE_MODEL if args.smoke else [],
-           "lr_scale": args.lr_scale, "warmup_updates": args.warmup_updates, "max_update": args.max_update}
-    if args.dropout is not None:
-        out["dropout"] = args.dropout
+           "lr_scale": sel["lr_scale"] if sel else args.lr_scale, "warmup_updates": args.warmup_updates,
+           "max_update": args.max_update}
+    for key in ("dropout", "attention_dropout"):
+        value = sel[key] if sel else getattr(args, key)
+        if value is not None:
+            out[key] = value
     repairs = json.loads((W / "eval" / "repairs.json").read_text())
     for split, name in (("valid", "dev"), ("test", "test")):
-        report = (W / "eval" / f"{split}.evalb").read_text(encoding="latin-1")
-        try:
-            summary = parse_summary(report)
-        except ValueError as exc:
-            raise RecipeError(f"{W / 'eval' / f'{split}.evalb'}: {exc}") from None
-        all_, short = _clean(summary["all"]), _clean(summary.get("len<=40", {}))
+        all_, short = evalb_blocks(W / "eval" / f"{split}.evalb")
         out[f"{name}_f1"] = all_.get("f1")
         out[name] = {"sections": ",".join(args.sections[split]), "evalb_all": all_, "evalb_len<=40": short,
                      "repairs": repairs[split]}
@@ -353,31 +544,126 @@ def write_results(args):
                      else "scripts/evalb.py (EVALB with COLLINS.prm)")
     if args.pos_tags == "xx":
         out["tagging_accuracy_note"] = "POS tags predicted as XX; scored trees carry the gold tags"
-    train_log = W / "logs" / "train.log"
-    text = train_log.read_text(encoding="utf-8", errors="replace") if train_log.exists() else ""
-    last = re.findall(r"@ (\d+) updates", text) or re.findall(r"num_updates[ =](\d+)", text)
-    avg_log = W / "logs" / "average.log"
-    averaged = re.findall(r"^averaging \d+ checkpoints: (.*)$",
-                          avg_log.read_text(encoding="utf-8", errors="replace") if avg_log.exists() else "", re.M)
     from recipes.lib.launch import batch_plan
 
     plan = batch_plan(args.tokens_per_update, args.ngpus or 1, args.max_tokens_per_gpu)
+    # The selected trial's one log holds its training and its averaging; otherwise train.log and average.log.
+    logs = W / "logs"
+    train_log, avg_log = (logs / f"{sel['stage']}.log",) * 2 if sel else (logs / "train.log", logs / "average.log")
+    avg = Path(sel["checkpoint"]) if sel else W / "checkpoint_avg.pt"
+    beam, alpha = (sel["beam"], sel["alpha"]) if sel else (args.beam, args.alpha)
     out.update({
-        "updates": int(last[-1]) if last else None, "gpus": args.ngpus,
+        "updates": sel["updates"] if sel else last_update(train_log), "gpus": args.ngpus,
         "tokens_per_update": plan.tokens_per_update, "max_tokens": plan.max_tokens, "update_freq": plan.update_freq,
-        "checkpoint": str(W / "checkpoint_avg.pt"),
-        "averaged_checkpoints": averaged[-1].split(", ") if averaged else None,
-        "decoding": {"beam": args.beam, "length_penalty": f"GNMT alpha {args.alpha:g}",
-                     "max_len": f"input + {args.max_len_b}"},
+        "checkpoint": str(avg), **averaged_record(avg, avg_log),
+        "decoding": {"beam": beam, "length_penalty": f"GNMT alpha {alpha:g}", "max_len": f"input + {args.max_len_b}"},
     })
+    if sel:
+        tuned = json.loads((W / "tune" / "selected.json").read_text())
+        out["tune"] = {k: tuned[k] for k in ("grid", "selection", "trials", "selected")}
     write_json_atomic(W / "results.json", out)
+
+
+# ---------------------------------------------------------------------------
+# Dev-set tuning (Sec. 6.3)
+# ---------------------------------------------------------------------------
+def tune_trials(args):
+    """The training settings of ``args.grid``, in grid order: name (its folder
+    under WORKDIR/tune), stage (its stage name) and the TRAIN_KEYS values."""
+    out = []
+    for d, a, lr in itertools.product(*(args.grid[k] for k in TRAIN_KEYS)):
+        name = f"d{d:g}-a{a:g}-lr{lr:g}"
+        out.append({"name": name, "stage": f"tune-{name}", "dropout": d, "attention_dropout": a, "lr_scale": lr})
+    return out
+
+
+def decode_settings(args):
+    """The decoding settings of ``args.grid``: name, beam, alpha."""
+    return [{"name": f"beam{b}-alpha{al:g}", "beam": b, "alpha": al}
+            for b, al in itertools.product(args.grid["beam"], args.grid["alpha"])]
+
+
+def _f1_key(i_trial):
+    """max() key: the highest dev F1 (an undefined F1 lowest), ties to the earlier trial."""
+    i, trial = i_trial
+    return (trial["dev_f1"] is not None, trial["dev_f1"] or 0.0, -i)
+
+
+SELECTION = ("the highest section 22 (dev) EVALB F1 over every training x decoding setting; "
+             "a tie goes to the earlier setting in trials")
+
+
+def select_trial(args) -> dict:
+    """Gather every trial's section-22 F1, pick the best, write WORKDIR/tune/selected.json."""
+    trials, wanted = [], [d["name"] for d in decode_settings(args)]
+    for t in tune_trials(args):
+        info = json.loads((args.workdir / "tune" / t["name"] / "trial.json").read_text())
+        done = {dec["name"]: dec for dec in info["decodings"]}
+        missing = [name for name in wanted if name not in done]
+        if missing:
+            raise RecipeError(f"{t['stage']}: no section 22 score for {missing[0]}; run the stage {t['stage']} again")
+        for dec in (done[name] for name in wanted):
+            trials.append({"name": f"{t['stage']}/{dec['name']}", "stage": t["stage"], "workdir": info["workdir"],
+                           **{k: t[k] for k in TRAIN_KEYS}, "beam": dec["beam"], "alpha": dec["alpha"],
+                           "dev_f1": dec["dev_f1"], "dev_output": dec["output"], "updates": info["updates"],
+                           "checkpoint": info["checkpoint"], "averaged_updates": info.get("averaged_updates")})
+    best = max(enumerate(trials), key=_f1_key)[1]
+    selected = {"grid": args.grid, "selection": SELECTION, "trials": trials, "selected": best}
+    write_json_atomic(args.workdir / "tune" / "selected.json", selected)
+    f1 = "n/a" if best["dev_f1"] is None else f"{best['dev_f1']:.2f}"
+    log(f"selected {best['name']}: dev F1 {f1} (best of {len(trials)})")
+    return selected
+
+
+def forget_stale_selection(args):
+    """When the --tune grid differs from the one WORKDIR/tune/selected.json was chosen
+    from, or a trial was scored again since, remove it, so that the select stage (and
+    the section 23 stages after it) run again. Trained trials are kept."""
+    path = args.workdir / "tune" / "selected.json"
+    if args.dry_run or not args.tune or not path.exists():
+        return
+    try:
+        grid = json.loads(path.read_text()).get("grid")
+    except ValueError:
+        grid = None
+    if grid != json.loads(json.dumps(args.grid)):
+        log("the --tune grid changed since the last selection: selecting again")
+        path.unlink()
+        return
+    chosen = path.stat().st_mtime
+    for t in tune_trials(args):
+        trial = args.workdir / "tune" / t["name"] / "trial.json"
+        if trial.exists() and trial.stat().st_mtime > chosen:
+            log(f"{t['stage']} was scored again since the last selection: selecting again")
+            path.unlink()
+            return
+
+
+def write_trial(args, trial: dict, folder: Path, updates_log: Path, decodings: list):
+    """WORKDIR/tune/NAME/trial.json: the training setting, its updates, and the
+    section 22 F1 of each decoding setting."""
+    avg = folder / "checkpoint_avg.pt"
+    done = json.loads((folder / "train.done").read_text())
+    info = {"name": trial["name"], "stage": trial["stage"], "workdir": str(folder),
+            **{k: trial[k] for k in TRAIN_KEYS}, "updates": done.get("updates"), "checkpoint": str(avg),
+            **averaged_record(avg, updates_log), "decodings": []}
+    for dec, repairs in decodings:
+        all_, short = evalb_blocks(folder / "eval" / f"valid.{dec['name']}.evalb")
+        info["decodings"].append({**dec, "dev_f1": all_.get("f1"),
+                                  "output": str(folder / "gen" / f"valid.{dec['name']}.out"),
+                                  "evalb_all": all_, "evalb_len<=40": short, "repairs": repairs})
+    write_json_atomic(folder / "trial.json", info)
+    log(f"{trial['stage']}: dev F1 " + ", ".join(
+        f"{d['name']} {'n/a' if d['dev_f1'] is None else format(d['dev_f1'], '.2f')}" for d in info["decodings"]))
 
 
 # ---------------------------------------------------------------------------
 # The stages
 # ---------------------------------------------------------------------------
-def train_command(args, data_bin: Path, save_dir: Path):
-    """fairseq-train with the paper's optimizer, schedule and criterion (Sec. 5.3-5.4)."""
+def train_command(args, data_bin: Path, save_dir: Path, dropout=None, attention_dropout=None, lr_scale=None):
+    """fairseq-train with the paper's optimizer, schedule and criterion (Sec. 5.3-5.4);
+    ``dropout``, ``attention_dropout`` (None: the arch's) and ``lr_scale`` (None:
+    --lr-scale) are a --tune trial's."""
     from recipes.lib.launch import batch_plan, launcher, paper_optimization, precision_flags
 
     plan = batch_plan(args.tokens_per_update, args.ngpus or 1, args.max_tokens_per_gpu)
@@ -388,8 +674,9 @@ def train_command(args, data_bin: Path, save_dir: Path):
     # validation follow updates, not epochs (--save-interval / --validate-interval
     # only keep fairseq from also doing both at every epoch's end).
     cmd += [data_bin, "--user-dir", USER_DIR, "--task", "attn_translation", "--arch", args.arch,
-            *(SMOKE_MODEL if args.smoke else []), *(["--dropout", args.dropout] if args.dropout is not None else []),
-            *paper_optimization(args.warmup_updates, args.lr_scale),
+            *(SMOKE_MODEL if args.smoke else []), *(["--dropout", dropout] if dropout is not None else []),
+            *(["--attention-dropout", attention_dropout] if attention_dropout is not None else []),
+            *paper_optimization(args.warmup_updates, args.lr_scale if lr_scale is None else lr_scale),
             "--max-tokens", plan.max_tokens, "--update-freq", plan.update_freq, "--required-batch-size-multiple", "1",
             *precision_flags(args.precision, args.ngpus), *(["--cpu"] if args.ngpus == 0 else []),
             "--max-update", args.max_update, "--seed", "1",
@@ -398,6 +685,16 @@ def train_command(args, data_bin: Path, save_dir: Path):
             "--validate-interval-updates", args.save_interval_updates, "--validate-interval", "1000000",
             "--log-format", "simple", "--log-interval", "50" if args.smoke else "100", "--no-progress-bar"]
     return cmd
+
+
+def decode_command(args, data_bin: Path, checkpoint, split: str, beam, alpha):
+    """fairseq-generate: beam search with GNMT's length penalty, outputs up to input + --max-len-b."""
+    gpu = args.ngpus > 0
+    return ["fairseq-generate", data_bin, "--user-dir", USER_DIR, "--task", "attn_translation",
+            "--path", checkpoint, "--gen-subset", split, "--beam", beam, "--gnmt-alpha", alpha,
+            "--max-len-a", "1", "--max-len-b", args.max_len_b,
+            "--batch-size", "64" if gpu else "16", "--required-batch-size-multiple", "1",
+            "--remove-bpe", *([] if gpu else ["--cpu"])]
 
 
 def stages(args):
@@ -409,6 +706,7 @@ def stages(args):
     # The tiny --smoke model on CPU: one thread. Two threads on a 2-core machine that is busy
     # with anything else make every step wait on the other thread (seen: 30x slower).
     cpu_env = {"OMP_NUM_THREADS": "1"} if args.smoke and not gpu else None
+    train_tail = _smoke_progress if args.smoke else 1
 
     def prepare(ctx):
         with ctx.output(prep) as tmp:
@@ -434,24 +732,93 @@ def stages(args):
         binarize_step(ctx, SRC, TGT, bpe, data_bin, args.workers)
 
     def train(ctx):
-        ctx.sh(train_command(args, data_bin, ckpt), tail=_smoke_progress if args.smoke else 1, env=cpu_env)
+        ctx.sh(train_command(args, data_bin, ckpt, args.dropout, args.attention_dropout), tail=train_tail,
+               env=cpu_env)
 
     def average(ctx):
         average_checkpoints(ctx, ckpt, avg, args.average)
 
+    def decode(ctx, checkpoint, split, beam, alpha, out: Path):
+        """Decode ``split`` into ``out`` unless a complete ``out`` exists."""
+        if out.exists() and not ctx.dry_run:
+            print(f"  # decode {split} into {out}: done already", flush=True)
+            return
+        with ctx.output(out) as tmp:
+            ctx.sh(decode_command(args, data_bin, checkpoint, split, beam, alpha), stdout=tmp, tail=1, env=cpu_env)
+
     def generate(ctx):
-        if not ctx.dry_run:
-            gen.mkdir(parents=True, exist_ok=True)
         for split in ("valid", "test"):
-            if (gen / f"{split}.out").exists() and not ctx.dry_run:
-                print(f"  # decode {split}: done already", flush=True)
-                continue
-            with ctx.output(gen / f"{split}.out") as tmp:
-                ctx.sh(["fairseq-generate", data_bin, "--user-dir", USER_DIR, "--task", "attn_translation",
-                        "--path", avg, "--gen-subset", split, "--beam", args.beam, "--gnmt-alpha", args.alpha,
-                        "--max-len-a", "1", "--max-len-b", args.max_len_b,
-                        "--batch-size", "64" if gpu else "16", "--required-batch-size-multiple", "1",
-                        "--remove-bpe", *([] if gpu else ["--cpu"])], stdout=tmp, tail=1, env=cpu_env)
+            decode(ctx, avg, split, args.beam, args.alpha, gen / f"{split}.out")
+
+    def trial_stage(trial):
+        """One --tune training setting: train (once: ``train.done`` marks a finished
+        training), average, decode section 22 with every decoding setting, score it."""
+        folder = W / "tune" / trial["name"]
+
+        def run(ctx):
+            t_ckpt, t_avg, done = folder / "checkpoints", folder / "checkpoint_avg.pt", folder / "train.done"
+            stage_log = ctx.log_dir / f"{ctx.stage}.log"
+            if done.exists() and not ctx.dry_run:
+                print(f"  # train: done already ({done})", flush=True)
+            else:
+                ctx.sh(train_command(args, data_bin, t_ckpt, trial["dropout"], trial["attention_dropout"],
+                                     trial["lr_scale"]), tail=train_tail, env=cpu_env)
+                ctx.step(f"mark {done}", lambda: write_json_atomic(done, {"updates": last_update(stage_log)}))
+            if t_avg.exists() and not ctx.dry_run:
+                print(f"  # average: done already ({t_avg})", flush=True)
+            else:
+                average_checkpoints(ctx, t_ckpt, t_avg, args.average)
+            decodings = []
+            for dec in decode_settings(args):
+                out = folder / "gen" / f"valid.{dec['name']}.out"
+                parsed, report = (folder / "eval" / f"valid.{dec['name']}.{ext}" for ext in ("parsed", "evalb"))
+                decode(ctx, t_avg, "valid", dec["beam"], dec["alpha"], out)
+
+                def rebuild(out=out, parsed=parsed):
+                    with ctx.output(parsed) as tmp:
+                        return rebuild_trees(prep, out, tmp, "valid", args.pos_tags)
+
+                repairs = ctx.step(f"delinearize {out} into {parsed}, repairing malformed output", rebuild)
+                with ctx.output(report) as tmp:
+                    ctx.sh(evalb_command(args, prep / "valid.gold", parsed), stdout=tmp)
+                decodings.append((dec, repairs))
+            ctx.step(f"write {folder / 'trial.json'}: section 22 F1 of each decoding setting", write_trial,
+                     args, trial, folder, stage_log, decodings)
+
+        return Stage(trial["stage"], run, f"train with dropout {trial['dropout']:g}, attention dropout "
+                                          f"{trial['attention_dropout']:g}, lr scale {trial['lr_scale']:g}; average; "
+                                          f"section 22 with {len(decode_settings(args))} decoding settings",
+                     inputs=[data_bin / f"dict.{SRC}.txt"],
+                     # a decoding setting added to the grid makes the stage run again (training is not redone)
+                     outputs=[folder / "trial.json",
+                              *(folder / "eval" / f"valid.{dec['name']}.evalb" for dec in decode_settings(args))])
+
+    def select(ctx):
+        def run():
+            # a new selection makes the section 23 output and scores of an earlier one stale
+            for stale in (gen, ev, W / "results.json"):
+                if stale.is_dir():
+                    shutil.rmtree(stale)
+                elif stale.exists():
+                    stale.unlink()
+            select_trial(args)
+
+        ctx.step(f"pick the highest section 22 F1 of {len(tune_trials(args)) * len(decode_settings(args))} "
+                 f"settings; write {W / 'tune' / 'selected.json'}", run)
+
+    def generate_selected(ctx):
+        if ctx.dry_run:  # the selection is not made yet
+            sel = {"checkpoint": W / "tune" / "SELECTED" / "checkpoint_avg.pt", "beam": "SELECTED_BEAM",
+                   "alpha": "SELECTED_ALPHA", "dev_output": W / "tune" / "SELECTED" / "gen" / "valid.SELECTED.out"}
+        else:
+            sel = json.loads((W / "tune" / "selected.json").read_text())["selected"]
+
+        def copy():
+            with ctx.output(gen / "valid.out") as tmp:
+                shutil.copyfile(sel["dev_output"], tmp)
+
+        ctx.step(f"section 22: the selected setting's output {sel['dev_output']} -> {gen / 'valid.out'}", copy)
+        decode(ctx, sel["checkpoint"], "test", sel["beam"], sel["alpha"], gen / "test.out")
 
     def trees(ctx):
         def run():
@@ -476,7 +843,7 @@ def stages(args):
                 ctx.sh(evalb_command(args, prep / f"{split}.gold", ev / f"{split}.parsed"), stdout=tmp)
         ctx.step(f"write {W / 'results.json'}: EVALB F1 on dev and test, repair counts", write_results, args)
 
-    return [
+    data = [
         Stage("prepare", prepare, "read the treebank, strip, linearize",
               outputs=[prep / f"{split}.{ext}" for split in SPLITS for ext in (SRC, TGT, "tags")]
               + [prep / "valid.gold", prep / "test.gold", prep / "stats.json"]),
@@ -484,6 +851,29 @@ def stages(args):
               inputs=[prep / t for t in texts], outputs=[bpe / "codes", *(bpe / t for t in texts)]),
         Stage("binarize", binarize, "fairseq-preprocess --joined-dictionary",
               inputs=[bpe / t for t in texts], outputs=[data_bin / f"dict.{SRC}.txt", data_bin / f"dict.{TGT}.txt"]),
+    ]
+    scoring = [
+        Stage("trees", trees, "output sequences -> trees, with repairs",
+              inputs=[gen / "valid.out", gen / "test.out"],
+              outputs=[ev / "valid.parsed", ev / "test.parsed", ev / "repairs.json"]),
+        Stage("score", score, "EVALB (COLLINS.prm) F1 on dev (22) and test (23)",
+              inputs=[ev / "valid.parsed", ev / "test.parsed", prep / "valid.gold", prep / "test.gold"],
+              outputs=[W / "results.json"]),
+    ]
+    if args.tune:
+        trials = tune_trials(args)
+        return [
+            *data, *(trial_stage(t) for t in trials),
+            Stage("select", select, "the best section 22 F1 over the tuning grid (Sec. 6.3)",
+                  inputs=[W / "tune" / t["name"] / "trial.json" for t in trials],
+                  outputs=[W / "tune" / "selected.json"]),
+            Stage("generate", generate_selected, "fairseq-generate on test with the selected setting",
+                  inputs=[W / "tune" / "selected.json", data_bin / f"test.{SRC}-{TGT}.{SRC}.bin"],
+                  outputs=[gen / "valid.out", gen / "test.out"]),
+            *scoring,
+        ]
+    return [
+        *data,
         Stage("train", train, f"fairseq-train --arch {args.arch}{' (tiny)' if args.smoke else ''}, "
                               f"{args.max_update} updates, {args.ngpus or 'no'} GPU{'s' if args.ngpus != 1 else ''}",
               inputs=[data_bin / f"dict.{SRC}.txt"], outputs=[ckpt / "checkpoint_last.pt"]),
@@ -491,12 +881,7 @@ def stages(args):
         Stage("generate", generate, f"fairseq-generate on dev and test: beam {args.beam}, GNMT alpha "
                                     f"{args.alpha:g}, max length input + {args.max_len_b}",
               inputs=[avg, data_bin / f"test.{SRC}-{TGT}.{SRC}.bin"], outputs=[gen / "valid.out", gen / "test.out"]),
-        Stage("trees", trees, "output sequences -> trees, with repairs",
-              inputs=[gen / "valid.out", gen / "test.out"],
-              outputs=[ev / "valid.parsed", ev / "test.parsed", ev / "repairs.json"]),
-        Stage("score", score, "EVALB (COLLINS.prm) F1 on dev (22) and test (23)",
-              inputs=[ev / "valid.parsed", ev / "test.parsed", prep / "valid.gold", prep / "test.gold"],
-              outputs=[W / "results.json"]),
+        *scoring,
     ]
 
 
@@ -507,6 +892,11 @@ def report(r: dict):
         return "n/a" if v is None else f"{v:.2f}"
 
     paper = f" (paper, Table 4: {r['paper_test_f1']})" if "paper_test_f1" in r else ""
+    if "tune" in r:
+        print("\nsection 22 (dev) F1 of every tried setting:")
+        for t in r["tune"]["trials"]:
+            mark = "  <- selected" if t["name"] == r["tune"]["selected"]["name"] else ""
+            print(f"  {t['name']}: {f1(t['dev_f1'])}{mark}")
     print(f"\nEVALB F1: dev {f1(r['dev_f1'])}, test {f1(r['test_f1'])}{paper}")
     for name in ("dev", "test"):
         rep = r[name]["repairs"]
@@ -517,6 +907,7 @@ def report(r: dict):
 
 def main():
     args = parse_args()
+    forget_stale_selection(args)
     run_recipe(args, stages(args), report)
 
 

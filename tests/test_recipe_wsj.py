@@ -1,7 +1,8 @@
 """The WSJ parsing recipe (recipes/wsj_parsing.sh): its command line, its error
-lines for bad input, the whole --smoke run (about a minute on 2 CPU cores)
-and the tree/scoring stages on real WSJ trees (NLTK's sample in ../shared,
-skipped when absent)."""
+lines for bad input, the whole --smoke run (about a minute on 2 CPU cores),
+the --smoke --tune run (dev-set tuning as Sec. 6.3, about 2 minutes) and the
+tree/scoring stages on real WSJ trees (NLTK's sample in ../shared, skipped
+when absent)."""
 import json
 import os
 import shutil
@@ -47,7 +48,9 @@ def test_help_through_the_shell_script(tmp_path):
     assert proc.returncode == 0, proc.stderr
     for option in ("--smoke", "--ptb", "--extra-trees", "--workdir", "--dry-run", "--stage", "--stop-stage",
                    "--ngpus", "--pos-tags", "--vocab", "--beam", "--alpha", "--evalb", "LDC99T42",
-                   "parsed/mrg/wsj/NN/wsj_NNNN.mrg"):
+                   "parsed/mrg/wsj/NN/wsj_NNNN.mrg", "--tune", "--tune-grid", "--attention-dropout",
+                   "dropout=0.1,0.2;attention_dropout=0.1,0.2;lr_scale=0.5,1;beam=10,21;alpha=0.3,1",
+                   "JSON"):
         assert option in proc.stdout, option
 
 
@@ -62,7 +65,8 @@ def test_dry_run_prints_the_papers_commands_and_creates_nothing(tmp_path):
     for command in (f"read {tmp_path / 'treebank_3'}/parsed/mrg/wsj sections train 02-21, dev 22, test 23",
                     "subword-nmt learn-bpe -s 16000 --total-symbols", "fairseq-preprocess", "--joined-dictionary",
                     "torchrun --nproc-per-node 8 --standalone -m fairseq_cli.train", "--arch attn_paper_parse",
-                    "--task attn_translation", "--lr-scheduler attn_inverse_sqrt --warmup-updates 4000",
+                    "--task attn_translation", "--lr-scheduler attn_inverse_sqrt --warmup-updates 16000",
+                    "--lr 1 --lr-scale 0.5",  # t2t transformer_parsing_base: warmup 16000, 0.5 x eq. 3
                     "--criterion attn_label_smoothed_cross_entropy --label-smoothing 0.1",
                     "--max-tokens 3125 --update-freq 1", "--fp16", "--max-update 100000",
                     "--save-interval-updates 1500",
@@ -71,6 +75,7 @@ def test_dry_run_prints_the_papers_commands_and_creates_nothing(tmp_path):
                     "--max-len-a 1 --max-len-b 300", "scripts/evalb.py"):
         assert command in out, command
     assert "--cpu" not in out and "--encoder-layers" not in out  # the paper's model, on GPUs
+    assert "--dropout" not in out and "--attention-dropout" not in out  # the arch's: 0.1 and 0.2
     assert list(tmp_path.iterdir()) == []
 
 
@@ -146,9 +151,80 @@ def test_extra_trees_join_the_training_data(tmp_path):
     (["--smoke", "--evalb", "/nonexistent/evalb"], "--evalb /nonexistent/evalb: not an executable file"),
     (["--smoke", "--stage", "nonsense"], "unknown stage 'nonsense'"),
     (["--smoke", "--beam", "0"], "--beam must be >= 1"),
+    (["--smoke", "--attention-dropout", "1.5"], "--attention-dropout must be in [0, 1)"),
+    (["--smoke", "--tune-grid", "dropout=0.1;heads=8"], "unknown key 'heads'; keys: dropout, attention_dropout"),
+    (["--smoke", "--tune-grid", "dropout=0.1,x"], "dropout value 'x' is not a number"),
+    (["--smoke", "--tune-grid", "beam=2.5"], "beam value '2.5' is not an integer >= 1"),
+    (["--smoke", "--tune-grid", "dropout=1.2"], "dropout 1.2 is not in [0, 1)"),
+    (["--smoke", "--tune-grid", "lr_scale=0"], "lr_scale 0 must be > 0"),
+    (["--smoke", "--tune-grid", "dropout=0.1;dropout=0.2"], "dropout is given twice"),
+    (["--smoke", "--tune-grid", "dropout 0.1"], "'dropout 0.1' is not KEY=V,V,..."),
+    (["--smoke", "--tune-grid", "beam="], "beam has no values"),
+    (["--smoke", "--tune-grid", ";"], "empty"),
+    (["--smoke", "--tune-grid", "beam=5", "--beam", "10"], "--beam and --tune-grid both set beam"),
+    (["--smoke", "--tune-grid", "/nonexistent/grid.json"], "--tune-grid /nonexistent/grid.json: cannot read it"),
 ])
 def test_bad_options_are_one_error_line(tmp_path, argv, fragment):
     assert_one_error_line(recipe([*argv, "--workdir", tmp_path / "w"]), fragment)
+
+
+# --------------------------------------------------------------------------- --tune: the grid
+def test_tune_grid_syntax_and_defaults(tmp_path):
+    g = wsj.parse_tune_grid("dropout=0.1, 0.2 ; attention-dropout=0;lr_scale=1,0.5,1;beam=10;alpha=1")
+    assert g == {"dropout": [0.1, 0.2], "attention_dropout": [0.0], "lr_scale": [1.0, 0.5], "beam": [10],
+                 "alpha": [1.0]}
+    assert isinstance(g["beam"][0], int)
+    spec = tmp_path / "grid.json"
+    spec.write_text('{"dropout": [0.1, 0.3], "beam": 21, "alpha": [0.3, 0.6]}')
+    assert wsj.parse_tune_grid(str(spec)) == {"dropout": [0.1, 0.3], "beam": [21], "alpha": [0.3, 0.6]}
+    spec.write_text('{"dropout": [0.1,')
+    with pytest.raises(wsj.RecipeError, match="not valid JSON"):
+        wsj.parse_tune_grid(str(spec))
+
+    # keys left out take their option's value; an option given fixes its key in the default grid
+    a = wsj.parse_args(["--ptb", str(tmp_path), "--tune-grid", "dropout=0.1,0.3", "--beam", "12"])
+    assert a.tune and a.grid == {"dropout": [0.1, 0.3], "attention_dropout": [0.2], "lr_scale": [0.5],
+                                 "beam": [12], "alpha": [0.3]}
+    a = wsj.parse_args(["--ptb", str(tmp_path), "--tune"])
+    assert a.grid == wsj.TUNE_GRID and len(wsj.tune_trials(a)) == 8 and len(wsj.decode_settings(a)) == 4
+    a = wsj.parse_args(["--ptb", str(tmp_path), "--tune", "--lr-scale", "0.5"])
+    assert a.grid["lr_scale"] == [0.5] and a.grid["dropout"] == [0.1, 0.2]
+    a = wsj.parse_args(["--smoke", "--tune"])
+    assert [t["stage"] for t in wsj.tune_trials(a)] == ["tune-d0.1-a0-lr0.25", "tune-d0.1-a0.2-lr0.25"]
+    assert [d["name"] for d in wsj.decode_settings(a)] == ["beam21-alpha0.3", "beam21-alpha1"]
+    assert not wsj.parse_args(["--smoke"]).tune
+
+
+def test_dry_run_tune_prints_every_trials_commands(tmp_path):
+    """--dry-run --tune, the paper setting: 8 trainings, each decoded 4 ways on section 22,
+    section 23 decoded once (with the selected setting); nothing is created."""
+    proc = recipe(["--dry-run", "--tune", "--ngpus", "8", "--ptb", tmp_path / "ptb", "--workdir", tmp_path / "w"])
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    names = [f"tune-d{d}-a{a}-lr{lr}" for d in ("0.1", "0.2") for a in ("0.1", "0.2") for lr in ("0.5", "1")]
+    order = ["prepare", "bpe", "binarize", *names, "select", "generate", "trees", "score"]
+    for i, name in enumerate(order, 1):
+        assert f"stage {i}/{len(order)} {name}:" in out, name
+    blocks = out.split("] stage ")
+    for name in names:
+        block = next(b for b in blocks if b.startswith(f"{order.index(name) + 1}/{len(order)} {name}:"))
+        d, a, lr = (part[1:] for part in name[len("tune-"):].replace("lr", "l").split("-"))
+        folder = tmp_path / "w" / "tune" / name[len("tune-"):]
+        assert block.count("fairseq_cli.train") == 1
+        assert f"--dropout {d} --attention-dropout {a}" in block
+        assert (f"--lr-scale {lr}" in block) == (lr != "1")
+        assert f"--save-dir {folder / 'checkpoints'}" in block
+        assert f"--output {folder / 'checkpoint_avg.pt.partial'}" in block
+        assert block.count("--gen-subset valid") == 4 and "--gen-subset test" not in block
+        for beam in ("10", "21"):
+            for alpha in ("0.3", "1.0"):
+                assert f"--path {folder / 'checkpoint_avg.pt'} --gen-subset valid --beam {beam} --gnmt-alpha {alpha}" \
+                    in block
+        assert block.count("scripts/evalb.py") == 4
+    assert out.count("--gen-subset test") == 1
+    assert "--gen-subset test --beam SELECTED_BEAM --gnmt-alpha SELECTED_ALPHA" in out
+    assert "pick the highest section 22 F1 of 32 settings" in out
+    assert not (tmp_path / "w").exists()
 
 
 # --------------------------------------------------------------------------- the smoke run
@@ -203,6 +279,83 @@ def test_a_removed_output_reruns_only_its_stage(smoke, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "stage 7/8 trees: an output is missing, redoing it" in proc.stdout
     assert (copy / "eval" / "test.parsed").read_text() == (smoke[0] / "eval" / "test.parsed").read_text()
+
+
+# --------------------------------------------------------------------------- the --smoke --tune run
+SMOKE_TRIALS = ["tune-d0.1-a0-lr0.25", "tune-d0.1-a0.2-lr0.25"]
+
+
+@pytest.fixture(scope="module")
+def smoke_tune(tmp_path_factory):
+    """--smoke --tune: 2 trainings (attention dropout 0 and 0.2) x 2 decodings (alpha 0.3 and 1)."""
+    work = tmp_path_factory.mktemp("wsj-tune") / "tune"
+    proc = recipe(["--smoke", "--tune", "--workdir", work], cmd=SH, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return work, proc
+
+
+def test_smoke_tune_selects_on_dev_and_scores_test_once(smoke_tune):
+    work, proc = smoke_tune
+    stages = ["prepare", "bpe", "binarize", *SMOKE_TRIALS, "select", "generate", "trees", "score"]
+    for i, name in enumerate(stages, 1):
+        assert f"stage {i}/{len(stages)} {name}: finished" in proc.stdout
+    r = json.loads((work / "results.json").read_text())
+    tune = r["tune"]
+    assert tune["grid"] == {"dropout": [0.1], "attention_dropout": [0.0, 0.2], "lr_scale": [0.25], "beam": [21],
+                            "alpha": [0.3, 1.0]}
+    trials = tune["trials"]
+    assert [t["name"] for t in trials] == [f"{s}/beam21-alpha{a}" for s in SMOKE_TRIALS for a in ("0.3", "1")]
+    for t in trials:
+        assert set(t) >= {"name", "stage", "workdir", "dropout", "attention_dropout", "lr_scale", "beam", "alpha",
+                          "dev_f1", "averaged_updates"}
+        assert t["dev_f1"] is None or 0 <= t["dev_f1"] <= 100
+        assert t["workdir"] == str(work / "tune" / t["stage"][len("tune-"):])
+        assert (t["lr_scale"], t["beam"]) == (0.25, 21) and t["updates"] == 600
+        if t["averaged_updates"] is not None:  # recorded by recipes.lib.stages.read_averaged
+            assert t["averaged_updates"][-1] == 600 and len(t["averaged_updates"]) == 5
+    # the selected setting is the argmax of dev F1 over the file's own trial list (ties: the first)
+    scores = [-1.0 if t["dev_f1"] is None else t["dev_f1"] for t in trials]
+    best = trials[scores.index(max(scores))]
+    assert tune["selected"] == best
+    assert r["dev_f1"] == best["dev_f1"]
+    assert isinstance(r["test_f1"], float) and 0 <= r["test_f1"] <= 100
+    assert (r["dropout"], r["attention_dropout"], r["lr_scale"]) == (best["dropout"], best["attention_dropout"], 0.25)
+    assert r["decoding"]["beam"] == best["beam"] and r["decoding"]["length_penalty"] == f"GNMT alpha {best['alpha']:g}"
+    assert r["checkpoint"] == str(work / "tune" / best["stage"][len("tune-"):] / "checkpoint_avg.pt")
+    if "averaged_updates" in r:
+        assert r["averaged_updates"] == best["averaged_updates"]
+    # section 23 was decoded once, with the selected setting, and not by any trial
+    assert len(list(work.glob("tune/*/gen/test*"))) == 0 and (work / "gen" / "test.out").exists()
+    assert f"--gen-subset test --beam {best['beam']} --gnmt-alpha {best['alpha']}" in proc.stdout
+    assert proc.stdout.count("--gen-subset test") == 1
+    assert f"{best['name']}: " in proc.stdout and "<- selected" in proc.stdout
+
+
+def test_smoke_tune_twice_trains_nothing(smoke_tune):
+    work, _ = smoke_tune
+    proc = recipe(["--smoke", "--tune", "--workdir", work])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("done already, skipping") == 9
+    assert "fairseq-train" not in proc.stdout
+
+
+def test_smoke_tune_with_more_decoding_settings_decodes_but_does_not_train(smoke_tune, tmp_path):
+    """A copy of the tuned run, with beam 1 added to the grid: each trial decodes section 22 for
+    the new settings only (no training, no averaging), the selection is made again over 8."""
+    copy = tmp_path / "copy"
+    shutil.copytree(smoke_tune[0], copy)
+    proc = recipe(["--smoke", "--tune-grid", "attention_dropout=0,0.2;beam=21,1;alpha=0.3,1", "--workdir", copy],
+                  timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "the --tune grid changed since the last selection: selecting again" in out
+    assert "fairseq-train" not in out and "average_checkpoints.py" not in out
+    assert out.count("# train: done already") == 2 and out.count("--gen-subset valid --beam 1 ") == 4
+    assert "--gen-subset valid --beam 21 " not in out
+    r = json.loads((copy / "results.json").read_text())
+    assert len(r["tune"]["trials"]) == 8
+    scores = [-1.0 if t["dev_f1"] is None else t["dev_f1"] for t in r["tune"]["trials"]]
+    assert r["tune"]["selected"] == r["tune"]["trials"][scores.index(max(scores))]
 
 
 # --------------------------------------------------------------------------- real WSJ trees

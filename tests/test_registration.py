@@ -33,7 +33,9 @@ def test_registries_hold_the_plugin_components():
     ("attn_paper_base", 512, 2048, 8, 6, 0.1),     # Table 3, base
     ("attn_paper_big", 1024, 4096, 16, 6, 0.3),    # Table 3, big
     ("attn_paper_big_en_fr", 1024, 4096, 16, 6, 0.1),  # Sec. 6.1
-    ("attn_paper_parse", 1024, 4096, 16, 4, 0.3),  # Sec. 6.3: 4 layers, d_model 1024
+    # Sec. 6.3: 4 layers, d_model 1024, the rest as the base model (P_drop was tuned; its value is
+    # not given, so the base 0.1 stays)
+    ("attn_paper_parse", 1024, 2048, 8, 4, 0.1),
 ])
 def test_architectures_have_the_papers_sizes(arch, d_model, d_ff, h, layers, p_drop):
     a = parsed(arch)
@@ -43,6 +45,38 @@ def test_architectures_have_the_papers_sizes(arch, d_model, d_ff, h, layers, p_d
         assert getattr(a, f"{side}_attention_heads") == h
         assert getattr(a, f"{side}_layers") == layers
     assert a.dropout == p_drop
+
+
+def test_parse_architecture_follows_sec_6_3_and_t2t_where_the_paper_is_silent():
+    """Sec. 6.3: 4 layers, d_model 1024, otherwise the base model (h=8, d_ff=2048, so
+    d_k = d_v = 128); attention dropout 0.2 from t2t's transformer_parsing_base
+    (the paper tuned it but gives no value, the base model has none)."""
+    a = parsed("attn_paper_parse")
+    assert (a.encoder_layers, a.decoder_layers) == (4, 4)
+    assert a.encoder_embed_dim // a.encoder_attention_heads == 128
+    assert (a.dropout, a.attention_dropout, a.activation_dropout) == (0.1, 0.2, 0.0)
+    assert a.attention_key_dim is None and a.attention_value_dim is None  # d_model / h
+    assert not a.no_share_all_embeddings  # shared embeddings as the base model (Sec. 3.4), not t2t's
+    b = parsed("attn_paper_parse", "--attention-dropout", "0.1", "--dropout", "0.3")
+    assert (b.dropout, b.attention_dropout) == (0.3, 0.1)
+
+
+def test_parse_architecture_parameter_count():
+    """attn_paper_parse with the WSJ-only 16K vocabulary against a count by hand from
+    N=4, d_model=1024, d_ff=2048 (h does not change it): every projection has a bias,
+    LayerNorms have gain and bias, one embedding matrix is shared by the encoder,
+    the decoder and the pre-softmax linear (Sec. 3.4), positions are sinusoids."""
+    from attn_plugin.table3 import build_for_counting, count_parameters
+
+    V, d, d_ff, N = 16000, 1024, 2048, 4
+    attention = 4 * (d * d + d)                  # W^Q, W^K, W^V, W^O
+    ffn = d * d_ff + d_ff + d_ff * d + d         # W_1, b_1, W_2, b_2
+    layer_norm = 2 * d
+    encoder_layer = attention + ffn + 2 * layer_norm
+    decoder_layer = 2 * attention + ffn + 3 * layer_norm
+    expected = V * d + N * (encoder_layer + decoder_layer)
+    assert expected == 100_384_768
+    assert count_parameters(build_for_counting(["--arch", "attn_paper_parse"], vocab_size=V)) == expected
 
 
 def test_command_line_overrides_win_over_architecture_defaults():
