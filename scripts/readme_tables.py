@@ -59,12 +59,13 @@ def bundled() -> str:
     rows = []
     for run in runs:
         r = run["result"]
+        quiet = run.get("quiet_machine", True)
+        times = ([minutes(r.get("stage_seconds", {}).get("train")), minutes(r.get("total_seconds"))] if quiet
+                 else ["(not timed: run side by side)", ""])
         rows.append([r["seed"], f"{r['sacrebleu']:.2f}", f"{r.get('bleu_t2t', float('nan')):.2f}",
-                     f"{r.get('bleu_compound_split', float('nan')):.2f}", r["updates"],
-                     minutes(r.get("stage_seconds", {}).get("train")), minutes(r.get("total_seconds"))])
+                     f"{r.get('bleu_compound_split', float('nan')):.2f}", r["updates"], *times])
     keys = ("sacrebleu", "bleu_t2t", "bleu_compound_split")
-    rows.append(["mean ± sd", *(mean_sd([run["result"].get(k) for run in runs]) for k in keys), "", "",
-                 minutes(statistics.mean(run["result"]["total_seconds"] for run in runs))])
+    rows.append(["mean ± sd", *(mean_sd([run["result"].get(k) for run in runs]) for k in keys), "", "", ""])
     head = ["seed", "sacreBLEU", "BLEU, paper's protocol (t2t)", "BLEU, fairseq's compound split", "updates",
             "train", "all stages"]
     first = runs[0]
@@ -86,7 +87,7 @@ def bundled_sweep() -> str:
         curve = r["valid_bleu_avg5_by_update"]
         train = r.get("stage_seconds", {}).get("train")
         per_update = f"{train / r['updates']:.2f}" if train and r.get("updates") else "-"
-        rows.append([f"`{run['name']}`", f"`{r['flags']}`" if r["flags"] else "(the defaults)", per_update,
+        rows.append([f"`{run['name']}`", f"`{r['flags']}`" if r["flags"] else f"(the defaults of {run['commit'][:7]})", per_update,
                      *(curve.get(str(u), "-") for u in updates)])
     head = ["config", "recipe options", "s/update (1 thread, 2 runs side by side)",
             *(f"valid BLEU @{u}" for u in updates)]

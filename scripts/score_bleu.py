@@ -32,17 +32,26 @@ becomes "a ##AT##-##AT## b-c": the "b" is consumed by the first match; "é-è-ê
 is split twice, as perl consumes only the first byte of "è").
 
 Where this differs from multi-bleu.perl (inputs a WMT test set never has): an
-empty reference line counts as length 0 (current multi-bleu.perl adds 9999 to
-ref_len for it, older ones 0; a warning is printed); an empty hypothesis file
-scores 0 instead of perl's division by zero; a file whose last line lacks its
-newline keeps that line's last character (perl's chop drops it). An empty
-reference (ref_len = 0) or files of different line counts are errors.
+empty hypothesis file scores 0 instead of perl's division by zero; a file whose
+last line lacks its newline keeps that line's last character (the chop of
+multi-bleu.perl before 2018-07 drops it). An empty reference line counts as
+length 0, as in every multi-bleu.perl, with a warning; files of different line
+counts (for which perl adds 9999 to ref_len per missing reference line) or an
+empty reference (ref_len = 0) are errors.
 
 --protocol t2t scores raw (detokenized) text the way the paper's EN-DE
 numbers were made, tensor2tensor's get_ende_bleu.sh: Moses
-replace-unicode-punctuation.perl, tokenizer.perl -l LANG with its defaults
-(escaping on, no -a), the compound split (for German; --no-compound-split or
---compound-split override), then multi-bleu.perl:
+replace-unicode-punctuation.perl (its "-l de" is ignored by the script),
+tokenizer.perl -l LANG with its defaults (escaping on, no -a), the compound
+split, then multi-bleu.perl. The reference goes through the same steps (the
+t2t script takes an already tokenized reference). The compound split is on by
+default for -l de only; EN-FR (-l fr) is scored by the same pipeline without
+it; --compound-split / --no-compound-split override. Only de and fr are
+supported. The Moses scripts are those of April 2018, when get_ende_bleu.sh got
+its last form: no unconditional split of a line's final dot ("Gate 24." stays
+one word, a nonbreaking prefix), and full-width "１" becomes '"' (sic). A line
+that is empty or only whitespace is passed on untouched, as tokenizer.perl
+does (so a line holding only a no-break space is one word for multi-bleu.perl):
 
     python scripts/score_bleu.py --protocol t2t --hyp out.detok.de --ref newstest2014.de
     python scripts/score_bleu.py --protocol t2t -l fr --hyp out.detok.fr --ref newstest2014.fr
@@ -191,18 +200,35 @@ def multi_bleu(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence
 # ---------------------------------------------------------------------------
 # The paper's protocol: tensor2tensor's get_ende_bleu.sh
 # ---------------------------------------------------------------------------
+# The Moses scripts are taken as they were when get_ende_bleu.sh got its final
+# form (t2t 2018-04-05, which added the replace-unicode-punctuation step; Moses
+# master of that day, ae7aa6a9d). Two later Moses changes are NOT followed:
+# tokenizer.perl's "split final dots unconditionally" (2018-11-07, 9fc964da7;
+# sacremoses has the older rule too) and replace-unicode-punctuation.perl's
+# "１" -> "1" (2019-10-14, 5d3331b92; before it "１" became '"').
+T2T_LANGS = ("de", "fr")
+
 # replace-unicode-punctuation.perl's substitutions, in its order. The script
-# reads bytes (its binmode lines are commented out) and ignores -l; each
+# reads bytes (its binmode lines are commented out) and never looks at its
+# arguments (get_ende_bleu.sh's "-l de" is shifted off and ignored); each
 # pattern is a whole UTF-8 sequence, so on text it is the same replacement.
-# "。 *" and "． *" also swallow the spaces after the full stop.
+# "。 *" and "． *" also swallow the ASCII spaces after the full stop.
 _UNICODE_PUNCT = [
     ("，", ","), ("。 *", ". "), ("、", ","), ("”", '"'), ("“", '"'), ("∶", ":"), ("：", ":"), ("？", "?"),
-    ("《", '"'), ("》", '"'), ("）", ")"), ("！", "!"), ("（", "("), ("；", ";"), ("１", "1"), ("」", '"'),
-    ("「", '"'), ("０", "0"), ("３", "3"), ("２", "2"), ("５", "5"), ("６", "6"), ("９", "9"), ("７", "7"),
-    ("８", "8"), ("４", "4"), ("． *", ". "), ("～", "~"), ("’", "'"), ("…", "..."), ("━", "-"), ("〈", "<"),
-    ("〉", ">"), ("【", "["), ("】", "]"), ("％", "%"),
+    ("《", '"'), ("》", '"'), ("）", ")"), ("！", "!"), ("（", "("), ("；", ";"),
+    ("１", '"'),  # sic: the 2018 script's typo (fixed to "1" in 2019, see above)
+    ("」", '"'), ("「", '"'), ("０", "0"), ("３", "3"), ("２", "2"), ("５", "5"), ("６", "6"), ("９", "9"),
+    ("７", "7"), ("８", "8"), ("４", "4"), ("． *", ". "), ("～", "~"), ("’", "'"), ("…", "..."), ("━", "-"),
+    ("〈", "<"), ("〉", ">"), ("【", "["), ("】", "]"), ("％", "%"),
 ]
 _UNICODE_PUNCT_RE = [(re.compile(pattern), repl) for pattern, repl in _UNICODE_PUNCT]
+
+# tokenizer.perl reads UTF-8 (binmode :utf8), so its \s is perl's Unicode \s.
+# Python's \s (which sacremoses uses) has four more: the ASCII separators
+# \x1c-\x1f, which perl leaves to its "ASCII junk" rule and deletes.
+_PERL_USPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_PERL_BLANK_LINE = re.compile(f"[{_PERL_USPACE}]*")
+_PY_ONLY_SPACE = re.compile("[\x1c-\x1f]")
 
 
 def replace_unicode_punctuation(line: str) -> str:
@@ -217,34 +243,96 @@ def replace_unicode_punctuation(line: str) -> str:
 _TOKENIZERS = {}
 
 
+def _moses_tokenizer(lang: str):
+    """sacremoses' MosesTokenizer, patched where it differs from tokenizer.perl."""
+    tok = _TOKENIZERS.get(lang)
+    if tok is not None:
+        return tok
+    from sacremoses import MosesTokenizer
+    from sacremoses.corpus import Perluniprops
+    from sacremoses.indic import NUKTAS, VIRAMAS
+
+    class PerlMosesTokenizer(MosesTokenizer):
+        # sacremoses 0.2 rewrote the multi-dot rule as one pass; perl's loop
+        #   s/\.([\.]+)/ DOTMULTI$1/g; while (/DOTMULTI\./) { s/DOTMULTI\.([^\.])/DOTDOTMULTI $1/g;
+        #   s/DOTMULTI\./DOTDOTMULTI/g }   ...   while (/DOTDOTMULTI/) { s/DOTDOTMULTI/DOTMULTI./g } s/DOTMULTI/./g
+        # gives the same text except where the input itself holds "DOTMULTI"
+        # ("DOTMULTI.x": perl ".. x", sacremoses "..x"). Perl's loop it is.
+        def replace_multidots(self, text):
+            text = re.sub(r"\.([\.]+)", r" DOTMULTI\1", text)
+            while "DOTMULTI." in text:
+                text = re.sub(r"DOTMULTI\.([^\.])", r"DOTDOTMULTI \1", text)
+                text = text.replace("DOTMULTI.", "DOTDOTMULTI")
+            return text
+
+        def restore_multidots(self, text):
+            while "DOTDOTMULTI" in text:
+                text = text.replace("DOTDOTMULTI", "DOTMULTI.")
+            return text.replace("DOTMULTI", ".")
+
+    tok = PerlMosesTokenizer(lang=lang)
+    # sacremoses counts Indic viramas and nuktas as alphanumeric (so "क्ष" stays one
+    # word); perl's \p{IsAlnum} does not, and tokenizer.perl pads them as symbols
+    # ("क ् ष"). Padding them beforehand gives perl's result.
+    alnum = set(Perluniprops().chars("IsAlnum"))
+    marks = "".join(sorted(set(VIRAMAS + NUKTAS) - alnum))
+    tok.perl_pad_marks = re.compile(f"[{re.escape(marks)}]") if marks else None
+    _TOKENIZERS[lang] = tok
+    return tok
+
+
 def t2t_tokenize(line: str, lang: str = "de") -> str:
     """replace-unicode-punctuation.perl, then tokenizer.perl -l ``lang`` with its
     defaults: escaping on (& < > ' " | [ ] become &amp; &lt; &gt; &apos; &quot;
-    &#124; &#91; &#93;), no -a (a hyphen between letters stays inside the word).
-    The tokenizer is sacremoses' port of tokenizer.perl (1:1 on newstest2014,
-    see tests/test_score_bleu.py)."""
-    from sacremoses import MosesTokenizer
+    &#124; &#91; &#93;), no -a (a hyphen between letters stays inside the word),
+    the final-dot rule of 2018 (a word ending in "." keeps it when it is a
+    nonbreaking prefix, e.g. German "24." or "Mio.", even at the end of a line).
 
-    tok = _TOKENIZERS.get(lang)
-    if tok is None:
-        tok = _TOKENIZERS[lang] = MosesTokenizer(lang=lang)
+    The tokenizer is sacremoses' port of tokenizer.perl, patched where it differs
+    from the perl: a line that is empty or only (Unicode) whitespace comes back
+    unchanged, as tokenizer.perl prints such lines untouched (/^\\s*$/), so a
+    no-break space alone stays a word for multi-bleu.perl; \\x1c-\\x1f are deleted
+    (perl's ASCII-junk rule), not turned into spaces; Indic viramas/nuktas are
+    split off; text holding "DOTMULTI" follows perl's multi-dot loop. Checked 1:1
+    against the perl scripts on newstest2013/2014 de and fr (tests/test_score_bleu.py).
+    Languages other than de and fr are refused: tokenizer.perl has rules of its
+    own for some (fi, sv, ga, ...) that sacremoses lacks, and nothing else was checked.
+    """
+    if lang not in T2T_LANGS:
+        raise ScoreError(f"--protocol t2t supports -l {' or '.join(T2T_LANGS)}, not {lang!r}")
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        # perl (5.36) stops on malformed UTF-8 ("Malformed UTF-8 character (fatal)")
+        raise ScoreError(f"not valid UTF-8: {line.encode('utf-8', 'surrogateescape')[:80]!r}") from None
     text = replace_unicode_punctuation(line)
+    if _PERL_BLANK_LINE.fullmatch(text):
+        return text  # tokenizer.perl: if (/^\s*$/) { print $_ } (no tokenizing, no trimming)
+    tok = _moses_tokenizer(lang)
+    text = _PY_ONLY_SPACE.sub("", text)
+    if tok.perl_pad_marks is not None:
+        text = tok.perl_pad_marks.sub(r" \g<0> ", text)
     return tok.tokenize(text, aggressive_dash_splits=False, escape=True, return_str=True)
 
 
-def t2t_bleu(hyps: Sequence[str], refs: Sequence[str], lang: str = "de",
-             compound: Union[bool, None] = None) -> "MultiBleuResult":
+def t2t_bleu(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence[str]]], lang: str = "de",
+             compound_split: Union[bool, None] = None) -> MultiBleuResult:
     """BLEU of raw (detokenized) ``hyps`` against raw ``refs`` as tensor2tensor's
     get_ende_bleu.sh computes it (the paper's Table 2 for EN-DE): both sides
-    through :func:`t2t_tokenize`, the compound split (``compound``: default on for
-    German only), multi-bleu.perl."""
-    if compound is None:
-        compound = lang == "de"
+    through :func:`t2t_tokenize`, the compound split (``compound_split``: None =
+    on for German only), multi-bleu.perl. ``refs`` as for :func:`multi_bleu`.
+    Returns multi_bleu's result: ``.score``, ``.format()`` = multi-bleu.perl's line."""
+    if compound_split is None:
+        compound_split = lang == "de"
     hyp_tok = [t2t_tokenize(h, lang) for h in hyps]
-    ref_tok = [t2t_tokenize(r, lang) for r in refs]
-    if compound:
-        hyp_tok, ref_tok = [compound_split(h) for h in hyp_tok], [compound_split(r) for r in ref_tok]
+    ref_tok = [[t2t_tokenize(r, lang) for r in stream] for stream in _as_streams(refs)]
+    if compound_split:
+        hyp_tok = [_split_compounds(h) for h in hyp_tok]
+        ref_tok = [[_split_compounds(r) for r in stream] for stream in ref_tok]
     return multi_bleu(hyp_tok, ref_tok)
+
+
+_split_compounds = compound_split  # t2t_bleu's argument of that name hides the function
 
 
 def read_lines(path: str) -> List[str]:
@@ -273,7 +361,8 @@ def main(argv=None) -> int:
     parser.add_argument("--protocol", choices=["tokenized", "t2t"], default="tokenized",
                         help="tokenized (default): the files are tokenized already; t2t: the files are raw text, "
                              "scored as tensor2tensor's get_ende_bleu.sh (the paper's EN-DE protocol)")
-    parser.add_argument("-l", "--lang", default="de", help="--protocol t2t: the Moses tokenizer's language (default de)")
+    parser.add_argument("-l", "--lang", default="de", choices=T2T_LANGS,
+                        help="--protocol t2t: the Moses tokenizer's language (default de; fr for EN-FR)")
     parser.add_argument("--hyp", required=True, metavar="H", help="hypotheses, one a line ('-': stdin)")
     parser.add_argument("--ref", required=True, nargs="+", action="extend", metavar="R",
                         help="reference(s), one a line; several files = several references")
@@ -281,7 +370,7 @@ def main(argv=None) -> int:
                         help="split hyphenated compounds (a-b -> a ##AT##-##AT## b) in hyp and ref, as for EN-DE "
                              "(with --protocol t2t: the default for -l de)")
     parser.add_argument("--no-compound-split", dest="compound_split", action="store_false",
-                        help="--protocol t2t -l de without the compound split")
+                        help="no compound split (--protocol t2t: the default for -l fr)")
     parser.add_argument("--lowercase", "-lc", action="store_true", help="lowercase ASCII letters (multi-bleu.perl -lc)")
     args = parser.parse_args(argv)
 
@@ -300,15 +389,24 @@ def main(argv=None) -> int:
             print(f"error: hypothesis file {hyp_name} has {_lines(len(hyps))} but reference file {path} has "
                   f"{_lines(len(stream))}", file=sys.stderr)
             return 1
-        empty = sum(1 for line in stream if not words(line))
-        if empty:
-            print(f"warning: {empty} empty line(s) in reference file {path}, counted as length 0 "
-                  f"(current multi-bleu.perl adds 9999 to ref_len for each)", file=sys.stderr)
     if args.protocol == "t2t":
-        hyps = [t2t_tokenize(h, args.lang) for h in hyps]
-        refs = [[t2t_tokenize(r, args.lang) for r in stream] for stream in refs]
+        roles = {path: "reference" for path in args.ref}
+        roles[args.hyp] = "hypothesis"
+        for path, role in roles.items():  # each file once, also when it is given twice
+            try:
+                texts[path] = [t2t_tokenize(line, args.lang) for line in texts[path]]
+            except ScoreError as e:
+                print(f"error: {role} file {'stdin' if path == '-' else path}: {e}", file=sys.stderr)
+                return 1
+        hyps = texts[args.hyp]
+        refs = [texts[r] for r in args.ref]
         if args.compound_split is None:
             args.compound_split = args.lang == "de"
+    for path, stream in zip(args.ref, refs):
+        empty = sum(1 for line in stream if not words(line))  # after tokenizing: what multi-bleu.perl reads
+        if empty:
+            print(f"warning: {empty} empty line(s) in reference file {path}, counted as length 0 "
+                  f"(as multi-bleu.perl does)", file=sys.stderr)
     if args.compound_split:
         hyps = [compound_split(h) for h in hyps]
         refs = [[compound_split(r) for r in stream] for stream in refs]

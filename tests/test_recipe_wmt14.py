@@ -166,7 +166,8 @@ def test_smoke_en_fr_reads_un_and_gzipped_giga_fren(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     results = json.loads((work / "results.json").read_text())
     assert results["pair"] == "en-fr" and "bleu_compound_split" not in results
-    assert results["updates"] == 20
+    assert results["updates"] == 20 and results["averaged_updates"] == [5, 10, 15, 20]  # 20 % 5 == 0
+    assert "bleu_t2t" in results and "without the compound split" in results["bleu_t2t_protocol"]
     # five corpora, each a fifth of the 2400 sample pairs, concatenated before cleaning
     for key in ("europarl", "commoncrawl", "news_commentary", "un", "giga_fren"):
         assert sum(1 for _ in open(work / "orig" / f"{key}.fr", encoding="utf-8")) == 480

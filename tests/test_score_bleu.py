@@ -405,8 +405,9 @@ from scripts.score_bleu import replace_unicode_punctuation, t2t_bleu, t2t_tokeni
     ("a & b <c> 'd' \"e\" | [f]", "a &amp; b &lt; c &gt; &apos; d &apos; &quot; e &quot; &#124; &#91; f &#93;"),
     # “ ” become " (then &quot;); „ and « » are not in replace-unicode-punctuation's list: own tokens
     ("Er sagte: „Das ist gut“ und «Bonjour»", "Er sagte : „ Das ist gut &quot; und « Bonjour »"),
-    # full-width comma and full stop (which also swallows the spaces after it), ellipsis, full-width digits
-    ("Hallo，Welt。  Ende… 【１２】 ％", "Hallo , Welt . Ende ... &#91; 12 &#93; %"),
+    # full-width comma and full stop (which also swallows the spaces after it), ellipsis, full-width
+    # digits; the 2018 script (the one get_ende_bleu.sh ran) maps "１" to '"' (sic; "1" since 2019)
+    ("Hallo，Welt。  Ende… 【１２】 ％", "Hallo , Welt . Ende ... &#91; &quot; 2 &#93; %"),
     # ’ becomes ', and German splits an apostrophe off on both sides
     ("Das ist’s", "Das ist &apos; s"),
     # no -a: hyphens inside words stay; a lone or leading/trailing hyphen is left as it is
@@ -415,6 +416,10 @@ from scripts.score_bleu import replace_unicode_punctuation, t2t_bleu, t2t_tokeni
     ("Wir fahren nach Hause.", "Wir fahren nach Hause ."),
     ("Bitte kommen Sie zu Gate 24.", "Bitte kommen Sie zu Gate 24."),
     ("", ""),
+    # a line of only (Unicode) whitespace is printed untouched by tokenizer.perl (/^\s*$/)
+    ("\u00a0", "\u00a0"),
+    # \x1c-\x1f are "ASCII junk" to perl (deleted), not spaces as in Python's \s
+    ("a\x1cb", "ab"),
 ])
 def test_t2t_tokenization_follows_the_perl_rules(raw, tokens):
     assert t2t_tokenize(raw, "de") == tokens
@@ -469,7 +474,8 @@ def test_t2t_matches_the_real_perl_pipeline_where_it_is_installed(tmp_path):
     if not (PERL and scripts and Path(scripts, "tokenizer", "tokenizer.perl").exists()):
         pytest.skip("set MOSES_SCRIPTS to mosesdecoder/scripts to compare with the perl scripts")
     lines = ["Er sagte: „Das ist gut“ & <ok> 'x'", "2-Euro-Job a-b-c -a a- - x", "", "Hallo，Welt。 Ende…",
-             "Dr. Müller z.B. 3.5 Mio. e-mail"]
+             "Dr. Müller z.B. 3.5 Mio. e-mail", "【１２】 ％-Hallo", "\u00a0", " a\x1cb ", "क्षत्रिय ...x",
+             "DOTMULTI.x y..z"]
     raw = tmp_path / "raw"
     raw.write_text("\n".join(lines) + "\n", encoding="utf-8")
     perl = subprocess.run(f"perl {scripts}/tokenizer/replace-unicode-punctuation.perl < {raw} | "
