@@ -13,7 +13,7 @@ setup(
     description='fairseq plugin reproducing "Attention Is All You Need"',
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["attn_plugin", "attn_plugin.*"]),
+    packages=find_packages(include=["attn_plugin", "attn_plugin.*", "attn_kit", "attn_kit.*"]),
     python_requires=">=3.8",
     install_requires=[
         "fairseq-fixed==0.12.3.1; python_version >= '3.11'",
@@ -23,6 +23,7 @@ setup(
         "sacremoses>=0.0.53",
         "subword-nmt>=0.3.8",
         "sacrebleu>=2.0",
+        "pyyaml",
     ],
     extras_require={"test": ["pytest>=7"], "plot": ["matplotlib"]},
 )

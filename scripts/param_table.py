@@ -7,28 +7,27 @@ Counts use a shared 37000-token vocabulary (Sec. 5.1) and are compared with
 the paper's "params x 10^6" column where the paper gives one.
 """
 import argparse
-import os
-import sys
+import logging
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from attn_kit.build import build_model, count_parameters, plugin_flags
+from attn_kit.cli import main_guard
+from attn_kit.paper import EN_DE_VOCAB, TABLE3
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--vocab-size", type=int, default=37000, help="shared vocabulary size (default 37000)")
+    parser.add_argument("--vocab-size", type=int, default=EN_DE_VOCAB,
+                        help=f"shared vocabulary size (default {EN_DE_VOCAB})")
     args = parser.parse_args()
-    import logging
-
     logging.disable(logging.INFO)
-    from attn_plugin.table3 import TABLE3_ROWS, build_for_counting, count_parameters
-
     print("| Table 3 row | change from base | flags on `--arch attn_paper_base` | params (plugin) | params (paper) |")
     print("|---|---|---|---|---|")
-    for row, change, flags, paper in TABLE3_ROWS:
-        n = count_parameters(build_for_counting(flags, args.vocab_size)) / 1e6
-        paper_s = f"{paper}M ({(n - paper) / paper:+.1%})" if paper else "-"
-        print(f"| {row} | {change} | `{' '.join(flags) or '(none)'}` | {n:.1f}M | {paper_s} |", flush=True)
+    for row in TABLE3:
+        n = count_parameters(build_model(plugin_flags(*row.flags()), vocab_size=args.vocab_size)) / 1e6
+        paper = f"{row.params}M ({(n - row.params) / row.params:+.1%})" if row.params else "-"
+        print(f"| {row.group} | {row.describe()} | `{' '.join(row.flags()) or '(none)'}` | {n:.1f}M | {paper} |",
+              flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    main_guard(main)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from attn_kit.sizes import SIZES
+
 REPO = Path(__file__).resolve().parents[1]
 USER_DIR = str(REPO / "attn_plugin")
 BIN = Path(sys.executable).parent
@@ -50,9 +52,7 @@ def last_line(proc):
 
 
 # Small model flags on top of --arch attn_paper_base (or a stock fairseq arch).
-TINY_MODEL = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
-              "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-              "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+TINY_MODEL = SIZES["tiny"].flags()
 
 
 @pytest.fixture(scope="session")

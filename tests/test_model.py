@@ -11,7 +11,8 @@ from attn_plugin.models.attn_transformer import (
     convert_fairseq_transformer_state_dict,
     sinusoidal_encoding,
 )
-from attn_plugin.table3 import TABLE3_ROWS, build_for_counting, count_parameters
+from attn_kit.build import build_model, count_parameters, plugin_flags
+from attn_kit.paper import TABLE3
 
 
 def build(data_bin, flags):
@@ -165,10 +166,10 @@ def test_embeddings_are_shared_and_scaled(data_bin):
     assert model.encoder.embed.scale == pytest.approx(math.sqrt(32))
 
 
-@pytest.mark.parametrize("row,change,flags,paper", [r for r in TABLE3_ROWS if r[3]], ids=lambda v: str(v))
-def test_table3_parameter_counts_within_7_percent_of_paper(row, change, flags, paper):
-    n = count_parameters(build_for_counting(flags)) / 1e6
-    assert abs(n - paper) / paper <= 0.07, f"row {row} ({change}): {n:.1f}M vs paper {paper}M"
+@pytest.mark.parametrize("row", [r for r in TABLE3 if r.params], ids=lambda r: r.name)
+def test_table3_parameter_counts_within_7_percent_of_paper(row):
+    n = count_parameters(build_model(plugin_flags(*row.flags()))) / 1e6
+    assert abs(n - row.params) / row.params <= 0.07, f"row {row.name} ({row.describe()}): {n:.1f}M vs paper {row.params}M"
 
 
 def test_stacked_projections_are_initialized_like_separate_ones(data_bin):

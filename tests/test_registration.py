@@ -66,7 +66,7 @@ def test_parse_architecture_parameter_count():
     N=4, d_model=1024, d_ff=2048 (h does not change it): every projection has a bias,
     LayerNorms have gain and bias, one embedding matrix is shared by the encoder,
     the decoder and the pre-softmax linear (Sec. 3.4), positions are sinusoids."""
-    from attn_plugin.table3 import build_for_counting, count_parameters
+    from attn_kit.build import build_model, count_parameters, plugin_flags
 
     V, d, d_ff, N = 16000, 1024, 2048, 4
     attention = 4 * (d * d + d)                  # W^Q, W^K, W^V, W^O
@@ -76,7 +76,7 @@ def test_parse_architecture_parameter_count():
     decoder_layer = 2 * attention + ffn + 3 * layer_norm
     expected = V * d + N * (encoder_layer + decoder_layer)
     assert expected == 100_384_768
-    assert count_parameters(build_for_counting(["--arch", "attn_paper_parse"], vocab_size=V)) == expected
+    assert count_parameters(build_model(plugin_flags(arch="attn_paper_parse"), vocab_size=V)) == expected
 
 
 def test_command_line_overrides_win_over_architecture_defaults():

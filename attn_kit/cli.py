@@ -1,0 +1,122 @@
+"""What every attn_kit command line shares: one-line errors, log lines, atomic writes.
+
+A problem the user can fix is raised as :class:`UserError` (or
+:class:`UsageError` for a bad command line) anywhere below a command's
+``main``; :func:`main_guard` prints it as ``error: <message>`` on stderr and
+exits 1 (2 for usage), with no traceback. The plugin's own errors
+(``attn_plugin.errors.AttnPluginError``, e.g. a refused checkpoint) are reported
+the same way when they reach a command of this library. Ctrl-C exits 130 with
+one line saying that finished work is kept.
+
+Files are written whole or not at all: :func:`atomic_output` yields a
+temporary name next to the target and renames it into place only when the
+block completes; on failure the temporary file is removed.
+"""
+import json
+import os
+import shutil
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Optional
+
+
+class UserError(Exception):
+    """A problem the message fully explains; reported as one line, exit status 1."""
+
+    exit_status = 1
+
+
+class UsageError(UserError):
+    """A command line that does not make sense; exit status 2, as argparse uses."""
+
+    exit_status = 2
+
+
+def error_line(message) -> str:
+    """The one line a failure is reported as: ``error: <message>`` (newlines folded)."""
+    text = " ".join(str(message).split("\n")).strip()
+    return text if text.startswith("error: ") else f"error: {text}"
+
+
+def _user_error(exc: BaseException) -> bool:
+    if isinstance(exc, UserError):
+        return True
+    plugin = sys.modules.get("attn_plugin.errors")  # only if the plugin is loaded: importing it costs seconds
+    return plugin is not None and isinstance(exc, plugin.AttnPluginError)
+
+
+def main_guard(main: Callable[..., Optional[int]], *args, interrupted: str = "interrupted"):
+    """Run ``main(*args)`` and exit with its return value; a user error, an
+    ``OSError`` (a missing or unwritable file) or Ctrl-C becomes one ``error:`` line."""
+    try:
+        status = main(*args)
+    except KeyboardInterrupt:
+        print(error_line(interrupted), file=sys.stderr, flush=True)
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 -- user errors become one line; anything else is a bug: traceback
+        if _user_error(exc):
+            print(error_line(exc), file=sys.stderr, flush=True)
+            sys.exit(getattr(exc, "exit_status", 1))
+        if isinstance(exc, OSError) and exc.strerror:
+            where = f": {exc.filename}" if exc.filename else ""
+            print(error_line(f"{exc.strerror}{where}"), file=sys.stderr, flush=True)
+            sys.exit(1)
+        raise
+    sys.exit(status or 0)
+
+
+def log(message: str, stream=None):
+    """A progress line with the time: ``[12:34:56] message`` (stdout unless ``stream``)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=stream or sys.stdout, flush=True)
+
+
+def partial_path(path) -> Path:
+    """The temporary name :func:`atomic_output` writes ``path`` under."""
+    path = Path(path)
+    return path.with_name(path.name + ".partial")
+
+
+def _remove(path: Path):
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+@contextmanager
+def atomic_output(path):
+    """Yield a temporary path (a file or a folder the block creates); move it to
+    ``path`` only if the block completes, replacing what was there; remove it otherwise."""
+    path = Path(path)
+    tmp = partial_path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove(tmp)
+    try:
+        yield tmp
+    except BaseException:
+        _remove(tmp)
+        raise
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    os.replace(tmp, path)
+
+
+def write_text_atomic(path, text: str):
+    with atomic_output(path) as tmp:
+        Path(tmp).write_text(text, encoding="utf-8")
+
+
+def write_json_atomic(path, data):
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+
+
+def read_json(path, what: str = "file") -> dict:
+    """A JSON file, or a UserError naming it."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{what} not found: {path}") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {what} {path}: {exc}") from None
