@@ -408,7 +408,7 @@ def report(name: str, args, env: dict, title: str, header, rows, settings: dict,
     print(f"{title}, plugin vs stock fairseq ({args.device}, {args.dtype}, {env['threads']} threads, "
           f"median of {args.repeats} alternating trials)\n")
     print(table)
-    from recipes.lib.results import provenance
+    from attn_kit.results import provenance
 
     write_json(args.out, {"benchmark": name, **provenance(), "environment": env,
                           "settings": {**settings, "repeats": args.repeats, "seed": args.seed, "shapes": args.shapes},

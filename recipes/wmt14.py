@@ -28,10 +28,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from recipes.lib.stages import (RecipeError, Stage, average_checkpoints, log, main_guard,  # noqa: E402
+from attn_kit.pipeline.stages import (RecipeError, Stage, average_checkpoints, log, main_guard,  # noqa: E402
                                  run_recipe, write_json_atomic)
-from recipes.lib.stages import binarize as binarize_step  # noqa: E402
-from recipes.lib.text import moses_tokenize  # noqa: E402
+from attn_kit.pipeline.stages import binarize as binarize_step  # noqa: E402
+from attn_kit.pipeline.text import moses_tokenize  # noqa: E402
 
 USER_DIR = REPO / "attn_plugin"
 
@@ -267,7 +267,7 @@ def read_hypotheses(gen_out: Path, expected: int):
 # The bundled recipe
 # ---------------------------------------------------------------------------
 def bundled_stages(args):
-    from recipes.lib.launch import paper_optimization
+    from attn_kit.pipeline.launch import paper_optimization
 
     W, src, tgt = args.workdir, "en", "de"
     raw, tok, bpe, data_bin = W / "raw", W / "tok", W / "bpe", W / "data-bin"
@@ -374,7 +374,7 @@ def run_record(args, W: Path) -> dict:
     """What a reader needs to repeat the run: the exact training command, seed,
     threads, updates, the averaged checkpoints' update numbers and the real
     tokens per update (from the training log)."""
-    from recipes.lib.stages import read_averaged, train_log_summary
+    from attn_kit.pipeline.stages import read_averaged, train_log_summary
 
     record = {"seed": args.seed, "threads": args.threads, "max_update": args.max_update,
               "train_minutes": args.train_minutes}
@@ -426,7 +426,7 @@ def write_results(args, src: str, tgt: str, penalty: str):
     out.update({"test_sentences": len(refs), "gpus": args.ngpus * args.nnodes, "nodes": args.nnodes,
                 "cpu_processes": args.cpu_procs if args.ngpus == 0 else 0,
                 "beam": args.beam, "length_penalty": penalty})
-    from recipes.lib.launch import batch_plan
+    from attn_kit.pipeline.launch import batch_plan
 
     plan = batch_plan(args.tokens_per_update, args.ngpus * args.nnodes or args.cpu_procs, args.max_tokens_per_gpu)
     out.update({"max_tokens": plan.max_tokens, "update_freq": plan.update_freq,
@@ -467,7 +467,7 @@ def train_command(args, data_bin: Path, save_dir: Path):
     """fairseq-train with the paper's optimizer, schedule and criterion (Sec. 5.3-5.4),
     launched on args.ngpus GPUs x args.nnodes (or args.cpu_procs CPU processes);
     the same for every mode, whose settings (MODES) only change the numbers."""
-    from recipes.lib.launch import batch_plan, launcher, paper_optimization, precision_flags
+    from attn_kit.pipeline.launch import batch_plan, launcher, paper_optimization, precision_flags
 
     devices = args.ngpus * args.nnodes if args.ngpus else args.cpu_procs
     plan = batch_plan(args.tokens_per_update, devices, args.max_tokens_per_gpu)
@@ -490,7 +490,7 @@ def train_command(args, data_bin: Path, save_dir: Path):
 
 def train_stage(ctx, args, data_bin: Path, ckpt: Path):
     """Run training, showing updates done / total and an ETA; record the exact command."""
-    from recipes.lib.stages import TrainProgress
+    from attn_kit.pipeline.stages import TrainProgress
 
     cmd, plan = train_command(args, data_bin, ckpt)
     log(f"{plan.devices} device(s) x --max-tokens {plan.max_tokens} x --update-freq {plan.update_freq} "
@@ -514,13 +514,13 @@ def paper_stages(args):
     texts = [f"{split}.{lang}" for split in splits for lang in (src, tgt)]
 
     def download(ctx):
-        from recipes.lib.download import fetch, mirror_url
+        from attn_kit.pipeline.download import fetch, mirror_url
 
         manifest, mirror, stop = dict(FILES), args.mirror, None
         if args.smoke and not mirror:
             ctx.step(f"build the smoke archives in {W / 'mirror'} and serve them on 127.0.0.1", lambda: None)
             if not ctx.dry_run:
-                from recipes.lib.mirror import serve
+                from attn_kit.pipeline.mirror import serve
                 from recipes.wmt14_smoke import build_mirror
 
                 manifest.update(build_mirror(W / "mirror", args.pair))
@@ -540,7 +540,7 @@ def paper_stages(args):
                 stop()
 
     def prepare(ctx):
-        from recipes.lib.text import clean_parallel, concatenate, count_lines, extract_members, read_sgm, write_lines
+        from attn_kit.pipeline.text import clean_parallel, concatenate, count_lines, extract_members, read_sgm, write_lines
 
         for d in (orig, raw, tok, bpe, prep):
             if not ctx.dry_run:
@@ -627,7 +627,7 @@ def paper_stages(args):
 
 
 def count_lines(path: Path) -> int:
-    from recipes.lib.text import count_lines as n
+    from attn_kit.pipeline.text import count_lines as n
 
     return n(path)
 

@@ -9,7 +9,7 @@ records its sha256 and later runs check against it (the log says so).
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
-from recipes.lib.download import RemoteFile
+from attn_kit.pipeline.download import RemoteFile
 
 STATMT = "http://www.statmt.org"
 

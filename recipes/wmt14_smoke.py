@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 from urllib.parse import urlparse
 
-from recipes.lib.download import RemoteFile, sha256_of
-from recipes.lib.mirror import make_tar
+from attn_kit.pipeline.download import RemoteFile, sha256_of
+from attn_kit.pipeline.mirror import make_tar
 from recipes.wmt14_data import FILES, PAIRS, files_for
 
 REPO = Path(__file__).resolve().parents[1]

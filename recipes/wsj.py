@@ -64,11 +64,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from recipes.lib import stages as stage_lib  # noqa: E402
-from recipes.lib.stages import (RecipeError, Stage, average_checkpoints, log, main_guard,  # noqa: E402
+from attn_kit.pipeline import stages as stage_lib  # noqa: E402
+from attn_kit.pipeline.stages import (RecipeError, Stage, average_checkpoints, log, main_guard,  # noqa: E402
                                  run_recipe, write_json_atomic)
-from recipes.lib.stages import binarize as binarize_step  # noqa: E402
-from recipes.lib.trees import (REPAIRS, TreeError, delinearize, gold_tree, linearize, read_mrg,  # noqa: E402
+from attn_kit.pipeline.stages import binarize as binarize_step  # noqa: E402
+from attn_kit.metrics.trees import (REPAIRS, TreeError, delinearize, gold_tree, linearize, read_mrg,  # noqa: E402
                                read_tree_lines, strip_tree)
 
 USER_DIR = REPO / "attn_plugin"
@@ -500,7 +500,7 @@ def last_update(log_path: Path):
 
 def averaged_record(avg: Path, log_path: Path) -> dict:
     """What was averaged into ``avg``: ``averaged_checkpoints`` (paths) and, where
-    recipes.lib.stages records them (read_averaged), ``averaged_updates``."""
+    attn_kit.pipeline.stages records them (read_averaged), ``averaged_updates``."""
     read = getattr(stage_lib, "read_averaged", None)
     info = read(avg) if read else None
     out = {}
@@ -544,7 +544,7 @@ def write_results(args):
                      else "scripts/evalb.py (EVALB with COLLINS.prm)")
     if args.pos_tags == "xx":
         out["tagging_accuracy_note"] = "POS tags predicted as XX; scored trees carry the gold tags"
-    from recipes.lib.launch import batch_plan
+    from attn_kit.pipeline.launch import batch_plan
 
     plan = batch_plan(args.tokens_per_update, args.ngpus or 1, args.max_tokens_per_gpu)
     # The selected trial's one log holds its training and its averaging; otherwise train.log and average.log.
@@ -664,7 +664,7 @@ def train_command(args, data_bin: Path, save_dir: Path, dropout=None, attention_
     """fairseq-train with the paper's optimizer, schedule and criterion (Sec. 5.3-5.4);
     ``dropout``, ``attention_dropout`` (None: the arch's) and ``lr_scale`` (None:
     --lr-scale) are a --tune trial's."""
-    from recipes.lib.launch import batch_plan, launcher, paper_optimization, precision_flags
+    from attn_kit.pipeline.launch import batch_plan, launcher, paper_optimization, precision_flags
 
     plan = batch_plan(args.tokens_per_update, args.ngpus or 1, args.max_tokens_per_gpu)
     cmd = launcher(args.ngpus, 1, log_dir=str(args.workdir / "logs"))

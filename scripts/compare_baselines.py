@@ -313,7 +313,7 @@ def model_flags(which: str, args, joined: bool):
 def precision_flags(args):
     if args.ngpus == 0:
         return ["--cpu"]
-    from recipes.lib.launch import precision_flags as flags
+    from attn_kit.pipeline.launch import precision_flags as flags
 
     return flags(args.precision, args.ngpus)
 

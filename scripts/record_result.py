@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # until the tooling is one installed package (#13)
 
-from recipes.lib.results import write_results_file  # noqa: E402
+from attn_kit.results import write_results_file  # noqa: E402
 
 
 def main(argv=None):

@@ -1,4 +1,4 @@
-"""recipes.lib.download against a local mirror (recipes.lib.mirror): checksums,
+"""attn_kit.pipeline.download against a local mirror (attn_kit.pipeline.mirror): checksums,
 resumed and restarted transfers, errors. No internet."""
 import hashlib
 import os
@@ -9,9 +9,9 @@ import urllib.request
 
 import pytest
 
-from recipes.lib.download import RemoteFile, fetch, mirror_url, sha256_of
-from recipes.lib.mirror import RangeRequestHandler, make_tar, serve
-from recipes.lib.stages import RecipeError
+from attn_kit.pipeline.download import RemoteFile, fetch, mirror_url, sha256_of
+from attn_kit.pipeline.mirror import RangeRequestHandler, make_tar, serve
+from attn_kit.pipeline.stages import RecipeError
 
 DATA = os.urandom(300_000)
 SHA = hashlib.sha256(DATA).hexdigest()

@@ -14,7 +14,7 @@ import time
 import pytest
 from conftest import REPO, assert_one_error_line
 
-from recipes.lib.stages import Pipeline, RecipeError, Stage
+from attn_kit.pipeline.stages import Pipeline, RecipeError, Stage
 from recipes import wmt14
 
 RECIPE = [sys.executable, str(REPO / "recipes" / "wmt14.py"), "--pair", "en-de"]
@@ -150,7 +150,7 @@ def test_a_tools_own_error_line_is_not_prefixed_twice(tmp_path):
 def test_main_guard_prints_one_line_for_a_failed_stage(tmp_path):
     program = (
         "import sys; sys.path.insert(0, %r)\n"
-        "from recipes.lib.stages import Pipeline, Stage, main_guard\n"
+        "from attn_kit.pipeline.stages import Pipeline, Stage, main_guard\n"
         "stage = Stage('train', lambda ctx: ctx.sh([sys.executable, '-c', 'import sys; sys.exit(1)']))\n"
         "main_guard(lambda: Pipeline(%r, [stage]).run() and None)\n" % (str(REPO), str(tmp_path)))
     proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)

@@ -5,7 +5,7 @@ import sys
 import pytest
 from conftest import REPO, run
 
-from recipes.lib.stages import Pipeline, RecipeError, Stage
+from attn_kit.pipeline.stages import Pipeline, RecipeError, Stage
 
 RECIPE = [sys.executable, str(REPO / "recipes" / "wmt14.py")]
 

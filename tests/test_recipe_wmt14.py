@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from recipes.lib.launch import batch_plan
+from attn_kit.pipeline.launch import batch_plan
 
 RECIPE = [sys.executable, str(REPO / "recipes" / "wmt14.py")]
 

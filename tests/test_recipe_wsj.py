@@ -17,7 +17,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 import evalb  # noqa: E402
 
 from recipes import wsj  # noqa: E402
-from recipes.lib.stages import Pipeline  # noqa: E402
+from attn_kit.pipeline.stages import Pipeline  # noqa: E402
 
 RECIPE = [sys.executable, str(REPO / "recipes" / "wsj.py")]
 SH = ["bash", str(REPO / "recipes" / "wsj_parsing.sh")]
@@ -311,7 +311,7 @@ def test_smoke_tune_selects_on_dev_and_scores_test_once(smoke_tune):
         assert t["dev_f1"] is None or 0 <= t["dev_f1"] <= 100
         assert t["workdir"] == str(work / "tune" / t["stage"][len("tune-"):])
         assert (t["lr_scale"], t["beam"]) == (0.25, 21) and t["updates"] == 600
-        if t["averaged_updates"] is not None:  # recorded by recipes.lib.stages.read_averaged
+        if t["averaged_updates"] is not None:  # recorded by attn_kit.pipeline.stages.read_averaged
             assert t["averaged_updates"][-1] == 600 and len(t["averaged_updates"]) == 5
     # the selected setting is the argmax of dev F1 over the file's own trial list (ties: the first)
     scores = [-1.0 if t["dev_f1"] is None else t["dev_f1"] for t in trials]

@@ -1,4 +1,4 @@
-"""recipes/lib/trees.py: reading treebank files, the standard preprocessing,
+"""attn_kit/metrics/trees.py: reading treebank files, the standard preprocessing,
 Vinyals et al.'s linearization and its inverse with repairs.
 
 Expected trees and counts are written out by hand. The last tests run over
@@ -11,7 +11,7 @@ import zipfile
 import pytest
 from conftest import REPO, SHARED
 
-from recipes.lib.trees import (REPAIRS, TreeError, bare_label, delinearize, gold_tree, linearize,
+from attn_kit.metrics.trees import (REPAIRS, TreeError, bare_label, delinearize, gold_tree, linearize,
                                parse_trees, read_mrg, read_tree_lines, strip_tree)
 
 sys.path.insert(0, str(REPO / "scripts"))

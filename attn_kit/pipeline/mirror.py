@@ -2,7 +2,7 @@
 and deterministic tar archives to put on it.
 
 Used by the recipes' smoke mode (tiny archives laid out like WMT's, served on
-127.0.0.1) and by the tests of :mod:`recipes.lib.download`.
+127.0.0.1) and by the tests of :mod:`attn_kit.pipeline.download`.
 """
 import gzip
 import io

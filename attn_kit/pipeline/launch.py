@@ -12,7 +12,7 @@ for the WMT recipes' 28000, 1 GPU x 7 x 4000, 2 x 4 x 3500, 8 x 1 x 3500.
 target), so the real tokens per update are fewer: scripts/tokens_per_update.py
 measures them, and results.json records them from the training log.
 
-CPU data parallel (``python recipes/lib/launch.py --nprocs N -- fairseq-train ...``):
+CPU data parallel (``python -m attn_kit.pipeline.launch --nprocs N -- fairseq-train ...``):
 fairseq's torchrun path assumes CUDA (it fails with a modulo by zero on CPU) and
 its default DDP wrapper rejects CPU modules, so this starts N fairseq-train
 processes itself with gloo, legacy_ddp and an explicit rank each.
@@ -88,7 +88,7 @@ def launcher(gpus: int, cpu_procs: int, nnodes: int = 1, node_rank: int = 0,
     train = os.path.join(bindir, "fairseq-train")
     train = train if os.path.exists(train) else "fairseq-train"
     if gpus == 0 and cpu_procs > 1:
-        return [sys.executable, os.path.abspath(__file__), "--nprocs", cpu_procs, "--log-dir", log_dir, "--", train]
+        return [sys.executable, "-m", "attn_kit.pipeline.launch", "--nprocs", cpu_procs, "--log-dir", log_dir, "--", train]
     return [train]
 
 
@@ -102,7 +102,7 @@ def cpu_ddp_main(argv=None) -> int:
     """Run ``CMD`` as N gloo data-parallel CPU workers; rank 0's output is ours,
     the others' go to ``<save-dir>/worker<R>.log``-style files next to it.
     If one worker fails the others are stopped; the exit status is the first failure's."""
-    p = argparse.ArgumentParser(prog="python recipes/lib/launch.py", description=cpu_ddp_main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m attn_kit.pipeline.launch", description=cpu_ddp_main.__doc__)
     p.add_argument("--nprocs", type=int, required=True, help="number of CPU worker processes")
     p.add_argument("--port", type=int, default=0, help="TCP port for the rendezvous (default: a free one)")
     p.add_argument("--log-dir", default=".", help="where workers 1..N-1 write their logs")
