@@ -59,9 +59,8 @@ def main_guard(main: Callable[..., Optional[int]], *args, interrupted: str = "in
         if _user_error(exc):
             print(error_line(exc), file=sys.stderr, flush=True)
             sys.exit(getattr(exc, "exit_status", 1))
-        if isinstance(exc, OSError) and exc.strerror:
-            where = f": {exc.filename}" if exc.filename else ""
-            print(error_line(f"{exc.strerror}{where}"), file=sys.stderr, flush=True)
+        if isinstance(exc, OSError):  # a file problem the message names
+            print(error_line(exc), file=sys.stderr, flush=True)
             sys.exit(1)
         raise
     sys.exit(status or 0)

@@ -7,6 +7,7 @@ A results file is JSON with the ``command`` that made the numbers, the git
 the committed ones (under ``recipes/results/`` and ``benchmarks/results/``)
 into README's tables.
 """
+import argparse
 import json
 import os
 import platform
@@ -15,6 +16,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from .cli import UserError, read_json, write_json_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,9 +61,54 @@ def provenance(command=None) -> dict:
 def write_results_file(path: Path, command, result, **extra) -> dict:
     """Write ``{command, commit, machine, date, **extra, result}`` to ``path`` atomically."""
     data = {**provenance(command), **extra, "result": result}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_json_atomic(path, data)
     return data
+
+
+RECORD_HELP = """Run a command and file what it printed as a results file for README.
+
+    python scripts/record_result.py recipes/results/tokens_per_update_newstest.json [--note TEXT] -- \\
+        python scripts/tokens_per_update.py --src ... --max-tokens 3125 --devices 8
+
+writes the JSON file ``{"command", "commit", "machine", "date", "seconds",
+"result"}``, where ``result`` is the command's stdout parsed as JSON (or its
+text), and ``--copy FILE`` instead files an existing JSON output (such as a
+recipe's results.json) under the command given. Every number README reports
+as measured comes from such a file; ``python scripts/readme_tables.py`` makes
+README's tables from them.
+"""
+
+
+def record_main(argv=None):
+    """``python scripts/record_result.py OUTPUT [--copy JSON] [--note TEXT] -- COMMAND ...``:
+    run COMMAND and file what it printed as a results file (see scripts/record_result.py)."""
+    p = argparse.ArgumentParser(prog="scripts/record_result.py", description=RECORD_HELP,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("output", type=Path, help="the results file to write (JSON)")
+    p.add_argument("--copy", type=Path, metavar="JSON", help="file this JSON output instead of running anything")
+    p.add_argument("--note", help="a sentence saying what the numbers are")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args, cmd = p.parse_args(argv[:split]), argv[split + 1:]
+    if not cmd:
+        p.error("give the command after -- (with --copy: the command that made the file)")
+    extra = {"note": args.note} if args.note else {}
+    if args.copy:
+        result = read_json(args.copy, "JSON output")
+        write_results_file(args.output, cmd, result, **extra)
+        return 0
+    start = time.time()
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    except OSError as exc:
+        raise UserError(f"cannot run {cmd[0]}: {exc.strerror}") from None
+    if proc.returncode != 0:
+        raise UserError(f"the command failed (exit {proc.returncode}); nothing recorded")
+    try:
+        result = json.loads(proc.stdout)
+    except ValueError:
+        result = proc.stdout
+    write_results_file(args.output, cmd, result, seconds=round(time.time() - start, 1), **extra)
+    print(f"recorded {args.output}", file=sys.stderr)
+    return 0
+

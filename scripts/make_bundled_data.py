@@ -1,63 +1,7 @@
 #!/usr/bin/env python
-"""Make the bundled EN-DE corpus (data/tatoeba-en-de/) from Tatoeba's deu-eng.txt,
-and the small EN-FR sample the --smoke recipe builds its fake WMT archives from:
-
-    python scripts/make_bundled_data.py --source ../shared/data/tatoeba/fra-eng.txt \\
-        --lang fr --out data/tatoeba-en-fr-sample --test 300 --valid 300 --train 2400
-
-Development tool: it reads ../shared/data/tatoeba/deu-eng.txt (manythings.org's
-Tatoeba export, 2018-05-13, CC-BY 2.0). The recipe itself only reads the
-compressed splits this writes.
-
-Splits are fixed: pairs are grouped by their English sentence (Tatoeba often has
-several German translations of one English sentence), the groups are shuffled
-with a fixed seed, and whole groups go to test (2000 pairs), then valid (1000
-pairs), then train (the rest), so no English sentence occurs in two splits.
-"""
-import argparse
-import lzma
-import random
-from collections import OrderedDict
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--source", default=REPO.parent / "shared/data/tatoeba/deu-eng.txt", type=Path,
-                   help="Tatoeba deu-eng.txt (English<TAB>German per line)")
-    p.add_argument("--out", default=REPO / "data/tatoeba-en-de", type=Path, help="output folder")
-    p.add_argument("--seed", type=int, default=1, help="shuffle seed (default 1)")
-    p.add_argument("--test", type=int, default=2000, help="test pairs (default 2000)")
-    p.add_argument("--valid", type=int, default=1000, help="valid pairs (default 1000)")
-    p.add_argument("--train", type=int, default=None, help="keep at most this many train pairs (default all)")
-    p.add_argument("--lang", default="de", help="the non-English language, for file names (default de)")
-    args = p.parse_args()
-
-    groups = OrderedDict()
-    with open(args.source, encoding="utf-8") as f:
-        for line in f:
-            fields = line.rstrip("\n").split("\t")
-            if len(fields) >= 2 and fields[0].strip() and fields[1].strip():
-                groups.setdefault(fields[0].strip(), []).append(fields[1].strip())
-    keys = list(groups)
-    random.Random(args.seed).shuffle(keys)
-    splits = {"test": [], "valid": [], "train": []}
-    for en in keys:
-        name = ("test" if len(splits["test"]) < args.test
-                else "valid" if len(splits["valid"]) < args.valid else "train")
-        splits[name].extend((en, de) for de in groups[en])
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, pairs in splits.items():
-        if name == "train":
-            random.Random(args.seed).shuffle(pairs)
-            pairs = pairs[:args.train]
-        with lzma.open(args.out / f"{name}.en-{args.lang}.tsv.xz", "wt", encoding="utf-8", preset=9) as f:
-            for en, other in pairs:
-                f.write(f"{en}\t{other}\n")
-        print(f"{name}: {len(pairs)} pairs")
-
+"""Make the bundled EN-DE corpus (data/tatoeba-en-de/) and the EN-FR smoke sample from Tatoeba (``attn_kit.recipes.bundled_data``; ``--help`` for its options)."""
+from attn_kit.cli import main_guard
+from attn_kit.recipes.bundled_data import main
 
 if __name__ == "__main__":
-    main()
+    main_guard(main)

@@ -11,7 +11,7 @@ import pytest
 
 from attn_kit.pipeline.download import RemoteFile, fetch, mirror_url, sha256_of
 from attn_kit.pipeline.mirror import RangeRequestHandler, make_tar, serve
-from attn_kit.pipeline.stages import RecipeError
+from attn_kit.pipeline.stages import UserError
 
 DATA = os.urandom(300_000)
 SHA = hashlib.sha256(DATA).hexdigest()
@@ -84,25 +84,25 @@ def test_good_file_is_verified_then_skipped_without_network(tmp_path, server):
 def test_checksum_mismatch_is_refused(tmp_path, server):
     base, _, _ = server()
     wrong = "0" * 64
-    with pytest.raises(RecipeError) as err:
+    with pytest.raises(UserError) as err:
         fetch(remote(sha256=wrong), tmp_path, base, quiet)
     msg = str(err.value)
     assert "\n" not in msg and "data.tgz" in msg and wrong in msg and SHA in msg and "--mirror" in msg
     assert not (tmp_path / "data.tgz").exists() and (tmp_path / "data.tgz.bad").read_bytes() == DATA
-    with pytest.raises(RecipeError, match="md5 mismatch"):
+    with pytest.raises(UserError, match="md5 mismatch"):
         fetch(remote(md5="f" * 32), tmp_path, base, quiet)
 
 
 def test_size_mismatch_is_refused(tmp_path, server):
     base, _, _ = server()
-    with pytest.raises(RecipeError, match=f"size mismatch: expected {len(DATA) + 1} bytes, got {len(DATA)} bytes"):
+    with pytest.raises(UserError, match=f"size mismatch: expected {len(DATA) + 1} bytes, got {len(DATA)} bytes"):
         fetch(remote(size=len(DATA) + 1), tmp_path, base, quiet)
     assert not (tmp_path / "data.tgz").exists() and (tmp_path / "data.tgz.bad").exists()
 
 
 def test_interrupted_download_is_resumed(tmp_path, server):
     base, handler, _ = server(cuts=1)
-    with pytest.raises(RecipeError, match="run again to resume") as err:
+    with pytest.raises(UserError, match="run again to resume") as err:
         fetch(remote(), tmp_path, base, quiet, chunk=8192)
     assert "\n" not in str(err.value) and f"{base}/wmt13/data.tgz" in str(err.value)
     assert (tmp_path / "data.tgz.partial").stat().st_size == CUT
@@ -132,7 +132,7 @@ def test_complete_partial_is_verified_after_416(tmp_path, server):
 def test_missing_file_is_one_line_error(tmp_path, server):
     base, _, _ = server()
     rf = RemoteFile("nope.tgz", "http://www.statmt.org/wmt14/nope.tgz")
-    with pytest.raises(RecipeError) as err:
+    with pytest.raises(UserError) as err:
         fetch(rf, tmp_path, base, quiet)
     msg = str(err.value)
     assert "\n" not in msg and f"{base}/wmt14/nope.tgz" in msg and "404" in msg
@@ -145,7 +145,7 @@ def test_unrecorded_checksum_is_recorded_and_enforced(tmp_path, server):
     fetch(rf, tmp_path / "dl", base, quiet)
     (tmp_path / "dl" / "data.tgz").unlink()
     (tmp_path / "mirror" / "wmt13" / "data.tgz").write_bytes(DATA[::-1])  # the host changed the file
-    with pytest.raises(RecipeError, match="recorded on first download"):
+    with pytest.raises(UserError, match="recorded on first download"):
         fetch(rf, tmp_path / "dl", base, quiet)
 
 

@@ -1,5 +1,5 @@
-"""The bundled EN-DE recipe's command line and the stage library's failure
-handling, without training (each test takes seconds).
+"""The bundled EN-DE recipe's command line and its failure handling, without
+training (each test takes seconds).
 
 The end-to-end run (``bash recipes/wmt14_en_de.sh --bundled``, ~15 minutes on
 a 2-core CPU) is not part of the suite.
@@ -14,10 +14,11 @@ import time
 import pytest
 from conftest import REPO, assert_one_error_line
 
-from attn_kit.pipeline.stages import Pipeline, RecipeError, Stage
-from recipes import wmt14
+from attn_kit.cli import UserError
+from attn_kit.pipeline.stages import Pipeline
+from attn_kit.recipes import config, wmt14
 
-RECIPE = [sys.executable, str(REPO / "recipes" / "wmt14.py"), "--pair", "en-de"]
+RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14", "--pair", "en-de"]
 SH = ["bash", str(REPO / "recipes" / "wmt14_en_de.sh")]
 
 
@@ -25,8 +26,6 @@ def recipe(argv, cwd=None, cmd=RECIPE, timeout=120):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     return subprocess.run([*cmd, *[str(a) for a in argv]], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
-
-
 
 
 # --------------------------------------------------------------------------- the .sh entry point
@@ -50,15 +49,14 @@ def test_shell_dry_run_prints_the_fairseq_commands_and_creates_nothing(tmp_path)
         assert command in proc.stdout, command
     assert str(tmp_path / "w" / "data-bin") in proc.stdout
     # a fixed amount of work, not a time budget, on a fixed number of threads (issue: the same BLEU everywhere)
-    from recipes.wmt14 import MODES
-
+    bundled = config.settings("wmt14", "paper", "bundled")
     train = next(line for line in proc.stdout.splitlines() if line.startswith("  $ ") and "fairseq-train " in line)
-    assert f"--max-update {MODES['bundled']['max_update']} " in train and "--stop-time-hours" not in train
+    assert f"--max-update {bundled['max_update']} " in train and "--stop-time-hours" not in train
     assert train.strip().startswith("$ OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 ")
     assert list(tmp_path.iterdir()) == []
-    for i, name in enumerate(["extract", "tokenize", "bpe", "binarize", "train", "average", "generate",
-                              "score"], 1):
-        assert f"stage {i}/8 {name}:" in proc.stdout
+    for i, name in enumerate(["download", "extract", "tokenize", "bpe", "binarize", "train", "average",
+                              "generate", "score"], 1):
+        assert f"stage {i}/9 {name}:" in proc.stdout
 
 
 @pytest.mark.parametrize("argv,fragment", [
@@ -79,13 +77,15 @@ def test_unknown_arch_error_lists_the_plugins_architectures(tmp_path):
     assert "attn_paper_base" in line and "attn_paper_big" in line
 
 
-def test_arch_names_read_from_the_source_are_the_registered_ones():
-    """The cheap --arch check (a scan of attn_plugin/models) agrees with fairseq's registry."""
+def test_the_arch_names_the_recipes_know_are_the_registered_ones():
+    """The cheap --arch check (attn_kit.sizes.PLUGIN_ARCHS, no fairseq import) agrees with fairseq's registry."""
     import attn_plugin  # noqa: F401  (registers the architectures)
     from fairseq.models import ARCH_MODEL_REGISTRY
 
+    from attn_kit.sizes import PLUGIN_ARCHS
+
     registered = {name for name, cls in ARCH_MODEL_REGISTRY.items() if cls.__module__.startswith("attn_plugin")}
-    assert set(wmt14.plugin_archs()) == registered
+    assert set(PLUGIN_ARCHS) == registered
     assert "attn_paper_base" in registered
 
 
@@ -95,21 +95,28 @@ def test_a_stage_whose_input_is_missing_is_one_error_line(tmp_path):
     proc = recipe(["--bundled", "--stage", "tokenize", "--workdir", tmp_path / "w"])
     assert_one_error_line(proc, "stage tokenize: missing input", str(tmp_path / "w" / "raw"),
                           "run the earlier stages first")
-    proc = recipe(["--bundled", "--stage", "6", "--workdir", tmp_path / "w"])
+    proc = recipe(["--bundled", "--stage", "7", "--workdir", tmp_path / "w"])
     assert_one_error_line(proc, "stage average: missing input", "checkpoints")
 
 
-def test_a_corrupt_bundled_file_is_one_error_line(tmp_path, monkeypatch):
-    """A damaged data/ file is one error line naming it, and the stage leaves nothing behind."""
+def test_a_corrupt_or_missing_bundled_file_is_one_error_line(tmp_path, monkeypatch):
+    """A damaged or missing data/ file is one error line naming it (checked against the committed
+    sha256 before anything reads it), and nothing is left behind."""
     data = tmp_path / "data" / "tatoeba-en-de"
     data.mkdir(parents=True)
     for split in ("train", "valid", "test"):
-        (data / f"{split}.en-de.tsv.xz").write_bytes(b"not xz at all")
-    monkeypatch.setattr(wmt14, "REPO", tmp_path)
+        (data / f"{split}.en-de.tsv.xz").write_bytes((REPO / "data" / "tatoeba-en-de" / f"{split}.en-de.tsv.xz")
+                                                     .read_bytes())
+    train = data / "train.en-de.tsv.xz"
+    train.write_bytes(train.read_bytes()[:-1] + b"x")  # one byte changed
+    monkeypatch.setattr(wmt14, "BUNDLED_DATA", data)
     args = wmt14.parse_args(["--bundled", "--workdir", str(tmp_path / "w")])
-    with pytest.raises(RecipeError, match="bundled data damaged: .*train.en-de.tsv.xz"):
-        Pipeline(args.workdir, wmt14.bundled_stages(args)).run()
-    assert not (tmp_path / "w" / "raw").exists() and not (tmp_path / "w" / ".stages" / "extract.done").exists()
+    with pytest.raises(UserError, match="bundled data damaged: .*train.en-de.tsv.xz.*git checkout"):
+        Pipeline(args.workdir, wmt14.stages(args)).run()
+    assert not (tmp_path / "w" / "raw").exists() and not (tmp_path / "w" / ".stages" / "download.done").exists()
+    train.unlink()
+    with pytest.raises(UserError, match="bundled data missing: .*train.en-de.tsv.xz"):
+        Pipeline(args.workdir, wmt14.stages(args)).run()
 
 
 def test_bundled_data_is_complete_and_attributed():
@@ -126,76 +133,12 @@ def test_bundled_data_is_complete_and_attributed():
         assert fact in about, fact
 
 
-# --------------------------------------------------------------------------- the stage library
-def test_a_failing_command_is_one_line_with_exit_status_last_line_and_log(tmp_path):
-    script = ("import sys; print('working...'); sys.stdout.flush(); "
-              "print('fatal: the last thing it said', file=sys.stderr); sys.exit(3)")
-    stage = Stage("fake", lambda ctx: ctx.sh([sys.executable, "-c", script]), "fails")
-    with pytest.raises(RecipeError) as info:
-        Pipeline(tmp_path, [stage]).run()
-    log = tmp_path / "logs" / "fake.log"
-    assert str(info.value) == f"stage fake failed (exit 3): fatal: the last thing it said; log: {log}"
-    assert "working..." in log.read_text()
-    assert not (tmp_path / ".stages" / "fake.done").exists()
-
-
-def test_a_tools_own_error_line_is_not_prefixed_twice(tmp_path):
-    """attn_plugin and scripts/ print 'error: ...' themselves; the stage error quotes it once."""
-    script = "import sys; print('error: found 0 update checkpoints', file=sys.stderr); sys.exit(1)"
-    stage = Stage("average", lambda ctx: ctx.sh([sys.executable, "-c", script]))
-    with pytest.raises(RecipeError, match=r"^stage average failed \(exit 1\): found 0 update checkpoints; log: "):
-        Pipeline(tmp_path, [stage]).run()
-
-
-def test_main_guard_prints_one_line_for_a_failed_stage(tmp_path):
-    program = (
-        "import sys; sys.path.insert(0, %r)\n"
-        "from attn_kit.pipeline.stages import Pipeline, Stage, main_guard\n"
-        "stage = Stage('train', lambda ctx: ctx.sh([sys.executable, '-c', 'import sys; sys.exit(1)']))\n"
-        "main_guard(lambda: Pipeline(%r, [stage]).run() and None)\n" % (str(REPO), str(tmp_path)))
-    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
-    assert_one_error_line(proc, "stage train failed (exit 1)", f"log: {tmp_path / 'logs' / 'train.log'}")
-
-
-def test_a_stage_whose_output_disappeared_is_redone(tmp_path):
-    calls = []
-
-    def make(name):
-        def body(ctx):
-            calls.append(name)
-            with ctx.output(tmp_path / f"{name}.txt") as tmp:
-                ctx.step(f"write {name}", tmp.write_text, name)
-        return Stage(name, body, f"make {name}.txt", outputs=[tmp_path / f"{name}.txt"])
-
-    stages = [make("a"), make("b")]
-    Pipeline(tmp_path, stages).run()
-    (tmp_path / "b.txt").unlink()
-    Pipeline(tmp_path, stages).run()
-    assert calls == ["a", "b", "b"]
-    assert (tmp_path / "b.txt").read_text() == "b"
-
-
-def test_stage_range_by_name_and_timings(tmp_path):
-    calls = []
-    stages = [Stage(n, lambda ctx, n=n: calls.append(n)) for n in ("one", "two", "three")]
-    timings = Pipeline(tmp_path, stages, first="two", last="two").run()
-    assert calls == ["two"] and list(timings) == ["two"]
-    assert set(Pipeline(tmp_path, stages).stage_seconds()) == {"two"}
-
-
-def test_dry_run_runs_nothing_even_for_finished_stages(tmp_path):
-    calls = []
-    stage = Stage("s", lambda ctx: ctx.step("would do it", calls.append, "ran"))
-    Pipeline(tmp_path / "w", [stage], dry_run=True).run()
-    assert calls == [] and not (tmp_path / "w").exists()
-
-
 # --------------------------------------------------------------------------- a finished run
 def test_a_second_run_skips_every_stage_and_reprints_the_score(tmp_path):
     """With every stage stamped and its outputs present, the recipe only reports (in seconds)."""
     work = tmp_path / "w"
     args = wmt14.parse_args(["--bundled", "--workdir", str(work)])
-    stages = wmt14.bundled_stages(args)
+    stages = wmt14.stages(args)
     for stage in stages:
         for path in stage.outputs:
             path.parent.mkdir(parents=True, exist_ok=True)

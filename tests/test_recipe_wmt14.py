@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO
 from attn_kit.pipeline.launch import batch_plan
 
-RECIPE = [sys.executable, str(REPO / "recipes" / "wmt14.py")]
+RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14"]
 
 
 def recipe(*args, timeout=600):
@@ -175,7 +175,7 @@ def test_smoke_en_fr_reads_un_and_gzipped_giga_fren(tmp_path):
 
 
 def test_tampered_mirror_file_is_refused(tmp_path):
-    from recipes.wmt14_smoke import build_mirror
+    from attn_kit.recipes.wmt14_smoke import build_mirror
 
     mirror = tmp_path / "mirror"
     build_mirror(mirror, "en-de")

@@ -13,13 +13,12 @@ import zipfile
 import pytest
 from conftest import REPO, SHARED, assert_one_error_line
 
-sys.path.insert(0, str(REPO / "scripts"))
-import evalb  # noqa: E402
+from attn_kit.cli import UserError
+from attn_kit.metrics import evalb
+from attn_kit.pipeline.stages import Pipeline
+from attn_kit.recipes import config, wsj
 
-from recipes import wsj  # noqa: E402
-from attn_kit.pipeline.stages import Pipeline  # noqa: E402
-
-RECIPE = [sys.executable, str(REPO / "recipes" / "wsj.py")]
+RECIPE = [sys.executable, "-m", "attn_kit.recipes.wsj"]
 SH = ["bash", str(REPO / "recipes" / "wsj_parsing.sh")]
 PTB_SAMPLE = SHARED / "data" / "ptb-sample" / "treebank.zip"
 STAGES = ["prepare", "bpe", "binarize", "train", "average", "generate", "trees", "score"]
@@ -29,8 +28,6 @@ def recipe(argv, cwd=None, cmd=RECIPE, timeout=120):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     return subprocess.run([*cmd, *[str(a) for a in argv]], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
-
-
 
 
 def fake_ptb(root, sections=("02", "22", "23"), tree="( (S (NP-SBJ (DT A) (NN test)) (VP (VBZ works)) (. .)) )\n"):
@@ -70,9 +67,9 @@ def test_dry_run_prints_the_papers_commands_and_creates_nothing(tmp_path):
                     "--criterion attn_label_smoothed_cross_entropy --label-smoothing 0.1",
                     "--max-tokens 3125 --update-freq 1", "--fp16", "--max-update 100000",
                     "--save-interval-updates 1500",
-                    "--keep-interval-updates 5", "average_checkpoints.py", "--num-update-checkpoints 5",
+                    "--keep-interval-updates 5", "attn_kit.checkpoints", "--num-update-checkpoints 5",
                     "fairseq-generate", "--gen-subset valid", "--gen-subset test", "--beam 21", "--gnmt-alpha 0.3",
-                    "--max-len-a 1 --max-len-b 300", "scripts/evalb.py"):
+                    "--max-len-a 1 --max-len-b 300", "attn_kit.metrics.evalb"):
         assert command in out, command
     assert "--cpu" not in out and "--encoder-layers" not in out  # the paper's model, on GPUs
     assert "--dropout" not in out and "--attention-dropout" not in out  # the arch's: 0.1 and 0.2
@@ -178,7 +175,7 @@ def test_tune_grid_syntax_and_defaults(tmp_path):
     spec.write_text('{"dropout": [0.1, 0.3], "beam": 21, "alpha": [0.3, 0.6]}')
     assert wsj.parse_tune_grid(str(spec)) == {"dropout": [0.1, 0.3], "beam": [21], "alpha": [0.3, 0.6]}
     spec.write_text('{"dropout": [0.1,')
-    with pytest.raises(wsj.RecipeError, match="not valid JSON"):
+    with pytest.raises(UserError, match="not valid JSON"):
         wsj.parse_tune_grid(str(spec))
 
     # keys left out take their option's value; an option given fixes its key in the default grid
@@ -186,7 +183,7 @@ def test_tune_grid_syntax_and_defaults(tmp_path):
     assert a.tune and a.grid == {"dropout": [0.1, 0.3], "attention_dropout": [0.2], "lr_scale": [0.5],
                                  "beam": [12], "alpha": [0.3]}
     a = wsj.parse_args(["--ptb", str(tmp_path), "--tune"])
-    assert a.grid == wsj.TUNE_GRID and len(wsj.tune_trials(a)) == 8 and len(wsj.decode_settings(a)) == 4
+    assert a.grid == config.settings("wsj", "wsj")["tune_grid"] and len(wsj.tune_trials(a)) == 8 and len(wsj.decode_settings(a)) == 4
     a = wsj.parse_args(["--ptb", str(tmp_path), "--tune", "--lr-scale", "0.5"])
     assert a.grid["lr_scale"] == [0.5] and a.grid["dropout"] == [0.1, 0.2]
     a = wsj.parse_args(["--smoke", "--tune"])
@@ -220,7 +217,7 @@ def test_dry_run_tune_prints_every_trials_commands(tmp_path):
             for alpha in ("0.3", "1.0"):
                 assert f"--path {folder / 'checkpoint_avg.pt'} --gen-subset valid --beam {beam} --gnmt-alpha {alpha}" \
                     in block
-        assert block.count("scripts/evalb.py") == 4
+        assert block.count("attn_kit.metrics.evalb") == 4
     assert out.count("--gen-subset test") == 1
     assert "--gen-subset test --beam SELECTED_BEAM --gnmt-alpha SELECTED_ALPHA" in out
     assert "pick the highest section 22 F1 of 32 settings" in out
@@ -253,7 +250,7 @@ def test_smoke_runs_every_stage_and_writes_results(smoke):
     assert r["test"]["evalb_len<=40"]["sentences"] == 5
     assert r["data"]["train_trees"] == 36 and r["decoding"]["beam"] == 21
     assert f"EVALB F1: dev {r['dev_f1']:.2f}, test {r['test_f1']:.2f}" in proc.stdout
-    # results.json holds what scripts/evalb.py reports for the written trees
+    # results.json holds what the documented scripts/evalb.py reports for the written trees
     again = subprocess.run([sys.executable, REPO / "scripts" / "evalb.py", work / "prep" / "test.gold",
                             work / "eval" / "test.parsed"], capture_output=True, text=True)
     f1 = evalb.parse_summary(again.stdout)["all"]["f1"]
@@ -349,7 +346,7 @@ def test_smoke_tune_with_more_decoding_settings_decodes_but_does_not_train(smoke
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert "the --tune grid changed since the last selection: selecting again" in out
-    assert "fairseq-train" not in out and "average_checkpoints.py" not in out
+    assert "fairseq-train" not in out and "attn_kit.checkpoints" not in out
     assert out.count("# train: done already") == 2 and out.count("--gen-subset valid --beam 1 ") == 4
     assert "--gen-subset valid --beam 21 " not in out
     r = json.loads((copy / "results.json").read_text())

@@ -27,7 +27,7 @@ from urllib.error import HTTPError
 from urllib.parse import urlsplit
 from urllib.request import ProxyHandler, Request, build_opener, url2pathname, urlopen
 
-from attn_kit.pipeline.stages import RecipeError, write_json_atomic
+from attn_kit.pipeline.stages import UserError, write_json_atomic
 
 TIMEOUT = 60  # seconds without data before a connection counts as broken
 USER_AGENT = "attn_plugin-recipes (python urllib)"
@@ -81,7 +81,7 @@ def _load(path: Path) -> dict:
 def fetch(rf: RemoteFile, dest_dir: Path, mirror: Optional[str] = None, log=print, chunk=1 << 20) -> Path:
     """Download ``rf`` to ``dest_dir/rf.name``, verified; return that path.
 
-    Raises RecipeError (one line) on a network error (the partial file is kept:
+    Raises UserError (one line) on a network error (the partial file is kept:
     running again resumes) or a size/checksum mismatch (the file becomes NAME.bad).
     """
     dest_dir = Path(dest_dir)
@@ -145,15 +145,15 @@ def fetch(rf: RemoteFile, dest_dir: Path, mirror: Optional[str] = None, log=prin
 def _reject(rf: RemoteFile, partial: Path, src: str, kind: str, expected: str, actual: str):
     bad = partial.with_name(f"{rf.name}.bad")
     os.replace(partial, bad)
-    raise RecipeError(f"{rf.name}: {kind} mismatch: expected {expected}, got {actual} (from {src}); "
+    raise UserError(f"{rf.name}: {kind} mismatch: expected {expected}, got {actual} (from {src}); "
                       f"the server or mirror sent a different file, moved to {bad} and not used: "
                       f"run again to download it afresh, or check --mirror")
 
 
-def _network_error(src: str, partial: Path, reason: str) -> RecipeError:
+def _network_error(src: str, partial: Path, reason: str) -> UserError:
     kept = partial.stat().st_size if partial.exists() else 0
     then = f"{kept} bytes kept in {partial}, run again to resume" if kept else "run again to retry"
-    return RecipeError(f"download of {src} failed: {reason}; {then}")
+    return UserError(f"download of {src} failed: {reason}; {then}")
 
 
 def _range_total(content_range: Optional[str]) -> Optional[int]:
@@ -195,7 +195,7 @@ def _from_url(rf: RemoteFile, src: str, partial: Path, log, chunk: int, mirror: 
 def _from_path(rf: RemoteFile, path: Path, partial: Path, log, chunk: int):
     """Copy from a local mirror folder, resuming like a download."""
     if not path.is_file():
-        raise RecipeError(f"{rf.name}: {path} not found in the mirror folder (check --mirror)")
+        raise UserError(f"{rf.name}: {path} not found in the mirror folder (check --mirror)")
     size = path.stat().st_size
     have = partial.stat().st_size if partial.exists() else 0
     start = have if have <= size else 0

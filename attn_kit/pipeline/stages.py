@@ -20,22 +20,14 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
-
-class RecipeError(Exception):
-    """A problem reported to the user as one line: ``error: <message>``."""
-
-
-def log(msg: str):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+from ..cli import UserError, atomic_output, log, main_guard, write_json_atomic  # noqa: F401  (used by recipes)
 
 
 @dataclass
@@ -95,7 +87,7 @@ class Context:
                                         stderr=subprocess.STDOUT if not stdout else subprocess.PIPE,
                                         env=full_env)
             except FileNotFoundError:
-                raise RecipeError(f"stage {self.stage}: command not found: {cmd[0]}") from None
+                raise UserError(f"stage {self.stage}: command not found: {cmd[0]}") from None
             last = ""
             stream = proc.stdout if not stdout else proc.stderr
             for raw in stream:
@@ -114,7 +106,7 @@ class Context:
         if rc != 0:
             if last.startswith("error: "):  # a tool's own one-line error (attn_plugin, our scripts)
                 last = last[len("error: "):]
-            raise RecipeError(f"stage {self.stage} failed (exit {rc}): {last[:300]}; log: {log_path}")
+            raise UserError(f"stage {self.stage} failed (exit {rc}): {last[:300]}; log: {log_path}")
 
     def step(self, description: str, fn: Callable, *args, **kwargs):
         """A step done in Python; --dry-run prints its description only."""
@@ -122,22 +114,23 @@ class Context:
         if not self.dry_run:
             return fn(*args, **kwargs)
 
-    @contextmanager
     def output(self, path: Path):
-        """Yield a temporary path; rename it to ``path`` only if the block completes."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".partial")
-        if not self.dry_run:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if tmp.is_dir():
-                shutil.rmtree(tmp)
-            elif tmp.exists():
-                tmp.unlink()
-        yield tmp
-        if not self.dry_run:
-            if path.is_dir():
-                shutil.rmtree(path)
-            os.replace(tmp, path)
+        """A temporary path (:func:`attn_kit.cli.atomic_output`), renamed to ``path``
+        only if the block completes; with --dry-run, nothing is created or renamed."""
+        return _DryOutput(path) if self.dry_run else atomic_output(path)
+
+
+class _DryOutput:
+    def __init__(self, path):
+        from ..cli import partial_path
+
+        self.tmp = partial_path(path)
+
+    def __enter__(self):
+        return self.tmp
+
+    def __exit__(self, *exc):
+        return False
 
 
 def _resolve(program: str) -> str:
@@ -160,14 +153,16 @@ class Pipeline:
     numbers or stage names) select a range, ``dry_run`` only prints."""
 
     def __init__(self, workdir: Path, stages: List[Stage], dry_run=False,
-                 first: Union[int, str, None] = 1, last: Union[int, str, None] = None):
+                 first: Union[int, str, None] = 1, last: Union[int, str, None] = None,
+                 aliases: Optional[Dict[str, tuple]] = None):
         self.workdir = Path(workdir)
         self.stages = stages
         self.dry_run = dry_run
-        self.first = self._index(first, 1)
-        self.last = self._index(last, len(stages))
+        aliases = aliases or {}  # a name for a range of stages: (first, last)
+        self.first = self._index(aliases[first][0] if first in aliases else first, 1)
+        self.last = self._index(aliases[last][1] if last in aliases else last, len(stages))
         if not 1 <= self.first <= self.last <= len(stages):
-            raise RecipeError(f"--stage/--stop-stage must satisfy 1 <= stage <= stop-stage <= {len(stages)} "
+            raise UserError(f"--stage/--stop-stage must satisfy 1 <= stage <= stop-stage <= {len(stages)} "
                               f"(stages: {self.names()})")
 
     def names(self) -> str:
@@ -182,7 +177,7 @@ class Pipeline:
         for i, stage in enumerate(self.stages, 1):
             if stage.name == value:
                 return i
-        raise RecipeError(f"unknown stage {value!r}; stages: {self.names()}")
+        raise UserError(f"unknown stage {value!r}; stages: {self.names()}")
 
     def stamp(self, stage: Stage) -> Path:
         return self.workdir / ".stages" / f"{stage.name}.done"
@@ -210,13 +205,13 @@ class Pipeline:
                 missing = [str(p) for p in stage.inputs if not Path(p).exists()]
                 if missing:
                     earlier = " (run the earlier stages first)" if i > 1 else ""
-                    raise RecipeError(f"stage {stage.name}: missing input {missing[0]}{earlier}")
+                    raise UserError(f"stage {stage.name}: missing input {missing[0]}{earlier}")
             ctx.stage = stage.name
             start = time.time()
             try:
                 stage.run(ctx)
             except OSError as exc:  # a file problem inside a Python step: one line, no traceback
-                raise RecipeError(f"stage {stage.name} failed: {exc}") from None
+                raise UserError(f"stage {stage.name} failed: {exc}") from None
             seconds = round(time.time() - start, 1)
             if not self.dry_run:
                 self.stamp(stage).parent.mkdir(parents=True, exist_ok=True)
@@ -319,7 +314,7 @@ def average_checkpoints(ctx: Context, ckpt_dir: Path, output: Path, n: int):
 
             have = len(update_candidates(ckpt_dir))
             if have == 0:
-                raise RecipeError(f"no update checkpoints in {ckpt_dir}; did training run long enough?")
+                raise UserError(f"no update checkpoints in {ckpt_dir}; did training run long enough?")
             if have < n:
                 log(f"only {have} update checkpoints; averaging those")
                 n = have
@@ -342,17 +337,12 @@ def read_averaged(output: Path) -> Optional[dict]:
         return None
 
 
-def write_json_atomic(path: Path, data: dict):
-    tmp = Path(str(path) + ".partial")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
-def run_recipe(args, stages: List[Stage], report: Callable[[dict], None]):
-    """Run ``stages`` as ``args`` (workdir, dry_run, stage, stop_stage) select.
+def run_recipe(args, stages: List[Stage], report: Callable[[dict], None], aliases: Optional[Dict[str, tuple]] = None):
+    """Run ``stages`` as ``args`` (workdir, dry_run, stage, stop_stage) select
+    (``aliases``: names for ranges of stages, see :class:`Pipeline`).
     If the run has results, record each stage's wall time in results.json,
     ``report(results)`` (the recipe prints its scores), then print the times."""
-    pipeline = Pipeline(args.workdir, stages, args.dry_run, args.stage, args.stop_stage)
+    pipeline = Pipeline(args.workdir, stages, args.dry_run, args.stage, args.stop_stage, aliases)
     if not args.dry_run:
         args.workdir.mkdir(parents=True, exist_ok=True)
     pipeline.run()
@@ -381,16 +371,3 @@ def _clock(seconds: float) -> str:
         return f"{seconds:6.1f}s"
     m, sec = divmod(int(round(seconds)), 60)
     return f"{m:3d}m{sec:02d}s"
-
-
-def main_guard(fn):
-    """Run ``fn()``; report RecipeError (and Ctrl-C) as one line and exit non-zero."""
-    try:
-        sys.exit(fn() or 0)
-    except (RecipeError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("error: interrupted; finished stages are kept, run the same command again to resume",
-              file=sys.stderr, flush=True)
-        sys.exit(130)

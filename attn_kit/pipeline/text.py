@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Iterable, Iterator, List, Tuple
 
-from .stages import RecipeError
+from .stages import UserError
 
 _MOSES = {}
 
@@ -55,7 +55,7 @@ def read_sgm(path: Path) -> List[str]:
             if m:
                 segs.append(" ".join(m.group(1).split()))
     if not segs:
-        raise RecipeError(f"{path}: no <seg> lines; is this a WMT .sgm file?")
+        raise UserError(f"{path}: no <seg> lines; is this a WMT .sgm file?")
     return segs
 
 
@@ -84,9 +84,9 @@ def extract_members(archive: Path, wanted: dict):
                 if not todo:
                     break
     except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile) as exc:
-        raise RecipeError(f"cannot read {archive}: {exc}; delete it and run again to re-download") from None
+        raise UserError(f"cannot read {archive}: {exc}; delete it and run again to re-download") from None
     if todo:
-        raise RecipeError(f"{archive} has no member {next(iter(todo))}; is it the right archive?")
+        raise UserError(f"{archive} has no member {next(iter(todo))}; is it the right archive?")
 
 
 def concatenate(parts: Iterable[Path], out: Path) -> int:
@@ -136,7 +136,7 @@ def zip_strict(a: Iterator[str], b: Iterator[str], name_a, name_b):
     n = 0
     for n, pair in enumerate(_zip_longest(a, b), 1):
         if pair[0] is None or pair[1] is None:
-            raise RecipeError(f"{name_a} and {name_b} differ in length (first difference at line {n}); "
+            raise UserError(f"{name_a} and {name_b} differ in length (first difference at line {n}); "
                               "the parallel corpus is damaged: delete it and rerun")
         yield pair
 

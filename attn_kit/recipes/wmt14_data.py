@@ -1,4 +1,5 @@
-"""What the WMT14 recipes download, and where each corpus sits inside its archive.
+"""What the WMT14 recipes download, and where each corpus sits inside its archive;
+and the bundled EN-DE corpus the --bundled mode reads instead (data/tatoeba-en-de).
 
 Sizes and sha256 of the training archives are the values published with
 TensorFlow Datasets' WMT14 builder (``url_checksums/wmt14_translate.txt``); the
@@ -34,6 +35,16 @@ FILES: Dict[str, RemoteFile] = {
                       note="newstest2013 (dev)"),
     "test": RemoteFile("test-full.tgz", f"{STATMT}/wmt14/test-full.tgz", md5="a8cd784e006feb32ac6f3d9ec7eb389a",
                        note="newstest2014, full 3003-sentence version (test)"),
+}
+
+# The bundled Tatoeba EN-DE splits (made by scripts/make_bundled_data.py), checked before use.
+BUNDLED: Dict[str, RemoteFile] = {
+    "train": RemoteFile("train.en-de.tsv.xz", "", size=2790748,
+                        sha256="cc60a89d5692298ede429a62b4fac01c3ea24885ec0b8600aed226cbd9f3cf50"),
+    "valid": RemoteFile("valid.en-de.tsv.xz", "", size=25560,
+                        sha256="a9dad73186e62a627fbae9461a55a5543488a60f3cf4580a6599705760227b0a"),
+    "test": RemoteFile("test.en-de.tsv.xz", "", size=47684,
+                       sha256="f05058245f05eb1eca7b9299676881c941eb9746781b705a5c7878582aba0926"),
 }
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """English constituency parsing on the Penn Treebank WSJ (Sec. 6.3, Table 4),
 run it through recipes/wsj_parsing.sh.
 
@@ -29,10 +28,9 @@ Modes:
                          scale) of the grid, each decoded on section 22 with
                          every (beam, alpha); the best dev F1 is decoded once
                          on section 23. SPEC is 'KEY=V,V,...;KEY=V,...' or a
-                         JSON file {"KEY": [V, ...], ...}. Default grid (8
-                         trainings x 4 decodings; --smoke: 2 x 2):
-    dropout=0.1,0.2;attention_dropout=0.1,0.2;lr_scale=0.5,1;beam=10,21;alpha=0.3,1
-    --smoke: attention_dropout=0,0.2;alpha=0.3,1
+                         JSON file {"KEY": [V, ...], ...}. Default grid: 8
+                         trainings x 4 decodings (--smoke: 2 x 2), tune_grid in
+                         recipes/configs/wsj.yaml.
 
 The Penn Treebank is licensed by the LDC (Treebank-3, LDC99T42) and cannot be
 downloaded here: --ptb is your copy, the folder that holds
@@ -61,51 +59,26 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from ..cli import UsageError, UserError, log, main_guard, write_json_atomic
+from ..metrics.trees import (REPAIRS, TreeError, delinearize, gold_tree, linearize, read_mrg, read_tree_lines,
+                             strip_tree)
+from ..paper import TABLE4_F1
+from ..pipeline.stages import Stage, average_checkpoints, binarize, run_recipe
+from . import common, config
+from .common import REPO
 
-from attn_kit.pipeline import stages as stage_lib  # noqa: E402
-from attn_kit.pipeline.stages import (RecipeError, Stage, average_checkpoints, log, main_guard,  # noqa: E402
-                                 run_recipe, write_json_atomic)
-from attn_kit.pipeline.stages import binarize as binarize_step  # noqa: E402
-from attn_kit.metrics.trees import (REPAIRS, TreeError, delinearize, gold_tree, linearize, read_mrg,  # noqa: E402
-                               read_tree_lines, strip_tree)
-
-USER_DIR = REPO / "attn_plugin"
 SMOKE_PTB = REPO / "data" / "wsj-smoke"
 LDC = "Treebank-3 (LDC99T42), licensed from the Linguistic Data Consortium: https://catalog.ldc.upenn.edu/LDC99T42"
 
-# Table 4, WSJ section 23 F1 of the Transformer (4 layers).
-PAPER_F1 = {"wsj": 91.3, "semi-supervised": 92.7}
-
-# --smoke: a tiny configuration of attn_plugin's parsing model, so that training takes about a
-# minute on 2 CPU cores. Its default --lr-scale 0.25 gives it the learning rate that eq. 3 (lr
-# scale 1) gives a d_model 1024 model: (64)^-0.5 * 0.25 = (1024)^-0.5.
-SMOKE_MODEL = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "64",
-               "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "256", "--decoder-ffn-embed-dim", "256",
-               "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
-
-
-# attn_paper_parse's dropout (the base model's P_drop, Table 3) and attention dropout (t2t
-# transformer_parsing_base): the values of a --tune key that neither the grid nor an option sets.
-PARSE_DROPOUT, PARSE_ATTENTION_DROPOUT = 0.1, 0.2
-
 # --tune (Sec. 6.3): training keys (one training each) and decoding keys (tried on section 22 with
-# every trained model, no retraining).
+# every trained model, no retraining). The grids are in recipes/configs/wsj.yaml.
 TRAIN_KEYS = ("dropout", "attention_dropout", "lr_scale")
 DECODE_KEYS = ("beam", "alpha")
-# The default grid: t2t transformer_parsing_base's tuned values (dropout 0.2 for both, 0.5 x eq. 3)
-# against the base model's (0.1, rate 1 x eq. 3), the paper's beam 21 / alpha 0.3 against 10 / 1.0:
-# 8 trainings, each decoded 4 ways on section 22.
-TUNE_GRID = {"dropout": [0.1, 0.2], "attention_dropout": [0.1, 0.2], "lr_scale": [0.5, 1.0],
-             "beam": [10, 21], "alpha": [0.3, 1.0]}
-# --smoke --tune: 2 trainings x 2 decodings (the other keys from the options), ~2 minutes on 2 cores.
-SMOKE_TUNE_GRID = {"attention_dropout": [0.0, 0.2], "alpha": [0.3, 1.0]}
 TUNE_GRID_HELP = ("the --tune grid: 'KEY=V,V,...;KEY=V,...' or a JSON file {\"KEY\": [V, ...], ...}; keys "
                   "dropout, attention_dropout, lr_scale (one training per combination), beam, alpha (each tried on "
                   "section 22 with every trained model). A key left out is fixed at its option's value "
                   "(--dropout, --attention-dropout, --lr-scale, --beam, --alpha). Implies --tune. Default: the "
-                  "grid shown above; an option given on the command line fixes its key in it. E.g. "
+                  "grid of recipes/configs/wsj.yaml; an option given on the command line fixes its key in it. E.g. "
                   "'dropout=0.1,0.2,0.3;beam=21'")
 
 
@@ -125,16 +98,16 @@ def section_list(spec: str):
     for part in spec.split(","):
         m = re.fullmatch(r"\s*(\d{1,2})\s*(?:-\s*(\d{1,2})\s*)?", part)
         if not m:
-            raise RecipeError(f"bad section list {spec!r}; use e.g. 02-21, 22 or 00,01")
+            raise UserError(f"bad section list {spec!r}; use e.g. 02-21, 22 or 00,01")
         a, b = int(m.group(1)), int(m.group(2) or m.group(1))
         if not 0 <= a <= b <= 24:
-            raise RecipeError(f"bad section range {part.strip()!r}: WSJ sections are 00-24")
+            raise UserError(f"bad section range {part.strip()!r}: WSJ sections are 00-24")
         out += [f"{s:02d}" for s in range(a, b + 1)]
     return out
 
 
 def _grid_value(key: str, text, where: str):
-    """One value of a --tune-grid key, checked; a RecipeError names ``where``."""
+    """One value of a --tune-grid key, checked; a UserError names ``where``."""
     try:
         if isinstance(text, bool):
             raise ValueError
@@ -148,13 +121,13 @@ def _grid_value(key: str, text, where: str):
             raise ValueError
     except (TypeError, ValueError):
         kind = "an integer >= 1" if key == "beam" else "a number"
-        raise RecipeError(f"--tune-grid {where}: {key} value {text!r} is not {kind}") from None
+        raise UserError(f"--tune-grid {where}: {key} value {text!r} is not {kind}") from None
     if key in ("dropout", "attention_dropout") and not 0 <= value < 1:
-        raise RecipeError(f"--tune-grid {where}: {key} {value:g} is not in [0, 1)")
+        raise UserError(f"--tune-grid {where}: {key} {value:g} is not in [0, 1)")
     if key == "lr_scale" and value <= 0:
-        raise RecipeError(f"--tune-grid {where}: lr_scale {value:g} must be > 0")
+        raise UserError(f"--tune-grid {where}: lr_scale {value:g} must be > 0")
     if key == "alpha" and value < 0:
-        raise RecipeError(f"--tune-grid {where}: alpha {value:g} must be >= 0")
+        raise UserError(f"--tune-grid {where}: alpha {value:g} must be >= 0")
     return value
 
 
@@ -172,11 +145,11 @@ def parse_tune_grid(spec: str) -> dict:
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
-            raise RecipeError(f"--tune-grid {spec}: cannot read it ({exc.strerror or exc})") from None
+            raise UserError(f"--tune-grid {spec}: cannot read it ({exc.strerror or exc})") from None
         except ValueError as exc:
-            raise RecipeError(f"--tune-grid {spec}: not valid JSON ({exc})") from None
+            raise UserError(f"--tune-grid {spec}: not valid JSON ({exc})") from None
         if not isinstance(raw, dict):
-            raise RecipeError(f"--tune-grid {spec}: expected a JSON object such as "
+            raise UserError(f"--tune-grid {spec}: expected a JSON object such as "
                               '{"dropout": [0.1, 0.2], "beam": [10, 21]}')
         items = [(str(k), v if isinstance(v, list) else [v]) for k, v in raw.items()]
         where = spec
@@ -185,7 +158,7 @@ def parse_tune_grid(spec: str) -> dict:
         for part in filter(str.strip, spec.split(";")):
             key, eq, values = part.partition("=")
             if not eq:
-                raise RecipeError(f"--tune-grid {spec!r}: {part.strip()!r} is not KEY=V,V,... "
+                raise UserError(f"--tune-grid {spec!r}: {part.strip()!r} is not KEY=V,V,... "
                                   "(e.g. dropout=0.1,0.2;beam=10,21)")
             items.append((key, [v.strip() for v in values.split(",")]))
         where = repr(spec)
@@ -193,46 +166,53 @@ def parse_tune_grid(spec: str) -> dict:
     for key, values in items:
         name = key.strip().replace("-", "_")
         if name not in keys:
-            raise RecipeError(f"--tune-grid {where}: unknown key {key.strip()!r}; keys: {', '.join(keys)}")
+            raise UserError(f"--tune-grid {where}: unknown key {key.strip()!r}; keys: {', '.join(keys)}")
         if name in grid:
-            raise RecipeError(f"--tune-grid {where}: {name} is given twice")
+            raise UserError(f"--tune-grid {where}: {name} is given twice")
         if not values or values == [""]:
-            raise RecipeError(f"--tune-grid {where}: {name} has no values")
+            raise UserError(f"--tune-grid {where}: {name} has no values")
         grid[name] = list(dict.fromkeys(_grid_value(name, v, where) for v in values))
     if not grid:
-        raise RecipeError(f"--tune-grid {where}: empty; give e.g. dropout=0.1,0.2;beam=10,21")
+        raise UserError(f"--tune-grid {where}: empty; give e.g. dropout=0.1,0.2;beam=10,21")
     return grid
 
 
-def tune_grid(args, given: dict) -> dict:
-    """The full --tune grid: ``--tune-grid``'s keys, else the default grid's; an option
+def arch_dropouts(arch: str) -> dict:
+    """``arch``'s own dropout and attention dropout (the values a --tune key takes when
+    neither the grid nor an option sets it), as fairseq-train would parse them."""
+    from ..build import parse_train_args, plugin_flags
+
+    parsed = parse_train_args(plugin_flags(arch=arch))
+    return {"dropout": parsed.dropout, "attention_dropout": parsed.attention_dropout}
+
+
+def tune_grid(args, given: dict, default_grid: dict) -> dict:
+    """The full --tune grid: ``--tune-grid``'s keys, else ``default_grid``'s; an option
     given on the command line fixes its key (an error if --tune-grid also sets it);
-    keys still unset take their option's value."""
+    keys still unset take their option's value (dropouts: the arch's)."""
     options = {"dropout": args.dropout, "attention_dropout": args.attention_dropout, "lr_scale": given["lr_scale"],
                "beam": given["beam"], "alpha": given["alpha"]}
-    grid = dict(args.tune_grid) if args.tune_grid else dict(SMOKE_TUNE_GRID if args.smoke else TUNE_GRID)
+    grid = dict(args.tune_grid) if args.tune_grid else {k: list(v) for k, v in default_grid.items()}
     for key, value in options.items():
         if value is None:
             continue
         if args.tune_grid and key in args.tune_grid:
-            raise RecipeError(f"--{key.replace('_', '-')} and --tune-grid both set {key}; give it in one place")
+            raise UsageError(f"--{key.replace('_', '-')} and --tune-grid both set {key}; give it in one place")
         grid[key] = [value]
-    fallback = {"dropout": PARSE_DROPOUT, "attention_dropout": PARSE_ATTENTION_DROPOUT, "lr_scale": args.lr_scale,
-                "beam": args.beam, "alpha": args.alpha}
-    return {key: grid.get(key, [fallback[key]]) for key in TRAIN_KEYS + DECODE_KEYS}
+    fallback = {"lr_scale": args.lr_scale, "beam": args.beam, "alpha": args.alpha}
+    if any(key not in grid for key in ("dropout", "attention_dropout")):
+        fallback.update(arch_dropouts(args.arch))
+    return {key: grid[key] if key in grid else [fallback[key]] for key in TRAIN_KEYS + DECODE_KEYS}
 
 
 def parse_args(argv=None):
+    W, S = config.settings("wsj", "wsj"), config.settings("wsj", "wsj", "smoke")
     p = argparse.ArgumentParser(prog="recipes/wsj_parsing.sh", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true",
                    help="all stages on CPU in minutes on the repo's hand-written trees (data/wsj-smoke), tiny model; "
                         "with --ptb, the tiny model on your treebank")
-    p.add_argument("--workdir", type=Path, help="where everything goes (default runs/wsj_<mode>); use a fresh one "
-                                               "when you change options")
-    p.add_argument("--dry-run", action="store_true", help="print every command, run nothing")
-    p.add_argument("--stage", default="1", help="first stage to run: a 1-based number or a stage name (default 1)")
-    p.add_argument("--stop-stage", help="last stage to run: a number or a stage name (default: the last)")
+    common.add_run_options(p, "runs/wsj_<mode>")
     p.add_argument("--tune", action="store_true",
                    help="select dropout, attention dropout, learning rate, beam and alpha on section 22 as the "
                         "paper did (Sec. 6.3): train every training setting of --tune-grid, decode section 22 "
@@ -243,54 +223,66 @@ def parse_args(argv=None):
                                            f"({LDC}); the wsj folder itself also works")
     g.add_argument("--extra-trees", type=Path, metavar="FILE",
                    help="semi-supervised setting: silver trees, one bracketed tree per line, added to training")
-    g.add_argument("--train-sections", help="training sections (default 02-21; data/wsj-smoke: 02)")
-    g.add_argument("--dev-sections", default="22", help="development sections (default 22)")
-    g.add_argument("--test-sections", default="23", help="test sections (default 23)")
+    g.add_argument("--train-sections", help=f"training sections (default {W['train_sections']}; data/wsj-smoke: 02)")
+    g.add_argument("--dev-sections", help=f"development sections (default {W['dev_sections']})")
+    g.add_argument("--test-sections", help=f"test sections (default {W['test_sections']})")
     g.add_argument("--pos-tags", default="xx", choices=["xx", "keep"],
                    help="output leaves: xx = every POS tag normalized to XX as in Vinyals et al. (default; the "
                         "scored trees get the gold tags back), keep = predict the POS tags")
-    g.add_argument("--vocab", type=int, help="BPE vocabulary of the input words (subword-nmt -s N --total-symbols; "
-                                             "default 16000, 32000 with --extra-trees, Sec. 6.3; --smoke 300)")
+    g.add_argument("--vocab", type=int, help=f"BPE vocabulary of the input words (subword-nmt -s N --total-symbols; "
+                                             f"default {W['vocab']}, "
+                                             f"{config.settings('wsj', 'semi-supervised')['vocab']} with "
+                                             f"--extra-trees, Sec. 6.3; --smoke {S['vocab']})")
     g.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
                    help="processes for BPE and binarization (default: CPUs, at most 8)")
     g = p.add_argument_group("training")
     g.add_argument("--arch", default="attn_paper_parse", help="model (default attn_paper_parse: 4 layers, d_model "
-                                                              "1024; --smoke shrinks it, see SMOKE_MODEL)")
+                                                              f"1024; --smoke shrinks it: {common.SIZES[S['size']].describe()})")
     g.add_argument("--dropout", type=float, help="P_drop, residual dropout (default: the arch's, 0.1 as the base "
                                                  "model; the paper tuned it on section 22, t2t used 0.2)")
     g.add_argument("--attention-dropout", type=float,
                    help="dropout on the attention weights, fairseq's --attention-dropout (default: the arch's, 0.2 "
                         "as t2t transformer_parsing_base; the paper tuned it on section 22)")
-    g.add_argument("--ngpus", type=int, help="GPUs (default 8; 0 = CPU; --smoke: 0)")
-    g.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16"],
-                   help="GPU training precision (default auto = fp16 mixed precision on GPUs, fp32 on CPU; "
-                        "fairseq 0.12's --bf16 means TPU and is not offered)")
+    common.add_device_options(g)
     g.add_argument("--tokens-per-update", type=int,
-                   help="tokens per update over all GPUs (default 25000 as the base model, Sec. 5.1; --smoke 200)")
+                   help=f"tokens per update over all GPUs (default {W['tokens_per_update']} as the base model, "
+                        f"Sec. 5.1; --smoke {S['tokens_per_update']})")
     g.add_argument("--max-tokens-per-gpu", type=int,
-                   help="most tokens one device holds per step; --update-freq makes up the rest (default 4096)")
-    g.add_argument("--max-update", type=int, help="updates (default 100000 as the base model; --smoke 600)")
-    g.add_argument("--warmup-updates", type=int, help="eq. 3 warmup (default 16000 as t2t "
-                                                      "transformer_parsing_base; --smoke 100)")
-    g.add_argument("--lr-scale", type=float, help="multiplies eq. 3's learning rate (default 0.5: t2t "
+                   help=f"most tokens one device holds per step; --update-freq makes up the rest (default "
+                        f"{W['max_tokens_per_gpu']})")
+    g.add_argument("--max-update", type=int, help=f"updates (default {W['max_update']} as the base model; --smoke "
+                                                  f"{S['max_update']})")
+    g.add_argument("--warmup-updates", type=int, help=f"eq. 3 warmup (default {W['warmup_updates']} as t2t "
+                                                      f"transformer_parsing_base; --smoke {S['warmup_updates']})")
+    g.add_argument("--lr-scale", type=float, help=f"multiplies eq. 3's learning rate (default {W['lr_scale']:g}: t2t "
                                                   "transformer_parsing_base's learning_rate 0.05 is 0.5 x eq. 3; "
-                                                  "--smoke 0.25; the paper tuned the rate on section 22)")
-    g.add_argument("--save-interval-updates", type=int, help="checkpoint every N updates (default 1500; --smoke 25)")
-    g.add_argument("--average", type=int, help="average the last N checkpoints (default 5, Sec. 6.1)")
+                                                  f"--smoke {S['lr_scale']:g}; the paper tuned the rate on section 22)")
+    g.add_argument("--save-interval-updates", type=int, help=f"checkpoint every N updates (default "
+                                                             f"{W['save_interval_updates']}; --smoke "
+                                                             f"{S['save_interval_updates']})")
+    g.add_argument("--average", type=int, help=f"average the last N checkpoints (default {W['average']}, Sec. 6.1)")
     g = p.add_argument_group("decoding and scoring")
-    g.add_argument("--beam", type=int, help="beam size (default 21, Sec. 6.3)")
-    g.add_argument("--alpha", type=float, help="GNMT length penalty alpha (default 0.3, Sec. 6.3)")
-    g.add_argument("--max-len-b", type=int, default=300, help="longest output = input length + this (default 300)")
+    g.add_argument("--beam", type=int, help=f"beam size (default {W['beam']}, Sec. 6.3)")
+    g.add_argument("--alpha", type=float, help=f"GNMT length penalty alpha (default {W['alpha']:g}, Sec. 6.3)")
+    g.add_argument("--max-len-b", type=int, help=f"longest output = input length + this (default {W['max_len_b']})")
     g.add_argument("--evalb", type=Path, metavar="PATH",
                    help="score with the official EVALB binary at PATH (default: scripts/evalb.py, the same numbers)")
     args = p.parse_args(argv)
 
     args.mode = "smoke" if args.smoke else "semi-supervised" if args.extra_trees else "wsj"
+    settings = config.settings("wsj", "wsj", "semi-supervised" if args.extra_trees else None,
+                               "smoke" if args.smoke else None)
     bundled = args.smoke and not args.ptb  # --smoke --ptb DIR: the tiny model on your treebank
     if bundled:
         args.ptb = SMOKE_PTB
-    if args.train_sections is None:
-        args.train_sections = "02" if bundled else "02-21"
+        settings["train_sections"] = "02"
+    given = {"lr_scale": args.lr_scale, "beam": args.beam, "alpha": args.alpha}
+    default_grid = settings.pop("tune_grid")  # --tune-grid's default, as data (not a SPEC)
+    args.size = common.model_size(settings, {})
+    args.model = args.size.flags() if args.size else []
+    common.apply_settings(args, settings)
+    args.validate_interval_updates = args.save_interval_updates  # WSJ validates at every checkpoint
+    args.length_penalty = "gnmt"
     args.sections = {"train": section_list(args.train_sections), "valid": section_list(args.dev_sections),
                      "test": section_list(args.test_sections)}
     args.workdir = (args.workdir or REPO / "runs" / f"wsj_{args.mode.replace('-', '_')}").resolve()
@@ -301,41 +293,17 @@ def parse_args(argv=None):
     if args.evalb:
         args.evalb = args.evalb.expanduser().resolve()
         if not args.dry_run and not (args.evalb.is_file() and os.access(args.evalb, os.X_OK)):
-            raise RecipeError(f"--evalb {args.evalb}: not an executable file (EVALB builds with 'make' in its "
-                              "folder: https://nlp.cs.nyu.edu/evalb/)")
-    smoke = args.smoke
-    given = {"lr_scale": args.lr_scale, "beam": args.beam, "alpha": args.alpha}
-    defaults = dict(
-        vocab=300 if smoke else 32000 if args.extra_trees else 16000,
-        ngpus=0 if smoke else 8,
-        tokens_per_update=200 if smoke else 25000,
-        max_tokens_per_gpu=200 if smoke else 4096,
-        max_update=600 if smoke else 100000,
-        warmup_updates=100 if smoke else 16000,
-        lr_scale=0.25 if smoke else 0.5,
-        save_interval_updates=25 if smoke else 1500,
-        average=5,
-        beam=21,
-        alpha=0.3,
-    )
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    if args.ngpus < 0:
-        raise RecipeError("--ngpus must be >= 0")
-    for name in ("vocab", "tokens_per_update", "max_tokens_per_gpu", "max_update", "warmup_updates",
-                 "save_interval_updates", "average", "beam"):
-        if getattr(args, name) < 1:
-            raise RecipeError(f"--{name.replace('_', '-')} must be >= 1")
-    if args.lr_scale <= 0:
-        raise RecipeError("--lr-scale must be > 0")
+            raise UserError(f"--evalb {args.evalb}: not an executable file (EVALB builds with 'make' in its "
+                            "folder: https://nlp.cs.nyu.edu/evalb/)")
+    if args.vocab < 1:
+        raise UsageError("--vocab must be >= 1")
     for name in ("dropout", "attention_dropout"):
         if getattr(args, name) is not None and not 0 <= getattr(args, name) < 1:
-            raise RecipeError(f"--{name.replace('_', '-')} must be in [0, 1)")
+            raise UsageError(f"--{name.replace('_', '-')} must be in [0, 1)")
     args.tune = args.tune or args.tune_grid is not None
     if args.tune_grid is not None:
         args.tune_grid = parse_tune_grid(args.tune_grid)
-    args.grid = tune_grid(args, given) if args.tune else None
+    args.grid = tune_grid(args, given, default_grid) if args.tune else None
     return args
 
 
@@ -348,20 +316,20 @@ def find_wsj(ptb: Path, sections) -> Path:
     expected = (f"expected the Penn Treebank WSJ files as DIR/parsed/mrg/wsj/NN/wsj_NNNN.mrg (NN = 00..24), "
                 f"from {LDC}")
     if ptb is None:
-        raise RecipeError(f"--ptb DIR is required: {expected}. (--smoke runs on the repo's own trees)")
+        raise UserError(f"--ptb DIR is required: {expected}. (--smoke runs on the repo's own trees)")
     if not ptb.is_dir():
-        raise RecipeError(f"--ptb {ptb}: no such folder; {expected}")
+        raise UserError(f"--ptb {ptb}: no such folder; {expected}")
     candidates = [ptb / "parsed" / "mrg" / "wsj", ptb / "treebank_3" / "parsed" / "mrg" / "wsj",
                   ptb / "mrg" / "wsj", ptb / "wsj", ptb]
     wsj = next((c for c in candidates if c.is_dir() and any((c / s).is_dir() for s in sections)), None)
     if wsj is None:
-        raise RecipeError(f"--ptb {ptb}: no WSJ section folders (such as {ptb / 'parsed/mrg/wsj/02'}) in it; "
+        raise UserError(f"--ptb {ptb}: no WSJ section folders (such as {ptb / 'parsed/mrg/wsj/02'}) in it; "
                           f"{expected}")
     for s in sections:
         if not (wsj / s).is_dir():
-            raise RecipeError(f"--ptb {ptb}: section {s} is missing (no folder {wsj / s}); {expected}")
+            raise UserError(f"--ptb {ptb}: section {s} is missing (no folder {wsj / s}); {expected}")
         if not any((wsj / s).glob("*.mrg")):
-            raise RecipeError(f"--ptb {ptb}: section folder {wsj / s} holds no .mrg files; {expected} "
+            raise UserError(f"--ptb {ptb}: section folder {wsj / s} holds no .mrg files; {expected} "
                               "(the combined/ or tagged/ files of other releases are not tree files)")
     return wsj
 
@@ -372,7 +340,7 @@ def prepare_data(args, out: Path):
     ``.gold`` (the treebank's trees for EVALB, one per line) and ``stats.json``."""
     wsj = find_wsj(args.ptb, sorted({s for v in args.sections.values() for s in v}))
     if args.extra_trees and not args.extra_trees.is_file():
-        raise RecipeError(f"--extra-trees {args.extra_trees}: no such file (expected silver trees, one bracketed "
+        raise UserError(f"--extra-trees {args.extra_trees}: no such file (expected silver trees, one bracketed "
                           "tree per line)")
     out.mkdir(parents=True, exist_ok=True)
     stats = {"ptb": str(wsj), "sections": {k: f"{v[0]}-{v[-1]}" if len(v) > 1 else v[0]
@@ -421,11 +389,11 @@ def prepare_data(args, out: Path):
             if skipped:
                 stats[f"{split}_skipped_empty"] = skipped
             if n == 0:
-                raise RecipeError(f"no trees in sections {', '.join(args.sections[split])} of {wsj}")
+                raise UserError(f"no trees in sections {', '.join(args.sections[split])} of {wsj}")
         if args.extra_trees:
             stats["extra_trees"] = extra[0]
     except TreeError as exc:
-        raise RecipeError(f"malformed tree: {exc}") from None
+        raise UserError(f"malformed tree: {exc}") from None
     (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     log("trees: " + ", ".join(f"{k} {stats[f'{k}_trees']}" for k in SPLITS)
         + (f" (of which {stats['extra_trees']} extra)" if args.extra_trees else ""))
@@ -434,19 +402,6 @@ def prepare_data(args, out: Path):
 # ---------------------------------------------------------------------------
 # From the model's output back to trees, and scoring
 # ---------------------------------------------------------------------------
-def read_hypotheses(gen_out: Path, expected: int):
-    """The D- lines of fairseq-generate's output, in input order."""
-    hyps = {}
-    with open(gen_out, encoding="utf-8", errors="surrogateescape") as f:
-        for line in f:
-            if line.startswith("D-"):
-                fields = line.rstrip("\n").split("\t")
-                hyps[int(fields[0][2:])] = fields[2] if len(fields) > 2 else ""
-    if len(hyps) != expected:
-        raise RecipeError(f"{gen_out}: {len(hyps)} hypotheses for {expected} sentences")
-    return [hyps[i] for i in range(expected)]
-
-
 def _lines(path: Path):
     return path.read_text(encoding="utf-8", errors="surrogateescape").split("\n")[:-1]
 
@@ -455,7 +410,7 @@ def rebuild_trees(prep: Path, gen_out: Path, out: Path, split: str, pos_tags: st
     """Delinearize every hypothesis with its input words into ``out`` (one tree per
     line); return the repair counts."""
     words, tags = _lines(prep / f"{split}.{SRC}"), _lines(prep / f"{split}.tags")
-    hyps = read_hypotheses(gen_out, len(words))
+    hyps = common.read_hypotheses(gen_out, len(words))
     totals, repaired = Counter(), 0
     with open(out, "w", encoding="utf-8", errors="surrogateescape") as f:
         for hyp, w, t in zip(hyps, words, tags):
@@ -467,7 +422,7 @@ def rebuild_trees(prep: Path, gen_out: Path, out: Path, split: str, pos_tags: st
 
 
 def evalb_command(args, gold: Path, test: Path):
-    cmd = [sys.executable, REPO / "scripts" / "evalb.py", "-e", "1000000"]
+    cmd = [sys.executable, "-m", "attn_kit.metrics.evalb", "-e", "1000000"]
     if args.evalb:
         cmd += ["--evalb", args.evalb]
     return cmd + [gold, test]
@@ -481,44 +436,19 @@ def _clean(summary: dict) -> dict:
 
 def evalb_blocks(path: Path):
     """EVALB's ``-- All --`` and ``-- len<=40 --`` blocks of the report in ``path``, cleaned."""
-    from scripts.evalb import parse_summary
+    from ..metrics.evalb import parse_summary
 
     try:
         summary = parse_summary(path.read_text(encoding="latin-1"))
     except ValueError as exc:
-        raise RecipeError(f"{path}: {exc}") from None
+        raise UserError(f"{path}: {exc}") from None
     return _clean(summary["all"]), _clean(summary.get("len<=40", {}))
-
-
-def last_update(log_path: Path):
-    """The last update a fairseq-train log reached (None if it shows none)."""
-    text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
-    # fairseq: "Saved checkpoint .../checkpoint_last.pt (epoch 1 @ 712 updates, ...)"
-    last = re.findall(r"@ (\d+) updates", text) or re.findall(r"num_updates[ =](\d+)", text)
-    return int(last[-1]) if last else None
-
-
-def averaged_record(avg: Path, log_path: Path) -> dict:
-    """What was averaged into ``avg``: ``averaged_checkpoints`` (paths) and, where
-    attn_kit.pipeline.stages records them (read_averaged), ``averaged_updates``."""
-    read = getattr(stage_lib, "read_averaged", None)
-    info = read(avg) if read else None
-    out = {}
-    if info:
-        out["averaged_checkpoints"] = info.get("paths")
-    else:  # scripts/average_checkpoints.py's own line in the stage's log
-        text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
-        averaged = re.findall(r"^averaging \d+ checkpoints: (.*)$", text, re.M)
-        out["averaged_checkpoints"] = averaged[-1].split(", ") if averaged else None
-    if read:
-        out["averaged_updates"] = info.get("updates") if info else None
-    return out
 
 
 def write_results(args):
     W = args.workdir
     sel = json.loads((W / "tune" / "selected.json").read_text())["selected"] if args.tune else None
-    out = {"mode": args.mode, "arch": args.arch, "model_overrides": SMOKE_MODEL if args.smoke else [],
+    out = {"mode": args.mode, "arch": args.arch, "model_overrides": args.model,
            "lr_scale": sel["lr_scale"] if sel else args.lr_scale, "warmup_updates": args.warmup_updates,
            "max_update": args.max_update}
     for key in ("dropout", "attention_dropout"):
@@ -531,31 +461,28 @@ def write_results(args):
         out[f"{name}_f1"] = all_.get("f1")
         out[name] = {"sections": ",".join(args.sections[split]), "evalb_all": all_, "evalb_len<=40": short,
                      "repairs": repairs[split]}
-    if args.mode in PAPER_F1:
-        out["paper_test_f1"] = PAPER_F1[args.mode]
-    stats = json.loads((W / "prep" / "stats.json").read_text())
-    out["data"] = stats
-    vocab = W / "data-bin" / f"dict.{SRC}.txt"
-    if vocab.exists():
-        with open(vocab, encoding="utf-8") as f:
-            out["vocabulary"] = sum(1 for _ in f) + 4  # fairseq's 4 special symbols
+    if args.mode in TABLE4_F1:
+        out["paper_test_f1"] = TABLE4_F1[args.mode]
+    out["data"] = json.loads((W / "prep" / "stats.json").read_text())
+    vocab = common.dictionary_size(W / "data-bin" / f"dict.{SRC}.txt")
+    if vocab:
+        out["vocabulary"] = vocab
     out["bpe_symbols"] = args.vocab
     out["scorer"] = (f"EVALB binary {args.evalb} with COLLINS.prm settings" if args.evalb
-                     else "scripts/evalb.py (EVALB with COLLINS.prm)")
+                     else "attn_kit.metrics.evalb (EVALB with COLLINS.prm)")
     if args.pos_tags == "xx":
         out["tagging_accuracy_note"] = "POS tags predicted as XX; scored trees carry the gold tags"
-    from attn_kit.pipeline.launch import batch_plan
-
-    plan = batch_plan(args.tokens_per_update, args.ngpus or 1, args.max_tokens_per_gpu)
-    # The selected trial's one log holds its training and its averaging; otherwise train.log and average.log.
-    logs = W / "logs"
-    train_log, avg_log = (logs / f"{sel['stage']}.log",) * 2 if sel else (logs / "train.log", logs / "average.log")
-    avg = Path(sel["checkpoint"]) if sel else W / "checkpoint_avg.pt"
+    # a --tune run's selected trial: its own training log, command and average
+    folder = Path(sel["workdir"]) if sel else W
+    train_log = W / "logs" / (f"{sel['stage']}.log" if sel else "train.log")
+    out.update(common.run_record(args, train_log, folder / "checkpoint_avg.pt", folder / "train_command.json"))
+    if sel:
+        out["updates"] = sel["updates"]
+    p = common.plan(args)
     beam, alpha = (sel["beam"], sel["alpha"]) if sel else (args.beam, args.alpha)
     out.update({
-        "updates": sel["updates"] if sel else last_update(train_log), "gpus": args.ngpus,
-        "tokens_per_update": plan.tokens_per_update, "max_tokens": plan.max_tokens, "update_freq": plan.update_freq,
-        "checkpoint": str(avg), **averaged_record(avg, avg_log),
+        "gpus": args.ngpus * args.nnodes, "max_tokens": p.max_tokens, "update_freq": p.update_freq,
+        "max_tokens_per_update": p.tokens_per_update,
         "decoding": {"beam": beam, "length_penalty": f"GNMT alpha {alpha:g}", "max_len": f"input + {args.max_len_b}"},
     })
     if sel:
@@ -601,7 +528,7 @@ def select_trial(args) -> dict:
         done = {dec["name"]: dec for dec in info["decodings"]}
         missing = [name for name in wanted if name not in done]
         if missing:
-            raise RecipeError(f"{t['stage']}: no section 22 score for {missing[0]}; run the stage {t['stage']} again")
+            raise UserError(f"{t['stage']}: no section 22 score for {missing[0]}; run the stage {t['stage']} again")
         for dec in (done[name] for name in wanted):
             trials.append({"name": f"{t['stage']}/{dec['name']}", "stage": t["stage"], "workdir": info["workdir"],
                            **{k: t[k] for k in TRAIN_KEYS}, "beam": dec["beam"], "alpha": dec["alpha"],
@@ -639,14 +566,14 @@ def forget_stale_selection(args):
             return
 
 
-def write_trial(args, trial: dict, folder: Path, updates_log: Path, decodings: list):
+def write_trial(args, trial: dict, folder: Path, decodings: list):
     """WORKDIR/tune/NAME/trial.json: the training setting, its updates, and the
     section 22 F1 of each decoding setting."""
     avg = folder / "checkpoint_avg.pt"
     done = json.loads((folder / "train.done").read_text())
     info = {"name": trial["name"], "stage": trial["stage"], "workdir": str(folder),
             **{k: trial[k] for k in TRAIN_KEYS}, "updates": done.get("updates"), "checkpoint": str(avg),
-            **averaged_record(avg, updates_log), "decodings": []}
+            **common.averaged_record(avg), "decodings": []}
     for dec, repairs in decodings:
         all_, short = evalb_blocks(folder / "eval" / f"valid.{dec['name']}.evalb")
         info["decodings"].append({**dec, "dev_f1": all_.get("f1"),
@@ -660,53 +587,25 @@ def write_trial(args, trial: dict, folder: Path, updates_log: Path, decodings: l
 # ---------------------------------------------------------------------------
 # The stages
 # ---------------------------------------------------------------------------
-def train_command(args, data_bin: Path, save_dir: Path, dropout=None, attention_dropout=None, lr_scale=None):
-    """fairseq-train with the paper's optimizer, schedule and criterion (Sec. 5.3-5.4);
-    ``dropout``, ``attention_dropout`` (None: the arch's) and ``lr_scale`` (None:
-    --lr-scale) are a --tune trial's."""
-    from attn_kit.pipeline.launch import batch_plan, launcher, paper_optimization, precision_flags
-
-    plan = batch_plan(args.tokens_per_update, args.ngpus or 1, args.max_tokens_per_gpu)
-    cmd = launcher(args.ngpus, 1, log_dir=str(args.workdir / "logs"))
-    # --required-batch-size-multiple 1: fairseq's main branch drops a last batch that is not a
-    # multiple of it (default 8), which would empty the 6-sentence --smoke dev set.
-    # Epochs of WSJ are short (~150 updates of 25000 tokens), so checkpoints and
-    # validation follow updates, not epochs (--save-interval / --validate-interval
-    # only keep fairseq from also doing both at every epoch's end).
-    cmd += [data_bin, "--user-dir", USER_DIR, "--task", "attn_translation", "--arch", args.arch,
-            *(SMOKE_MODEL if args.smoke else []), *(["--dropout", dropout] if dropout is not None else []),
-            *(["--attention-dropout", attention_dropout] if attention_dropout is not None else []),
-            *paper_optimization(args.warmup_updates, args.lr_scale if lr_scale is None else lr_scale),
-            "--max-tokens", plan.max_tokens, "--update-freq", plan.update_freq, "--required-batch-size-multiple", "1",
-            *precision_flags(args.precision, args.ngpus), *(["--cpu"] if args.ngpus == 0 else []),
-            "--max-update", args.max_update, "--seed", "1",
-            "--save-dir", save_dir, "--save-interval-updates", args.save_interval_updates,
-            "--keep-interval-updates", args.average, "--no-epoch-checkpoints", "--save-interval", "1000000",
-            "--validate-interval-updates", args.save_interval_updates, "--validate-interval", "1000000",
-            "--log-format", "simple", "--log-interval", "50" if args.smoke else "100", "--no-progress-bar"]
-    return cmd
+def model_flags(args, dropout=None, attention_dropout=None) -> list:
+    """The model's size (--smoke's tiny one) and dropouts (None: the arch's)."""
+    return [*args.model, *(["--dropout", f"{dropout:g}"] if dropout is not None else []),
+            *(["--attention-dropout", f"{attention_dropout:g}"] if attention_dropout is not None else [])]
 
 
 def decode_command(args, data_bin: Path, checkpoint, split: str, beam, alpha):
     """fairseq-generate: beam search with GNMT's length penalty, outputs up to input + --max-len-b."""
-    gpu = args.ngpus > 0
-    return ["fairseq-generate", data_bin, "--user-dir", USER_DIR, "--task", "attn_translation",
-            "--path", checkpoint, "--gen-subset", split, "--beam", beam, "--gnmt-alpha", alpha,
-            "--max-len-a", "1", "--max-len-b", args.max_len_b,
-            "--batch-size", "64" if gpu else "16", "--required-batch-size-multiple", "1",
-            "--remove-bpe", *([] if gpu else ["--cpu"])]
+    return common.generate_command(args, data_bin, checkpoint, split, beam, ["--gnmt-alpha", str(alpha)],
+                                   args.max_len_b, 64 if args.ngpus > 0 else 16)
 
 
 def stages(args):
     W = args.workdir
     prep, bpe, data_bin, ckpt = W / "prep", W / "bpe", W / "data-bin", W / "checkpoints"
     avg, gen, ev = W / "checkpoint_avg.pt", W / "gen", W / "eval"
-    gpu = args.ngpus > 0
     texts = [f"{split}.{lang}" for split in SPLITS for lang in (SRC, TGT)]
-    # The tiny --smoke model on CPU: one thread. Two threads on a 2-core machine that is busy
-    # with anything else make every step wait on the other thread (seen: 30x slower).
-    cpu_env = {"OMP_NUM_THREADS": "1"} if args.smoke and not gpu else None
-    train_tail = _smoke_progress if args.smoke else 1
+    cpu_env = common.thread_env(args)
+    train_tail = _smoke_progress if args.smoke else None
 
     def prepare(ctx):
         with ctx.output(prep) as tmp:
@@ -728,12 +627,12 @@ def stages(args):
                 ctx.step(f"copy {prep / f'{split}.{TGT}'} -> {bpe / f'{split}.{TGT}'} (bracket symbols need no BPE)",
                          lambda s=split: (tmp / f"{s}.{TGT}").write_bytes((prep / f"{s}.{TGT}").read_bytes()))
 
-    def binarize(ctx):
-        binarize_step(ctx, SRC, TGT, bpe, data_bin, args.workers)
+    def binarize_stage(ctx):
+        binarize(ctx, SRC, TGT, bpe, data_bin, args.workers)
 
     def train(ctx):
-        ctx.sh(train_command(args, data_bin, ckpt, args.dropout, args.attention_dropout), tail=train_tail,
-               env=cpu_env)
+        cmd = common.train_command(args, data_bin, ckpt, model_flags(args, args.dropout, args.attention_dropout))
+        common.run_training(ctx, args, cmd, tail=train_tail)
 
     def average(ctx):
         average_checkpoints(ctx, ckpt, avg, args.average)
@@ -761,9 +660,11 @@ def stages(args):
             if done.exists() and not ctx.dry_run:
                 print(f"  # train: done already ({done})", flush=True)
             else:
-                ctx.sh(train_command(args, data_bin, t_ckpt, trial["dropout"], trial["attention_dropout"],
-                                     trial["lr_scale"]), tail=train_tail, env=cpu_env)
-                ctx.step(f"mark {done}", lambda: write_json_atomic(done, {"updates": last_update(stage_log)}))
+                cmd = common.train_command(args, data_bin, t_ckpt, model_flags(args, trial["dropout"],
+                                                                                trial["attention_dropout"]),
+                                           lr_scale=trial["lr_scale"])
+                common.run_training(ctx, args, cmd, tail=train_tail, record=folder / "train_command.json")
+                ctx.step(f"mark {done}", lambda: write_json_atomic(done, {"updates": common.last_update(stage_log)}))
             if t_avg.exists() and not ctx.dry_run:
                 print(f"  # average: done already ({t_avg})", flush=True)
             else:
@@ -783,7 +684,7 @@ def stages(args):
                     ctx.sh(evalb_command(args, prep / "valid.gold", parsed), stdout=tmp)
                 decodings.append((dec, repairs))
             ctx.step(f"write {folder / 'trial.json'}: section 22 F1 of each decoding setting", write_trial,
-                     args, trial, folder, stage_log, decodings)
+                     args, trial, folder, decodings)
 
         return Stage(trial["stage"], run, f"train with dropout {trial['dropout']:g}, attention dropout "
                                           f"{trial['attention_dropout']:g}, lr scale {trial['lr_scale']:g}; average; "
@@ -849,7 +750,7 @@ def stages(args):
               + [prep / "valid.gold", prep / "test.gold", prep / "stats.json"]),
         Stage("bpe", learn_apply_bpe, f"BPE on the input words, {args.vocab} symbols (subword-nmt)",
               inputs=[prep / t for t in texts], outputs=[bpe / "codes", *(bpe / t for t in texts)]),
-        Stage("binarize", binarize, "fairseq-preprocess --joined-dictionary",
+        Stage("binarize", binarize_stage, "fairseq-preprocess --joined-dictionary",
               inputs=[bpe / t for t in texts], outputs=[data_bin / f"dict.{SRC}.txt", data_bin / f"dict.{TGT}.txt"]),
     ]
     scoring = [
@@ -905,11 +806,11 @@ def report(r: dict):
                                                                                               else ""))
 
 
-def main():
-    args = parse_args()
+def main(argv=None):
+    args = parse_args(argv)
     forget_stale_selection(args)
     run_recipe(args, stages(args), report)
 
 
 if __name__ == "__main__":
-    main_guard(main)
+    main_guard(main, interrupted="interrupted; finished stages are kept, run the same command again to resume")

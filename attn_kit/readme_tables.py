@@ -1,0 +1,202 @@
+"""README's measured numbers, made from the committed results files.
+
+Every table README shows between ``<!-- table:NAME -->`` and
+``<!-- /table:NAME -->`` is written by this script from the results files under
+``recipes/results/`` and ``benchmarks/results/`` (each with the command,
+commit, machine and date that made its numbers); nothing between the markers
+is typed by hand.
+
+    python scripts/readme_tables.py           # rewrite README.md's tables
+    python scripts/readme_tables.py --check   # exit 1 if README differs from the files (a test runs this)
+"""
+import argparse
+import glob
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+from .cli import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+RECIPES = REPO / "recipes" / "results"
+BENCH = REPO / "benchmarks" / "results"
+
+
+def load(path: Path) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def table(header, rows) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+def source(*paths) -> str:
+    names = ", ".join(f"`{Path(p).parent.parent.name}/{Path(p).parent.name}/{Path(p).name}`" for p in paths)
+    return f"\n\nFrom {names} (command, commit, machine and date inside)."
+
+
+def mean_sd(values):
+    values = [v for v in values if v is not None]
+    if len(values) < 2:
+        return f"{values[0]:.2f}" if values else "-"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def minutes(seconds) -> str:
+    return f"{int(seconds // 60)}m{int(round(seconds % 60)):02d}s" if seconds is not None else "-"
+
+
+# ---------------------------------------------------------------------------------------------- the bundled run
+def bundled() -> str:
+    """The main job, `--bundled`, over seeds: BLEU every way, updates, time per stage."""
+    paths = sorted(glob.glob(str(RECIPES / "bundled_seed*.json")))
+    if not paths:
+        return "(no bundled results filed yet)"
+    runs = [load(p) for p in paths]
+    rows = []
+    for run in runs:
+        r = run["result"]
+        quiet = run.get("quiet_machine", True)
+        times = ([minutes(r.get("stage_seconds", {}).get("train")), minutes(r.get("total_seconds"))] if quiet
+                 else ["(not timed: run side by side)", ""])
+        rows.append([r["seed"], f"{r['sacrebleu']:.2f}", f"{r.get('bleu_t2t', float('nan')):.2f}",
+                     f"{r.get('bleu_compound_split', float('nan')):.2f}", r["updates"], *times])
+    keys = ("sacrebleu", "bleu_t2t", "bleu_compound_split")
+    rows.append(["mean ± sd", *(mean_sd([run["result"].get(k) for run in runs]) for k in keys), "", "", ""])
+    head = ["seed", "sacreBLEU", "BLEU, paper's protocol (t2t)", "BLEU, fairseq's compound split", "updates",
+            "train", "all stages"]
+    first = runs[0]
+    note = (f"\n\nMachine: {first['machine']}; {first['result'].get('threads')} threads; "
+            f"date {first['date']}, commit {first['commit'][:12]}.")
+    return table(head, rows) + note + source(*paths)
+
+
+def bundled_sweep() -> str:
+    """The sweep that chose the bundled settings: valid BLEU by configuration and update."""
+    paths = sorted(glob.glob(str(RECIPES / "bundled_sweep.*.json")))
+    if not paths:
+        return "(no sweep filed yet)"
+    runs = [load(p) for p in paths]
+    updates = sorted({int(u) for run in runs for u in run["result"]["valid_bleu_avg5_by_update"]})
+    rows = []
+    for run in runs:
+        r = run["result"]
+        curve = r["valid_bleu_avg5_by_update"]
+        train = r.get("stage_seconds", {}).get("train")
+        per_update = f"{train / r['updates']:.2f}" if train and r.get("updates") else "-"
+        rows.append([f"`{run['name']}`", f"`{r['flags']}`" if r["flags"] else f"(the defaults of {run['commit'][:7]})", per_update,
+                     *(curve.get(str(u), "-") for u in updates)])
+    head = ["config", "recipe options", "s/update (1 thread, 2 runs side by side)",
+            *(f"valid BLEU @{u}" for u in updates)]
+    dec = []
+    for run in runs:
+        final = run["result"]["valid_bleu_final"]
+        dec.append([f"`{run['name']}`", *(final.get(k, "-") for k in sorted(runs[0]["result"]["valid_bleu_final"]))])
+    dec_head = ["config", *sorted(runs[0]["result"]["valid_bleu_final"])]
+    return (table(head, rows) + "\n\nAt the last update, by checkpoint (avg5/avg10 = average of the last 5/10, "
+            "every 100 updates; last = the final model) and decoding (valid sacreBLEU):\n\n" + table(dec_head, dec)
+            + source(*paths))
+
+
+# ---------------------------------------------------------------------------------------------- batches
+def tokens_per_update() -> str:
+    path = RECIPES / "tokens_per_update_newstest_en_de.json"
+    if not path.exists():
+        return "(not filed yet)"
+    r = load(path)["result"]
+    rows = []
+    for key, label in (("at_max_tokens", "{} (the paper's number taken as fairseq's cap)"),
+                       ("closest_to_target", "{} (the recipes round it to 28000)")):
+        s = r[key]
+        rows.append([label.format(s["budget_per_update"]), f"{s['max_tokens']} x {s['batches_per_update']}", f"{s['source_per_update']:.0f}",
+                     f"{s['target_per_update']:.0f}", f"{s['padded_per_update']:.0f}"])
+    return table(["padded tokens per update", "--max-tokens x GPUs", "real source tokens", "real target tokens",
+                  "padded"], rows) + source(path)
+
+
+# ---------------------------------------------------------------------------------------------- benchmarks
+def cpu_benchmarks() -> str:
+    train = [BENCH / "cpu2core_train_fp32.json", BENCH / "cpu2core_train_fp32_run2.json"]
+    gen = [BENCH / "cpu2core_generate_fp32.json", BENCH / "cpu2core_generate_fp32_run2.json"]
+    t, g = [load(p)["results"] for p in train], [load(p)["results"] for p in gen]
+    rows = []
+    for shape in ("small", "base", "big"):
+        params = t[0][shape]["plugin"]["params"] / 1e6
+        rows.append([f"{shape} ({params:.1f}M)",
+                     " / ".join(f"{x[shape]['ratio_tokens_per_s']:.3f}" for x in t),
+                     f"{t[-1][shape]['ratio_peak_bytes']:.3f}",
+                     " / ".join(f"{x[shape]['ratio_sentences_per_s']:.3f}" for x in g),
+                     f"{g[-1][shape]['ratio_peak_bytes']:.3f}"])
+    big30 = load(BENCH / "cpu2core_train_fp32_big_1step_x30.json")["results"]["big"]
+    trials = big30["trial_ratios"]
+    se = statistics.stdev(trials) / len(trials) ** 0.5
+    return (table(["shape", "train tokens/s (run 1 / run 2)", "train peak memory", "beam-4 sentences/s (run 1 / run 2)",
+                   "generation peak memory"], rows)
+            + f"\n\nBig, {len(trials)} trials of one training step each: median ratio "
+              f"{big30['ratio_tokens_per_s']:.3f}, mean {statistics.mean(trials):.3f} ± {se:.3f} (standard error)."
+            + source(*train, *gen, BENCH / "cpu2core_train_fp32_big_1step_x30.json"))
+
+
+def gpu_benchmarks() -> str:
+    main = load(BENCH / "h100_train_bf16.json")
+    big400 = load(BENCH / "h100_train_bf16_big_400x64.json")["results"]["big"]
+    auto = load(BENCH / "h100_train_bf16_autocast.json")["results"]
+    gen = load(BENCH / "h100_generate_bf16.json")["results"]
+    env = main["environment"]
+    rows = []
+    for shape, r, label in [("base", main["results"]["base"], "base"), ("big", main["results"]["big"], "big"),
+                            ("big", big400, "big, 400 sentences")]:
+        b = r["batch"]
+        rows.append([label, b["target_tokens"], f"{r['plugin']['tokens_per_s']:.0f}", f"{r['stock']['tokens_per_s']:.0f}",
+                     f"**{r['ratio_tokens_per_s']:.3f}**", f"{r['ratio_peak_bytes']:.3f}",
+                     f"{100 * r['plugin']['utilization']:.1f}%", f"{100 * r['stock']['utilization']:.1f}%"])
+    out = table(["shape", "target tokens/step", "plugin tok/s", "stock tok/s", "ratio", "peak memory ratio",
+                 "plugin MFU", "stock MFU"], rows)
+    out += (f"\n\n{env['gpu']}, bf16, measured bf16 matmul rate {env['matmul_tflops']:.0f} TFLOP/s. "
+            f"Under `--mixed autocast` (fp32 weights): ratio {auto['base']['ratio_tokens_per_s']:.3f} (base), "
+            f"{auto['big']['ratio_tokens_per_s']:.3f} (big). Beam-4 generation, 128 sentences: "
+            f"base {gen['base']['ratio_sentences_per_s']:.3f}x, big {gen['big']['ratio_sentences_per_s']:.3f}x "
+            f"stock's sentences/s at {gen['base']['ratio_peak_bytes']:.2f}x / {gen['big']['ratio_peak_bytes']:.2f}x "
+            f"its peak memory; best hypotheses identical for {gen['base']['same_best_hypothesis']} (base) and "
+            f"{gen['big']['same_best_hypothesis']} (big) sentences (bf16 rounding differs between the two "
+            "implementations, so near-ties can flip).")
+    return out + source(BENCH / "h100_train_bf16.json", BENCH / "h100_train_bf16_big_400x64.json",
+                        BENCH / "h100_train_bf16_autocast.json", BENCH / "h100_generate_bf16.json")
+
+
+TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "tokens_per_update": tokens_per_update,
+          "cpu_benchmarks": cpu_benchmarks, "gpu_benchmarks": gpu_benchmarks}
+
+
+def render(text: str) -> str:
+    """``text`` with every marked table regenerated."""
+    def replace(m):
+        name = m.group(1)
+        if name not in TABLES:
+            raise UserError(f"README names an unknown table {name!r}; known: {', '.join(TABLES)}")
+        return f"<!-- table:{name} -->\n{TABLES[name]()}\n<!-- /table:{name} -->"
+
+    return re.sub(r"<!-- table:(\w+) -->\n.*?<!-- /table:\1 -->", replace, text, flags=re.S)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", action="store_true", help="only check that README's tables are up to date")
+    args = p.parse_args(argv)
+    text = README.read_text(encoding="utf-8")
+    new = render(text)
+    if args.check:
+        if new != text:
+            raise UserError("README.md's tables differ from the results files; run python scripts/readme_tables.py")
+        print("README.md's tables match the results files")
+        return 0
+    if new != text:
+        README.write_text(new, encoding="utf-8")
+        print("README.md: tables rewritten")
+    else:
+        print("README.md: tables already up to date")
+    return 0

@@ -1,0 +1,225 @@
+"""What the WMT14 and WSJ recipes share: their common options, settings from the
+config files, the fairseq-train and fairseq-generate command lines, and reading
+what a run did back from its files.
+
+Every recipe trains with the paper's optimizer, schedule and criterion (Sec. 5.3,
+5.4) through :func:`train_command`, on ``--ngpus`` GPUs x ``--nnodes`` nodes (or
+``--cpu-procs`` CPU processes), with the batch of :func:`attn_kit.pipeline.launch.batch_plan`.
+"""
+import argparse
+import json
+import shlex
+from pathlib import Path
+from typing import Iterable, List, Optional
+
+from ..cli import UsageError, UserError, log, write_json_atomic
+from ..pipeline.launch import batch_plan, launcher, paper_optimization, precision_flags
+from ..pipeline.stages import TrainProgress, read_averaged, train_log_summary
+from ..sizes import SIZES
+
+REPO = Path(__file__).resolve().parents[2]
+USER_DIR = REPO / "attn_plugin"
+
+
+# ---------------------------------------------------------------------------------------------- options
+def add_run_options(p: argparse.ArgumentParser, default_workdir: str):
+    p.add_argument("--workdir", type=Path, help=f"where everything goes (default {default_workdir}); "
+                                               "use a fresh one when you change options")
+    p.add_argument("--dry-run", action="store_true", help="print every command, run nothing")
+    p.add_argument("--stage", default="1", help="first stage to run: a 1-based number or a stage name (default 1)")
+    p.add_argument("--stop-stage", help="last stage to run: a number or a stage name (default: the last)")
+
+
+def add_device_options(g):
+    """Where training runs: GPUs, nodes (torchrun), or data-parallel CPU processes."""
+    g.add_argument("--ngpus", type=int, help="GPUs per node (default 8; 0 = CPU; --smoke and --bundled: 0)")
+    g.add_argument("--nnodes", type=int, default=1, help="nodes, each with --ngpus GPUs (torchrun; default 1)")
+    g.add_argument("--node-rank", type=int, default=0, help="this node's rank, 0..nnodes-1 (torchrun)")
+    g.add_argument("--master-addr", help="address of node 0, needed with --nnodes > 1 (torchrun)")
+    g.add_argument("--master-port", type=int, default=29500, help="port on node 0 (torchrun; default 29500)")
+    g.add_argument("--cpu-procs", type=int, default=1,
+                   help="with --ngpus 0: data-parallel CPU processes (gloo; default 1)")
+    g.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16"],
+                   help="GPU training precision (default auto = fp16 mixed precision on GPUs, fp32 on CPU; "
+                        "fairseq 0.12's --bf16 means TPU and is not offered)")
+    g.add_argument("--seed", type=int, default=1, help="random seed of training (default 1)")
+    g.add_argument("--threads", type=int,
+                   help="CPU threads per process (OMP_NUM_THREADS) for training and decoding (default: the "
+                        "mode's, see the config; GPU runs: torch's choice); results are bitwise reproducible for "
+                        "the same thread count")
+    g.add_argument("--train-minutes", type=float,
+                   help="opt-in wall-clock training budget in minutes (fairseq's --stop-time-hours); training then "
+                        "stops at --max-update or the budget, whichever comes first, so the result depends on "
+                        "the machine's speed. Default: none, a fixed number of updates")
+
+
+def apply_settings(args, settings: dict):
+    """Fill every option the command line left unset (None) from ``settings``; keep the
+    settings on ``args.settings``; check the values every recipe shares."""
+    args.settings = settings
+    for key, value in settings.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    positive = ("max_update", "warmup_updates", "save_interval_updates", "average", "tokens_per_update",
+                "max_tokens_per_gpu", "beam")
+    for name in positive:
+        if getattr(args, name, None) is not None and getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError("--threads must be >= 1")
+    if args.lr_scale <= 0 or (args.train_minutes is not None and args.train_minutes <= 0):
+        raise UsageError("--lr-scale and --train-minutes must be > 0")
+    if args.ngpus < 0 or args.nnodes < 1 or args.cpu_procs < 1:
+        raise UsageError("--ngpus must be >= 0, --nnodes and --cpu-procs >= 1")
+    if args.nnodes > 1 and not args.master_addr:
+        raise UsageError("--nnodes > 1 needs --master-addr (the address of node 0)")
+    if args.nnodes > 1 and args.ngpus == 0:
+        raise UsageError("multi-node training needs GPUs (--ngpus >= 1)")
+    if not 0 <= args.node_rank < args.nnodes:
+        raise UsageError(f"--node-rank must be in 0..{args.nnodes - 1}")
+
+
+def model_size(settings: dict, overrides: dict):
+    """The named size of ``settings["size"]`` (None: the arch's own) with the size options the
+    command line gave (``overrides``: layers, d_model, d_ff, h, p_drop; None = not given)."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if not settings.get("size"):
+        if given:
+            raise UsageError(f"--{next(iter(given)).replace('_', '-')} resizes the --bundled and --smoke models; "
+                             "the paper's sizes come with --arch")
+        return None
+    return SIZES[settings["size"]].replace(**given)
+
+
+# ---------------------------------------------------------------------------------------------- training
+def thread_env(args) -> Optional[dict]:
+    """OMP_NUM_THREADS for every training and decoding process, if --threads is set."""
+    return {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)} if args.threads else None
+
+
+def devices(args) -> int:
+    return args.ngpus * args.nnodes if args.ngpus else args.cpu_procs
+
+
+def plan(args):
+    """How an update's tokens are spread over devices and accumulation steps (Sec. 5.1)."""
+    return batch_plan(args.tokens_per_update, devices(args), args.max_tokens_per_gpu)
+
+
+def train_budget(args) -> str:
+    budget = f"{args.max_update} updates"
+    return budget + (f" or {args.train_minutes:g} minutes, whichever comes first" if args.train_minutes else "")
+
+
+def train_command(args, data_bin: Path, save_dir: Path, model: Iterable[str] = (), lr_scale: float = None) -> list:
+    """fairseq-train with the paper's optimizer, schedule and criterion (Sec. 5.3-5.4),
+    launched on the run's devices; ``model``: flags that size the arch; ``lr_scale``:
+    eq. 3's multiplier when it differs from --lr-scale (a --tune trial's). Everything
+    else comes from ``args`` (the recipe's options over its config)."""
+    p = plan(args)
+    cmd = launcher(args.ngpus, args.cpu_procs, args.nnodes, args.node_rank, args.master_addr, args.master_port,
+                   log_dir=str(args.workdir / "logs"))
+    validate = ["--validate-interval-updates", args.validate_interval_updates] \
+        if args.validate_interval_updates else []
+    cmd += [data_bin, "--user-dir", USER_DIR, "--task", "attn_translation", "--arch", args.arch, *model,
+            *paper_optimization(args.warmup_updates, args.lr_scale if lr_scale is None else lr_scale),
+            "--max-tokens", p.max_tokens, "--update-freq", p.update_freq, *args.train_flags,
+            *precision_flags(args.precision, args.ngpus), *(["--cpu"] if args.ngpus == 0 else []),
+            "--max-update", args.max_update, "--seed", args.seed,
+            *(["--stop-time-hours", f"{args.train_minutes / 60:.4f}"] if args.train_minutes else []),
+            "--save-dir", save_dir, "--save-interval-updates", args.save_interval_updates,
+            "--keep-interval-updates", args.average, "--no-epoch-checkpoints", *validate,
+            "--log-format", "simple", "--log-interval", args.log_interval, "--no-progress-bar"]
+    return [str(c) for c in cmd]
+
+
+def run_training(ctx, args, cmd: list, tail=None, record: Optional[Path] = None):
+    """Run ``cmd`` (from :func:`train_command`) showing updates done / total and an ETA;
+    record the exact command in ``record`` (default WORKDIR/train_command.json)."""
+    p = plan(args)
+    log(f"{p.devices} device(s) x --max-tokens {p.max_tokens} x --update-freq {p.update_freq} "
+        f"= {p.tokens_per_update} tokens per update (at most; padding included)")
+    if not ctx.dry_run:
+        write_json_atomic(record or args.workdir / "train_command.json", {"argv": cmd, "env": thread_env(args) or {}})
+    ctx.sh(cmd, tail=tail or TrainProgress(args.max_update), env=thread_env(args))
+
+
+def recorded_train_command(path: Path) -> Optional[str]:
+    """The training command line saved by :func:`run_training`, as a shell would take it."""
+    try:
+        saved = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return " ".join([*(f"{k}={v}" for k, v in saved.get("env", {}).items()), *map(shlex.quote, saved["argv"])])
+
+
+# ---------------------------------------------------------------------------------------------- decoding
+def length_penalty(args):
+    """(description, fairseq-generate flags) of the run's length penalty: GNMT's (Sec. 6.1,
+    ``--task attn_translation --gnmt-alpha``) or fairseq's ``--lenpen``."""
+    if getattr(args, "length_penalty", "gnmt") == "gnmt":
+        return f"GNMT alpha {args.alpha:g}", ["--gnmt-alpha", str(args.alpha)]
+    return f"fairseq lenpen {args.lenpen:g}", ["--lenpen", str(args.lenpen)]
+
+
+def generate_command(args, data_bin: Path, checkpoint, subset: str, beam, penalty_flags: List[str],
+                     max_len_b: int, batch_size: int) -> list:
+    """fairseq-generate: beam search, output length up to input + ``max_len_b`` (Sec. 6.1: 50;
+    Sec. 6.3: 300). ``--required-batch-size-multiple 1``: fairseq's main branch drops a last batch
+    that is not a multiple of it (default 8), which loses up to 7 sentences of a test set."""
+    gpu = args.ngpus > 0
+    return ["fairseq-generate", data_bin, "--user-dir", USER_DIR, "--task", "attn_translation",
+            "--path", checkpoint, "--gen-subset", subset, "--beam", beam, *penalty_flags,
+            "--max-len-a", "1", "--max-len-b", max_len_b, "--batch-size", batch_size,
+            "--required-batch-size-multiple", "1", "--remove-bpe", *([] if gpu else ["--cpu"])]
+
+
+def read_hypotheses(gen_out: Path, expected: int) -> List[str]:
+    """The hypotheses (``D-`` lines) of fairseq-generate's output, in input order."""
+    hyps = {}
+    with open(gen_out, encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            if line.startswith("D-"):
+                fields = line.rstrip("\n").split("\t")
+                hyps[int(fields[0][2:])] = fields[2] if len(fields) > 2 else ""
+    if len(hyps) != expected:
+        raise UserError(f"{gen_out}: {len(hyps)} hypotheses for {expected} sentences")
+    return [hyps[i] for i in range(expected)]
+
+
+# ---------------------------------------------------------------------------------------------- records
+def last_update(train_log: Path) -> Optional[int]:
+    """The last update a fairseq-train log reached (None if it shows none)."""
+    return train_log_summary(train_log).get("updates")
+
+
+def averaged_record(avg: Path) -> dict:
+    """What was averaged into ``avg``: the checkpoints' paths and update numbers (ascending;
+    the last is the run's final update), as the average stage recorded them."""
+    info = read_averaged(avg) or {}
+    return {"averaged_checkpoints": info.get("paths"), "averaged_updates": info.get("updates")}
+
+
+def run_record(args, train_log: Path, avg: Path, command: Path) -> dict:
+    """What a reader needs to repeat the run: the exact training command, seed, threads,
+    updates, the real tokens per update (from the training log) and what was averaged."""
+    record = {"seed": args.seed, "threads": args.threads, "max_update": args.max_update,
+              "train_minutes": args.train_minutes}
+    line = recorded_train_command(command)
+    if line:
+        record["train_command"] = line
+    record.update(train_log_summary(train_log))
+    record["checkpoint"] = str(avg)
+    record.update(averaged_record(avg))
+    return record
+
+
+def count_lines(path: Path) -> int:
+    from ..pipeline.text import count_lines as n
+
+    return n(path)
+
+
+def dictionary_size(path: Path) -> Optional[int]:
+    """Symbols of a fairseq dictionary file, with fairseq's 4 special ones."""
+    return count_lines(path) + 4 if Path(path).exists() else None

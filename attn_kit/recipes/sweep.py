@@ -1,0 +1,158 @@
+"""The sweep that chose the bundled run's settings (``bundled`` in recipes/configs/wmt14.yaml).
+
+Each configuration is the bundled recipe with some options changed
+(``NAME=--flag value ...``); each trains a fixed number of updates with the
+paper's optimizer, schedule and criterion. Selection is on the bundled
+*validation* split (1000 pairs), decoded several ways from the averaged and
+from the final checkpoint; the test split is scored once per configuration by
+the recipe itself (what ``results.json`` reports). Data preparation is shared
+between configurations with the same BPE size.
+
+    python scripts/bundled_sweep.py                       # the default table below
+    python scripts/bundled_sweep.py --config lr1.2="--lr-scale 1.2" --config bpe4k="--bpe-merges 4000"
+
+Writes one file per configuration, ``recipes/results/bundled_sweep.NAME.json``:
+the command, git commit, machine, date, its options, train seconds, updates,
+valid sacreBLEU of the 5-checkpoint average every 100 updates from half-way
+(the curve that says how many updates are worth their time), and at the end
+per decoding and averaging. Runs go under ``--root`` (default runs/bundled_sweep).
+"""
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ..cli import UserError, log, write_json_atomic
+from ..results import provenance
+from .common import REPO, read_hypotheses
+
+STAGES_OF_THE_DATA = ("download", "extract", "tokenize", "bpe", "binarize")
+
+DEFAULT_CONFIGS = {
+    "default": "",
+    "bpe4k": "--bpe-merges 4000",
+    "lr1.2": "--lr-scale 1.2",
+    "warm200": "--warmup-updates 200",
+    "tok3072": "--tokens-per-update 3072 --max-tokens-per-gpu 3072",
+}
+
+# Decodings tried on the validation split for every configuration.
+DECODINGS = {
+    "beam4_lenpen1.0": ["--beam", "4", "--lenpen", "1.0"],
+    "beam4_lenpen0.6": ["--beam", "4", "--lenpen", "0.6"],
+    "beam4_lenpen1.4": ["--beam", "4", "--lenpen", "1.4"],
+    "beam4_gnmt0.6": ["--beam", "4", "--gnmt-alpha", "0.6"],
+    "beam1": ["--beam", "1"],
+}
+
+
+def recipe(argv, env=None):
+    cmd = [sys.executable, "-m", "attn_kit.recipes.wmt14", "--pair", "en-de", "--bundled", *argv]
+    log("$ " + " ".join(shlex.quote(str(c)) for c in cmd), sys.stderr)
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise UserError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "the recipe failed")
+    return proc
+
+
+def share_data(base: Path, work: Path):
+    """Hard-link the prepared data (raw, tok, bpe, data-bin and their stage stamps) into ``work``."""
+    for d in ("raw", "tok", "bpe", "data-bin"):
+        if not (work / d).exists():
+            shutil.copytree(base / d, work / d, copy_function=os.link)
+    (work / ".stages").mkdir(parents=True, exist_ok=True)
+    for stage in STAGES_OF_THE_DATA:
+        shutil.copy(base / ".stages" / f"{stage}.done", work / ".stages" / f"{stage}.done")
+
+
+def valid_bleu(work: Path, checkpoint: Path, flags, threads: str) -> float:
+    """sacreBLEU of ``checkpoint`` on the bundled valid split, decoded as the recipe decodes
+    (:func:`attn_kit.recipes.common.generate_command`) with ``flags`` (beam, length penalty)."""
+    import sacrebleu
+    from sacremoses import MosesDetokenizer
+
+    from .common import generate_command
+
+    beam, penalty = flags[1], flags[2:]
+    cmd = generate_command(argparse.Namespace(ngpus=0), work / "data-bin", checkpoint, "valid", beam, penalty, 50, 128)
+    env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONWARNINGS="ignore")
+    out = work / "sweep" / f"valid.{checkpoint.stem}.{'_'.join(flags)}.out"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        proc = subprocess.run([str(Path(sys.executable).parent / cmd[0]), *map(str, cmd[1:])], stdout=f,
+                              stderr=subprocess.PIPE, text=True, env=env)
+    if proc.returncode != 0:
+        raise UserError(f"fairseq-generate failed: {proc.stderr.strip().splitlines()[-1:]}")
+    refs = (work / "raw" / "valid.de").read_text(encoding="utf-8").split("\n")[:-1]
+    detok = MosesDetokenizer(lang="de")
+    hyps = [detok.detokenize(h.split()) for h in read_hypotheses(out, len(refs))]
+    return round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+
+
+def average(work: Path, n: int, upper: int) -> Path:
+    """The average of the ``n`` checkpoints ending at update ``upper``."""
+    out = work / "sweep" / f"avg{n}_{upper}.pt"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "attn_kit.checkpoints", "--inputs",
+                        str(work / "checkpoints"), "--num-update-checkpoints", str(n), "--checkpoint-upper-bound",
+                        str(upper), "--output", str(out)], check=True, capture_output=True)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", action="append", default=[], metavar="NAME=FLAGS",
+                   help="a configuration: recipe options on top of --bundled (repeatable; default: the table)")
+    p.add_argument("--root", type=Path, default=REPO / "runs" / "bundled_sweep")
+    p.add_argument("--output", type=Path, default=REPO / "recipes" / "results" / "bundled_sweep.json")
+    p.add_argument("--threads", default="1", help="threads per training and decoding (default 1, so that two "
+                                                  "configurations can run side by side on 2 cores)")
+    p.add_argument("--max-update", type=int, default=1000, help="updates each configuration trains (default 1000)")
+    p.add_argument("--curve-every", type=int, default=100,
+                   help="valid BLEU of the 5-checkpoint average ending every N updates from half-way on")
+    args = p.parse_args(argv)
+    configs = dict(c.split("=", 1) for c in args.config) if args.config else DEFAULT_CONFIGS
+    for name, flags in configs.items():
+        out_path = args.output.with_name(f"{args.output.stem}.{name}.json")
+        argv = shlex.split(flags)
+        merges = argv[argv.index("--bpe-merges") + 1] if "--bpe-merges" in argv else "default"
+        base = args.root / f"data-bpe{merges}"
+        if not (base / ".stages" / "binarize.done").exists():
+            recipe([*argv, "--workdir", base, "--stop-stage", "binarize"])
+        work = args.root / name
+        share_data(base, work)
+        keep = max(10, args.max_update // 2 // args.curve_every + 5)
+        recipe([*argv, "--workdir", work, "--threads", args.threads, "--max-update", str(args.max_update),
+                "--average", str(keep)])
+        r = json.loads((work / "results.json").read_text())
+        entry = {"flags": flags, "updates": r["updates"], "stage_seconds": r.get("stage_seconds"),
+                 "tokens_per_update": r.get("tokens_per_update"), "train_command": r.get("train_command"),
+                 "test_sacrebleu_avg": {"checkpoints": len(r["averaged_updates"]), "sacrebleu": r["sacrebleu"]}}
+        final = r["updates"]
+        curve = {}
+        for upper in range(max(args.max_update // 2, 5 * args.curve_every), final + 1, args.curve_every):
+            curve[upper] = valid_bleu(work, average(work, 5, upper), DECODINGS["beam4_lenpen1.0"], args.threads)
+            log(f"{name}: avg5 ending at {upper}: valid {curve[upper]}", sys.stderr)
+        entry["valid_bleu_avg5_by_update"] = curve
+        decodings = {}
+        saved = len(list((work / "checkpoints").glob("checkpoint_*_*.pt")))
+        many = min(10, saved)
+        for which, ckpt in (("avg5", average(work, 5, final)), (f"avg{many}", average(work, many, final)),
+                            ("last", work / "checkpoints" / "checkpoint_last.pt")):
+            for dname, dflags in DECODINGS.items():
+                if which != "avg5" and dname != "beam4_lenpen1.0":
+                    continue
+                decodings[f"{which}_{dname}"] = valid_bleu(work, ckpt, dflags, args.threads)
+        entry["valid_bleu_final"] = decodings
+        log(f"{name}: {json.dumps(entry['valid_bleu_final'])}", sys.stderr)
+        data = {"what": "one configuration of the sweep of the bundled EN-DE run's settings; selection on the "
+                        "valid split (1000 pairs), test scored by the recipe",
+                **provenance(), "threads": args.threads,
+                "decodings": {k: " ".join(v) for k, v in DECODINGS.items()}, "name": name, "result": entry}
+        write_json_atomic(out_path, data)
+        log(f"wrote {out_path}", sys.stderr)

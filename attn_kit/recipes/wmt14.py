@@ -1,0 +1,414 @@
+"""WMT14 translation recipe for attn_plugin (run it through recipes/wmt14_en_de.sh).
+
+Modes:
+  (default)   WMT14 as in the paper (Sec. 5-6): download, prepare, binarize,
+              train on --ngpus GPUs (torchrun; multi-node with --nnodes), average,
+              generate (beam 4, GNMT length penalty 0.6), score
+  --smoke     the same stages on CPU in a few minutes: tiny archives laid out like
+              WMT14's, served from a local mirror on 127.0.0.1, and a tiny model
+  --bundled   EN-DE only: the repo's bundled Tatoeba corpus and a small
+              configuration of the paper's model, on CPU in about 15 minutes
+
+Stages (every mode): download, extract, tokenize, bpe, binarize, train,
+average, generate, score (--stage prepare / --stop-stage prepare name
+extract..bpe, the stages that were one 'prepare' stage before).
+Each stage skips work whose complete output exists; --dry-run prints the
+commands; a killed run resumes where it stopped (training from its last
+checkpoint) when the same command is run again. Settings of every mode:
+recipes/configs/wmt14.yaml.
+"""
+import argparse
+import json
+import lzma
+import os
+from pathlib import Path
+
+from ..cli import UsageError, UserError, log, main_guard, write_json_atomic
+from ..paper import TABLE2_BLEU
+from ..pipeline.stages import Stage, average_checkpoints, binarize, run_recipe
+from ..pipeline.text import moses_tokenize
+from . import common, config
+from ..sizes import PLUGIN_ARCHS
+from .common import REPO
+from .wmt14_data import BUNDLED, FILES, PAIRS, files_for
+
+BUNDLED_DATA = REPO / "data" / "tatoeba-en-de"
+SPLITS = ("train", "valid", "test")
+T2T_PROTOCOL = {
+    True: "tensor2tensor get_ende_bleu.sh: replace-unicode-punctuation, tokenizer.perl -l de (no -a), "
+          "compound split, multi-bleu.perl (the paper's Table 2)",
+    False: "replace-unicode-punctuation, tokenizer.perl (no -a), multi-bleu.perl (t2t's pipeline without the "
+           "compound split)",
+}
+
+
+def parse_args(argv=None):
+    cfg = config.load("wmt14")
+    B, S, P = (config.settings("wmt14", "paper", m) for m in ("bundled", "smoke", None))
+    p = argparse.ArgumentParser(
+        prog=f"recipes/wmt14_{os.environ.get('ATTN_RECIPE_PAIR', 'en_de')}.sh", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pair", default="en-de", choices=sorted(PAIRS), help="language pair (set by the .sh file)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--bundled", action="store_true", help="train and evaluate on the bundled Tatoeba EN-DE data")
+    mode.add_argument("--smoke", action="store_true",
+                      help="every WMT14 stage on CPU in minutes: tiny archives from a local mirror, a tiny model")
+    common.add_run_options(p, "runs/wmt14_<pair>_<mode or arch>")
+    p.add_argument("--arch", default="attn_paper_base",
+                   help=f"model architecture registered by attn_plugin: {', '.join(PLUGIN_ARCHS)} "
+                        "(default attn_paper_base; for EN-FR, attn_paper_big means attn_paper_big_en_fr, "
+                        "P_drop 0.1 as in Sec. 6.1; --bundled and --smoke shrink the model)")
+    g = p.add_argument_group("data")
+    g.add_argument("--mirror", help="base URL (or local folder) that holds the WMT14 files at the same paths as "
+                                    "www.statmt.org, e.g. http://127.0.0.1:8000 (default: the public hosts)")
+    g.add_argument("--bpe-merges", type=int, help="joint BPE merges (default: EN-DE 35000, EN-FR 30000, aiming at "
+                                                  f"the paper's 37000 / 32000 shared tokens; --bundled "
+                                                  f"{B['bpe_merges']})")
+    g.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
+                   help="processes for tokenization, BPE and binarization (default: CPUs, at most 8)")
+    g = p.add_argument_group("training")
+    common.add_device_options(g)
+    g.add_argument("--tokens-per-update", type=int,
+                   help=f"padded tokens per update over all devices, fairseq's --max-tokens x devices x "
+                        f"--update-freq (default {P['tokens_per_update']}: ~25000 real source and target tokens "
+                        f"each on WMT-like lengths, Sec. 5.1; --bundled {B['tokens_per_update']}, --smoke "
+                        f"{S['tokens_per_update']})")
+    g.add_argument("--max-tokens-per-gpu", type=int,
+                   help=f"most tokens one device holds per step; --update-freq makes up the rest (default "
+                        f"{P['max_tokens_per_gpu']})")
+    base, big = cfg["archs"]["attn_paper_base"], cfg["archs"]["attn_paper_big"]
+    g.add_argument("--max-update", type=int, help=f"updates (default: base {base['max_update']}, big "
+                                                  f"{big['max_update']}; --bundled {B['max_update']}, --smoke "
+                                                  f"{S['max_update']})")
+    g.add_argument("--warmup-updates", type=int, help=f"eq. 3 warmup (default {P['warmup_updates']}; --bundled "
+                                                      f"{B['warmup_updates']})")
+    g.add_argument("--lr-scale", type=float, help=f"multiplies eq. 3's learning rate (default {P['lr_scale']:g}; "
+                                                  f"--bundled {B['lr_scale']:g})")
+    size = common.SIZES["bundled"]
+    for name, what in (("layers", "N, layers of encoder and decoder"), ("d_model", "d_model"), ("d_ff", "d_ff"),
+                       ("h", "attention heads h"), ("p_drop", "P_drop, residual dropout")):
+        g.add_argument(f"--{name.replace('_', '-')}", type=float if name == "p_drop" else int,
+                       help=f"--bundled/--smoke: {what} (the bundled model: {size.describe()})")
+    g.add_argument("--save-interval-updates", type=int,
+                   help=f"save a checkpoint every N updates (default: base {base['save_interval_updates']}, big "
+                        f"{big['save_interval_updates']})")
+    g = p.add_argument_group("evaluation")
+    g.add_argument("--average", type=int, help=f"average the last N checkpoints (default: base {base['average']}, "
+                                               f"big {big['average']}; Sec. 6.1)")
+    g.add_argument("--beam", type=int, help=f"beam size (default {P['beam']}, Sec. 6.1)")
+    g.add_argument("--length-penalty", choices=["gnmt", "fairseq"],
+                   help="gnmt: the paper's ((5+|Y|)/6)^alpha (default); fairseq: |Y|^lenpen (default for --bundled: "
+                        "on Tatoeba's short sentences it beat GNMT 0.6 on the valid split with the same checkpoint, "
+                        "recipes/results/bundled_sweep.*.json)")
+    g.add_argument("--alpha", type=float, help=f"GNMT length penalty alpha (default {P['alpha']:g}, Sec. 6.1)")
+    g.add_argument("--lenpen", type=float, help=f"fairseq's --lenpen, with --length-penalty fairseq (default "
+                                                f"{P['lenpen']:g})")
+    args = p.parse_args(argv)
+
+    if args.arch not in PLUGIN_ARCHS:
+        raise UsageError(f"unknown --arch {args.arch!r}; attn_plugin registers: {', '.join(PLUGIN_ARCHS)}")
+    if args.bundled and args.pair != B["pair"]:
+        raise UsageError(f"--bundled data is English-German; for {args.pair} use --smoke or the full recipe")
+    if args.pair == "en-fr" and args.arch == "attn_paper_big":
+        args.arch = "attn_paper_big_en_fr"  # Sec. 6.1: P_drop 0.1 for EN-FR big
+    args.mode = "bundled" if args.bundled else "smoke" if args.smoke else args.arch.replace("attn_paper_", "")
+    args.workdir = (args.workdir or REPO / "runs" / f"wmt14_{args.pair.replace('-', '_')}_{args.mode}").resolve()
+    arch = args.arch if args.arch in cfg["archs"] else "attn_paper_base"
+    settings = config.settings("wmt14", "paper", f"archs.{arch}", args.mode if args.mode in cfg else None)
+    settings["bpe_merges"] = settings["bpe_merges"] or PAIRS[args.pair].bpe_merges
+    args.size = common.model_size(settings, {k: getattr(args, k) for k in ("layers", "d_model", "d_ff", "h",
+                                                                           "p_drop")})
+    args.model = args.size.flags() if args.size else []
+    common.apply_settings(args, settings)
+    return args
+
+
+# ---------------------------------------------------------------------------------------------- data
+def check_bundled(folder: Path):
+    """The bundled splits are there and intact (sizes and sha256 as committed)."""
+    from ..pipeline.download import sha256_of
+
+    for rf in BUNDLED.values():
+        path = folder / rf.name
+        if not path.exists():
+            raise UserError(f"bundled data missing: {path} (is this a complete clone of the repo?)")
+        if path.stat().st_size != rf.size or sha256_of(path) != rf.sha256:
+            raise UserError(f"bundled data damaged: {path} (its sha256 is not the committed one); restore it with "
+                            f"git checkout -- {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
+
+
+def extract_bundled(src_dir: Path, out_dir: Path, src: str, tgt: str):
+    """``{split}.{src}-{tgt}.tsv.xz`` (source<TAB>target) -> plain ``{split}.{src}`` and ``{split}.{tgt}``."""
+    for split in SPLITS:
+        path = src_dir / f"{split}.{src}-{tgt}.tsv.xz"
+        if not path.exists():
+            raise UserError(f"bundled data missing: {path} (is this a complete clone of the repo?)")
+        try:
+            with lzma.open(path, "rt", encoding="utf-8") as f, \
+                    open(out_dir / f"{split}.{src}", "w", encoding="utf-8") as fs, \
+                    open(out_dir / f"{split}.{tgt}", "w", encoding="utf-8") as ft:
+                for n, line in enumerate(f, 1):
+                    fields = line.rstrip("\n").split("\t")
+                    if len(fields) != 2:
+                        raise UserError(f"{path}: line {n} is not 'source<TAB>target'")
+                    fs.write(fields[0] + "\n")
+                    ft.write(fields[1] + "\n")
+        except (lzma.LZMAError, EOFError, UnicodeDecodeError) as exc:
+            raise UserError(f"bundled data damaged: {path} ({exc}); restore it with git checkout") from None
+
+
+def once(ctx, path: Path, description: str, fn, *args):
+    """A step whose output ``path`` is kept between runs: skipped when ``path`` exists,
+    so that a stage killed half-way redoes only its unfinished steps."""
+    if path.exists() and not ctx.dry_run:
+        print(f"  # {description}: done already", flush=True)
+        return
+    with ctx.output(path) as tmp:
+        ctx.step(description, fn, *args, tmp)
+
+
+def stages(args):
+    """The recipe's stages; the modes differ only in where the text comes from and in numbers."""
+    W, pair = args.workdir, PAIRS[args.pair]
+    src, tgt = pair.src, pair.tgt
+    dl, orig, raw, tok, bpe, prep = (W / d for d in ("downloads", "orig", "raw", "tok", "bpe", "prep"))
+    data_bin, ckpt, avg, gen = W / "data-bin", W / "checkpoints", W / "checkpoint_avg.pt", W / "gen" / "test.out"
+    texts = [f"{split}.{lang}" for split in SPLITS for lang in (src, tgt)]
+    binarize_from = prep if args.clean else bpe
+    keys = files_for(args.pair)
+    bundled = args.data == "bundled"
+
+    def download(ctx):
+        if bundled:
+            ctx.step(f"check the bundled Tatoeba EN-DE files in {BUNDLED_DATA} (sizes, sha256)", check_bundled,
+                     BUNDLED_DATA)
+            return
+        from ..pipeline.download import fetch, mirror_url
+
+        manifest, mirror, stop = dict(FILES), args.mirror, None
+        if args.data == "smoke-mirror" and not mirror:
+            ctx.step(f"build the smoke archives in {W / 'mirror'} and serve them on 127.0.0.1", lambda: None)
+            if not ctx.dry_run:
+                from ..pipeline.mirror import serve
+                from .wmt14_smoke import build_mirror
+
+                manifest.update(build_mirror(W / "mirror", args.pair))
+                mirror, stop = serve(W / "mirror")
+        elif args.data == "smoke-mirror":  # a user-given mirror of smoke archives: their checksums come from ours
+            from .wmt14_smoke import build_mirror
+
+            manifest.update(build_mirror(W / "mirror-expected", args.pair)) if not ctx.dry_run else None
+        try:
+            for key in keys:
+                rf = manifest[key]
+                checks = ", ".join(f"{k} {getattr(rf, k)}" for k in ("size", "sha256", "md5") if getattr(rf, k))
+                ctx.step(f"fetch {mirror_url(rf.url, mirror)} -> {dl / rf.name} ({checks or 'no published checksum'})",
+                         fetch, rf, dl, mirror, log)
+        finally:
+            if stop:
+                stop()
+
+    def extract(ctx):
+        if bundled:
+            with ctx.output(raw) as tmp:
+                ctx.step(f"extract {BUNDLED_DATA}/*.tsv.xz into {raw}", lambda: (
+                    tmp.mkdir(parents=True), extract_bundled(BUNDLED_DATA, tmp, src, tgt)))
+            return
+        from ..pipeline.text import concatenate, count_lines, extract_members, read_sgm, write_lines
+
+        def unpack(key, wanted):  # the training corpora as text, the test sets' sgm; each archive read once
+            if all(p.exists() for p in wanted.values()) and not ctx.dry_run:
+                print(f"  # extract from {FILES[key].name}: done already", flush=True)
+                return
+            ctx.step(f"extract {', '.join(wanted)} from {FILES[key].name}",
+                     extract_members, dl / FILES[key].name, wanted)
+
+        for d in (orig, raw):
+            if not ctx.dry_run:
+                d.mkdir(parents=True, exist_ok=True)
+        for key, en_member, f_member in pair.train:
+            unpack(key, {en_member: orig / f"{key}.{src}", f_member: orig / f"{key}.{tgt}"})
+        for split, key, members in (("valid", "dev", pair.dev), ("test", "test", pair.test)):
+            unpack(key, {m: orig / Path(m).name for m in members})
+            for member, lang in zip(members, (src, tgt)):
+                once(ctx, raw / f"{split}.{lang}", f"sgm -> text: {Path(member).name}",
+                     lambda out, m=member: write_lines(out, read_sgm(orig / Path(m).name)))
+        for lang in (src, tgt):
+            once(ctx, raw / f"train.{lang}", f"concatenate the {len(pair.train)} training corpora ({lang})",
+                 lambda out, lang=lang: concatenate([orig / f"{key}.{lang}" for key, _, _ in pair.train], out))
+        if not ctx.dry_run:
+            for split in SPLITS:
+                n_src, n_tgt = count_lines(raw / f"{split}.{src}"), count_lines(raw / f"{split}.{tgt}")
+                if n_src != n_tgt:
+                    raise UserError(f"{raw / f'{split}.{src}'} has {n_src} lines but "
+                                    f"{raw / f'{split}.{tgt}'} has {n_tgt}; delete {raw} and rerun")
+
+    def tokenize(ctx):  # Moses normalization + tokenization with -a, as fairseq's scripts (sacremoses)
+        for t in texts:
+            once(ctx, tok / t, f"sacremoses normalize + tokenize -l {t.rsplit('.', 1)[1]}: {raw / t} -> {tok / t}",
+                 lambda out, t=t: moses_tokenize(raw / t, out, t.rsplit(".", 1)[1], args.workers))
+
+    def learn_apply_bpe(ctx):  # joint BPE (subword-nmt) learned on the training data, applied to all splits
+        if not (bpe / "codes").exists() or ctx.dry_run:
+            with ctx.output(bpe / "codes") as codes:
+                ctx.sh(["subword-nmt", "learn-joint-bpe-and-vocab", "--input", tok / f"train.{src}",
+                        tok / f"train.{tgt}", "-s", args.bpe_merges, "-o", codes,
+                        "--write-vocabulary", bpe / f"vocab.{src}", bpe / f"vocab.{tgt}"])
+        for t in texts:
+            if not (bpe / t).exists() or ctx.dry_run:
+                with ctx.output(bpe / t) as out:
+                    ctx.sh(["subword-nmt", "apply-bpe", "-c", bpe / "codes", "--vocabulary",
+                            bpe / f"vocab.{t.rsplit('.', 1)[1]}", "--vocabulary-threshold", "50",
+                            "--num-workers", args.workers], stdin=tok / t, stdout=out)
+        if args.clean:
+            clean(ctx)
+
+    def clean(ctx):  # clean-corpus-n on the training pairs after BPE, as fairseq's scripts; dev and test stay whole
+        from ..pipeline.text import clean_parallel
+
+        def run():
+            prep.mkdir(parents=True, exist_ok=True)
+            with ctx.output(prep / f"train.{tgt}") as t_out, ctx.output(prep / f"train.{src}") as s_out:
+                kept, read = clean_parallel(bpe / f"train.{src}", bpe / f"train.{tgt}", s_out, t_out)
+                write_json_atomic(prep / "clean.json", {"kept": kept, "read": read})
+            log(f"cleaning kept {kept} of {read} training pairs")
+
+        if not (prep / f"train.{src}").exists() or ctx.dry_run:
+            ctx.step("clean-corpus-n: keep training pairs of 1-250 tokens with length ratio <= 1.5", run)
+        for t in texts[2:]:
+            ctx.step(f"copy {bpe / t} -> {prep / t}", lambda t=t: (prep / t).write_bytes((bpe / t).read_bytes()))
+
+    def binarize_stage(ctx):
+        binarize(ctx, src, tgt, binarize_from, data_bin, args.workers)
+        if not ctx.dry_run and not bundled:
+            vocab = common.dictionary_size(data_bin / f"dict.{src}.txt")
+            log(f"joined dictionary: {vocab} types (the paper: about {pair.paper_vocab})")
+
+    def train(ctx):
+        common.run_training(ctx, args, common.train_command(args, data_bin, ckpt, args.model))
+
+    def average(ctx):
+        average_checkpoints(ctx, ckpt, avg, args.average)
+
+    penalty, penalty_flags = common.length_penalty(args)
+
+    def generate(ctx):
+        with ctx.output(gen) as tmp:
+            ctx.sh(common.generate_command(args, data_bin, avg, "test", args.beam, penalty_flags, 50, 128),
+                   stdout=tmp, tail=1, env=common.thread_env(args))
+
+    def score(ctx):
+        ctx.step(f"BLEU: tokenized{' and compound-split' if tgt == 'de' else ''} (multi-bleu) against "
+                 f"{tok / f'test.{tgt}'}; sacreBLEU on detokenized output against {raw / f'test.{tgt}'}",
+                 write_results, args, src, tgt, penalty)
+
+    where = (f"bundled Tatoeba EN-DE ({BUNDLED_DATA})" if bundled else
+             f"WMT14 {args.pair} corpora, newstest2013 and newstest2014"
+             + (" (smoke archives, local mirror)" if args.data == "smoke-mirror" else ""))
+    size = f" ({'small' if bundled else 'tiny'})" if args.size else ""
+    return [
+        Stage("download", download, where, outputs=[] if bundled else [dl / FILES[k].name for k in keys]),
+        Stage("extract", extract, "unpack the corpora into one text file per split and language",
+              inputs=[] if bundled else [dl / FILES[k].name for k in keys], outputs=[raw / t for t in texts]),
+        Stage("tokenize", tokenize, "Moses normalization and tokenization (sacremoses)",
+              inputs=[raw / t for t in texts], outputs=[tok / t for t in texts]),
+        Stage("bpe", learn_apply_bpe, f"joint BPE, {args.bpe_merges} merges (subword-nmt)"
+              + (", then clean-corpus-n" if args.clean else ""),
+              inputs=[tok / t for t in texts],
+              outputs=[bpe / "codes", *(bpe / t for t in texts), *(prep / t for t in texts if args.clean)]),
+        Stage("binarize", binarize_stage, "fairseq-preprocess --joined-dictionary",
+              inputs=[binarize_from / t for t in texts],
+              outputs=[data_bin / f"dict.{src}.txt", data_bin / f"dict.{tgt}.txt"]),
+        Stage("train", train, f"fairseq-train --arch {args.arch}{size}, {common.train_budget(args)}",
+              inputs=[data_bin / f"dict.{src}.txt"], outputs=[ckpt / "checkpoint_last.pt"]),
+        Stage("average", average, f"average the last {args.average} checkpoints", inputs=[ckpt], outputs=[avg]),
+        Stage("generate", generate, f"fairseq-generate, beam {args.beam}, {penalty}, on the test set",
+              inputs=[avg, data_bin / f"test.{src}-{tgt}.{src}.bin"], outputs=[gen]),
+        Stage("score", score, "tokenized BLEU and sacreBLEU",
+              inputs=[gen, raw / f"test.{tgt}", tok / f"test.{tgt}"], outputs=[W / "results.json"]),
+    ]
+
+
+# The stages that were one 'prepare' stage (WMT14) before the stage list was shared by every mode.
+STAGE_ALIASES = {"prepare": ("extract", "bpe")}
+
+
+# ---------------------------------------------------------------------------------------------- scoring
+def write_results(args, src: str, tgt: str, penalty: str):
+    """Score the test output every way the paper and fairseq report it; write results.json."""
+    import sacrebleu
+    from sacremoses import MosesDetokenizer
+
+    from ..metrics.bleu import compound_split, multi_bleu, read_lines, t2t_bleu
+
+    W = args.workdir
+    refs = read_lines(W / "raw" / f"test.{tgt}")  # split at \n only, as multi-bleu.perl does
+    tok_refs = read_lines(W / "tok" / f"test.{tgt}")
+    hyps_tok = common.read_hypotheses(W / "gen" / "test.out", len(refs))
+    detok = MosesDetokenizer(lang=tgt)
+    hyps = [detok.detokenize(h.split()) for h in hyps_tok]
+    (W / "gen" / f"test.detok.{tgt}").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    (W / "gen" / f"test.tok.{tgt}").write_text("\n".join(hyps_tok) + "\n", encoding="utf-8")
+    bleu = sacrebleu.metrics.BLEU()
+    result = bleu.corpus_score(hyps, [refs])
+    paper = t2t_bleu(hyps, refs, lang=tgt)  # the paper's protocol (tensor2tensor's get_ende_bleu.sh)
+    out = {"bleu_t2t": round(paper.score, 2), "bleu_t2t_protocol": T2T_PROTOCOL[tgt == "de"],
+           "mode": args.mode, "pair": f"{src}-{tgt}", "arch": args.arch,
+           "model_overrides": args.model, "model_size": _size_record(args.size),
+           "sacrebleu": round(result.score, 2), "sacrebleu_signature": str(bleu.get_signature()),
+           "bleu_tokenized": round(multi_bleu(hyps_tok, tok_refs).score, 2)}
+    if tgt == "de":
+        split = multi_bleu([compound_split(h) for h in hyps_tok], [compound_split(r) for r in tok_refs])
+        out["bleu_compound_split"] = round(split.score, 2)
+    out.update(common.run_record(args, W / "logs" / "train.log", W / "checkpoint_avg.pt", W / "train_command.json"))
+    p = common.plan(args)
+    out.update({"test_sentences": len(refs), "gpus": args.ngpus * args.nnodes, "nodes": args.nnodes,
+                "cpu_processes": args.cpu_procs if args.ngpus == 0 else 0, "beam": args.beam,
+                "length_penalty": penalty, "max_tokens": p.max_tokens, "update_freq": p.update_freq,
+                "max_tokens_per_update": p.tokens_per_update})
+    clean = W / "prep" / "clean.json"
+    if clean.exists():
+        out["train_pairs"] = json.loads(clean.read_text())
+    vocab = common.dictionary_size(W / "data-bin" / f"dict.{src}.txt")
+    if vocab:
+        out["vocabulary"] = vocab
+    write_json_atomic(W / "results.json", out)
+
+
+def _size_record(size):
+    if size is None:
+        return None
+    return {"layers": size.layers, "d_model": size.d_model, "d_ff": size.d_ff, "h": size.h, "p_drop": size.p_drop}
+
+
+def report(r: dict):
+    """Print the scores as a short table, the paper's protocol first."""
+    size = {"bundled": " (small)", "smoke": " (tiny)"}.get(r.get("mode"), "")
+    print(f"\nsacreBLEU = {r['sacrebleu']:.2f}   ({r['sacrebleu_signature']})")
+    averaged = r.get("averaged_updates") or []
+    print(f"{r.get('pair', 'en-de')}, {r['arch']}{size}, {r['updates']} updates (seed {r.get('seed')}), "
+          f"average of {len(averaged)} checkpoints (updates {', '.join(map(str, averaged))}), "
+          f"{r['test_sentences']} test sentences")
+    rows = []
+    if "bleu_t2t" in r:
+        rows.append(("BLEU, the paper's protocol (t2t; compare with Table 2)", f"{r['bleu_t2t']:.2f}"))
+    if "bleu_compound_split" in r:
+        rows.append(("BLEU, fairseq's protocol (-a tokens + compound split)", f"{r['bleu_compound_split']:.2f}"))
+    if "bleu_tokenized" in r:
+        rows.append(("BLEU, tokenized (-a)", f"{r['bleu_tokenized']:.2f}"))
+    rows.append(("sacreBLEU, detokenized", f"{r['sacrebleu']:.2f}"))
+    paper = TABLE2_BLEU.get((r.get("pair"), r["arch"]))
+    if paper and r.get("mode") not in ("bundled", "smoke"):
+        rows.append(("the paper, Table 2", f"{paper:.1f}"))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"  {k:<{width}}  {v:>6}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    run_recipe(args, stages(args), report, aliases=STAGE_ALIASES)
+
+
+if __name__ == "__main__":
+    main_guard(main, interrupted="interrupted; finished stages are kept, run the same command again to resume")
