@@ -1,4 +1,4 @@
-"""scripts/evalb.py against hand-computed EVALB (COLLINS.prm) numbers.
+"""attn_kit.metrics.evalb (scripts/evalb.py) against hand-computed EVALB (COLLINS.prm) numbers.
 
 Every expected number below is worked out by hand in the comment next to it,
 from EVALB's documented rules (README sections [6] and [7]): TOP, -NONE- and
@@ -20,8 +20,7 @@ import sys
 import pytest
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "scripts"))
-import evalb  # noqa: E402  (scripts/evalb.py)
+from attn_kit.metrics import evalb
 
 SCRIPT = [sys.executable, str(REPO / "scripts" / "evalb.py")]
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Tokenized BLEU as Moses' multi-bleu.perl computes and prints it, with the
 compound splitting the paper, tensor2tensor and fairseq apply for EN-DE.
 
@@ -56,7 +55,7 @@ does (so a line holding only a no-break space is one word for multi-bleu.perl):
     python scripts/score_bleu.py --protocol t2t --hyp out.detok.de --ref newstest2014.de
     python scripts/score_bleu.py --protocol t2t -l fr --hyp out.detok.fr --ref newstest2014.fr
 
-Importable: ``from scripts.score_bleu import compound_split, multi_bleu, t2t_bleu, t2t_tokenize``.
+Importable: ``from attn_kit.metrics.bleu import compound_split, multi_bleu, t2t_bleu, t2t_tokenize``.
 """
 import argparse
 import math
@@ -65,6 +64,8 @@ import string
 import sys
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple, Union
+
+from attn_kit.cli import UserError
 
 MAX_ORDER = 4
 
@@ -76,8 +77,8 @@ _COMPOUND = re.compile(rb"(\S)-(\S)")
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
 
-class ScoreError(ValueError):
-    """Input that cannot be scored; the message says why."""
+class ScoreError(UserError, ValueError):
+    """Input that cannot be scored; the message says why (the command line adds which file)."""
 
 
 def compound_split(line: str) -> str:
@@ -379,16 +380,14 @@ def main(argv=None) -> int:
         try:
             texts[path] = read_lines(path)
         except OSError as e:
-            print(f"error: cannot read {role} file {path}: {e.strerror or e}", file=sys.stderr)
-            return 1
+            raise UserError(f"cannot read {role} file {path}: {e.strerror or e}") from None
     hyps = texts[args.hyp]
     refs = [texts[r] for r in args.ref]
     for path, stream in zip(args.ref, refs):
         if len(stream) != len(hyps):
             hyp_name = "stdin" if args.hyp == "-" else args.hyp
-            print(f"error: hypothesis file {hyp_name} has {_lines(len(hyps))} but reference file {path} has "
-                  f"{_lines(len(stream))}", file=sys.stderr)
-            return 1
+            raise UserError(f"hypothesis file {hyp_name} has {_lines(len(hyps))} but reference file {path} has "
+                            f"{_lines(len(stream))}")
     if args.protocol == "t2t":
         roles = {path: "reference" for path in args.ref}
         roles[args.hyp] = "hypothesis"
@@ -396,8 +395,7 @@ def main(argv=None) -> int:
             try:
                 texts[path] = [t2t_tokenize(line, args.lang) for line in texts[path]]
             except ScoreError as e:
-                print(f"error: {role} file {'stdin' if path == '-' else path}: {e}", file=sys.stderr)
-                return 1
+                raise UserError(f"{role} file {'stdin' if path == '-' else path}: {e}") from None
         hyps = texts[args.hyp]
         refs = [texts[r] for r in args.ref]
         if args.compound_split is None:
@@ -413,12 +411,6 @@ def main(argv=None) -> int:
     try:
         result = multi_bleu(hyps, refs, lowercase=args.lowercase)
     except ScoreError as e:
-        print(f"error: reference file{'s' if len(args.ref) > 1 else ''} {', '.join(args.ref)}: {e}",
-              file=sys.stderr)
-        return 1
+        raise UserError(f"reference file{'s' if len(args.ref) > 1 else ''} {', '.join(args.ref)}: {e}") from None
     print(result.format())
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """EVALB (Sekine and Collins, 1997) in Python, with COLLINS.prm settings.
 
     python scripts/evalb.py GOLD TEST                  # one bracketed tree per line in each file
@@ -49,6 +48,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
+from attn_kit.cli import UserError
+
 # The settings of EVALB's COLLINS.prm, as a parameter file this script (and EVALB) reads.
 COLLINS_PRM = """\
 # EVALB parameters: the settings of COLLINS.prm (Collins 1997)
@@ -71,12 +72,8 @@ _SPACE = " \t\n\v\f\r"  # C isspace() in the C locale
 _TERMINATORS = _SPACE + "()"
 
 
-class EvalbError(Exception):
-    """A problem with the command line or a file: one ``error: ...`` line."""
-
-
-class TooManyErrors(Exception):
-    """EVALB's MAX_ERROR was exceeded."""
+class TooManyErrors(UserError):
+    """EVALB's MAX_ERROR was exceeded: EVALB gives up, and so does the command line (exit status 1)."""
 
 
 @dataclass
@@ -106,7 +103,7 @@ def parse_params(text: str, name: str = "parameter file") -> Params:
         parts = line.split(None, 1)
         key, value = parts[0], (parts[1].strip(_SPACE) if len(parts) > 1 else "")
         if not value:
-            raise EvalbError(f"{name}: line {n}: {key} has no value")
+            raise UserError(f"{name}: line {n}: {key} has no value")
         if key in ("DEBUG",):
             continue  # per-sentence debugging output is not reproduced
         try:
@@ -123,15 +120,15 @@ def parse_params(text: str, name: str = "parameter file") -> Params:
             elif key in ("EQ_LABEL", "EQ_WORD"):
                 pair = value.split()
                 if len(pair) != 2:
-                    raise EvalbError(f"{name}: line {n}: {key} needs two values")
+                    raise UserError(f"{name}: line {n}: {key} needs two values")
                 (params.eq_labels if key == "EQ_LABEL" else params.eq_words).append((pair[0], pair[1]))
             elif key == "QUOTE_LABEL":
-                raise EvalbError(f"{name}: line {n}: QUOTE_LABEL is not supported by scripts/evalb.py; "
-                                 "use the official program (--evalb PATH)")
+                raise UserError(f"{name}: line {n}: QUOTE_LABEL is not supported by scripts/evalb.py; "
+                                "use the official program (--evalb PATH)")
             else:
-                raise EvalbError(f"{name}: line {n}: unknown keyword {key}")
+                raise UserError(f"{name}: line {n}: unknown keyword {key}")
         except ValueError:
-            raise EvalbError(f"{name}: line {n}: {key} needs a number, not {value!r}") from None
+            raise UserError(f"{name}: line {n}: {key} needs a number, not {value!r}") from None
     return params
 
 
@@ -459,14 +456,14 @@ def _read(path: str, what: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     except OSError as exc:
-        raise EvalbError(f"cannot read the {what} file {path}: {exc.strerror}") from None
+        raise UserError(f"cannot read the {what} file {path}: {exc.strerror}") from None
 
 
 def run_official(binary: str, params_text: str, args) -> int:
     """Run EVALB itself with the same parameters; its output is ours."""
     if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
-        raise EvalbError(f"--evalb {binary}: not an executable file (build EVALB with 'make' in its folder; "
-                         "https://nlp.cs.nyu.edu/evalb/)")
+        raise UserError(f"--evalb {binary}: not an executable file (build EVALB with 'make' in its folder; "
+                        "https://nlp.cs.nyu.edu/evalb/)")
     for path, what in ((args.gold, "gold"), (args.test, "test")):
         _read(path, what)
     with tempfile.NamedTemporaryFile("w", suffix=".prm", delete=False) as prm:
@@ -508,21 +505,11 @@ def main(argv=None) -> int:
     out = open(sys.stdout.fileno(), "w", encoding="latin-1", newline="\n", closefd=False)
     err = open(sys.stderr.fileno(), "w", encoding="latin-1", newline="\n", closefd=False)
     try:
-        evaluate(gold, test, params, out, err)
-    except TooManyErrors as exc:
-        err.flush()
-        raise EvalbError(str(exc)) from None
-    finally:
-        out.flush()
-        err.flush()
-    return 0
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except EvalbError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(1)
+        try:
+            evaluate(gold, test, params, out, err)  # TooManyErrors: one error line after EVALB's messages
+        finally:
+            out.flush()
+            err.flush()
     except BrokenPipeError:
-        sys.exit(1)
+        return 1  # the reader went away (evalb.py ... | head): exit 1 without a message
+    return 0
