@@ -1,4 +1,4 @@
-"""scripts/score_bleu.py: tokenized BLEU as Moses' multi-bleu.perl computes and
+"""attn_kit.metrics.bleu (scripts/score_bleu.py): tokenized BLEU as Moses' multi-bleu.perl computes and
 prints it, and the EN-DE compound splitting. Expected values are worked out by
 hand in the comments; perl's own split/lc/regex are used where perl exists."""
 import collections
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from attn_kit.metrics.bleu import (MultiBleuResult, ScoreError, compound_split, multi_bleu, read_lines,
+                                   replace_unicode_punctuation, t2t_bleu, t2t_tokenize, words)
 
-from scripts.score_bleu import MultiBleuResult, ScoreError, compound_split, multi_bleu, read_lines, words  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = REPO / "scripts" / "score_bleu.py"
 PERL = shutil.which("perl")
@@ -397,7 +397,6 @@ def test_cli_help():
 # Expected strings are worked out from the perl scripts' rules: replace-unicode-punctuation.perl's
 # substitution list, tokenizer.perl (2017, before its 2018-11 "split final dots unconditionally") with
 # its defaults (escaping on, no -a), and the compound-split one-liner.
-from scripts.score_bleu import replace_unicode_punctuation, t2t_bleu, t2t_tokenize  # noqa: E402
 
 
 @pytest.mark.parametrize("raw,tokens", [

@@ -5,17 +5,14 @@ Expected trees and counts are written out by hand. The last tests run over
 NLTK's real WSJ sample in ../shared (skipped when it is absent).
 """
 import io
-import sys
 import zipfile
 
 import pytest
-from conftest import REPO, SHARED
+from conftest import SHARED
 
+from attn_kit.metrics import evalb
 from attn_kit.metrics.trees import (REPAIRS, TreeError, bare_label, delinearize, gold_tree, linearize,
-                               parse_trees, read_mrg, read_tree_lines, strip_tree)
-
-sys.path.insert(0, str(REPO / "scripts"))
-import evalb  # noqa: E402
+                                    parse_trees, read_mrg, read_tree_lines, strip_tree)
 
 PTB_SAMPLE = SHARED / "data" / "ptb-sample" / "treebank.zip"
 

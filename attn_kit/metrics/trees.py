@@ -33,7 +33,7 @@ the input words in their order.
 """
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 
 class TreeError(ValueError):
@@ -307,13 +307,3 @@ def delinearize(tokens: Sequence[str], words: Sequence[str], tags: Optional[Sequ
 
     root.children = [c for c in (prune(child) for child in root.children) if c is not None]
     return root, repairs
-
-
-def tree_line(tree: Tree) -> str:
-    """One line, as EVALB reads trees."""
-    return str(tree)
-
-
-def words_of(trees: Iterable[Tree]) -> Iterator[List[str]]:
-    for tree in trees:
-        yield tree.words()

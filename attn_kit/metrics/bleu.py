@@ -1,0 +1,416 @@
+"""Tokenized BLEU as Moses' multi-bleu.perl computes and prints it, with the
+compound splitting the paper, tensor2tensor and fairseq apply for EN-DE.
+
+    python scripts/score_bleu.py --hyp gen.tok.de --ref newstest2014.tok.de --compound-split
+
+prints one line on stdout, e.g. (hyp "der 2-Euro-Job ist gut", ref "der 2-Euro-Job ist ganz gut")
+
+    BLEU = 76.73, 100.0/85.7/83.3/80.0 (BP=0.882, ratio=0.889, hyp_len=8, ref_len=9)
+
+Both files hold tokenized text, one segment a line (the Moses-tokenized
+hypotheses after BPE removal, the Moses-tokenized reference); "--hyp -" reads
+the hypotheses from stdin. The n-gram statistics come from sacreBLEU
+(tokenize "none", no smoothing); how they are combined and printed follows
+multi-bleu.perl:
+
+  * a line is split into words at runs of ASCII whitespace (space, tab, CR,
+    LF, FF, VT: perl's \\s on the bytes multi-bleu.perl reads); a no-break
+    space or other non-ASCII space is part of a word, as it is for perl;
+  * clipped n-gram matches for n = 1..4 are summed over the corpus; with
+    several --ref files a hypothesis n-gram is clipped at its largest count in
+    any reference, and the reference length of a segment is the one closest to
+    the hypothesis length (the shorter on a tie);
+  * BP = exp(1 - r/c) if c < r else 1; BLEU = 0 if any of the four precisions
+    is zero (no smoothing);
+  * --lowercase (-lc) lowercases ASCII letters only, as perl's lc does on bytes.
+
+--compound-split rewrites every "(\\S)-(\\S)" as "\\1 ##AT##-##AT## \\2" in
+hypotheses and references, left to right without overlap, exactly like
+perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g' on the UTF-8 bytes (so "a-b-c"
+becomes "a ##AT##-##AT## b-c": the "b" is consumed by the first match; "é-è-ê"
+is split twice, as perl consumes only the first byte of "è").
+
+Where this differs from multi-bleu.perl (inputs a WMT test set never has): an
+empty hypothesis file scores 0 instead of perl's division by zero; a file whose
+last line lacks its newline keeps that line's last character (the chop of
+multi-bleu.perl before 2018-07 drops it). An empty reference line counts as
+length 0, as in every multi-bleu.perl, with a warning; files of different line
+counts (for which perl adds 9999 to ref_len per missing reference line) or an
+empty reference (ref_len = 0) are errors.
+
+--protocol t2t scores raw (detokenized) text the way the paper's EN-DE
+numbers were made, tensor2tensor's get_ende_bleu.sh: Moses
+replace-unicode-punctuation.perl (its "-l de" is ignored by the script),
+tokenizer.perl -l LANG with its defaults (escaping on, no -a), the compound
+split, then multi-bleu.perl. The reference goes through the same steps (the
+t2t script takes an already tokenized reference). The compound split is on by
+default for -l de only; EN-FR (-l fr) is scored by the same pipeline without
+it; --compound-split / --no-compound-split override. Only de and fr are
+supported. The Moses scripts are those of April 2018, when get_ende_bleu.sh got
+its last form: no unconditional split of a line's final dot ("Gate 24." stays
+one word, a nonbreaking prefix), and full-width "１" becomes '"' (sic). A line
+that is empty or only whitespace is passed on untouched, as tokenizer.perl
+does (so a line holding only a no-break space is one word for multi-bleu.perl):
+
+    python scripts/score_bleu.py --protocol t2t --hyp out.detok.de --ref newstest2014.de
+    python scripts/score_bleu.py --protocol t2t -l fr --hyp out.detok.fr --ref newstest2014.fr
+
+Importable: ``from attn_kit.metrics.bleu import compound_split, multi_bleu, t2t_bleu, t2t_tokenize``.
+"""
+import argparse
+import math
+import re
+import string
+import sys
+from dataclasses import dataclass
+from typing import List, Sequence, Tuple, Union
+
+from attn_kit.cli import UserError
+
+MAX_ORDER = 4
+
+# perl's \s on the (byte) strings multi-bleu.perl reads: ASCII whitespace only.
+_PERL_SPACE = re.compile(r"[ \t\n\r\f\v]+")
+# On bytes, as perl -ple reads them: \S is any byte but [ \t\n\r\f\v], and a
+# non-ASCII character is several bytes ("\xc3\xa8" for "è").
+_COMPOUND = re.compile(rb"(\S)-(\S)")
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+class ScoreError(UserError, ValueError):
+    """Input that cannot be scored; the message says why (the command line adds which file)."""
+
+
+def compound_split(line: str) -> str:
+    """Split hyphenated compounds the way the paper / t2t / fairseq do for EN-DE.
+
+    Works on the UTF-8 bytes like the perl one-liner, so "a-b-c" gives
+    "a ##AT##-##AT## b-c" but "é-è-ê" gives "é ##AT##-##AT## è ##AT##-##AT## ê"
+    (the first match consumes only the first byte of "è"). Spaces are only
+    inserted next to the ASCII "-", never inside a character.
+    """
+    data = _COMPOUND.sub(rb"\1 ##AT##-##AT## \2", line.encode("utf-8", "surrogateescape"))
+    return data.decode("utf-8", "surrogateescape")
+
+
+def words(line: str, lowercase: bool = False) -> List[str]:
+    """The words multi-bleu.perl sees in ``line``."""
+    if lowercase:
+        line = line.translate(_ASCII_LOWER)
+    return [w for w in _PERL_SPACE.split(line) if w]
+
+
+@dataclass(frozen=True)
+class MultiBleuResult:
+    """Corpus statistics and the numbers multi-bleu.perl derives from them.
+
+    The derived numbers repeat multi-bleu.perl's floating-point operations
+    rather than taking sacreBLEU's: sacreBLEU computes 100 * c / t where perl
+    computes 100 * (c / t), and the last bit can change a printed digit
+    (23/80: perl prints 28.7, 100 * 23 / 80 = 28.75 prints 28.8).
+    """
+
+    counts: Tuple[int, ...]  # clipped n-gram matches, n = 1..4
+    totals: Tuple[int, ...]  # hypothesis n-grams, n = 1..4
+    hyp_len: int
+    ref_len: int
+
+    @property
+    def fractions(self) -> List[float]:
+        return [c / t if t else 0.0 for c, t in zip(self.counts, self.totals)]
+
+    @property
+    def precisions(self) -> List[float]:
+        """n-gram precisions in percent (multi-bleu.perl computes 100 * (c / t))."""
+        return [100 * p for p in self.fractions]
+
+    @property
+    def bp(self) -> float:
+        if self.hyp_len >= self.ref_len:
+            return 1.0
+        return math.exp(1 - self.ref_len / self.hyp_len) if self.hyp_len else 0.0
+
+    @property
+    def ratio(self) -> float:
+        return self.hyp_len / self.ref_len
+
+    @property
+    def score(self) -> float:
+        """BLEU in percent, same floating-point operations as multi-bleu.perl."""
+        p1, p2, p3, p4 = self.fractions
+        if not (p1 and p2 and p3 and p4):
+            return 0.0  # perl: exp(-9999999999 / 4 + ...) == 0.0
+        return 100 * (self.bp * math.exp((math.log(p1) + math.log(p2) + math.log(p3) + math.log(p4)) / 4))
+
+    def format(self) -> str:
+        """The line multi-bleu.perl prints."""
+        return ("BLEU = %.2f, %.1f/%.1f/%.1f/%.1f (BP=%.3f, ratio=%.3f, hyp_len=%d, ref_len=%d)"
+                % (self.score, *self.precisions, self.bp, self.ratio, self.hyp_len, self.ref_len))
+
+    __str__ = format
+
+
+def _as_streams(refs) -> List[Sequence[str]]:
+    if isinstance(refs, str):
+        raise TypeError("refs must be a list of reference lines (or a list of such lists), not a str")
+    if len(refs) and not isinstance(refs[0], str):
+        return [list(stream) for stream in refs]
+    return [refs]
+
+
+def multi_bleu(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence[str]]],
+               lowercase: bool = False) -> MultiBleuResult:
+    """Corpus BLEU of ``hyps`` against ``refs`` as multi-bleu.perl [-lc] computes it.
+
+    ``refs`` is one reference line per hypothesis, or a list of such streams
+    for several references. Lines may keep their trailing newline.
+    """
+    from sacrebleu.metrics import BLEU
+
+    streams = _as_streams(refs)
+    for i, stream in enumerate(streams):
+        if len(stream) != len(hyps):
+            raise ScoreError(f"{len(hyps)} hypotheses but {len(stream)} lines in reference {i + 1}")
+    hyp_words = [words(h, lowercase) for h in hyps]
+    ref_words = [[words(r, lowercase) for r in stream] for stream in streams]
+    hyp_text = [" ".join(w) for w in hyp_words]
+    ref_text = [[" ".join(w) for w in stream] for stream in ref_words]
+    # sacreBLEU splits with str.split(), which also breaks at non-ASCII spaces
+    # (no-break space, U+2009, ...) that are part of a word for multi-bleu.perl.
+    # Should a word hold one, give sacreBLEU word ids instead (same n-gram counts).
+    if any(t.split() != w for t, w in zip(hyp_text, hyp_words)) or any(
+            t.split() != w for s_t, s_w in zip(ref_text, ref_words) for t, w in zip(s_t, s_w)):
+        ids = {}
+
+        def encode(ws):
+            return " ".join(str(ids.setdefault(w, len(ids))) for w in ws)
+
+        hyp_text = [encode(w) for w in hyp_words]
+        ref_text = [[encode(w) for w in stream] for stream in ref_words]
+    ref_len = 0
+    if hyps:
+        stats = BLEU(tokenize="none", smooth_method="none", force=True, max_ngram_order=MAX_ORDER
+                     ).corpus_score(hyp_text, ref_text)
+        counts, totals, hyp_len, ref_len = stats.counts, stats.totals, stats.sys_len, stats.ref_len
+    if ref_len == 0:
+        raise ScoreError("no reference words (ref_len=0); multi-bleu.perl gives no score for that either")
+    return MultiBleuResult(tuple(int(c) for c in counts), tuple(int(t) for t in totals), int(hyp_len),
+                           int(ref_len))
+
+
+# ---------------------------------------------------------------------------
+# The paper's protocol: tensor2tensor's get_ende_bleu.sh
+# ---------------------------------------------------------------------------
+# The Moses scripts are taken as they were when get_ende_bleu.sh got its final
+# form (t2t 2018-04-05, which added the replace-unicode-punctuation step; Moses
+# master of that day, ae7aa6a9d). Two later Moses changes are NOT followed:
+# tokenizer.perl's "split final dots unconditionally" (2018-11-07, 9fc964da7;
+# sacremoses has the older rule too) and replace-unicode-punctuation.perl's
+# "１" -> "1" (2019-10-14, 5d3331b92; before it "１" became '"').
+T2T_LANGS = ("de", "fr")
+
+# replace-unicode-punctuation.perl's substitutions, in its order. The script
+# reads bytes (its binmode lines are commented out) and never looks at its
+# arguments (get_ende_bleu.sh's "-l de" is shifted off and ignored); each
+# pattern is a whole UTF-8 sequence, so on text it is the same replacement.
+# "。 *" and "． *" also swallow the ASCII spaces after the full stop.
+_UNICODE_PUNCT = [
+    ("，", ","), ("。 *", ". "), ("、", ","), ("”", '"'), ("“", '"'), ("∶", ":"), ("：", ":"), ("？", "?"),
+    ("《", '"'), ("》", '"'), ("）", ")"), ("！", "!"), ("（", "("), ("；", ";"),
+    ("１", '"'),  # sic: the 2018 script's typo (fixed to "1" in 2019, see above)
+    ("」", '"'), ("「", '"'), ("０", "0"), ("３", "3"), ("２", "2"), ("５", "5"), ("６", "6"), ("９", "9"),
+    ("７", "7"), ("８", "8"), ("４", "4"), ("． *", ". "), ("～", "~"), ("’", "'"), ("…", "..."), ("━", "-"),
+    ("〈", "<"), ("〉", ">"), ("【", "["), ("】", "]"), ("％", "%"),
+]
+_UNICODE_PUNCT_RE = [(re.compile(pattern), repl) for pattern, repl in _UNICODE_PUNCT]
+
+# tokenizer.perl reads UTF-8 (binmode :utf8), so its \s is perl's Unicode \s.
+# Python's \s (which sacremoses uses) has four more: the ASCII separators
+# \x1c-\x1f, which perl leaves to its "ASCII junk" rule and deletes.
+_PERL_USPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_PERL_BLANK_LINE = re.compile(f"[{_PERL_USPACE}]*")
+_PY_ONLY_SPACE = re.compile("[\x1c-\x1f]")
+
+
+def replace_unicode_punctuation(line: str) -> str:
+    """Moses' replace-unicode-punctuation.perl on one line. It maps full-width and CJK
+    punctuation, the curly double quotes “ ” and ’ to ASCII; it leaves „ ‚ ‘ « » – —
+    alone (the tokenizer then treats them as symbols of their own)."""
+    for pattern, repl in _UNICODE_PUNCT_RE:
+        line = pattern.sub(repl, line)
+    return line
+
+
+_TOKENIZERS = {}
+
+
+def _moses_tokenizer(lang: str):
+    """sacremoses' MosesTokenizer, patched where it differs from tokenizer.perl."""
+    tok = _TOKENIZERS.get(lang)
+    if tok is not None:
+        return tok
+    from sacremoses import MosesTokenizer
+    from sacremoses.corpus import Perluniprops
+    from sacremoses.indic import NUKTAS, VIRAMAS
+
+    class PerlMosesTokenizer(MosesTokenizer):
+        # sacremoses 0.2 rewrote the multi-dot rule as one pass; perl's loop
+        #   s/\.([\.]+)/ DOTMULTI$1/g; while (/DOTMULTI\./) { s/DOTMULTI\.([^\.])/DOTDOTMULTI $1/g;
+        #   s/DOTMULTI\./DOTDOTMULTI/g }   ...   while (/DOTDOTMULTI/) { s/DOTDOTMULTI/DOTMULTI./g } s/DOTMULTI/./g
+        # gives the same text except where the input itself holds "DOTMULTI"
+        # ("DOTMULTI.x": perl ".. x", sacremoses "..x"). Perl's loop it is.
+        def replace_multidots(self, text):
+            text = re.sub(r"\.([\.]+)", r" DOTMULTI\1", text)
+            while "DOTMULTI." in text:
+                text = re.sub(r"DOTMULTI\.([^\.])", r"DOTDOTMULTI \1", text)
+                text = text.replace("DOTMULTI.", "DOTDOTMULTI")
+            return text
+
+        def restore_multidots(self, text):
+            while "DOTDOTMULTI" in text:
+                text = text.replace("DOTDOTMULTI", "DOTMULTI.")
+            return text.replace("DOTMULTI", ".")
+
+    tok = PerlMosesTokenizer(lang=lang)
+    # sacremoses counts Indic viramas and nuktas as alphanumeric (so "क्ष" stays one
+    # word); perl's \p{IsAlnum} does not, and tokenizer.perl pads them as symbols
+    # ("क ् ष"). Padding them beforehand gives perl's result.
+    alnum = set(Perluniprops().chars("IsAlnum"))
+    marks = "".join(sorted(set(VIRAMAS + NUKTAS) - alnum))
+    tok.perl_pad_marks = re.compile(f"[{re.escape(marks)}]") if marks else None
+    _TOKENIZERS[lang] = tok
+    return tok
+
+
+def t2t_tokenize(line: str, lang: str = "de") -> str:
+    """replace-unicode-punctuation.perl, then tokenizer.perl -l ``lang`` with its
+    defaults: escaping on (& < > ' " | [ ] become &amp; &lt; &gt; &apos; &quot;
+    &#124; &#91; &#93;), no -a (a hyphen between letters stays inside the word),
+    the final-dot rule of 2018 (a word ending in "." keeps it when it is a
+    nonbreaking prefix, e.g. German "24." or "Mio.", even at the end of a line).
+
+    The tokenizer is sacremoses' port of tokenizer.perl, patched where it differs
+    from the perl: a line that is empty or only (Unicode) whitespace comes back
+    unchanged, as tokenizer.perl prints such lines untouched (/^\\s*$/), so a
+    no-break space alone stays a word for multi-bleu.perl; \\x1c-\\x1f are deleted
+    (perl's ASCII-junk rule), not turned into spaces; Indic viramas/nuktas are
+    split off; text holding "DOTMULTI" follows perl's multi-dot loop. Checked 1:1
+    against the perl scripts on newstest2013/2014 de and fr (tests/test_score_bleu.py).
+    Languages other than de and fr are refused: tokenizer.perl has rules of its
+    own for some (fi, sv, ga, ...) that sacremoses lacks, and nothing else was checked.
+    """
+    if lang not in T2T_LANGS:
+        raise ScoreError(f"--protocol t2t supports -l {' or '.join(T2T_LANGS)}, not {lang!r}")
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        # perl (5.36) stops on malformed UTF-8 ("Malformed UTF-8 character (fatal)")
+        raise ScoreError(f"not valid UTF-8: {line.encode('utf-8', 'surrogateescape')[:80]!r}") from None
+    text = replace_unicode_punctuation(line)
+    if _PERL_BLANK_LINE.fullmatch(text):
+        return text  # tokenizer.perl: if (/^\s*$/) { print $_ } (no tokenizing, no trimming)
+    tok = _moses_tokenizer(lang)
+    text = _PY_ONLY_SPACE.sub("", text)
+    if tok.perl_pad_marks is not None:
+        text = tok.perl_pad_marks.sub(r" \g<0> ", text)
+    return tok.tokenize(text, aggressive_dash_splits=False, escape=True, return_str=True)
+
+
+def t2t_bleu(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence[str]]], lang: str = "de",
+             compound_split: Union[bool, None] = None) -> MultiBleuResult:
+    """BLEU of raw (detokenized) ``hyps`` against raw ``refs`` as tensor2tensor's
+    get_ende_bleu.sh computes it (the paper's Table 2 for EN-DE): both sides
+    through :func:`t2t_tokenize`, the compound split (``compound_split``: None =
+    on for German only), multi-bleu.perl. ``refs`` as for :func:`multi_bleu`.
+    Returns multi_bleu's result: ``.score``, ``.format()`` = multi-bleu.perl's line."""
+    if compound_split is None:
+        compound_split = lang == "de"
+    hyp_tok = [t2t_tokenize(h, lang) for h in hyps]
+    ref_tok = [[t2t_tokenize(r, lang) for r in stream] for stream in _as_streams(refs)]
+    if compound_split:
+        hyp_tok = [_split_compounds(h) for h in hyp_tok]
+        ref_tok = [[_split_compounds(r) for r in stream] for stream in ref_tok]
+    return multi_bleu(hyp_tok, ref_tok)
+
+
+_split_compounds = compound_split  # t2t_bleu's argument of that name hides the function
+
+
+def read_lines(path: str) -> List[str]:
+    """The lines of ``path`` ("-": stdin) without their newline, split at "\\n" only
+    (not at the other separators str.splitlines() knows), bytes kept as they are."""
+    if path == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        with open(path, "rb") as f:
+            data = f.read()
+    text = data.decode("utf-8", errors="surrogateescape")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _lines(n: int) -> str:
+    return f"{n} line" if n == 1 else f"{n} lines"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--protocol", choices=["tokenized", "t2t"], default="tokenized",
+                        help="tokenized (default): the files are tokenized already; t2t: the files are raw text, "
+                             "scored as tensor2tensor's get_ende_bleu.sh (the paper's EN-DE protocol)")
+    parser.add_argument("-l", "--lang", default="de", choices=T2T_LANGS,
+                        help="--protocol t2t: the Moses tokenizer's language (default de; fr for EN-FR)")
+    parser.add_argument("--hyp", required=True, metavar="H", help="hypotheses, one a line ('-': stdin)")
+    parser.add_argument("--ref", required=True, nargs="+", action="extend", metavar="R",
+                        help="reference(s), one a line; several files = several references")
+    parser.add_argument("--compound-split", action="store_true", default=None,
+                        help="split hyphenated compounds (a-b -> a ##AT##-##AT## b) in hyp and ref, as for EN-DE "
+                             "(with --protocol t2t: the default for -l de)")
+    parser.add_argument("--no-compound-split", dest="compound_split", action="store_false",
+                        help="no compound split (--protocol t2t: the default for -l fr)")
+    parser.add_argument("--lowercase", "-lc", action="store_true", help="lowercase ASCII letters (multi-bleu.perl -lc)")
+    args = parser.parse_args(argv)
+
+    texts = {}
+    for role, path in [("hypothesis", args.hyp)] + [("reference", r) for r in args.ref]:
+        try:
+            texts[path] = read_lines(path)
+        except OSError as e:
+            raise UserError(f"cannot read {role} file {path}: {e.strerror or e}") from None
+    hyps = texts[args.hyp]
+    refs = [texts[r] for r in args.ref]
+    for path, stream in zip(args.ref, refs):
+        if len(stream) != len(hyps):
+            hyp_name = "stdin" if args.hyp == "-" else args.hyp
+            raise UserError(f"hypothesis file {hyp_name} has {_lines(len(hyps))} but reference file {path} has "
+                            f"{_lines(len(stream))}")
+    if args.protocol == "t2t":
+        roles = {path: "reference" for path in args.ref}
+        roles[args.hyp] = "hypothesis"
+        for path, role in roles.items():  # each file once, also when it is given twice
+            try:
+                texts[path] = [t2t_tokenize(line, args.lang) for line in texts[path]]
+            except ScoreError as e:
+                raise UserError(f"{role} file {'stdin' if path == '-' else path}: {e}") from None
+        hyps = texts[args.hyp]
+        refs = [texts[r] for r in args.ref]
+        if args.compound_split is None:
+            args.compound_split = args.lang == "de"
+    for path, stream in zip(args.ref, refs):
+        empty = sum(1 for line in stream if not words(line))  # after tokenizing: what multi-bleu.perl reads
+        if empty:
+            print(f"warning: {empty} empty line(s) in reference file {path}, counted as length 0 "
+                  f"(as multi-bleu.perl does)", file=sys.stderr)
+    if args.compound_split:
+        hyps = [compound_split(h) for h in hyps]
+        refs = [[compound_split(r) for r in stream] for stream in refs]
+    try:
+        result = multi_bleu(hyps, refs, lowercase=args.lowercase)
+    except ScoreError as e:
+        raise UserError(f"reference file{'s' if len(args.ref) > 1 else ''} {', '.join(args.ref)}: {e}") from None
+    print(result.format())
+    return 0
