@@ -72,7 +72,15 @@ def bundled() -> str:
     first = runs[0]
     note = (f"\n\nMachine: {first['machine']}; {first['result'].get('threads')} threads; "
             f"date {first['date']}, commit {first['commit'][:12]}.")
-    return table(head, rows) + note + source(*paths)
+    timings = sorted(glob.glob(str(RECIPES / "bundled_timing_*.json")))
+    for path in timings:  # the same amount of work timed on another machine class
+        t = load(path)
+        r = t["result"]
+        size = r.get("model_size") or {}
+        note += (f" The same {r['updates']} updates on {t['machine']} ({r.get('threads')} threads, commit "
+                 f"{t['commit'][:7]}, P_drop {size.get('p_drop')}): train {minutes(r['stage_seconds']['train'])}, "
+                 f"all stages {minutes(r['total_seconds'])}.")
+    return table(head, rows) + note + source(*paths, *timings)
 
 
 def bundled_sweep() -> str:
@@ -92,11 +100,9 @@ def bundled_sweep() -> str:
                      *(curve.get(str(u), "-") for u in updates)])
     head = ["config", "recipe options", "s/update (1 thread, 2 runs side by side)",
             *(f"valid BLEU @{u}" for u in updates)]
-    dec = []
-    for run in runs:
-        final = run["result"]["valid_bleu_final"]
-        dec.append([f"`{run['name']}`", *(final.get(k, "-") for k in sorted(runs[0]["result"]["valid_bleu_final"]))])
-    dec_head = ["config", *sorted(runs[0]["result"]["valid_bleu_final"])]
+    columns = sorted({k for run in runs for k in run["result"]["valid_bleu_final"]})
+    dec = [[f"`{run['name']}`", *(run["result"]["valid_bleu_final"].get(k, "-") for k in columns)] for run in runs]
+    dec_head = ["config", *columns]
     return (table(head, rows) + "\n\nAt the last update, by checkpoint (avg5/avg10 = average of the last 5/10, "
             "every 100 updates; last = the final model) and decoding (valid sacreBLEU):\n\n" + table(dec_head, dec)
             + source(*paths))

@@ -16,7 +16,6 @@ USER_DIR = str(REPO / "attn_plugin")
 BIN = Path(sys.executable).parent
 SHARED = REPO.parent / "shared"
 
-sys.path.insert(0, str(REPO))
 
 
 def cli(name):

@@ -12,14 +12,13 @@ RESULTS = sorted((REPO / "recipes" / "results").glob("*.json")) + sorted((REPO /
 def test_readme_tables_are_the_ones_the_results_files_make():
     """README's marked tables equal what scripts/readme_tables.py makes from the files now."""
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "readme_tables.py"), "--check"],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True)  # the documented command
     assert proc.returncode == 0, proc.stderr
 
 
 def test_a_changed_results_file_makes_the_readme_stale(tmp_path, monkeypatch):
     """The check is real: a number changed in a results file no longer matches README."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    import readme_tables
+    from attn_kit import readme_tables
 
     text = readme_tables.README.read_text(encoding="utf-8")
     assert readme_tables.render(text) == text

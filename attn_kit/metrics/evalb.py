@@ -513,3 +513,9 @@ def main(argv=None) -> int:
     except BrokenPipeError:
         return 1  # the reader went away (evalb.py ... | head): exit 1 without a message
     return 0
+
+
+if __name__ == "__main__":  # python -m attn_kit.metrics.evalb: what the parsing recipe runs
+    from ..cli import main_guard
+
+    main_guard(main)

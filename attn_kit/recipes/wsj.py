@@ -77,9 +77,14 @@ DECODE_KEYS = ("beam", "alpha")
 TUNE_GRID_HELP = ("the --tune grid: 'KEY=V,V,...;KEY=V,...' or a JSON file {\"KEY\": [V, ...], ...}; keys "
                   "dropout, attention_dropout, lr_scale (one training per combination), beam, alpha (each tried on "
                   "section 22 with every trained model). A key left out is fixed at its option's value "
-                  "(--dropout, --attention-dropout, --lr-scale, --beam, --alpha). Implies --tune. Default: the "
-                  "grid of recipes/configs/wsj.yaml; an option given on the command line fixes its key in it. E.g. "
-                  "'dropout=0.1,0.2,0.3;beam=21'")
+                  "(--dropout, --attention-dropout, --lr-scale, --beam, --alpha). Implies --tune. An option given "
+                  "on the command line fixes its key in the default grid (recipes/configs/wsj.yaml). E.g. "
+                  "'dropout=0.1,0.2,0.3;beam=21'.")
+
+
+def grid_spec(grid: dict) -> str:
+    """A grid as --tune-grid's SPEC: 'dropout=0.1,0.2;beam=21'."""
+    return ";".join(f"{k}={','.join(f'{v:g}' for v in values)}" for k, values in grid.items())
 
 
 def _smoke_progress(line: str) -> bool:
@@ -207,7 +212,9 @@ def tune_grid(args, given: dict, default_grid: dict) -> dict:
 
 def parse_args(argv=None):
     W, S = config.settings("wsj", "wsj"), config.settings("wsj", "wsj", "smoke")
-    p = argparse.ArgumentParser(prog="recipes/wsj_parsing.sh", description=__doc__,
+    grids = (f"Default --tune grid (tune_grid in recipes/configs/wsj.yaml):\n    {grid_spec(W['tune_grid'])}\n"
+             f"    --smoke: {grid_spec(S['tune_grid'])}\n")
+    p = argparse.ArgumentParser(prog="recipes/wsj_parsing.sh", description=__doc__ + "\n" + grids,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true",
                    help="all stages on CPU in minutes on the repo's hand-written trees (data/wsj-smoke), tiny model; "
