@@ -21,13 +21,14 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Union
+
+from .process import stream
 
 
 class RecipeError(Exception):
@@ -88,32 +89,18 @@ class Context:
         with open(log_path, "a", encoding="utf-8") as log_file:
             log_file.write(f"$ {shown}\n")
             log_file.flush()
-            fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
-            fout = open(stdout, "wb") if stdout else subprocess.PIPE
-            try:
-                proc = subprocess.Popen([_resolve(cmd[0]), *cmd[1:]], stdin=fin, stdout=fout,
-                                        stderr=subprocess.STDOUT if not stdout else subprocess.PIPE,
-                                        env=full_env)
-            except FileNotFoundError:
-                raise RecipeError(f"stage {self.stage}: command not found: {cmd[0]}") from None
-            last = ""
-            stream = proc.stdout if not stdout else proc.stderr
-            for raw in stream:
-                line = raw.decode("utf-8", "replace")
+
+            def on_line(line: str):
                 log_file.write(line)
                 log_file.flush()  # the log is the place to watch a long stage
-                if line.strip():
-                    last = line.strip()
                 if tail and (tail(line) if callable(tail) else _is_progress(line)):
                     print(f"    {line.rstrip()[:160]}", flush=True)
-            rc = proc.wait()
-            if stdin:
-                fin.close()
-            if stdout:
-                fout.close()
-        if rc != 0:
-            if last.startswith("error: "):  # a tool's own one-line error (attn_plugin, our scripts)
-                last = last[len("error: "):]
+
+            try:
+                rc, last = stream(cmd, on_line, env=full_env, stdin=stdin, stdout=stdout)
+            except FileNotFoundError:
+                raise RecipeError(f"stage {self.stage}: command not found: {cmd[0]}") from None
+        if rc != 0:  # last: a tool's own one-line error (attn_plugin, our scripts) without "error: "
             raise RecipeError(f"stage {self.stage} failed (exit {rc}): {last[:300]}; log: {log_path}")
 
     def step(self, description: str, fn: Callable, *args, **kwargs):
@@ -138,16 +125,6 @@ class Context:
             if path.is_dir():
                 shutil.rmtree(path)
             os.replace(tmp, path)
-
-
-def _resolve(program: str) -> str:
-    """A console script (fairseq-train, subword-nmt, ...) of the running Python's
-    environment, even when that environment is not activated."""
-    if os.sep not in program:
-        candidate = Path(sys.executable).parent / program
-        if candidate.exists():
-            return str(candidate)
-    return program
 
 
 def _is_progress(line: str) -> bool:
