@@ -1,4 +1,5 @@
-"""scripts/compare_baselines.py and benchmarks/: the plugin against stock fairseq.
+"""attn_kit.compare (scripts/compare_baselines.py) and attn_kit.bench (benchmarks/):
+the plugin against stock fairseq.
 
 The schedule equivalence goes through fairseq's own scheduler classes, the
 model sizes through fairseq's option parser and registries, and one tiny
@@ -10,13 +11,15 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, TINY_MODEL, USER_DIR, run
+from conftest import REPO, assert_one_error_line, run
 from fairseq import options, tasks
 
-sys.path.insert(0, str(REPO / "scripts"))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import compare_baselines as cb  # noqa: E402
+from attn_kit.cli import UsageError, UserError
+from attn_kit.compare import commands
+from attn_kit.compare.cli import parse_args
+from attn_kit.compare.report import plot
+from attn_kit.pairs import MODELS, PAIRS, arch_size
+from attn_kit.sizes import SIZES
 
 SCRIPT = REPO / "scripts" / "compare_baselines.py"
 
@@ -26,7 +29,7 @@ def parsed(argv):
 
 
 def comparison_args(*extra):
-    return cb.parse_args(["unused-data", "--max-update", "10", *extra])
+    return parse_args(["unused-data", "--max-update", "10", *extra])
 
 
 # ---------------------------------------------------------------------------
@@ -58,22 +61,22 @@ def lr_sequence(argv, updates):
 def test_stock_inverse_sqrt_runs_through_the_plugins_eq3_values(argv, d_model):
     from attn_plugin.lr_scheduler.attn_inverse_sqrt import noam_lr
 
-    args = cb.parse_args([*argv, "--max-update", "10", "--warmup-updates", "40"])
-    assert cb.d_model(args) == d_model
+    args = parse_args([*argv, "--max-update", "10", "--warmup-updates", "40"])
+    assert commands.d_model(args) == d_model
     common = ["unused-data", "--optimizer", "adam"]
-    plugin = lr_sequence(common + cb.model_flags("plugin", args, joined=True), 200)
-    stock = lr_sequence(common + cb.model_flags("stock", args, joined=True), 201)
+    plugin = lr_sequence(common + commands.model_flags("plugin", args, joined=True), 200)
+    stock = lr_sequence(common + commands.model_flags("stock", args, joined=True), 201)
     eq3 = [noam_lr(k, d_model, 40, args.lr_scale) for k in range(1, 201)]
     assert plugin == pytest.approx(eq3, rel=1e-12)
     # fairseq's inverse_sqrt with the script's --lr and --warmup-init-lr: the same first rate, the
     # same peak, and within 1/warmup of eq. 3 at every update
     assert stock[0] == pytest.approx(plugin[0], rel=1e-12)
-    assert max(stock) == pytest.approx(cb.peak_lr(args), rel=1e-12)
-    assert max(plugin) == pytest.approx(cb.peak_lr(args), rel=1e-12)
+    assert max(stock) == pytest.approx(commands.peak_lr(args), rel=1e-12)
+    assert max(plugin) == pytest.approx(commands.peak_lr(args), rel=1e-12)
     assert max(abs(s / p - 1) for s, p in zip(stock, plugin)) <= 1 / 40
     # with --warmup-init-lr 0 the same values would come one update late
-    late = lr_sequence(common + [f if f != repr(cb.warmup_init_lr(args)) else "0"
-                                 for f in cb.model_flags("stock", args, joined=True)], 201)
+    late = lr_sequence(common + [f if f != repr(commands.warmup_init_lr(args)) else "0"
+                                 for f in commands.model_flags("stock", args, joined=True)], 201)
     assert late[0] == 0.0 and late[1:] == pytest.approx(plugin, rel=1e-9)
 
 
@@ -84,8 +87,8 @@ def test_stock_inverse_sqrt_runs_through_the_plugins_eq3_values(argv, d_model):
 def test_plugin_and_stock_models_have_the_same_sizes_and_parameter_count(data_bin, arch, sizes):
     args = comparison_args("--arch", arch, *sizes)
     models = {}
-    for which in cb.MODELS:
-        a = parsed([data_bin, "--cpu", *cb.model_flags(which, args, joined=True)])
+    for which in MODELS:
+        a = parsed([data_bin, "--cpu", *commands.model_flags(which, args, joined=True)])
         models[which] = tasks.setup_task(a).build_model(a)
         assert (a.encoder_layers, a.decoder_embed_dim, a.decoder_ffn_embed_dim, a.encoder_attention_heads) == \
             tuple(int(sizes[i]) for i in (1, 3, 5, 7))
@@ -96,19 +99,81 @@ def test_plugin_and_stock_models_have_the_same_sizes_and_parameter_count(data_bi
 
 
 def test_bundled_sizes_are_the_bundled_recipes():
-    from recipes.wmt14 import BUNDLED_SIZE, MODES, model_flags
+    """--bundled compares the bundled recipe's model, batch and schedule (recipes/configs/wmt14.yaml)."""
+    from attn_kit.recipes.config import settings
 
-    args = cb.parse_args(["--bundled", "--minutes", "5"])
-    assert cb.size_flags(args) == model_flags(**BUNDLED_SIZE)
-    b = MODES["bundled"]
+    bundled = SIZES["bundled"]
+    args = parse_args(["--bundled", "--minutes", "5"])
+    assert args.size == bundled
+    size_flags = bundled.flags()
+    for which in MODELS:  # the bundled model's flags, whole and in order, on both sides
+        flags = commands.model_flags(which, args, joined=True)
+        assert any(flags[k:k + len(size_flags)] == size_flags for k in range(len(flags)))
+    b = settings("wmt14", "paper", "bundled")
     assert (args.max_tokens, args.warmup_updates, args.lr_scale) == (b["max_tokens_per_gpu"], b["warmup_updates"],
                                                                      b["lr_scale"])
-    assert cb.d_model(args) == BUNDLED_SIZE["d_model"]
-    cmd = cb.train_command("stock", args, REPO, True, 1, REPO / "x")
+    assert commands.BUNDLED_TRAINING == dict(max_tokens=b["max_tokens_per_gpu"], warmup_updates=b["warmup_updates"],
+                                             lr_scale=b["lr_scale"])
+    assert args.max_tokens * args.update_freq == b["tokens_per_update"]  # one CPU process, as the recipe
+    assert commands.d_model(args) == bundled.d_model
+    cmd = commands.train_command("stock", args, REPO, True, 1, REPO / "x")
     assert float(cmd[cmd.index("--stop-time-hours") + 1]) == pytest.approx(2.5 / 60)  # half of 5 min each
     # eq. 3's peak, lr_scale * d_model^-0.5 * warmup^-0.5, as stock's --lr
     assert float(cmd[cmd.index("--lr") + 1]) == pytest.approx(
-        b["lr_scale"] * BUNDLED_SIZE["d_model"] ** -0.5 * b["warmup_updates"] ** -0.5)
+        b["lr_scale"] * bundled.d_model ** -0.5 * b["warmup_updates"] ** -0.5)
+    # resizing --bundled changes only what is given
+    args = parse_args(["--bundled", "--minutes", "5", "--layers", "3", "--dropout", "0.1"])
+    assert args.size == bundled.replace(layers=3, p_drop=0.1)
+
+
+@pytest.mark.parametrize("pair", sorted(PAIRS))
+def test_both_archs_of_a_pair_default_to_the_papers_size(pair):
+    """arch_size (Table 3's row) is what both archs build when no size flag is given, so
+    --arch base/big compare the paper's models and eq. 3 uses their d_model."""
+    size = arch_size(pair)
+    for arch in (PAIRS[pair].plugin_arch, PAIRS[pair].stock_arch):
+        flags = ["unused-data", "--arch", arch] + (["--user-dir", str(REPO / "attn_plugin")]
+                                                   if arch.startswith("attn") else [])
+        a = parsed(flags)
+        assert (a.encoder_layers, a.decoder_layers, a.encoder_embed_dim, a.decoder_embed_dim, a.encoder_ffn_embed_dim,
+                a.decoder_ffn_embed_dim, a.encoder_attention_heads, a.decoder_attention_heads, a.dropout) == \
+            (size.layers, size.layers, size.d_model, size.d_model, size.d_ff, size.d_ff, size.h, size.h, size.p_drop)
+    args = parse_args(["unused-data", "--arch", pair, "--max-update", "10"])
+    assert args.size is None and commands.d_model(args) == size.d_model
+    assert "--encoder-embed-dim" not in commands.model_flags("plugin", args, joined=True)  # the arch's own
+
+
+def test_precision_is_what_runs_and_bf16_is_refused():
+    args = comparison_args()
+    assert args.precision == "fp32" and "--fp16" not in commands.train_command("plugin", args, REPO, True, 1, REPO)
+    assert comparison_args("--precision", "fp16").precision == "fp32"  # CPU trains in fp32 whatever is asked
+    with pytest.raises(UsageError, match="fairseq 0.12's --bf16 means TPU"):
+        comparison_args("--precision", "bf16")
+    with pytest.raises(UsageError, match="unknown --precision 'fp8'"):
+        comparison_args("--precision", "fp8")
+    # on GPUs (the count is checked against torch in parse_args, so set it afterwards): auto and fp16 train
+    # with fairseq's fp16 mixed precision, the report says so; several GPUs run the worker under torchrun
+    from attn_kit.compare.report import device_label
+    from attn_kit.pipeline.launch import used_precision
+
+    args.ngpus = 8
+    for asked, used in (("auto", "fp16"), ("fp16", "fp16"), ("fp32", "fp32")):
+        args.precision = used_precision(asked, args.ngpus)
+        assert args.precision == used
+        cmd = commands.train_command("stock", args, REPO, True, 1, REPO / "x")
+        assert ("--fp16" in cmd) == (used == "fp16") and "--bf16" not in cmd and "--cpu" not in cmd
+        assert cmd[cmd.index("-m") + 1] == commands.WORKER and "--nproc-per-node" in cmd
+        gen = commands.generate_command(args, REPO, REPO / "c.pt", "test")
+        assert ("--fp16" in gen) == (used == "fp16") and "--cpu" not in gen
+    assert device_label(args) == "8 GPU(s), fp32"
+    args.precision = "fp16"
+    assert device_label(args) == "8 GPU(s), fp16 mixed precision"
+
+
+def test_bf16_is_one_usage_error_line():
+    proc = run([sys.executable, SCRIPT, "--bundled", "--max-update", "5", "--precision", "bf16"], check=False)
+    assert proc.returncode == 2
+    assert_one_error_line(proc, "--precision bf16 is not available yet", "fairseq 0.12's --bf16 means TPU")
 
 
 # ---------------------------------------------------------------------------
@@ -133,8 +198,13 @@ def test_tiny_comparison_prints_the_table_and_writes_json_and_png(data_bin, tmp_
         assert [v["num_updates"] for v in r["valid_curve"]] == [4, 8, 12]
         assert all(v["ppl"] == pytest.approx(2 ** v["nll_loss"], rel=2e-3) for v in r["valid_curve"])
         assert 0 <= r["bleu"] <= 100
-    commands = result["commands"]
-    plugin, stock = commands["plugin-seed1"], commands["stock-seed1"]
+    assert result["precision"] == "fp32" and ", CPU, fp32, " in result["table"].splitlines()[0]
+    assert {"command", "commit", "machine", "date"} <= set(result)
+    cmds = result["commands"]
+    plugin, stock = cmds["plugin-seed1"], cmds["stock-seed1"]
+    for which, cmd in (("plugin", plugin), ("stock", stock)):  # fairseq-train through the worker module
+        stats = tmp_path.resolve() / f"{which}-seed1" / "stats.json"
+        assert cmd[:4] == [sys.executable, "-m", "attn_kit.compare.worker", str(stats)]
     for flag in ("--max-tokens", "--seed", "--max-update", "--warmup-updates", "--adam-betas", "--adam-eps",
                  "--label-smoothing", "--encoder-embed-dim", "--decoder-layers"):
         assert plugin[plugin.index(flag) + 1] == stock[stock.index(flag) + 1], flag
@@ -143,18 +213,17 @@ def test_tiny_comparison_prints_the_table_and_writes_json_and_png(data_bin, tmp_
     assert "--warmup-init-lr" in stock and "attn_inverse_sqrt" in plugin
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["/no/such/dir", "--max-update", "5"], "data directory not found"),
-    (["--bundled", "--minutes", "5", "--arch", "huge"], "unknown --arch 'huge'"),
-    (["--bundled"], "give a training budget"),
-    (["--max-update", "5"], "give a binarized data directory or --bundled"),
+@pytest.mark.parametrize("argv,message,status", [
+    (["/no/such/dir", "--max-update", "5"], "data directory not found", 1),
+    (["--bundled", "--minutes", "5", "--arch", "huge"], "unknown --arch 'huge'", 2),
+    (["--bundled"], "give a training budget", 2),
+    (["--max-update", "5"], "give a binarized data directory or --bundled", 2),
 ])
-def test_bad_input_is_one_error_line(argv, message):
+def test_bad_input_is_one_error_line(argv, message, status):
     proc = run([sys.executable, SCRIPT, *argv], check=False)
-    assert proc.returncode == 1
-    assert proc.stderr.strip() == proc.stderr.strip().splitlines()[0]
-    assert proc.stderr.startswith("error: ") and message in proc.stderr
-    assert "Traceback" not in proc.stderr + proc.stdout
+    assert proc.returncode == status  # 2: a command line that does not make sense, as argparse's own errors
+    assert_one_error_line(proc, message)
+    assert proc.stderr.startswith("error: ")
 
 
 def test_data_without_binarized_training_split_is_one_error_line(tmp_path):
@@ -164,73 +233,10 @@ def test_data_without_binarized_training_split_is_one_error_line(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# The model's performance work keeps its results: beam search with a
-# per-sentence encoder-decoder cache decodes exactly as stock fairseq does
-# ---------------------------------------------------------------------------
-def test_beam_search_matches_stock_fairseq_with_the_same_weights(data_bin):
-    from fairseq.sequence_generator import SequenceGenerator
-
-    from attn_plugin.models.attn_transformer import convert_fairseq_transformer_state_dict
-
-    torch.manual_seed(0)
-    a = parsed([data_bin, "--cpu", "--arch", "transformer_wmt_en_de", "--share-all-embeddings", *TINY_MODEL])
-    task = tasks.setup_task(a)
-    stock = task.build_model(a).eval()
-    b = parsed([data_bin, "--cpu", "--user-dir", USER_DIR, "--arch", "attn_paper_base",
-                "--sinusoid-layout", "fairseq", *TINY_MODEL])
-    plugin = tasks.setup_task(b).build_model(b).eval()
-    plugin.load_state_dict(convert_fairseq_transformer_state_dict(stock.state_dict()))
-    task.load_dataset("test")
-    batches = task.get_batch_iterator(task.dataset("test"), max_sentences=21, required_batch_size_multiple=1)
-    sample = next(batches.next_epoch_itr(shuffle=False))
-    out = {}
-    for name, model in (("stock", stock), ("plugin", plugin)):
-        generator = SequenceGenerator([model], task.target_dictionary, beam_size=4, max_len_b=20)
-        with torch.no_grad():
-            out[name] = generator.generate([model], sample)
-    assert plugin.decoder.layers[0].cross_attn.beam_size == 4
-    lengths = {len(h[0]["tokens"]) for h in out["stock"]}
-    assert len(lengths) > 2  # sentences finished at different steps: the batch shrank
-    for s, p in zip(out["stock"], out["plugin"]):
-        for hs, hp in zip(s, p):
-            assert hs["tokens"].tolist() == hp["tokens"].tolist()
-            assert hs["score"].item() == pytest.approx(hp["score"].item(), abs=1e-4)
-
-
-def test_encoder_decoder_cache_is_per_sentence_only_for_beam_copies(data_bin):
-    b = parsed([data_bin, "--cpu", "--user-dir", USER_DIR, "--arch", "attn_paper_base", *TINY_MODEL])
-    task = tasks.setup_task(b)
-    model = task.build_model(b).eval()
-    model.set_beam_size(4)
-    d = task.source_dictionary
-    src = torch.randint(d.nspecial, len(d), (2, 6))
-    src[1, :2] = d.pad()
-    prev = torch.full((2, 1), d.eos())
-    cross = model.decoder.layers[0].cross_attn
-    with torch.no_grad():
-        enc = model.encoder(src)
-        full = model.decoder(prev, enc)[0]
-        # beam copies (as fairseq's beam search expands the encoder output): one cached row per sentence
-        order = torch.arange(2).repeat_interleave(4)
-        state = {}
-        step = model.decoder(prev.index_select(0, order), model.encoder.reorder_encoder_out(enc, order),
-                             incremental_state=state)[0]
-        assert cross.get_incremental_state(state, "kv")["k"].size(0) == 2
-        assert torch.allclose(step, full.index_select(0, order), atol=1e-5)
-        # distinct sentences (beam 1 after a beam-4 search): one row each, nothing shared
-        state = {}
-        src4 = torch.randint(d.nspecial, len(d), (4, 6))
-        enc4 = model.encoder(src4)
-        step = model.decoder(torch.full((4, 1), d.eos()), enc4, incremental_state=state)[0]
-        assert cross.get_incremental_state(state, "kv")["k"].size(0) == 4
-        assert torch.allclose(step, model.decoder(torch.full((4, 1), d.eos()), enc4)[0], atol=1e-5)
-
-
-# ---------------------------------------------------------------------------
 # The benchmarks
 # ---------------------------------------------------------------------------
 def test_peak_memory_counts_live_tensor_bytes():
-    from common import PeakMemory
+    from attn_kit.bench.measure import PeakMemory
 
     weight = torch.zeros(1000, 250)  # 1 MB, there before
     with PeakMemory() as tracker:
@@ -242,6 +248,21 @@ def test_peak_memory_counts_live_tensor_bytes():
     assert tracker.peak == 4 * (250_000 + 500_000 + 125_000)
     assert tracker.current == 4 * (250_000 + 125_000 + 125_000)
     del y, z
+
+
+def test_benchmark_shapes_are_the_bundled_model_and_the_papers():
+    from attn_kit.bench.models import SHAPES, shape_flags
+
+    # small: the bundled model's dims at the P_drop 0.1 the committed results were measured with
+    assert SHAPES["small"].size == SIZES["bundled"].replace(p_drop=0.1) and SHAPES["small"].vocab == 8000
+    for name in ("base", "big"):  # the archs' own sizes: no size flags
+        assert SHAPES[name].size is None and SHAPES[name].dims == arch_size(name) and SHAPES[name].vocab == 32000
+        assert not any(f.startswith("--encoder-") for w in MODELS for f in shape_flags(w, name))
+    flags = {w: parsed(["unused-data", *shape_flags(w, "small")]) for w in MODELS}
+    assert flags["plugin"].arch == "attn_paper_base" and flags["stock"].arch == "transformer_wmt_en_de"
+    for key in ("encoder_layers", "decoder_layers", "encoder_embed_dim", "decoder_ffn_embed_dim",
+                "decoder_attention_heads", "dropout", "label_smoothing"):
+        assert getattr(flags["plugin"], key) == getattr(flags["stock"], key), key
 
 
 @pytest.mark.parametrize("script,ratio_key", [("train_throughput.py", "ratio_tokens_per_s"),
@@ -268,6 +289,6 @@ def test_benchmark_bad_input_is_one_error_line(tmp_path):
 
 def test_missing_matplotlib_is_one_clear_error_after_the_table(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
-    with pytest.raises(cb.CompareError, match="plotting needs matplotlib"):
-        cb.plot([], tmp_path / "x.png", "title")
+    with pytest.raises(UserError, match="plotting needs matplotlib"):
+        plot([], tmp_path / "x.png", "title")
     assert not (tmp_path / "x.png").exists()

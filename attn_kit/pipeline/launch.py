@@ -27,6 +27,9 @@ import sys
 from dataclasses import dataclass
 from typing import List, Optional
 
+from ..cli import UsageError
+from .process import console_script
+
 
 @dataclass
 class BatchPlan:
@@ -59,34 +62,48 @@ def paper_optimization(warmup_updates: int, lr_scale: float = 1.0, label_smoothi
             "--criterion", "attn_label_smoothed_cross_entropy", "--label-smoothing", f"{label_smoothing:g}"]
 
 
+PRECISIONS = ("auto", "fp16", "fp32")
+
+
+def used_precision(precision: str, gpus: int) -> str:
+    """What ``--precision auto|fp16|fp32`` really trains in on ``gpus`` GPUs (0: CPU):
+    fp32 on CPU whatever was asked, fp16 mixed precision on GPUs for auto and fp16.
+    The paper trained in fp32 on P100s; mixed precision is what makes the runs
+    affordable today. bf16 is refused: fairseq 0.12's ``--bf16`` "implies --tpu"
+    and fails on a GPU (seen on an H100: no xla_device), so asking for it would
+    only relabel an fp16 run."""
+    if precision == "bf16":
+        raise UsageError("--precision bf16 is not available yet: fairseq 0.12's --bf16 means TPU training "
+                         "(it fails on GPUs); use --precision auto or fp16 (fp16 mixed precision) or fp32")
+    if precision not in PRECISIONS:
+        raise UsageError(f"unknown --precision {precision!r}; choose {', '.join(PRECISIONS)}")
+    return "fp32" if gpus == 0 or precision == "fp32" else "fp16"
+
+
 def precision_flags(precision: str, gpus: int) -> List[str]:
-    """fairseq flags for ``--precision auto|fp32|fp16``: fp32 on CPU, fp16 mixed
-    precision on GPUs (auto). The paper trained in fp32 on P100s; mixed precision
-    is what makes the runs affordable today. No bf16: fairseq 0.12's ``--bf16``
-    "implies --tpu" and fails on a GPU (seen on an H100: no xla_device)."""
-    if gpus == 0 or precision == "fp32":
-        return []
-    return ["--fp16"]
+    """fairseq flags for ``--precision auto|fp16|fp32`` on ``gpus`` GPUs: those of
+    :func:`used_precision` (``--fp16`` for fp16, none for fp32)."""
+    return ["--fp16"] if used_precision(precision, gpus) == "fp16" else []
 
 
 def launcher(gpus: int, cpu_procs: int, nnodes: int = 1, node_rank: int = 0,
-             master_addr: Optional[str] = None, master_port: int = 29500, log_dir: str = ".") -> List[str]:
+             master_addr: Optional[str] = None, master_port: int = 29500, log_dir: str = ".",
+             module: str = "fairseq_cli.train") -> List[str]:
     """The command that starts fairseq-train on the chosen devices; the caller
     appends fairseq-train's arguments. One device: ``fairseq-train``. Several GPUs
     or nodes: ``torchrun ... -m fairseq_cli.train`` (fairseq reads RANK, WORLD_SIZE
-    and LOCAL_RANK from torchrun's environment). Several CPU processes: this module."""
-    bindir = os.path.dirname(sys.executable)
+    and LOCAL_RANK from torchrun's environment; ``module`` names another entry point
+    that runs fairseq-train, such as the comparison's worker). Several CPU processes:
+    this module."""
     if gpus > 1 or nnodes > 1:
-        torchrun = os.path.join(bindir, "torchrun")
-        run = [torchrun if os.path.exists(torchrun) else "torchrun", "--nproc-per-node", gpus]
+        run = [console_script("torchrun"), "--nproc-per-node", gpus]
         if nnodes > 1:
             run += ["--nnodes", nnodes, "--node-rank", node_rank,
                     "--master-addr", master_addr, "--master-port", master_port]
         else:
             run += ["--standalone"]
-        return run + ["-m", "fairseq_cli.train"]
-    train = os.path.join(bindir, "fairseq-train")
-    train = train if os.path.exists(train) else "fairseq-train"
+        return run + ["-m", module]
+    train = console_script("fairseq-train")
     if gpus == 0 and cpu_procs > 1:
         return [sys.executable, "-m", "attn_kit.pipeline.launch", "--nprocs", cpu_procs, "--log-dir", log_dir, "--", train]
     return [train]

@@ -20,14 +20,14 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
-from ..cli import UserError, atomic_output, log, main_guard, write_json_atomic  # noqa: F401  (used by recipes)
+from ..cli import UserError, atomic_output, log, write_json_atomic
+from .process import stream
 
 
 @dataclass
@@ -80,32 +80,18 @@ class Context:
         with open(log_path, "a", encoding="utf-8") as log_file:
             log_file.write(f"$ {shown}\n")
             log_file.flush()
-            fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
-            fout = open(stdout, "wb") if stdout else subprocess.PIPE
-            try:
-                proc = subprocess.Popen([_resolve(cmd[0]), *cmd[1:]], stdin=fin, stdout=fout,
-                                        stderr=subprocess.STDOUT if not stdout else subprocess.PIPE,
-                                        env=full_env)
-            except FileNotFoundError:
-                raise UserError(f"stage {self.stage}: command not found: {cmd[0]}") from None
-            last = ""
-            stream = proc.stdout if not stdout else proc.stderr
-            for raw in stream:
-                line = raw.decode("utf-8", "replace")
+
+            def on_line(line: str):
                 log_file.write(line)
                 log_file.flush()  # the log is the place to watch a long stage
-                if line.strip():
-                    last = line.strip()
                 if tail and (tail(line) if callable(tail) else _is_progress(line)):
                     print(f"    {line.rstrip()[:160]}", flush=True)
-            rc = proc.wait()
-            if stdin:
-                fin.close()
-            if stdout:
-                fout.close()
-        if rc != 0:
-            if last.startswith("error: "):  # a tool's own one-line error (attn_plugin, our scripts)
-                last = last[len("error: "):]
+
+            try:
+                rc, last = stream(cmd, on_line, env=full_env, stdin=stdin, stdout=stdout)
+            except FileNotFoundError:
+                raise UserError(f"stage {self.stage}: command not found: {cmd[0]}") from None
+        if rc != 0:  # last: a tool's own one-line error (attn_plugin, our scripts) without "error: "
             raise UserError(f"stage {self.stage} failed (exit {rc}): {last[:300]}; log: {log_path}")
 
     def step(self, description: str, fn: Callable, *args, **kwargs):
@@ -131,16 +117,6 @@ class _DryOutput:
 
     def __exit__(self, *exc):
         return False
-
-
-def _resolve(program: str) -> str:
-    """A console script (fairseq-train, subword-nmt, ...) of the running Python's
-    environment, even when that environment is not activated."""
-    if os.sep not in program:
-        candidate = Path(sys.executable).parent / program
-        if candidate.exists():
-            return str(candidate)
-    return program
 
 
 def _is_progress(line: str) -> bool:

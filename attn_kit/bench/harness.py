@@ -1,0 +1,147 @@
+"""What the two benchmarks share around their measurements: the command line, the
+trials over shapes, the table and the JSON results file (with provenance)."""
+import argparse
+import logging
+import os
+import platform
+import sys
+from pathlib import Path
+
+from ..cli import UsageError, log, write_json_atomic
+from ..results import REPO, provenance
+from .models import SHAPES
+
+
+def quiet_fairseq():
+    """fairseq logs a line per model build and warns about optional packages."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+
+
+def base_parser(description: str, default_out: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", help="comma-separated model shapes from small, base, big, or 'all' "
+                                    "(default: small,base on CPU; base,big on CUDA)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where to run (default cpu)")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"],
+                   help="precision; bf16/fp16 need --device cuda (default fp32)")
+    p.add_argument("--repeats", type=int, help="alternating plugin/stock trials per shape; medians are "
+                                               "reported (default 7 on CUDA; on CPU 5 for training, 9 for "
+                                               "generation, whose short trials vary more)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--seed", type=int, default=1, help="seed for weights and the synthetic batch (default 1)")
+    p.add_argument("--out", type=Path, help=f"JSON output path (default {default_out})")
+    return p
+
+
+def check_common_args(args, default_shapes_cpu="small,base", default_shapes_cuda="base,big",
+                      default_repeats_cpu=5):
+    import torch
+
+    if args.dtype != "fp32" and args.device != "cuda":
+        raise UsageError(f"--dtype {args.dtype} needs --device cuda (CPU runs in fp32)")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA GPU is visible to torch")
+    if args.dtype == "bf16" and args.device == "cuda" and not torch.cuda.is_bf16_supported():
+        raise UsageError("--dtype bf16: this GPU does not support bfloat16; use --dtype fp16")
+    spec = args.shapes or (default_shapes_cuda if args.device == "cuda" else default_shapes_cpu)
+    shapes = list(SHAPES) if spec == "all" else [s.strip() for s in spec.split(",") if s.strip()]
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown or not shapes:
+        raise UsageError(f"unknown shape {unknown[0] if unknown else spec!r}; "
+                         f"choose from {', '.join(SHAPES)} or all")
+    args.shapes = shapes
+    if args.repeats is None:
+        args.repeats = 7 if args.device == "cuda" else default_repeats_cpu
+    if args.repeats < 1:
+        raise UsageError("--repeats must be >= 1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return args
+
+
+def start(args) -> dict:
+    """Quiet fairseq, seed torch with --seed; the environment to record."""
+    quiet_fairseq()
+    import torch
+
+    torch.manual_seed(args.seed)
+    return environment(args)
+
+
+def environment(args) -> dict:
+    import torch
+
+    env = {"python": platform.python_version(), "torch": torch.__version__, "device": args.device,
+           "dtype": args.dtype, "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
+           "cpu_count": os.cpu_count()}
+    try:
+        import fairseq
+
+        env["fairseq"] = fairseq.__version__
+    except Exception:
+        pass
+    if args.device == "cuda":
+        env["gpu"] = torch.cuda.get_device_name()
+    return env
+
+
+def run_shapes(args, bench_shape, what: str) -> dict:
+    """``bench_shape(shape, args, progress)`` for every shape of ``args.shapes``, with progress on stderr."""
+    import torch
+
+    results = {}
+    for shape in args.shapes:
+        progress(f"{shape}: building both models, {args.repeats} trials of {what} ...")
+        results[shape] = bench_shape(shape, args, progress)
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    return results
+
+
+def report(name: str, args, env: dict, title: str, header, rows, settings: dict, results: dict):
+    """Print ``title`` and the markdown table; write everything to ``args.out`` as JSON."""
+    table = markdown_table(header, rows)
+    print(f"{title}, plugin vs stock fairseq ({args.device}, {args.dtype}, {env['threads']} threads, "
+          f"median of {args.repeats} alternating trials)\n")
+    print(table)
+    settings = {**settings, "repeats": args.repeats, "seed": args.seed, "shapes": args.shapes}
+    write_json_atomic(args.out, {"benchmark": name, **provenance(), "environment": env, "settings": settings,
+                                 "results": results, "table": table})
+    print(f"\nwrote {args.out}")
+
+
+def progress(message: str):
+    """A progress line on stderr (the table goes to stdout)."""
+    log(message, sys.stderr)
+
+
+def default_out(name: str, args) -> Path:
+    return REPO / "runs" / "benchmarks" / f"{name}_{args.device}_{args.dtype}.json"
+
+
+def table_header(unit: str) -> list:
+    """The columns both benchmarks' tables start with, for a rate in ``unit`` (tok/s, sent/s)."""
+    return ["shape", "params", f"plugin {unit}", f"stock {unit}", f"ratio {unit} (median)",
+            "plugin peak", "stock peak", "ratio peak mem"]
+
+
+def table_row(shape: str, r: dict, rate: str, spec: str) -> list:
+    """The cells under :func:`table_header` for ``shape``'s result ``r``: its parameters, each
+    model's median ``rate`` (formatted by ``spec``), the median ratio, the peak bytes and their ratio."""
+    return [shape, f"{r['plugin']['params'] / 1e6:.1f}M", format(r["plugin"][rate], spec),
+            format(r["stock"][rate], spec), f"**{r['ratio_' + rate]:.3f}**", fmt_bytes(r["plugin"]["peak_bytes"]),
+            fmt_bytes(r["stock"]["peak_bytes"]), f"{r['ratio_peak_bytes']:.3f}"]
+
+
+def fmt_bytes(n) -> str:
+    return f"{n / 2 ** 20:.0f} MiB" if n is not None else "-"
+
+
+def markdown_table(header, rows) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+

@@ -1,0 +1,179 @@
+"""The comparison's command line (``python scripts/compare_baselines.py``) and its run."""
+import argparse
+import signal
+from pathlib import Path
+
+from ..cli import UsageError, log, main_guard
+from ..pairs import ARCH_ALIASES, MODELS, PAIRS, arch_size
+from ..pipeline.launch import PRECISIONS, used_precision
+from ..results import REPO
+from ..sizes import SIZES
+from . import __doc__ as DESCRIPTION
+from .commands import BUNDLED_TRAINING, DEFAULT_TRAINING, child_env, peak_lr, train_command, warmup_init_lr
+from .report import markdown, plot, write_comparison
+from .run import inspect_data, prepare_bundled, run_generation, run_training
+from .stats import summarize, summarize_run
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="scripts/compare_baselines.py", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("data", nargs="?", type=Path, help="binarized data directory (fairseq-preprocess --destdir)")
+    p.add_argument("--bundled", action="store_true", help="use the repo's bundled EN-DE data (prepared on first use)")
+    p.add_argument("--arch", default="base",
+                   help="base (attn_paper_base vs transformer_wmt_en_de) or big (attn_paper_big vs "
+                        "transformer_vaswani_wmt_en_de_big); default base")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--max-update", type=int, help="budget: train each model for N updates")
+    budget.add_argument("--minutes", type=float,
+                        help="budget: M minutes of training for the pair, split equally: each model trains "
+                             "M/2 minutes (per seed)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1],
+                   help="one training of each model per seed; several seeds give mean +- sd and a noise "
+                        "verdict (default: 1)")
+    p.add_argument("--workdir", type=Path,
+                   help="where runs and results go (default runs/compare_baselines/<data>_<arch>); "
+                        "earlier runs there are replaced")
+    p.add_argument("--bundled-workdir", type=Path, default=REPO / "runs" / "wmt14_en_de_bundled",
+                   help="--bundled: the bundled recipe's workdir holding data-bin (default, shared with "
+                        "recipes/wmt14_en_de.sh --bundled: runs/wmt14_en_de_bundled)")
+    g = p.add_argument_group("model size (applied to both models; default: the arch's, with --bundled the "
+                             f"bundled recipe's small configuration: {SIZES['bundled'].describe()})")
+    g.add_argument("--layers", type=int, help="N, encoder and decoder layers")
+    g.add_argument("--d-model", type=int, help="d_model")
+    g.add_argument("--d-ff", type=int, help="d_ff, FFN inner width")
+    g.add_argument("--heads", type=int, help="h, attention heads")
+    g.add_argument("--dropout", type=float, help="P_drop (default: the arch's, base 0.1, big 0.3)")
+    g = p.add_argument_group("training (identical for both)")
+    g.add_argument("--max-tokens", type=int,
+                   help=f"tokens per device per batch (default {DEFAULT_TRAINING['max_tokens']}; "
+                        f"--bundled {BUNDLED_TRAINING['max_tokens']})")
+    g.add_argument("--update-freq", type=int, default=1, help="batches per update (default 1)")
+    g.add_argument("--warmup-updates", type=int,
+                   help=f"warmup_steps of eq. 3 (default {DEFAULT_TRAINING['warmup_updates']}; "
+                        f"--bundled {BUNDLED_TRAINING['warmup_updates']})")
+    g.add_argument("--lr-scale", type=float,
+                   help=f"multiplies eq. 3 (default {DEFAULT_TRAINING['lr_scale']:g}; "
+                        f"--bundled {BUNDLED_TRAINING['lr_scale']:g}, as the bundled recipe)")
+    g.add_argument("--label-smoothing", type=float, default=0.1, help="eps_ls (default 0.1)")
+    g.add_argument("--validate-every", type=int,
+                   help="validate every N updates (default: max-update/10; with --minutes 50)")
+    g.add_argument("--log-every", type=int, default=50, help="log train stats every N updates (default 50)")
+    g.add_argument("--ngpus", type=int, default=0,
+                   help="GPUs (0: CPU, the default; > 1: torchrun data parallel, --max-tokens per GPU)")
+    g.add_argument("--precision", default="auto", metavar="{" + ",".join(PRECISIONS) + "}",
+                   help="GPU training precision: auto (the default) and fp16 train in fairseq's fp16 mixed "
+                        "precision, fp32 in fp32; on CPU always fp32. No bf16 yet: fairseq 0.12's --bf16 means TPU")
+    g.add_argument("--threads", type=int,
+                   help="CPU threads of each training and generation process (OMP_NUM_THREADS; default: "
+                        "torch's choice, all cores). On a machine other jobs share, 1 avoids oversubscription")
+    g = p.add_argument_group("evaluation (identical for both)")
+    g.add_argument("--gen-subset", default="test", help="split to translate for BLEU (default test; "
+                                                        "valid if there is no test split)")
+    g.add_argument("--beam", type=int, default=4, help="beam size (default 4)")
+    g.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty alpha (default 0.6)")
+    g.add_argument("--remove-bpe", default="subword_nmt",
+                   help="fairseq-generate --remove-bpe for BLEU (default subword_nmt: '@@ ')")
+    g.add_argument("--no-bleu", action="store_true", help="skip generation and BLEU")
+    args = p.parse_args(argv)
+
+    arch = ARCH_ALIASES.get(args.arch, args.arch)
+    if arch not in PAIRS:
+        raise UsageError(f"unknown --arch {args.arch!r}; choose base or big (or {', '.join(ARCH_ALIASES)})")
+    args.arch = arch
+    if args.bundled == (args.data is not None):
+        raise UsageError("give a binarized data directory or --bundled (one of the two)")
+    if args.max_update is None and args.minutes is None:
+        raise UsageError("give a training budget: --max-update N (updates per model) or --minutes M "
+                         "(training minutes for the pair)")
+    if args.max_update is not None and args.max_update < 1:
+        raise UsageError("--max-update must be >= 1")
+    if args.minutes is not None and args.minutes <= 0:
+        raise UsageError("--minutes must be > 0")
+    if len(set(args.seeds)) != len(args.seeds):
+        raise UsageError("--seeds must be different numbers")
+    if args.ngpus < 0:
+        raise UsageError("--ngpus must be >= 0")
+    for name in ("layers", "d_model", "d_ff", "heads", "max_tokens", "update_freq", "warmup_updates",
+                 "validate_every", "log_every", "beam", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
+    if args.dropout is not None and not 0 <= args.dropout < 1:
+        raise UsageError("--dropout must be in [0, 1)")
+    args.precision = used_precision(args.precision, args.ngpus)  # what runs: fp32 on CPU, fp16 or fp32 on GPUs
+    if args.ngpus > 0:
+        try:
+            import torch
+
+            have = torch.cuda.device_count()
+        except Exception:
+            have = 0
+        if have < args.ngpus:
+            raise UsageError(f"--ngpus {args.ngpus}: torch sees {have} CUDA GPU(s)")
+    args.size = model_size(args)
+    for key, value in (BUNDLED_TRAINING if args.bundled else DEFAULT_TRAINING).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.validate_every is None:
+        args.validate_every = max(1, args.max_update // 10) if args.max_update else 50
+    return args
+
+
+def model_size(args):
+    """The size both models get: --bundled's (attn_kit.sizes.SIZES["bundled"]) or, when
+    --layers/--d-model/--d-ff/--heads/--dropout resize them, the arch's with those
+    changes; None: the archs' own."""
+    changes = {k: v for k, v in dict(layers=args.layers, d_model=args.d_model, d_ff=args.d_ff, h=args.heads,
+                                     p_drop=args.dropout).items() if v is not None}
+    if args.bundled:
+        return SIZES["bundled"].replace(**changes)
+    return arch_size(args.arch).replace(**changes) if changes else None
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    data = prepare_bundled(args.bundled_workdir.resolve()) if args.bundled else args.data.resolve()
+    src, tgt, joined, subset = inspect_data(data, args.gen_subset)
+    name = "bundled" if args.bundled else data.name
+    workdir = (args.workdir or REPO / "runs" / "compare_baselines" / f"{name}_{args.arch}").resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    pair, env = PAIRS[args.arch], child_env(args)
+    budget = f"{args.max_update} updates" if args.max_update else f"{args.minutes / 2:g} min"
+    log(f"comparing {pair.plugin_arch} (attn_plugin) with {pair.stock_arch} (stock fairseq) on {data} "
+        f"({src}-{tgt}); {budget} of training each, seeds {' '.join(map(str, args.seeds))}; workdir {workdir}")
+    log(f"same schedule: plugin eq. 3 with --lr-scale {args.lr_scale:g}, warmup {args.warmup_updates}; "
+        f"stock inverse_sqrt --lr {peak_lr(args):.6g} --warmup-init-lr {warmup_init_lr(args):.6g}")
+    runs, commands = [], {}
+    for i, seed in enumerate(args.seeds):
+        for which in MODELS if i % 2 == 0 else MODELS[::-1]:
+            tag = f"{which} seed {seed}"
+            run_dir = workdir / f"{which}-seed{seed}"
+            cmd = train_command(which, args, data, joined, seed, run_dir)
+            commands[f"{which}-seed{seed}"] = cmd
+            arch = pair.plugin_arch if which == "plugin" else pair.stock_arch
+            log(f"training {tag} ({arch}); log: {run_dir / 'train.log'}")
+            stats = run_training(cmd, run_dir, tag, env)
+            log(f"  {tag}: {stats.get('updates')} updates in {stats.get('train_seconds', 0) / 60:.1f} min, "
+                f"{stats['tokens'] / max(stats['step_seconds'], 1e-9):.0f} train tokens/s")
+            gen = None if args.no_bleu else run_generation(args, data, run_dir, subset, tag, env)
+            runs.append(summarize_run(which, seed, stats, gen))
+    summary = summarize(runs, args.seeds)
+    table = markdown(summary, args, runs)
+    write_comparison(workdir, args, data, f"{src}-{tgt}", commands, runs, summary, table)
+    print()
+    print(table, flush=True)
+    print()
+    log(f"wrote {workdir / 'comparison.md'} and {workdir / 'comparison.json'}")
+    plot(runs, workdir / "comparison.png", table.splitlines()[0])
+    log(f"wrote {workdir / 'comparison.png'}")
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # stops the running training or generation too (attn_kit.pipeline.process.stream)
+
+
+def entry():
+    """``python scripts/compare_baselines.py``: one-line errors, Ctrl-C and SIGTERM stop the runs."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    main_guard(main)

@@ -1,0 +1,111 @@
+"""The comparison's command lines: fairseq-train for each side of the pair (through
+the worker, :mod:`attn_kit.compare.worker`) and fairseq-generate, the same for both.
+
+Functions take the parsed command line of :func:`attn_kit.compare.cli.parse_args`:
+``arch`` (a pair of :data:`attn_kit.pairs.PAIRS`), ``size`` (a ModelSize, or None
+for the archs' own), the budget, batch, schedule and evaluation settings, and
+``precision`` (what is used: fp32 or fp16).
+"""
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import List
+
+from ..build import PLUGIN_DIR
+from ..cli import UserError
+from ..pairs import arch_size
+from ..pairs import model_flags as pair_flags
+from ..pipeline.launch import launcher, precision_flags
+from ..pipeline.process import console_script
+from ..results import REPO
+
+WORKER = "attn_kit.compare.worker"  # python -m WORKER STATS_JSON FAIRSEQ_TRAIN_ARGS...
+
+def _recipe_training(mode=None) -> dict:
+    """The WMT14 recipe's batch and schedule (recipes/configs/wmt14.yaml), in ``mode``."""
+    from ..recipes.config import settings
+
+    s = settings("wmt14", "paper", mode)
+    return dict(max_tokens=s["max_tokens_per_gpu"], warmup_updates=s["warmup_updates"], lr_scale=s["lr_scale"])
+
+
+# --bundled compares at the bundled recipe's batch (--max-tokens, one device, --update-freq 1), warmup_steps
+# of eq. 3 and --lr-scale (its model is attn_kit.sizes.SIZES["bundled"]); without it, at the paper's warmup
+# (Sec. 5.3) and eq. 3 as written, 4096 tokens per device.
+BUNDLED_TRAINING = _recipe_training("bundled")
+DEFAULT_TRAINING = _recipe_training()
+
+
+def d_model(args) -> int:
+    """The models' d_model: their size's (--d-model, or --bundled's) or the arch's."""
+    return (args.size or arch_size(args.arch)).d_model
+
+
+def peak_lr(args) -> float:
+    """The peak of eq. 3 (at step = warmup) for this d_model: what stock fairseq's --lr must be."""
+    return args.lr_scale * d_model(args) ** -0.5 * args.warmup_updates ** -0.5
+
+
+def warmup_init_lr(args) -> float:
+    """Stock fairseq's --warmup-init-lr: eq. 3 at step 1, so that stock's first update uses it too."""
+    return peak_lr(args) / args.warmup_updates
+
+
+def model_flags(which: str, args, joined: bool) -> List[str]:
+    """The model, criterion and schedule flags of one side: the pair's flags at the
+    comparison's size, then eq. 3 for the plugin, inverse_sqrt at eq. 3's values for stock."""
+    flags = pair_flags(which, args.arch, args.size, label_smoothing=args.label_smoothing, joined=joined)
+    if which == "plugin":
+        return flags + ["--lr-scheduler", "attn_inverse_sqrt", "--warmup-updates", str(args.warmup_updates),
+                        "--lr-scale", str(args.lr_scale), "--lr", "1"]
+    return flags + ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(args.warmup_updates),
+                    "--lr", repr(peak_lr(args)), "--warmup-init-lr", repr(warmup_init_lr(args))]
+
+
+def device_flags(args) -> List[str]:
+    """``--cpu``, or the GPU precision's flags."""
+    return ["--cpu"] if args.ngpus == 0 else precision_flags(args.precision, args.ngpus)
+
+
+def train_command(which: str, args, data: Path, joined: bool, seed: int, run_dir: Path) -> List[str]:
+    """fairseq-train of one side for one seed, run by the worker (through torchrun
+    with several GPUs); the worker writes its numbers to ``run_dir/stats.json``."""
+    budget = (["--max-update", str(args.max_update)] if args.max_update
+              else ["--stop-time-hours", repr(args.minutes / 2 / 60)])
+    fairseq_args = [
+        str(data), *model_flags(which, args, joined),
+        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-9",
+        "--max-tokens", str(args.max_tokens), "--update-freq", str(args.update_freq),
+        "--required-batch-size-multiple", "1", "--seed", str(seed), *budget, *device_flags(args),
+        "--save-dir", str(run_dir / "checkpoints"), "--no-epoch-checkpoints", "--no-save-optimizer-state",
+        "--save-interval", "1000000", "--validate-interval", "1000000",  # no per-epoch saves/validations
+        "--validate-interval-updates", str(args.validate_every),
+        "--log-format", "json", "--log-interval", str(args.log_every), "--no-progress-bar",
+    ]
+    launch = launcher(args.ngpus, 0, module=WORKER) if args.ngpus > 1 else [sys.executable, "-m", WORKER]
+    return [str(c) for c in launch] + [str(run_dir / "stats.json")] + fairseq_args
+
+
+def generate_command(args, data: Path, checkpoint: Path, subset: str) -> List[str]:
+    """fairseq-generate as the paper decodes (Sec. 6.1), the same for both checkpoints."""
+    generate = console_script("fairseq-generate")
+    generate = generate if os.path.isabs(generate) else shutil.which(generate)
+    if not generate:
+        raise UserError("fairseq-generate not found next to this Python or on PATH")
+    return [generate, str(data), "--user-dir", str(PLUGIN_DIR), "--task", "attn_translation",
+            "--path", str(checkpoint), "--gen-subset", subset, "--beam", str(args.beam),
+            "--gnmt-alpha", str(args.alpha), "--max-len-a", "1", "--max-len-b", "50", "--batch-size", "128",
+            "--required-batch-size-multiple", "1", "--remove-bpe", args.remove_bpe, *device_flags(args)]
+
+
+def child_env(args) -> dict:
+    """The environment of every training and generation: this checkout's attn_kit
+    first on the path (the worker is ``python -m attn_kit.compare.worker``), and
+    --threads as OMP/MKL threads."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore", PYTHONPATH=os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    if args.threads:
+        env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    return env
+

@@ -1,0 +1,60 @@
+"""Running the tools a recipe or a comparison starts: one way to find them and
+one way to follow their output.
+
+:func:`stream` is the one subprocess streamer of attn_kit: the recipe stages
+(:meth:`attn_kit.pipeline.stages.Context.sh`) and the plugin-vs-stock
+comparison (:mod:`attn_kit.compare`) both hand each output line of a command
+to a function as it comes (to a log file, to the console, to a parser of
+fairseq's JSON log lines) and report a failure by its last line.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Optional, Sequence, Tuple
+
+
+def console_script(program: str) -> str:
+    """A console script (fairseq-train, torchrun, subword-nmt, ...) of the running
+    Python's environment, even when that environment is not activated; else the
+    name as given, for the PATH to resolve."""
+    if os.sep not in program:
+        candidate = Path(sys.executable).parent / program
+        if candidate.exists():
+            return str(candidate)
+    return program
+
+
+def stream(cmd: Sequence, on_line: Callable[[str], None], env: Optional[dict] = None,
+           stdin: Optional[Path] = None, stdout: Optional[Path] = None) -> Tuple[int, str]:
+    """Run ``cmd`` and hand each line it prints to ``on_line`` as it comes: stdout
+    and stderr together, or stderr alone when ``stdout`` (a file) takes stdout.
+    ``stdin`` is a file to read, else nothing. Ctrl-C stops the command too.
+
+    Returns (exit status, its last non-empty output line without an ``error: ``
+    prefix: the one-line errors of attn_kit's commands read as the reason).
+    Raises FileNotFoundError if the program does not exist."""
+    cmd = [str(c) for c in cmd]
+    fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
+    fout = open(stdout, "wb") if stdout else subprocess.PIPE
+    try:
+        proc = subprocess.Popen([console_script(cmd[0]), *cmd[1:]], stdin=fin, stdout=fout,
+                                stderr=subprocess.PIPE if stdout else subprocess.STDOUT, env=env)
+        last = ""
+        try:
+            for raw in proc.stderr if stdout else proc.stdout:
+                line = raw.decode("utf-8", "replace")
+                if line.strip():
+                    last = line.strip()
+                on_line(line)
+            rc = proc.wait()
+        except BaseException:  # Ctrl-C (or SIGTERM made KeyboardInterrupt): stop the child, then go on
+            proc.terminate()
+            proc.wait()
+            raise
+    finally:
+        if stdin:
+            fin.close()
+        if stdout:
+            fout.close()
+    return rc, last.removeprefix("error: ")
