@@ -18,7 +18,7 @@ so that a stock ``transformer_wmt_en_de`` checkpoint converts one to one
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 import torch
 import torch.nn.functional as F
@@ -281,46 +281,61 @@ class PositionwiseFeedForward(nn.Module):
 # ---------------------------------------------------------------------------
 # Sec. 3.1  Encoder and decoder stacks (post-norm: LayerNorm(x + Sublayer(x)))
 # ---------------------------------------------------------------------------
+class AddNorm(nn.LayerNorm):
+    """The residual connection around every sub-layer, Fig. 1's "Add & Norm":
+    LayerNorm(x + Dropout(Sublayer(x))).
+
+    Sec. 3.1: "the output of each sub-layer is LayerNorm(x + Sublayer(x)), where
+    Sublayer(x) is the function implemented by the sub-layer itself"; Sec. 5.4:
+    "We apply dropout to the output of each sub-layer, before it is added to the
+    sub-layer input and normalized" (P_drop). It is the LayerNorm itself, so its
+    parameters keep the names ``<sublayer>_norm.weight``/``.bias`` that
+    checkpoints and stock fairseq's ``*_layer_norm`` map to.
+    """
+
+    def __init__(self, d_model: int, p_drop: float):
+        super().__init__(d_model)
+        self.p_drop = p_drop
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        return super().forward(x + F.dropout(sublayer(x), self.p_drop, self.training))
+
+
 class EncoderLayer(nn.Module):
-    """Self-attention, then FFN; each sub-layer is LayerNorm(x + Dropout(Sublayer(x)))
-    (Sec. 3.1 with residual dropout P_drop, Sec. 5.4)."""
+    """Self-attention, then FFN, each inside an :class:`AddNorm` (Sec. 3.1)."""
 
     def __init__(self, d_model, d_ff, h, d_k, d_v, p_drop, attention_dropout=0.0, activation_dropout=0.0):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, h, d_k, d_v, attention_dropout, self_attention=True)
-        self.self_attn_norm = nn.LayerNorm(d_model)
+        self.self_attn_norm = AddNorm(d_model, p_drop)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, activation_dropout)
-        self.ffn_norm = nn.LayerNorm(d_model)
-        self.p_drop = p_drop
+        self.ffn_norm = AddNorm(d_model, p_drop)
 
     def forward(self, x: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
-        x = self.self_attn_norm(x + F.dropout(self.self_attn(x, x, padding_mask), self.p_drop, self.training))
-        x = self.ffn_norm(x + F.dropout(self.ffn(x), self.p_drop, self.training))
-        return x
+        x = self.self_attn_norm(x, lambda x: self.self_attn(x, x, padding_mask))
+        return self.ffn_norm(x, self.ffn)
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention, FFN (Sec. 3.1); the
-    self-attention is causal so position i sees only positions <= i."""
+    """Masked self-attention, encoder-decoder attention, FFN, each inside an
+    :class:`AddNorm` (Sec. 3.1); the self-attention is causal so position i
+    sees only positions <= i."""
 
     def __init__(self, d_model, d_ff, h, d_k, d_v, p_drop, attention_dropout=0.0, activation_dropout=0.0):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, h, d_k, d_v, attention_dropout, self_attention=True)
-        self.self_attn_norm = nn.LayerNorm(d_model)
+        self.self_attn_norm = AddNorm(d_model, p_drop)
         self.cross_attn = MultiHeadAttention(d_model, h, d_k, d_v, attention_dropout, self_attention=False)
-        self.cross_attn_norm = nn.LayerNorm(d_model)
+        self.cross_attn_norm = AddNorm(d_model, p_drop)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, activation_dropout)
-        self.ffn_norm = nn.LayerNorm(d_model)
-        self.p_drop = p_drop
+        self.ffn_norm = AddNorm(d_model, p_drop)
 
     def forward(self, y: Tensor, memory: Tensor, memory_padding_mask: Optional[Tensor],
                 incremental_state: Optional[IncrementalState] = None) -> Tensor:
-        drop = lambda t: F.dropout(t, self.p_drop, self.training)  # noqa: E731
-        y = self.self_attn_norm(y + drop(self.self_attn(y, y, causal=True, incremental_state=incremental_state)))
-        y = self.cross_attn_norm(y + drop(self.cross_attn(y, memory, memory_padding_mask,
-                                                          incremental_state=incremental_state)))
-        y = self.ffn_norm(y + drop(self.ffn(y)))
-        return y
+        y = self.self_attn_norm(y, lambda y: self.self_attn(y, y, causal=True, incremental_state=incremental_state))
+        y = self.cross_attn_norm(y, lambda y: self.cross_attn(y, memory, memory_padding_mask,
+                                                              incremental_state=incremental_state))
+        return self.ffn_norm(y, self.ffn)
 
 
 def _layer_sizes(cfg, side: str) -> dict:
