@@ -13,7 +13,7 @@ length, d_model = model width, h = heads, d_k / d_v = per-head key / value width
 Where the paper leaves a detail open, the choices are fairseq's (linear layers
 have biases; the decoder feeds the previous target token, starting with EOS)
 so that a stock ``transformer_wmt_en_de`` checkpoint converts one to one
-(:func:`convert_fairseq_transformer_state_dict`).
+(:func:`attn_plugin.convert.convert_fairseq_transformer_state_dict`).
 """
 
 import math
@@ -543,22 +543,8 @@ class AttnTransformerModel(FairseqEncoderDecoderModel):
 
 
 # ---------------------------------------------------------------------------
-# Loading stock fairseq Transformer weights
+# Checkpoints of attn_plugin 0.1: separate W^Q, W^K, W^V
 # ---------------------------------------------------------------------------
-_FAIRSEQ_NAMES = [  # (stock fairseq fragment, plugin fragment)
-    (".self_attn.q_proj.", ".self_attn.w_q."), (".self_attn.k_proj.", ".self_attn.w_k."),
-    (".self_attn.v_proj.", ".self_attn.w_v."), (".self_attn.out_proj.", ".self_attn.w_o."),
-    (".encoder_attn.q_proj.", ".cross_attn.w_q."), (".encoder_attn.k_proj.", ".cross_attn.w_k."),
-    (".encoder_attn.v_proj.", ".cross_attn.w_v."), (".encoder_attn.out_proj.", ".cross_attn.w_o."),
-    (".self_attn_layer_norm.", ".self_attn_norm."), (".encoder_attn_layer_norm.", ".cross_attn_norm."),
-    (".final_layer_norm.", ".ffn_norm."), (".fc1.", ".ffn.w_1."), (".fc2.", ".ffn.w_2."),
-    ("encoder.embed_tokens.", "encoder.embed.embed_tokens."),
-    ("decoder.embed_tokens.", "decoder.embed.embed_tokens."),
-    ("encoder.embed_positions.weight", "encoder.embed.positions.weight"),
-    ("decoder.embed_positions.weight", "decoder.embed.positions.weight"),
-]
-
-
 _STACKED = [  # (attention module, separate projections, the stacked one that replaces them)
     ("self_attn", ("w_q", "w_k", "w_v"), "w_qkv"),
     ("cross_attn", ("w_k", "w_v"), "w_kv"),
@@ -568,8 +554,9 @@ _STACKED = [  # (attention module, separate projections, the stacked one that re
 def stack_attention_projections(state_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
     """Stack separate ``w_q``/``w_k``/``w_v`` tensors into this model's
     ``self_attn.w_qkv`` and ``cross_attn.w_kv`` (in place; returns the dict).
-    Used for stock fairseq weights and for checkpoints of attn_plugin 0.1,
-    which kept the three projections apart."""
+    Checkpoints of attn_plugin 0.1 kept the three projections apart
+    (:meth:`AttnTransformerModel.upgrade_state_dict_named`), and so do stock
+    fairseq's weights (:func:`attn_plugin.convert.convert_fairseq_transformer_state_dict`)."""
     for module, parts, stacked in _STACKED:
         first = f".{module}.{parts[0]}."
         for name in [n for n in state_dict if n.endswith((first + "weight", first + "bias"))]:
@@ -577,24 +564,6 @@ def stack_attention_projections(state_dict: Dict[str, Tensor]) -> Dict[str, Tens
             blocks = [state_dict.pop(f"{prefix}.{module}.{w}.{kind}") for w in parts]
             state_dict[f"{prefix}.{module}.{stacked}.{kind}"] = torch.cat(blocks, dim=0)
     return state_dict
-
-
-def convert_fairseq_transformer_state_dict(state_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
-    """Rename a stock fairseq post-norm ``transformer`` state dict (e.g.
-    ``transformer_wmt_en_de``) to this model's names, stacking q/k/v
-    projections as this model stores them. Buffers that this model recomputes
-    (sinusoid tables, version counters) are dropped, and so is the tied output
-    projection: this model reads the embedding matrix (Sec. 3.4)."""
-    out = {}
-    for name, tensor in state_dict.items():
-        if name.endswith((".version", "embed_positions._float_tensor")):
-            continue
-        if name == "decoder.output_projection.weight":
-            continue
-        for old, new in _FAIRSEQ_NAMES:
-            name = name.replace(old, new)
-        out[name] = tensor
-    return stack_attention_projections(out)
 
 
 # ---------------------------------------------------------------------------
