@@ -7,6 +7,8 @@ import pytest
 import torch
 from conftest import REPO, USER_DIR, cli, last_line, run
 
+from attn_kit.checkpoints import update_candidates, update_checkpoints
+
 AVERAGE = str(REPO / "scripts" / "average_checkpoints.py")
 
 
@@ -176,8 +178,6 @@ def _fake_run(directory, max_update, interval, keep):
     (7, 10, 5, [7]),  # no interval checkpoint at all: the final model alone
 ])
 def test_averaged_set_ends_at_the_final_update(tmp_path, max_update, interval, n, expected):
-    from scripts.average_checkpoints import update_candidates, update_checkpoints
-
     _fake_run(tmp_path / "c", max_update, interval, keep=n)
     found = update_candidates(tmp_path / "c")
     picked = update_checkpoints(tmp_path / "c", min(n, len(found)))
