@@ -35,7 +35,12 @@ class UsageError(UserError):
 
 
 def error_line(message) -> str:
-    """The one line a failure is reported as: ``error: <message>`` (newlines folded)."""
+    """The one line a failure is reported as: ``error: <message>`` (newlines folded).
+
+    The plugin's ``sys.excepthook`` prints its errors in fairseq's own commands
+    with a copy of this function (``attn_plugin.errors.error_line``: the plugin
+    imports nothing from attn_kit); the two must agree, which
+    tests/test_registration.py checks."""
     text = " ".join(str(message).split("\n")).strip()
     return text if text.startswith("error: ") else f"error: {text}"
 

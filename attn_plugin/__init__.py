@@ -4,16 +4,16 @@
 registers the model and its architectures (``attn_plugin.models``), the
 criterion (``attn_plugin.criterions``) and the learning-rate schedule
 (``attn_plugin.lr_scheduler``), the translation task with the paper's
-length penalty (``attn_plugin.tasks``), and lets fairseq load checkpoints with torch's
-safe unpickler on (``attn_plugin.checkpoint``).
-"""
-from . import criterions, lr_scheduler, models, tasks  # noqa: F401
-from .checkpoint import allow_fairseq_checkpoint_types, patch_fairseq_broadcast, patch_fairseq_loader
-from .errors import install_excepthook
+length penalty (``attn_plugin.tasks``), and applies the plugin's few changes to
+torch, fairseq and Python, all listed in :mod:`attn_plugin.fairseq_patches`
+(fairseq loads checkpoints with torch's safe unpickler on; a refused or broken
+checkpoint is one ``error:`` line).
 
-allow_fairseq_checkpoint_types()
-patch_fairseq_loader()
-patch_fairseq_broadcast()
-install_excepthook()
+The plugin is self-contained: it imports nothing from ``attn_kit`` (the library
+of the recipes, scripts and tests), which may import it.
+"""
+from . import criterions, fairseq_patches, lr_scheduler, models, tasks  # noqa: F401
+
+fairseq_patches.install()
 
 __version__ = "0.1.0"

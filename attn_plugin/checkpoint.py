@@ -10,18 +10,18 @@ are added to torch's allow-list (:data:`FAIRSEQ_CHECKPOINT_GLOBALS`); the safe
 loading stays on. Anything else is refused with a :class:`CheckpointError`
 that names the file and the offending global, before any of it runs.
 
-Importing the plugin (``--user-dir attn_plugin``) applies this to fairseq's
-own ``checkpoint_utils.load_checkpoint_to_cpu``, which fairseq-train (resume),
-fairseq-generate and fairseq-interactive all use.
-
 Data-parallel resume: rank 0 loads the checkpoint (safely, as above) and sends
 the loaded state to the other ranks with ``torch.save``/``torch.load``; by then
 fairseq has turned the options into an omegaconf ``DictConfig``. The receiving
 ``torch.load`` keeps ``weights_only=True`` and is allowed exactly the omegaconf
-container types of that state (:data:`BROADCAST_STATE_GLOBALS`), only while it runs.
+container types of that state (:func:`broadcast_state_globals`), only while it runs.
+
+This module holds the loading rules and both allow-lists; importing the plugin
+(``--user-dir attn_plugin``) applies them to fairseq's own loader, which
+fairseq-train (resume), fairseq-generate and fairseq-interactive all use, and
+to its broadcast: see :mod:`attn_plugin.fairseq_patches`.
 """
 import argparse
-import functools
 import pickle
 import re
 
@@ -85,52 +85,17 @@ def load_checkpoint(path, mmap: bool = False) -> dict:
     return state
 
 
-def _broadcast_state_globals():
+def broadcast_state_globals() -> list:
+    """What a rank > 0 may unpickle of the checkpoint state rank 0 broadcasts:
+    fairseq's placeholder for each tensor (the tensors travel separately), the
+    omegaconf containers of the options, and the plain types they hold."""
     import collections
     import typing
 
-    from fairseq.distributed.utils import _TensorPlaceholder  # stands for each tensor sent separately
+    from fairseq.distributed.utils import _TensorPlaceholder
     from omegaconf import DictConfig, ListConfig
     from omegaconf.base import ContainerMetadata, Metadata
     from omegaconf.nodes import AnyNode
 
     return [_TensorPlaceholder, DictConfig, ListConfig, ContainerMetadata, Metadata, AnyNode, typing.Any,
             collections.defaultdict, dict, list, int]
-
-
-def patch_fairseq_broadcast():
-    """Let ranks > 0 receive rank 0's loaded checkpoint state (see the module docstring)."""
-    from fairseq.distributed import utils as distributed_utils
-
-    original = getattr(distributed_utils, "_broadcast_object_slow", None)
-    if original is None or getattr(original, "_attn_plugin", False):
-        return
-
-    @functools.wraps(original)
-    def broadcast_object_slow(*args, **kwargs):
-        with torch.serialization.safe_globals(_broadcast_state_globals()):
-            return original(*args, **kwargs)
-
-    broadcast_object_slow._attn_plugin = True
-    distributed_utils._broadcast_object_slow = broadcast_object_slow
-
-
-def patch_fairseq_loader():
-    """Make fairseq's loader report bad files as one-line CheckpointErrors."""
-    from fairseq import checkpoint_utils
-
-    original = checkpoint_utils.load_checkpoint_to_cpu
-    if getattr(original, "_attn_plugin", False):
-        return
-
-    @functools.wraps(original)
-    def load_checkpoint_to_cpu(path, *args, **kwargs):
-        try:
-            return original(path, *args, **kwargs)
-        except CheckpointError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise CheckpointError(describe_load_error(path, exc)) from None
-
-    load_checkpoint_to_cpu._attn_plugin = True
-    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu

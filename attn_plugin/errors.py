@@ -1,8 +1,17 @@
 """Errors the plugin reports to a user as one line, without a traceback.
 
-Importing the plugin installs a ``sys.excepthook`` that prints an uncaught
-:class:`AttnPluginError` as ``error: <message>`` and exits with status 1; any
-other exception keeps Python's usual report.
+Importing the plugin installs :func:`excepthook` as ``sys.excepthook``
+(:mod:`attn_plugin.fairseq_patches` lists it with the other patches): an
+uncaught :class:`AttnPluginError` in fairseq-train, fairseq-generate, ... is
+printed as the one line :func:`error_line` makes and the process exits with
+status 1; any other exception keeps Python's usual report.
+
+The library reports the same errors from its own commands
+(``attn_kit.cli.main_guard``) with ``attn_kit.cli.error_line``. The plugin
+cannot import the library (``--user-dir attn_plugin`` loads the plugin
+alone), so the two functions are written twice and must agree:
+tests/test_registration.py checks that both print the same line for the same
+message.
 """
 import sys
 
@@ -19,13 +28,16 @@ class CheckpointError(AttnPluginError, RuntimeError):
     """A checkpoint file that is missing, truncated, foreign or unsafe."""
 
 
-def _excepthook(exc_type, exc, tb, _previous=sys.excepthook):
+def error_line(message) -> str:
+    """The one line a failure is reported as: ``error: <message>`` (newlines
+    folded). Must agree with ``attn_kit.cli.error_line`` (see the module docstring)."""
+    text = " ".join(str(message).split("\n")).strip()
+    return text if text.startswith("error: ") else f"error: {text}"
+
+
+def excepthook(exc_type, exc, tb, _previous=sys.excepthook):
+    """``sys.excepthook``: an :class:`AttnPluginError` as one line, anything else as Python reports it."""
     if issubclass(exc_type, AttnPluginError):
-        print(f"error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr, flush=True)
         return
     _previous(exc_type, exc, tb)
-
-
-def install_excepthook():
-    if sys.excepthook is not _excepthook:
-        sys.excepthook = _excepthook

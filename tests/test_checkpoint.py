@@ -1,9 +1,13 @@
 """Safe checkpoint loading and checkpoint averaging, through the real CLIs."""
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
 from conftest import REPO, USER_DIR, cli, last_line, run
+
+from attn_kit.checkpoints import update_candidates, update_checkpoints
 
 AVERAGE = str(REPO / "scripts" / "average_checkpoints.py")
 
@@ -60,6 +64,57 @@ def test_damaged_checkpoint_is_one_clear_error(data_bin, plugin_run, tmp_path, d
     assert line.startswith("error: ") and str(bad) in line
     assert ("truncated" if damage == "truncated" else "not a fairseq checkpoint") in line
     assert "Traceback" not in proc.stderr
+
+
+RANK = """
+import datetime, hashlib, sys
+from argparse import Namespace
+import torch, torch.distributed as dist
+rank, init, path, user_dir = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+if user_dir:
+    from fairseq import utils
+    utils.import_user_module(Namespace(user_dir=user_dir))  # what --user-dir does
+from fairseq import checkpoint_utils
+from fairseq.distributed import utils as distributed_utils
+dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2, timeout=datetime.timedelta(seconds=60))
+state = checkpoint_utils.load_checkpoint_to_cpu(path) if rank == 0 else None  # as fairseq's Trainer.load_checkpoint
+state = distributed_utils.broadcast_object(state, src_rank=0, group=dist.group.WORLD, dist_device=torch.device("cpu"))
+weights = hashlib.sha256(b"".join(t.numpy().tobytes() for t in state["model"].values())).hexdigest()
+print("received", type(state["cfg"]).__name__, state["cfg"].model._name, state["cfg"].model.encoder_layers,
+      state["optimizer_history"][-1]["num_updates"], len(state["model"]), weights, flush=True)
+"""
+
+
+def _two_ranks(tmp_path, checkpoint, user_dir):
+    """Rank 0 loads ``checkpoint`` and broadcasts it to rank 1 as data-parallel fairseq-train does
+    on resume; returns both processes (rank 0 is ended once rank 1 is done)."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    init = f"file://{tmp_path / ('init-' + str(bool(user_dir)))}"
+    ranks = [subprocess.Popen([sys.executable, "-c", RANK, str(r), init, str(checkpoint), user_dir], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    out = [None, None]
+    out[1] = ranks[1].communicate(timeout=300)
+    try:
+        out[0] = ranks[0].communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # waiting for a rank 1 that failed
+        ranks[0].kill()
+        out[0] = ranks[0].communicate()
+    return [subprocess.CompletedProcess(p.args, p.returncode, *o) for p, o in zip(ranks, out)]
+
+
+def test_resume_broadcast_reaches_the_other_rank(plugin_run, tmp_path):
+    """Data-parallel resume: rank 0 loads the checkpoint and broadcasts the state, whose options
+    fairseq has made an omegaconf DictConfig. torch's safe loader on rank 1 refuses that type;
+    with the plugin (fairseq_patches, patch 3) rank 1 receives exactly what rank 0 loaded."""
+    save, _ = plugin_run
+    rank0, rank1 = _two_ranks(tmp_path, save / "checkpoint_last.pt", USER_DIR)
+    assert rank0.returncode == 0 and rank1.returncode == 0, rank1.stderr[-3000:]
+    line = rank1.stdout.strip().splitlines()[-1]
+    assert line.startswith("received DictConfig attn_paper_base 2 40 ")
+    assert rank0.stdout.strip().splitlines()[-1] == line  # the same options, update count and weights
+
+    _, rank1 = _two_ranks(tmp_path, save / "checkpoint_last.pt", "")
+    assert rank1.returncode != 0 and "omegaconf.dictconfig.DictConfig" in rank1.stderr
 
 
 def test_average_checkpoints_is_the_elementwise_mean(plugin_run, tmp_path):
@@ -123,8 +178,6 @@ def _fake_run(directory, max_update, interval, keep):
     (7, 10, 5, [7]),  # no interval checkpoint at all: the final model alone
 ])
 def test_averaged_set_ends_at_the_final_update(tmp_path, max_update, interval, n, expected):
-    from scripts.average_checkpoints import update_candidates, update_checkpoints
-
     _fake_run(tmp_path / "c", max_update, interval, keep=n)
     found = update_candidates(tmp_path / "c")
     picked = update_checkpoints(tmp_path / "c", min(n, len(found)))

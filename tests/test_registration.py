@@ -1,7 +1,9 @@
 """Everything registers with fairseq through --user-dir, with the paper's sizes."""
 import argparse
+import ast
 import importlib.util
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import USER_DIR, cli, last_line, run
@@ -125,3 +127,59 @@ def test_missing_data_directory_names_the_directory(tmp_path):
                check=False)
     assert proc.returncode != 0
     assert str(missing) in last_line(proc) and "no such file or directory" in last_line(proc).lower()
+
+
+# --------------------------------------------------------------------------- what loading the plugin changes
+MESSAGES = ["refused to load x.pt: its pickle asks for 'os.system'", "two\nlines  ", "  padded ",
+            "error: already prefixed", ""]
+
+
+@pytest.mark.parametrize("message", MESSAGES)
+def test_plugin_and_library_format_errors_alike(message):
+    """attn_plugin.errors.error_line is a copy of attn_kit.cli.error_line (the plugin imports
+    nothing from attn_kit); the two must agree."""
+    from attn_kit.cli import error_line as library_line
+    from attn_plugin.errors import error_line as plugin_line
+
+    assert plugin_line(message) == library_line(message)
+    assert plugin_line(message).startswith("error: ") and "\n" not in plugin_line(message)
+
+
+def test_plugin_and_library_print_the_same_error_line():
+    """An AttnPluginError printed by the plugin's sys.excepthook (uncaught in a fairseq command)
+    and by attn_kit.cli.main_guard (a library command): the same one line, exit status 1."""
+    raise_it = ("from attn_plugin.errors import CheckpointError\n"
+                "def main():\n    raise CheckpointError('bad\\nfile.pt')\n")
+    plugin = run([sys.executable, "-c", f"import attn_plugin\n{raise_it}main()"], check=False)
+    library = run([sys.executable, "-c", f"from attn_kit.cli import main_guard\n{raise_it}main_guard(main)"],
+                  check=False)
+    for proc in (plugin, library):
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert last_line(plugin) == last_line(library) == "error: bad file.pt"
+
+
+def test_fairseq_patches_install_once():
+    """install() runs when the plugin is imported; a second call wraps nothing twice."""
+    from fairseq import checkpoint_utils
+    from fairseq.distributed import utils as distributed_utils
+
+    from attn_plugin import errors, fairseq_patches
+
+    patched = (checkpoint_utils.load_checkpoint_to_cpu, distributed_utils._broadcast_object_slow)
+    assert all(getattr(f, "_attn_plugin", False) for f in patched)
+    assert sys.excepthook is errors.excepthook
+    fairseq_patches.install()
+    assert (checkpoint_utils.load_checkpoint_to_cpu, distributed_utils._broadcast_object_slow) == patched
+    assert sys.excepthook is errors.excepthook
+
+
+def test_plugin_imports_nothing_from_the_library():
+    """--user-dir attn_plugin loads the plugin alone: no module of it imports attn_kit."""
+    plugin = Path(importlib.util.find_spec("attn_plugin").submodule_search_locations[0])
+    offenders = []
+    for path in sorted(plugin.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "attn_kit"]
+    assert len(list(plugin.rglob("*.py"))) > 10 and offenders == []

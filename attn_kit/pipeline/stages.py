@@ -286,7 +286,7 @@ def average_checkpoints(ctx: Context, ckpt_dir: Path, output: Path, n: int):
     info = averaged_info_path(output)
     with ctx.output(output) as tmp:
         if not ctx.dry_run:
-            from scripts.average_checkpoints import update_candidates
+            from attn_kit.checkpoints import update_candidates
 
             have = len(update_candidates(ckpt_dir))
             if have == 0:

@@ -13,12 +13,12 @@ length, d_model = model width, h = heads, d_k / d_v = per-head key / value width
 Where the paper leaves a detail open, the choices are fairseq's (linear layers
 have biases; the decoder feeds the previous target token, starting with EOS)
 so that a stock ``transformer_wmt_en_de`` checkpoint converts one to one
-(:func:`convert_fairseq_transformer_state_dict`).
+(:func:`attn_plugin.convert.convert_fairseq_transformer_state_dict`).
 """
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 import torch
 import torch.nn.functional as F
@@ -281,46 +281,61 @@ class PositionwiseFeedForward(nn.Module):
 # ---------------------------------------------------------------------------
 # Sec. 3.1  Encoder and decoder stacks (post-norm: LayerNorm(x + Sublayer(x)))
 # ---------------------------------------------------------------------------
+class AddNorm(nn.LayerNorm):
+    """The residual connection around every sub-layer, Fig. 1's "Add & Norm":
+    LayerNorm(x + Dropout(Sublayer(x))).
+
+    Sec. 3.1: "the output of each sub-layer is LayerNorm(x + Sublayer(x)), where
+    Sublayer(x) is the function implemented by the sub-layer itself"; Sec. 5.4:
+    "We apply dropout to the output of each sub-layer, before it is added to the
+    sub-layer input and normalized" (P_drop). It is the LayerNorm itself, so its
+    parameters keep the names ``<sublayer>_norm.weight``/``.bias`` that
+    checkpoints and stock fairseq's ``*_layer_norm`` map to.
+    """
+
+    def __init__(self, d_model: int, p_drop: float):
+        super().__init__(d_model)
+        self.p_drop = p_drop
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        return super().forward(x + F.dropout(sublayer(x), self.p_drop, self.training))
+
+
 class EncoderLayer(nn.Module):
-    """Self-attention, then FFN; each sub-layer is LayerNorm(x + Dropout(Sublayer(x)))
-    (Sec. 3.1 with residual dropout P_drop, Sec. 5.4)."""
+    """Self-attention, then FFN, each inside an :class:`AddNorm` (Sec. 3.1)."""
 
     def __init__(self, d_model, d_ff, h, d_k, d_v, p_drop, attention_dropout=0.0, activation_dropout=0.0):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, h, d_k, d_v, attention_dropout, self_attention=True)
-        self.self_attn_norm = nn.LayerNorm(d_model)
+        self.self_attn_norm = AddNorm(d_model, p_drop)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, activation_dropout)
-        self.ffn_norm = nn.LayerNorm(d_model)
-        self.p_drop = p_drop
+        self.ffn_norm = AddNorm(d_model, p_drop)
 
     def forward(self, x: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
-        x = self.self_attn_norm(x + F.dropout(self.self_attn(x, x, padding_mask), self.p_drop, self.training))
-        x = self.ffn_norm(x + F.dropout(self.ffn(x), self.p_drop, self.training))
-        return x
+        x = self.self_attn_norm(x, lambda x: self.self_attn(x, x, padding_mask))
+        return self.ffn_norm(x, self.ffn)
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention, FFN (Sec. 3.1); the
-    self-attention is causal so position i sees only positions <= i."""
+    """Masked self-attention, encoder-decoder attention, FFN, each inside an
+    :class:`AddNorm` (Sec. 3.1); the self-attention is causal so position i
+    sees only positions <= i."""
 
     def __init__(self, d_model, d_ff, h, d_k, d_v, p_drop, attention_dropout=0.0, activation_dropout=0.0):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, h, d_k, d_v, attention_dropout, self_attention=True)
-        self.self_attn_norm = nn.LayerNorm(d_model)
+        self.self_attn_norm = AddNorm(d_model, p_drop)
         self.cross_attn = MultiHeadAttention(d_model, h, d_k, d_v, attention_dropout, self_attention=False)
-        self.cross_attn_norm = nn.LayerNorm(d_model)
+        self.cross_attn_norm = AddNorm(d_model, p_drop)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, activation_dropout)
-        self.ffn_norm = nn.LayerNorm(d_model)
-        self.p_drop = p_drop
+        self.ffn_norm = AddNorm(d_model, p_drop)
 
     def forward(self, y: Tensor, memory: Tensor, memory_padding_mask: Optional[Tensor],
                 incremental_state: Optional[IncrementalState] = None) -> Tensor:
-        drop = lambda t: F.dropout(t, self.p_drop, self.training)  # noqa: E731
-        y = self.self_attn_norm(y + drop(self.self_attn(y, y, causal=True, incremental_state=incremental_state)))
-        y = self.cross_attn_norm(y + drop(self.cross_attn(y, memory, memory_padding_mask,
-                                                          incremental_state=incremental_state)))
-        y = self.ffn_norm(y + drop(self.ffn(y)))
-        return y
+        y = self.self_attn_norm(y, lambda y: self.self_attn(y, y, causal=True, incremental_state=incremental_state))
+        y = self.cross_attn_norm(y, lambda y: self.cross_attn(y, memory, memory_padding_mask,
+                                                              incremental_state=incremental_state))
+        return self.ffn_norm(y, self.ffn)
 
 
 def _layer_sizes(cfg, side: str) -> dict:
@@ -528,22 +543,8 @@ class AttnTransformerModel(FairseqEncoderDecoderModel):
 
 
 # ---------------------------------------------------------------------------
-# Loading stock fairseq Transformer weights
+# Checkpoints of attn_plugin 0.1: separate W^Q, W^K, W^V
 # ---------------------------------------------------------------------------
-_FAIRSEQ_NAMES = [  # (stock fairseq fragment, plugin fragment)
-    (".self_attn.q_proj.", ".self_attn.w_q."), (".self_attn.k_proj.", ".self_attn.w_k."),
-    (".self_attn.v_proj.", ".self_attn.w_v."), (".self_attn.out_proj.", ".self_attn.w_o."),
-    (".encoder_attn.q_proj.", ".cross_attn.w_q."), (".encoder_attn.k_proj.", ".cross_attn.w_k."),
-    (".encoder_attn.v_proj.", ".cross_attn.w_v."), (".encoder_attn.out_proj.", ".cross_attn.w_o."),
-    (".self_attn_layer_norm.", ".self_attn_norm."), (".encoder_attn_layer_norm.", ".cross_attn_norm."),
-    (".final_layer_norm.", ".ffn_norm."), (".fc1.", ".ffn.w_1."), (".fc2.", ".ffn.w_2."),
-    ("encoder.embed_tokens.", "encoder.embed.embed_tokens."),
-    ("decoder.embed_tokens.", "decoder.embed.embed_tokens."),
-    ("encoder.embed_positions.weight", "encoder.embed.positions.weight"),
-    ("decoder.embed_positions.weight", "decoder.embed.positions.weight"),
-]
-
-
 _STACKED = [  # (attention module, separate projections, the stacked one that replaces them)
     ("self_attn", ("w_q", "w_k", "w_v"), "w_qkv"),
     ("cross_attn", ("w_k", "w_v"), "w_kv"),
@@ -553,8 +554,9 @@ _STACKED = [  # (attention module, separate projections, the stacked one that re
 def stack_attention_projections(state_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
     """Stack separate ``w_q``/``w_k``/``w_v`` tensors into this model's
     ``self_attn.w_qkv`` and ``cross_attn.w_kv`` (in place; returns the dict).
-    Used for stock fairseq weights and for checkpoints of attn_plugin 0.1,
-    which kept the three projections apart."""
+    Checkpoints of attn_plugin 0.1 kept the three projections apart
+    (:meth:`AttnTransformerModel.upgrade_state_dict_named`), and so do stock
+    fairseq's weights (:func:`attn_plugin.convert.convert_fairseq_transformer_state_dict`)."""
     for module, parts, stacked in _STACKED:
         first = f".{module}.{parts[0]}."
         for name in [n for n in state_dict if n.endswith((first + "weight", first + "bias"))]:
@@ -562,24 +564,6 @@ def stack_attention_projections(state_dict: Dict[str, Tensor]) -> Dict[str, Tens
             blocks = [state_dict.pop(f"{prefix}.{module}.{w}.{kind}") for w in parts]
             state_dict[f"{prefix}.{module}.{stacked}.{kind}"] = torch.cat(blocks, dim=0)
     return state_dict
-
-
-def convert_fairseq_transformer_state_dict(state_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
-    """Rename a stock fairseq post-norm ``transformer`` state dict (e.g.
-    ``transformer_wmt_en_de``) to this model's names, stacking q/k/v
-    projections as this model stores them. Buffers that this model recomputes
-    (sinusoid tables, version counters) are dropped, and so is the tied output
-    projection: this model reads the embedding matrix (Sec. 3.4)."""
-    out = {}
-    for name, tensor in state_dict.items():
-        if name.endswith((".version", "embed_positions._float_tensor")):
-            continue
-        if name == "decoder.output_projection.weight":
-            continue
-        for old, new in _FAIRSEQ_NAMES:
-            name = name.replace(old, new)
-        out[name] = tensor
-    return stack_attention_projections(out)
 
 
 # ---------------------------------------------------------------------------

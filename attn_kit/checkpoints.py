@@ -1,0 +1,182 @@
+"""Average the parameters of several fairseq checkpoints (Sec. 6.1).
+
+The paper's base models are the average of the last 5 checkpoints, the big
+ones of the last 20, written at 10-minute intervals: the last of them is the
+final model. Flags are those of fairseq's own script (which the pip package
+does not ship)::
+
+    python scripts/average_checkpoints.py --inputs ckpts/ --num-update-checkpoints 5 --output avg.pt
+    python scripts/average_checkpoints.py --inputs ckpts/ --num-epoch-checkpoints 5 --output avg.pt
+    python scripts/average_checkpoints.py --inputs a.pt b.pt c.pt --output avg.pt
+
+Where the paper and fairseq differ: fairseq writes ``checkpoint_E_U.pt`` only
+when U is a multiple of ``--save-interval-updates``, and its script averages
+those alone, so with 100000 updates and an interval of 1500 "the last 5" ends
+at update 99000 and leaves the final model out. Here ``--num-update-checkpoints
+N`` always ends at the final update: when ``checkpoint_last.pt`` holds a later
+update than the newest interval checkpoint, it is the last of the N (see
+:func:`update_checkpoints`). ``--info-json FILE`` records the update numbers
+averaged.
+
+Checkpoints are read with torch's safe unpickler (attn_plugin.checkpoint): a
+file that is not a plain fairseq checkpoint is refused, never executed. The
+result keeps the newest input's options and metadata with averaged weights and
+no optimizer state, and is written atomically (temp file, then rename).
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import sys
+
+import torch
+
+from attn_plugin.checkpoint import load_checkpoint
+
+from .cli import UserError, atomic_output, write_text_atomic
+
+
+def _numbered(directory, pattern, upper_bound=None):
+    """[(number, path)] of the files in ``directory`` whose name ``pattern`` matches
+    in full (the number is its last group), ascending."""
+    found = []
+    for name in os.listdir(directory):
+        m = pattern.fullmatch(name)
+        if m and (upper_bound is None or int(m.groups()[-1]) <= upper_bound):
+            found.append((int(m.groups()[-1]), os.path.join(directory, name)))
+    return sorted(found)
+
+
+def epoch_checkpoints(directory, n, upper_bound=None):
+    """The newest ``n`` epoch checkpoints (``checkpoint{E}.pt``) in ``directory``, newest first."""
+    if n < 1:
+        raise UserError(f"--num-epoch-checkpoints must be >= 1 (got {n})")
+    found = _numbered(directory, re.compile(r"checkpoint(\d+)\.pt"), upper_bound)
+    if len(found) < n:
+        raise UserError(f"found {len(found)} epoch checkpoints in {directory}, need {n} "
+                        "(files named checkpointE.pt)")
+    return [path for _, path in found[-n:][::-1]]
+
+
+def checkpoint_update(path):
+    """The number of updates the model in checkpoint ``path`` has had
+    (fairseq records it in ``optimizer_history[-1]["num_updates"]``)."""
+    state = load_checkpoint(path, mmap=True)
+    try:
+        return int(state["optimizer_history"][-1]["num_updates"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise UserError(f"{path} does not record its number of updates "
+                        "(no optimizer_history[-1]['num_updates'])") from None
+
+
+def update_checkpoints(directory, n, upper_bound=None):
+    """The ``n`` update checkpoints to average, as [(update, path)] ascending,
+    ending at the final update of the run in ``directory`` (see
+    :func:`update_candidates`)."""
+    if n < 1:
+        raise UserError(f"--num-update-checkpoints must be >= 1 (got {n})")
+    found = update_candidates(directory, upper_bound)
+    if len(found) < n:
+        raise UserError(f"found {len(found)} update checkpoints in {directory}, need {n} "
+                        "(files named checkpoint_E_U.pt, and checkpoint_last.pt)")
+    return found[-n:]
+
+
+def update_candidates(directory, upper_bound=None):
+    """Every update checkpoint of the run in ``directory`` as [(update, path)]
+    ascending, the last being the final model.
+
+    The final model is ``checkpoint_last.pt`` (fairseq saves it when training
+    stops, whatever the update count). When it is newer than the newest
+    ``checkpoint_E_U.pt`` (the run did not end on a multiple of
+    ``--save-interval-updates``), it takes the last place; when it holds the
+    same update as an interval checkpoint, that file stands for it. With
+    ``upper_bound`` only updates <= upper_bound count, checkpoint_last.pt
+    included.
+    """
+    found = _numbered(directory, re.compile(r"checkpoint_(\d+)_(\d+)\.pt"), upper_bound)
+    last = os.path.join(directory, "checkpoint_last.pt")
+    if os.path.exists(last):
+        final = checkpoint_update(last)
+        if (upper_bound is None or final <= upper_bound) and final not in {u for u, _ in found}:
+            found = [(u, p) for u, p in found if u < final] + [(final, last)]
+    return found
+
+
+def average_checkpoints(paths):
+    """Element-wise mean of the ``model`` tensors of ``paths`` (in float64, then
+    the original dtype; integer tensors must agree); metadata from the first path."""
+    total, newest = collections.OrderedDict(), None
+    for path in paths:
+        state = load_checkpoint(path)
+        if newest is None:
+            newest = state
+        params = state["model"]
+        if total and list(params) != list(total):
+            raise UserError(f"{path} holds different parameters than {paths[0]}; cannot average them")
+        for name, tensor in params.items():
+            value = tensor.double() if tensor.is_floating_point() else tensor
+            if name not in total:
+                total[name] = value.clone()
+            elif tensor.is_floating_point():
+                total[name] += value
+            elif not torch.equal(total[name], value):
+                raise UserError(f"integer tensor {name} differs between {paths[0]} and {path}")
+    averaged = collections.OrderedDict()
+    for name, value in total.items():
+        dtype = newest["model"][name].dtype
+        averaged[name] = (value / len(paths)).to(dtype) if value.is_floating_point() else value
+    newest["model"] = averaged
+    newest["last_optimizer_state"] = None
+    return newest
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--inputs", required=True, nargs="+",
+                        help="checkpoint files, or one directory to pick the last checkpoints from")
+    parser.add_argument("--output", required=True, help="where to write the averaged checkpoint")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--num-epoch-checkpoints", type=int,
+                       help="average the last N epoch checkpoints (checkpointE.pt) in the --inputs directory")
+    group.add_argument("--num-update-checkpoints", type=int,
+                       help="average the last N update checkpoints in the --inputs directory, ending at the final "
+                            "update: checkpoint_E_U.pt files, and checkpoint_last.pt when it is newer")
+    parser.add_argument("--checkpoint-upper-bound", type=int,
+                        help="ignore checkpoints after this epoch / update number")
+    parser.add_argument("--info-json", metavar="FILE",
+                        help="also write FILE: the averaged paths and, with --num-update-checkpoints, their "
+                             "update numbers (ascending; the last is the run's final update)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    """``scripts/average_checkpoints.py``; run it under :func:`attn_kit.cli.main_guard`,
+    which reports the errors raised here as one ``error:`` line, exit status 1."""
+    args = parse_args(argv)
+    n = args.num_epoch_checkpoints if args.num_epoch_checkpoints is not None else args.num_update_checkpoints
+    updates = None
+    if n is not None:
+        if len(args.inputs) != 1 or not os.path.isdir(args.inputs[0]):
+            raise UserError("--num-epoch/update-checkpoints needs --inputs to be one directory")
+        if args.num_update_checkpoints is not None:
+            picked = update_checkpoints(args.inputs[0], n, args.checkpoint_upper_bound)
+            updates, paths = [u for u, _ in picked], [p for _, p in reversed(picked)]  # newest first
+        else:
+            paths = epoch_checkpoints(args.inputs[0], n, args.checkpoint_upper_bound)
+    else:
+        paths = args.inputs
+    print(f"averaging {len(paths)} checkpoints: {', '.join(paths)}", file=sys.stderr)
+    if updates:
+        print(f"at updates: {', '.join(map(str, updates))}", file=sys.stderr)
+    state = average_checkpoints(paths)
+    with atomic_output(args.output) as tmp:
+        torch.save(state, tmp)
+    if args.info_json:
+        ordered = paths[::-1] if updates else paths  # ascending, as the update numbers
+        info = {"paths": [os.path.abspath(p) for p in ordered], "updates": updates}
+        write_text_atomic(args.info_json, json.dumps(info, indent=2))
+    print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+

@@ -1,0 +1,102 @@
+"""Everything loading the plugin changes outside it: in torch, fairseq and Python.
+
+``fairseq-train --user-dir attn_plugin`` (and any ``import attn_plugin``) calls
+:func:`install` once, from ``attn_plugin/__init__.py``; calling it again
+changes nothing. Nothing else in the plugin patches anything. The patches:
+
+1. **torch's safe-load allow-list** (``torch.serialization.add_safe_globals``)
+   gains exactly the types fairseq checkpoints hold:
+   ``attn_plugin.checkpoint.FAIRSEQ_CHECKPOINT_GLOBALS``
+   (``argparse.Namespace``, numpy dtypes and scalars).
+   Why: torch >= 2.6 loads with ``weights_only=True`` and refuses the
+   ``argparse.Namespace`` that stock fairseq (<= 0.12.2) checkpoints pickle,
+   so plain fairseq-generate cannot read them. The safe loader stays on.
+   Test: tests/test_checkpoint.py::test_stock_checkpoint_needs_the_allow_list_and_loads_with_it.
+
+2. **fairseq's checkpoint loader** (``fairseq.checkpoint_utils.load_checkpoint_to_cpu``)
+   is wrapped: any failure becomes a one-line :class:`~attn_plugin.errors.CheckpointError`
+   (``attn_plugin.checkpoint.describe_load_error``) naming the file and why.
+   Why: fairseq lets torch's errors through as long tracebacks; a pickle
+   refused for naming, say, ``os.system`` reads like a crash instead of
+   "refused, nothing ran", and a truncated or foreign file as a zip error.
+   Tests: tests/test_checkpoint.py::test_checkpoint_that_would_run_code_is_refused,
+   ::test_damaged_checkpoint_is_one_clear_error.
+
+3. **fairseq's distributed broadcast** (``fairseq.distributed.utils._broadcast_object_slow``)
+   runs inside ``torch.serialization.safe_globals(broadcast_state_globals())``.
+   Why: on a data-parallel resume rank 0 loads the checkpoint and sends the
+   state to the other ranks with ``torch.save``/``torch.load``; fairseq has
+   turned the options into an omegaconf ``DictConfig`` by then, which the
+   receiving ``torch.load`` (``weights_only=True`` by default) refuses, so
+   ranks > 0 fail to resume. Exactly those omegaconf types are allowed, only
+   while the broadcast runs.
+   Test: tests/test_checkpoint.py::test_resume_broadcast_reaches_the_other_rank.
+
+4. **``sys.excepthook``** becomes :func:`attn_plugin.errors.excepthook`: an
+   uncaught :class:`~attn_plugin.errors.AttnPluginError` (a refused
+   checkpoint, options that do not fit) prints as one ``error: ...`` line, exit
+   status 1; other exceptions keep Python's traceback.
+   Why: fairseq's command lines have no handler of their own, so the one-line
+   errors of patch 2 and the model's ``ConfigError`` would end in a traceback.
+   Tests: tests/test_checkpoint.py (the "error: " lines above),
+   tests/test_registration.py::test_plugin_and_library_print_the_same_error_line.
+"""
+import functools
+import sys
+
+import torch
+
+from .checkpoint import allow_fairseq_checkpoint_types, broadcast_state_globals, describe_load_error
+from .errors import CheckpointError, excepthook
+
+_MARK = "_attn_plugin"  # set on each wrapper, so a second install() leaves it alone
+
+
+def install():
+    """Apply the patches listed in the module docstring (idempotent)."""
+    allow_fairseq_checkpoint_types()
+    _patch_checkpoint_loader()
+    _patch_broadcast()
+    sys.excepthook = excepthook
+
+
+def _patched(original) -> bool:
+    return original is None or getattr(original, _MARK, False)
+
+
+def _patch_checkpoint_loader():
+    """Patch 2: fairseq's loader reports bad files as one-line CheckpointErrors."""
+    from fairseq import checkpoint_utils
+
+    original = checkpoint_utils.load_checkpoint_to_cpu
+    if _patched(original):
+        return
+
+    @functools.wraps(original)
+    def load_checkpoint_to_cpu(path, *args, **kwargs):
+        try:
+            return original(path, *args, **kwargs)
+        except CheckpointError:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- every failure becomes one clear line
+            raise CheckpointError(describe_load_error(path, exc)) from None
+
+    setattr(load_checkpoint_to_cpu, _MARK, True)
+    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+
+
+def _patch_broadcast():
+    """Patch 3: ranks > 0 may unpickle the checkpoint state rank 0 sends them."""
+    from fairseq.distributed import utils as distributed_utils
+
+    original = getattr(distributed_utils, "_broadcast_object_slow", None)
+    if _patched(original):
+        return
+
+    @functools.wraps(original)
+    def broadcast_object_slow(*args, **kwargs):
+        with torch.serialization.safe_globals(broadcast_state_globals()):
+            return original(*args, **kwargs)
+
+    setattr(broadcast_object_slow, _MARK, True)
+    distributed_utils._broadcast_object_slow = broadcast_object_slow
