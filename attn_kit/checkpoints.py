@@ -180,3 +180,9 @@ def main(argv=None) -> int:
     print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
+
+
+if __name__ == "__main__":  # python -m attn_kit.checkpoints: what the recipes' average stage runs
+    from .cli import main_guard
+
+    main_guard(main)

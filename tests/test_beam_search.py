@@ -13,7 +13,7 @@ def parsed(argv):
 def test_beam_search_matches_stock_fairseq_with_the_same_weights(data_bin):
     from fairseq.sequence_generator import SequenceGenerator
 
-    from attn_plugin.models.attn_transformer import convert_fairseq_transformer_state_dict
+    from attn_plugin.convert import convert_fairseq_transformer_state_dict
 
     torch.manual_seed(0)
     a = parsed([data_bin, "--cpu", "--arch", "transformer_wmt_en_de", "--share-all-embeddings", *TINY_MODEL])

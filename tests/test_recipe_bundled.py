@@ -44,7 +44,7 @@ def test_shell_dry_run_prints_the_fairseq_commands_and_creates_nothing(tmp_path)
     assert proc.returncode == 0, proc.stderr
     for command in ("sacremoses", "subword-nmt learn-joint-bpe-and-vocab", "subword-nmt apply-bpe",
                     "fairseq-preprocess", "--joined-dictionary", "fairseq-train", "--arch attn_paper_base",
-                    "--seed 1", "average_checkpoints.py", "--num-update-checkpoints",
+                    "--seed 1", "attn_kit.checkpoints", "--num-update-checkpoints",
                     "fairseq-generate", "--beam 4", "--remove-bpe", "sacreBLEU"):
         assert command in proc.stdout, command
     assert str(tmp_path / "w" / "data-bin") in proc.stdout

@@ -50,7 +50,7 @@ def parse_args(argv=None):
 
 def build_pair(shape, dictionary, args):
     """Stock fairseq's model and the plugin's with the same weights, in eval mode."""
-    from attn_plugin.models.attn_transformer import convert_fairseq_transformer_state_dict
+    from attn_plugin.convert import convert_fairseq_transformer_state_dict
 
     stock, _ = build("stock", shape, dictionary, args.seed)
     plugin, _ = build("plugin", shape, dictionary, args.seed, sinusoid_layout="fairseq")

@@ -279,14 +279,14 @@ def binarize(ctx: Context, src: str, tgt: str, text_dir: Path, dest: Path, worke
 
 def average_checkpoints(ctx: Context, ckpt_dir: Path, output: Path, n: int):
     """Average the last ``n`` update checkpoints of ``ckpt_dir`` into ``output``
-    (Sec. 6.1) with scripts/average_checkpoints.py, fewer if fewer exist. The
+    (Sec. 6.1) with :mod:`attn_kit.checkpoints` (scripts/average_checkpoints.py), fewer if fewer exist. The
     averaged set always ends at the run's final update (checkpoint_last.pt when
     the run did not end on a checkpoint interval); the paths and update numbers
     averaged go to :func:`averaged_info_path` (read it with :func:`read_averaged`)."""
     info = averaged_info_path(output)
     with ctx.output(output) as tmp:
         if not ctx.dry_run:
-            from attn_kit.checkpoints import update_candidates
+            from ..checkpoints import update_candidates
 
             have = len(update_candidates(ckpt_dir))
             if have == 0:
@@ -294,8 +294,7 @@ def average_checkpoints(ctx: Context, ckpt_dir: Path, output: Path, n: int):
             if have < n:
                 log(f"only {have} update checkpoints; averaging those")
                 n = have
-        script = Path(__file__).resolve().parents[2] / "scripts" / "average_checkpoints.py"
-        ctx.sh([sys.executable, script, "--inputs", ckpt_dir, "--num-update-checkpoints", n, "--output", tmp,
+        ctx.sh([sys.executable, "-m", "attn_kit.checkpoints", "--inputs", ckpt_dir, "--num-update-checkpoints", n, "--output", tmp,
                 "--info-json", info])
 
 
