@@ -134,7 +134,7 @@ def test_smoke_en_de_kill_resume_two_cpu_processes_and_idempotent_rerun(tmp_path
     # 2. the same command again: earlier stages are skipped, training resumes from its checkpoint
     first = recipe(*args)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
-    assert "stage 1/7 download: done already" in first.stdout
+    assert "stage 1/9 download: done already" in first.stdout
     train_log = (work / "logs" / "train.log").read_text()
     resumed = re.findall(r"Loaded checkpoint \S+checkpoint_last.pt \(epoch \d+ @ (\d+) updates\)", train_log)
     assert resumed and int(resumed[-1]) >= 20
@@ -154,7 +154,7 @@ def test_smoke_en_de_kill_resume_two_cpu_processes_and_idempotent_rerun(tmp_path
     start = time.time()
     again = recipe(*args)
     assert again.returncode == 0
-    assert again.stdout.count("done already, skipping") == 7
+    assert again.stdout.count("done already, skipping") == 9
     assert time.time() - start < 30
     assert json.loads((work / "results.json").read_text())["sacrebleu"] == results["sacrebleu"]
 
@@ -209,11 +209,11 @@ def test_smoke_same_command_same_numbers_and_the_average_ends_at_the_final_updat
     for d in ("downloads", "orig", "raw", "tok", "bpe", "prep", "data-bin"):
         shutil.copytree(a / d, b / d)
     (b / ".stages").mkdir()
-    for stage in ("download", "prepare", "binarize"):
+    for stage in ("download", "extract", "tokenize", "bpe", "binarize"):
         shutil.copy(a / ".stages" / f"{stage}.done", b / ".stages")
     second = recipe(*args, "--workdir", b)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
-    assert "stage 4/7 train: fairseq-train" in second.stdout and "updates, " in second.stdout  # progress, ETA
+    assert "stage 6/9 train: fairseq-train" in second.stdout and "updates, " in second.stdout  # progress, ETA
     ra, rb = (json.loads((w / "results.json").read_text()) for w in (a, b))
     for key in ("sacrebleu", "bleu_tokenized", "bleu_compound_split", "updates", "averaged_updates"):
         assert ra[key] == rb[key], key
