@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterable, List, Optional
 
 from ..cli import UsageError, UserError, log, write_json_atomic
-from ..pipeline.launch import batch_plan, launcher, paper_optimization, precision_flags
+from ..pipeline.launch import PRECISIONS, batch_plan, launcher, paper_optimization, precision_flags
 from ..pipeline.stages import TrainProgress, read_averaged, train_log_summary
 from ..sizes import SIZES
 
@@ -39,7 +39,7 @@ def add_device_options(g):
     g.add_argument("--master-port", type=int, default=29500, help="port on node 0 (torchrun; default 29500)")
     g.add_argument("--cpu-procs", type=int, default=1,
                    help="with --ngpus 0: data-parallel CPU processes (gloo; default 1)")
-    g.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16"],
+    g.add_argument("--precision", default="auto", choices=PRECISIONS,
                    help="GPU training precision (default auto = fp16 mixed precision on GPUs, fp32 on CPU; "
                         "fairseq 0.12's --bf16 means TPU and is not offered)")
     g.add_argument("--seed", type=int, default=1, help="random seed of training (default 1)")
