@@ -5,16 +5,21 @@ A problem the user can fix is raised as :class:`UserError` (or
 ``main``; :func:`main_guard` prints it as ``error: <message>`` on stderr and
 exits 1 (2 for usage), with no traceback. The plugin's own errors
 (``attn_plugin.errors.AttnPluginError``, e.g. a refused checkpoint) are reported
-the same way when they reach a command of this library. Ctrl-C exits 130 with
-one line saying that finished work is kept.
+the same way when they reach a command of this library. Ctrl-C exits 130 and
+SIGTERM (a scheduler's or ``kill``'s) 143, each with one line saying that
+finished work is kept; both stop the command a recipe is running and remove
+its temporary files on the way out.
 
 Files are written whole or not at all: :func:`atomic_output` yields a
 temporary name next to the target and renames it into place only when the
-block completes; on failure the temporary file is removed.
+block completes; on failure the temporary file is removed, and a full disk is
+reported as one line naming the file.
 """
+import errno
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from contextlib import contextmanager
@@ -52,14 +57,33 @@ def _user_error(exc: BaseException) -> bool:
     return plugin is not None and isinstance(exc, plugin.AttnPluginError)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is (see :func:`main_guard`) so that it unwinds as Ctrl-C does."""
+
+
+_GUARDED = []  # the pid that installed the SIGTERM handler (forked workers inherit the handler, not the role)
+
+
+def _terminate(signum, frame):
+    if _GUARDED and os.getpid() != _GUARDED[0]:  # a forked worker (a tokenization pool's): die as by default
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    raise Terminated()
+
+
 def main_guard(main: Callable[..., Optional[int]], *args, interrupted: str = "interrupted"):
     """Run ``main(*args)`` and exit with its return value; a user error, an
-    ``OSError`` (a missing or unwritable file) or Ctrl-C becomes one ``error:`` line."""
+    ``OSError`` (a missing or unwritable file), Ctrl-C or SIGTERM becomes one ``error:`` line."""
+    _GUARDED[:] = [os.getpid()]
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         status = main(*args)
-    except KeyboardInterrupt:
-        print(error_line(interrupted), file=sys.stderr, flush=True)
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print(error_line(interrupted.replace("interrupted", "terminated (SIGTERM)", 1) if terminated
+                         else interrupted), file=sys.stderr, flush=True)
+        sys.exit(143 if terminated else 130)
     except Exception as exc:  # noqa: BLE001 -- user errors become one line; anything else is a bug: traceback
         if _user_error(exc):
             print(error_line(exc), file=sys.stderr, flush=True)
@@ -89,16 +113,26 @@ def _remove(path: Path):
         path.unlink()
 
 
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
 @contextmanager
 def atomic_output(path):
     """Yield a temporary path (a file or a folder the block creates); move it to
-    ``path`` only if the block completes, replacing what was there; remove it otherwise."""
+    ``path`` only if the block completes, replacing what was there; remove it otherwise.
+    A full disk (or quota) while the block writes becomes a :class:`UserError` naming ``path``."""
     path = Path(path)
     tmp = partial_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove(tmp)
     try:
         yield tmp
+    except OSError as exc:
+        _remove(tmp)
+        if exc.errno in NO_SPACE:
+            raise UserError(f"no space left on the device to write {path} ({exc.strerror}); nothing was "
+                            "written: free some space and run the same command again") from None
+        raise
     except BaseException:
         _remove(tmp)
         raise

@@ -1,11 +1,11 @@
 """The comparison's command line (``python scripts/compare_baselines.py``) and its run."""
 import argparse
-import signal
 from pathlib import Path
 
 from ..cli import UsageError, log, main_guard
 from ..pairs import ARCH_ALIASES, MODELS, PAIRS, arch_size
 from ..pipeline.launch import PRECISIONS, used_precision
+from ..pipeline.lock import workdir_lock
 from ..results import REPO
 from ..sizes import SIZES
 from . import __doc__ as DESCRIPTION
@@ -137,7 +137,12 @@ def main(argv=None):
     src, tgt, joined, subset = inspect_data(data, args.gen_subset)
     name = "bundled" if args.bundled else data.name
     workdir = (args.workdir or REPO / "runs" / "compare_baselines" / f"{name}_{args.arch}").resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
+    with workdir_lock(workdir):  # one comparison per work directory (the bundled data: the recipe's own lock)
+        compare(args, data, src, tgt, joined, subset, workdir)
+
+
+def compare(args, data: Path, src: str, tgt: str, joined: bool, subset: str, workdir: Path):
+    """Train and evaluate both models for every seed in ``workdir``; write and print the comparison."""
     pair, env = PAIRS[args.arch], child_env(args)
     budget = f"{args.max_update} updates" if args.max_update else f"{args.minutes / 2:g} min"
     log(f"comparing {pair.plugin_arch} (attn_plugin) with {pair.stock_arch} (stock fairseq) on {data} "
@@ -169,11 +174,7 @@ def main(argv=None):
     log(f"wrote {workdir / 'comparison.png'}")
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt  # stops the running training or generation too (attn_kit.pipeline.process.stream)
-
-
 def entry():
-    """``python scripts/compare_baselines.py``: one-line errors, Ctrl-C and SIGTERM stop the runs."""
-    signal.signal(signal.SIGTERM, _interrupt)
+    """``python scripts/compare_baselines.py``: one-line errors, Ctrl-C and SIGTERM stop the runs
+    (:func:`attn_kit.cli.main_guard`; attn_kit.pipeline.process.stream stops the running command)."""
     main_guard(main)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from ..cli import UsageError
-from .process import console_script
+from .process import console_script, die_with_parent
 
 
 @dataclass
@@ -139,7 +139,7 @@ def cpu_ddp_main(argv=None) -> int:
             os.makedirs(args.log_dir, exist_ok=True)
             out = open(os.path.join(args.log_dir, f"worker{rank}.log"), "w")
             logs.append(out)
-        procs.append(subprocess.Popen(cmd + common + ["--distributed-rank", str(rank)],
+        procs.append(subprocess.Popen(cmd + common + ["--distributed-rank", str(rank)], preexec_fn=die_with_parent,
                                       stdout=out, stderr=subprocess.STDOUT if out else None))
     status, failed = 0, None
     try:

@@ -6,12 +6,33 @@ one way to follow their output.
 comparison (:mod:`attn_kit.compare`) both hand each output line of a command
 to a function as it comes (to a log file, to the console, to a parser of
 fairseq's JSON log lines) and report a failure by its last line.
+
+A command it starts dies with the process that started it
+(:func:`die_with_parent`) and inherits the work directory's lock
+(:func:`attn_kit.pipeline.lock.inherited_fds`): a fairseq-train whose recipe
+was killed neither trains on alone nor lets a second run start while it does.
 """
+import ctypes
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Tuple
+
+from .lock import inherited_fds
+
+try:  # Linux: prctl(PR_SET_PDEATHSIG, SIGTERM), looked up before any fork
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _PRCTL = None
+
+
+def die_with_parent():
+    """``preexec_fn`` of a child: the kernel sends it SIGTERM when the process that
+    started it ends, however it ends (on Linux; elsewhere nothing)."""
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
 
 
 def console_script(program: str) -> str:
@@ -39,7 +60,8 @@ def stream(cmd: Sequence, on_line: Callable[[str], None], env: Optional[dict] = 
     fout = open(stdout, "wb") if stdout else subprocess.PIPE
     try:
         proc = subprocess.Popen([console_script(cmd[0]), *cmd[1:]], stdin=fin, stdout=fout,
-                                stderr=subprocess.PIPE if stdout else subprocess.STDOUT, env=env)
+                                stderr=subprocess.PIPE if stdout else subprocess.STDOUT, env=env,
+                                pass_fds=inherited_fds(), preexec_fn=die_with_parent)
         last = ""
         try:
             for raw in proc.stderr if stdout else proc.stdout:

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from ..cli import UserError, log, write_json_atomic
+from ..pipeline.lock import workdir_lock
 from ..results import provenance
 from .common import REPO, read_hypotheses
 
@@ -125,34 +126,44 @@ def main(argv=None):
         if not (base / ".stages" / "binarize.done").exists():
             recipe([*argv, "--workdir", base, "--stop-stage", "binarize"])
         work = args.root / name
-        share_data(base, work)
+        with workdir_lock(work):  # the recipe below takes it for itself: not held across that
+            share_data(base, work)
         keep = max(10, args.max_update // 2 // args.curve_every + 5)
         recipe([*argv, "--workdir", work, "--threads", args.threads, "--max-update", str(args.max_update),
                 "--average", str(keep)])
-        r = json.loads((work / "results.json").read_text())
-        entry = {"flags": flags, "updates": r["updates"], "stage_seconds": r.get("stage_seconds"),
-                 "tokens_per_update": r.get("tokens_per_update"), "train_command": r.get("train_command"),
-                 "test_sacrebleu_avg": {"checkpoints": len(r["averaged_updates"]), "sacrebleu": r["sacrebleu"]}}
-        final = r["updates"]
-        curve = {}
-        for upper in range(max(args.max_update // 2, 5 * args.curve_every), final + 1, args.curve_every):
-            curve[upper] = valid_bleu(work, average(work, 5, upper), DECODINGS["beam4_lenpen1.0"], args.threads)
-            log(f"{name}: avg5 ending at {upper}: valid {curve[upper]}", sys.stderr)
-        entry["valid_bleu_avg5_by_update"] = curve
-        decodings = {}
-        saved = len(list((work / "checkpoints").glob("checkpoint_*_*.pt")))
-        many = min(10, saved)
-        for which, ckpt in (("avg5", average(work, 5, final)), (f"avg{many}", average(work, many, final)),
-                            ("last", work / "checkpoints" / "checkpoint_last.pt")):
-            for dname, dflags in DECODINGS.items():
-                if which != "avg5" and dname != "beam4_lenpen1.0":
-                    continue
-                decodings[f"{which}_{dname}"] = valid_bleu(work, ckpt, dflags, args.threads)
-        entry["valid_bleu_final"] = decodings
-        log(f"{name}: {json.dumps(entry['valid_bleu_final'])}", sys.stderr)
+        with workdir_lock(work):
+            entry = evaluate(work, flags, args)
         data = {"what": "one configuration of the sweep of the bundled EN-DE run's settings; selection on the "
                         "valid split (1000 pairs), test scored by the recipe",
                 **provenance(), "threads": args.threads,
                 "decodings": {k: " ".join(v) for k, v in DECODINGS.items()}, "name": name, "result": entry}
         write_json_atomic(out_path, data)
         log(f"wrote {out_path}", sys.stderr)
+
+
+def evaluate(work: Path, flags: str, args) -> dict:
+    """The finished run in ``work``: its test score, and valid BLEU of averages along the way
+    and of each decoding setting at the end."""
+    name = work.name
+    r = json.loads((work / "results.json").read_text())
+    entry = {"flags": flags, "updates": r["updates"], "stage_seconds": r.get("stage_seconds"),
+             "tokens_per_update": r.get("tokens_per_update"), "train_command": r.get("train_command"),
+             "test_sacrebleu_avg": {"checkpoints": len(r["averaged_updates"]), "sacrebleu": r["sacrebleu"]}}
+    final = r["updates"]
+    curve = {}
+    for upper in range(max(args.max_update // 2, 5 * args.curve_every), final + 1, args.curve_every):
+        curve[upper] = valid_bleu(work, average(work, 5, upper), DECODINGS["beam4_lenpen1.0"], args.threads)
+        log(f"{name}: avg5 ending at {upper}: valid {curve[upper]}", sys.stderr)
+    entry["valid_bleu_avg5_by_update"] = curve
+    decodings = {}
+    saved = len(list((work / "checkpoints").glob("checkpoint_*_*.pt")))
+    many = min(10, saved)
+    for which, ckpt in (("avg5", average(work, 5, final)), (f"avg{many}", average(work, many, final)),
+                        ("last", work / "checkpoints" / "checkpoint_last.pt")):
+        for dname, dflags in DECODINGS.items():
+            if which != "avg5" and dname != "beam4_lenpen1.0":
+                continue
+            decodings[f"{which}_{dname}"] = valid_bleu(work, ckpt, dflags, args.threads)
+    entry["valid_bleu_final"] = decodings
+    log(f"{name}: {json.dumps(entry['valid_bleu_final'])}", sys.stderr)
+    return entry
