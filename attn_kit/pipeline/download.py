@@ -27,7 +27,7 @@ from urllib.error import HTTPError
 from urllib.parse import urlsplit
 from urllib.request import ProxyHandler, Request, build_opener, url2pathname, urlopen
 
-from attn_kit.pipeline.stages import UserError, write_json_atomic
+from ..cli import UserError, write_json_atomic
 
 TIMEOUT = 60  # seconds without data before a connection counts as broken
 USER_AGENT = "attn_plugin-recipes (python urllib)"

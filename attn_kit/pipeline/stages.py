@@ -3,15 +3,31 @@
 A recipe is a list of :class:`Stage` objects run in order by :class:`Pipeline`:
 
 - **idempotent**: a stage that finished leaves a stamp ``WORKDIR/.stages/NAME.done``
-  (written last, after every output is in place); on the next run it is skipped,
-  unless one of its declared ``outputs`` has since disappeared.
+  (written last, after its outputs passed their completeness check). The stamp
+  records the fingerprints (size, sha256: :mod:`attn_kit.pipeline.fingerprint`)
+  of the stage's declared ``inputs`` and ``outputs`` and the ``options`` that
+  shape it. A later run skips the stage only if all of them are as recorded:
+- **nothing stale**: when an input or an option changed, the stage starts over
+  (its old outputs are moved to ``WORKDIR/stale/NAME/``, never deleted) and the
+  recipe says which in one line; what it makes then differs, so every stage
+  that reads it starts over in turn. A stage whose output was damaged or deleted
+  since is run again (the damaged file moved aside first). An option listed in
+  ``resumable`` (training's ``--max-update``) runs the stage again on top of
+  its outputs instead. Unchanged files cost a ``stat``, so a finished run
+  reruns in seconds.
 - **resumable**: a stage killed half-way leaves no stamp and runs again; stages
   write their outputs under a temporary name and rename them when complete
-  (:meth:`Context.output`), and fairseq-train resumes from ``checkpoint_last.pt``.
+  (:meth:`Context.output`), and fairseq-train resumes from its checkpoints.
+  ``.stages/NAME.started`` records the inputs it started from: if they changed
+  before the rerun, the stage starts over instead of resuming.
 - ``--dry-run`` prints every command each stage would run and runs nothing.
 - ``--stage N`` / ``--stop-stage M`` run only stages N..M (1-based numbers or names).
-- a stage's declared ``inputs`` are checked before it starts: a missing one is
-  one error line, not a traceback from deep inside the stage.
+- a stage's declared ``inputs`` that earlier stages make are checked before it
+  starts: a missing one is one error line, not a traceback from deep inside the
+  stage (inputs outside the work directory, the user's data, the stage checks
+  itself, with a message that knows what they are).
+- one run per work directory: :func:`run_recipe` holds
+  :func:`attn_kit.pipeline.lock.workdir_lock` for the whole run.
 
 A failing command is reported as one line naming the stage, the exit status,
 the last line the command printed and its log file; the recipe exits non-zero.
@@ -20,13 +36,16 @@ import json
 import os
 import re
 import shlex
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..cli import UserError, atomic_output, log, write_json_atomic
+from .fingerprint import Fingerprints, difference
+from .lock import workdir_lock
 from .process import stream
 
 
@@ -36,8 +55,14 @@ class Stage:
 
     ``run(ctx)`` does the work through ``ctx`` (:meth:`Context.sh`,
     :meth:`Context.step`, :meth:`Context.output`) so that --dry-run can print it.
-    ``inputs`` must exist before it runs; ``outputs`` must all exist (besides
-    its stamp) for it to count as done.
+    ``inputs`` (files or folders) are everything it reads: they must exist before
+    it runs, and a change to one makes it start over. ``outputs`` must all exist,
+    unchanged since it made them, for it to count as done. ``options``: the
+    settings that shape its outputs (JSON values); ``resumable``: those of them
+    whose change runs it again on top of its outputs rather than from scratch.
+    ``scratch``: more of what it leaves (partial work, logs) that goes aside with
+    its outputs when it starts over. ``check()`` raises a UserError if the
+    outputs are incomplete; it runs before the stamp is written.
     """
 
     name: str
@@ -45,6 +70,10 @@ class Stage:
     help: str = ""
     inputs: Sequence[Path] = ()
     outputs: Sequence[Path] = ()
+    options: Dict[str, object] = field(default_factory=dict)
+    resumable: Sequence[str] = ()
+    scratch: Sequence[Path] = ()
+    check: Optional[Callable[[], None]] = None
 
 
 @dataclass
@@ -124,6 +153,18 @@ def _is_progress(line: str) -> bool:
                                    "Stopping training", "Loaded checkpoint", "done training"))
 
 
+def _plain(value):
+    """``value`` as it reads back from JSON (tuples as lists, paths as strings)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _read_json(path: Path) -> Optional[dict]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 class Pipeline:
     """Runs ``stages`` in order under ``workdir``; ``first``/``last`` (1-based
     numbers or stage names) select a range, ``dry_run`` only prints."""
@@ -140,6 +181,13 @@ class Pipeline:
         if not 1 <= self.first <= self.last <= len(stages):
             raise UserError(f"--stage/--stop-stage must satisfy 1 <= stage <= stop-stage <= {len(stages)} "
                               f"(stages: {self.names()})")
+        self._fingerprints = None
+
+    @property
+    def fingerprints(self) -> Fingerprints:
+        if self._fingerprints is None:
+            self._fingerprints = Fingerprints(self.workdir, self.workdir / ".stages" / "fingerprints.json")
+        return self._fingerprints
 
     def names(self) -> str:
         return ", ".join(f"{i} {s.name}" for i, s in enumerate(self.stages, 1))
@@ -158,10 +206,104 @@ class Pipeline:
     def stamp(self, stage: Stage) -> Path:
         return self.workdir / ".stages" / f"{stage.name}.done"
 
+    def started(self, stage: Stage) -> Path:
+        return self.workdir / ".stages" / f"{stage.name}.started"
+
     def is_done(self, stage: Stage) -> bool:
-        """Stamped, and every declared output still there."""
+        """Stamped, and every declared output still there (see :meth:`status` for the full check)."""
         return self.stamp(stage).exists() and all(Path(p).exists() for p in stage.outputs)
 
+    # ------------------------------------------------------------------ what a stage needs
+    def _changed(self, stage: Stage, record: dict, resumable: bool = False) -> Optional[str]:
+        """The first option (``resumable``: only those in stage.resumable; else only the
+        others) or, unless ``resumable``, input that differs from ``record``, in words."""
+        before, now = record.get("options", {}), _plain(stage.options)
+        for name in sorted(set(before) & set(now)):
+            if before[name] != now[name] and (name in stage.resumable) == resumable:
+                return f"option {name} changed ({before[name]} -> {now[name]})"
+        if resumable:
+            return None
+        inputs = record.get("inputs", {})
+        for path in stage.inputs:
+            key = self.fingerprints.key(path)
+            if key in inputs and Path(path).exists():  # a missing input is reported when the stage must run
+                change = difference(key, inputs[key], self.fingerprints.of(path), "since the stage ran")
+                if change:
+                    return f"input {change}"
+        return None
+
+    def status(self, stage: Stage) -> Tuple[str, str, List[Path]]:
+        """(what to do, why, outputs to set aside first): ``skip``; ``adopt`` (a stamp of an
+        earlier version without fingerprints: skip and record them); ``run`` (never
+        started); ``resume`` (an earlier run stopped during it); ``over`` (an input or
+        option changed: start over); ``continue`` (a resumable option changed); ``redo``
+        (an output is missing or changed since the stage made it)."""
+        done = _read_json(self.stamp(stage)) if self.stamp(stage).exists() else None
+        if done is None:
+            started = _read_json(self.started(stage))
+            if started is None:
+                return "run", "", []
+            why = self._changed(stage, started)
+            return ("over", why, []) if why else ("resume", "an earlier run stopped during this stage", [])
+        if "inputs" not in done:
+            missing = [p for p in stage.outputs if not Path(p).exists()]
+            if missing:
+                return "redo", f"output {self.fingerprints.key(missing[0])} is missing", []
+            return "adopt", "", []
+        why = self._changed(stage, done)
+        if why:
+            return "over", why, []
+        outputs, damaged, reason = done.get("outputs", {}), [], ""
+        for path in stage.outputs:
+            key = self.fingerprints.key(path)
+            now = self.fingerprints.of(path)
+            change = difference(key, outputs[key], now, "since the stage made it") if key in outputs else (
+                None if now is not None else f"{key} is missing")
+            if change:
+                damaged.append(Path(path))
+                reason = reason or f"output {change}"
+        if damaged:
+            return "redo", reason, damaged
+        why = self._changed(stage, done, resumable=True)
+        return ("continue", why, []) if why else ("skip", "", [])
+
+    def _set_aside(self, stage: Stage, paths: Sequence[Path]) -> str:
+        """Move ``paths`` (those that exist) to WORKDIR/stale/STAGE/, replacing what an
+        earlier set-aside left there; return where, or "" if nothing was moved."""
+        existing = [Path(p) for p in paths if Path(p).exists() or Path(p).is_symlink()]
+        if not existing:
+            return ""
+        aside = self.workdir / "stale" / stage.name
+        if aside.exists():
+            shutil.rmtree(aside)
+        for path in existing:
+            key = self.fingerprints.key(path)
+            target = aside / (key if not Path(key).is_absolute() else path.name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+        return f"{aside}/"
+
+    def _inside(self, path) -> bool:
+        return not Path(self.fingerprints.key(path)).is_absolute()
+
+    def _record(self, stage: Stage, outputs: bool) -> dict:
+        record = {"options": _plain(stage.options), "inputs": self.fingerprints.record(stage.inputs)}
+        if outputs:
+            record["outputs"] = self.fingerprints.record(stage.outputs)
+        return record
+
+    def note_rewritten(self, path: Path):
+        """``path``, an output of a finished stage, was rewritten on purpose (run_recipe adds
+        the stage times to results.json): record its new fingerprint in that stage's stamp."""
+        key = self.fingerprints.key(path)
+        for stage in self.stages:
+            done = _read_json(self.stamp(stage)) or {}
+            if key in done.get("outputs", {}):
+                done["outputs"][key] = self.fingerprints.of(path)
+                write_json_atomic(self.stamp(stage), done)
+        self.fingerprints.save()
+
+    # ------------------------------------------------------------------ running
     def run(self) -> dict:
         """Run the selected stages; return {stage name: seconds} of those that ran now."""
         ctx = Context(self.workdir, self.dry_run)
@@ -170,31 +312,66 @@ class Pipeline:
             tag = f"stage {i}/{n} {stage.name}"
             if not self.first <= i <= self.last:
                 continue
-            if self.is_done(stage) and not self.dry_run:
-                log(f"{tag}: done already, skipping")
-                continue
-            if self.stamp(stage).exists() and not self.dry_run:
-                log(f"{tag}: an output is missing, redoing it")
-                self.stamp(stage).unlink()
-            log(f"{tag}: {stage.help}" + (" (dry run)" if self.dry_run else ""))
-            if not self.dry_run:
-                missing = [str(p) for p in stage.inputs if not Path(p).exists()]
-                if missing:
-                    earlier = " (run the earlier stages first)" if i > 1 else ""
-                    raise UserError(f"stage {stage.name}: missing input {missing[0]}{earlier}")
-            ctx.stage = stage.name
-            start = time.time()
-            try:
+            if self.dry_run:
+                log(f"{tag}: {stage.help} (dry run)")
+                ctx.stage = stage.name
                 stage.run(ctx)
-            except OSError as exc:  # a file problem inside a Python step: one line, no traceback
-                raise UserError(f"stage {stage.name} failed: {exc}") from None
-            seconds = round(time.time() - start, 1)
-            if not self.dry_run:
-                self.stamp(stage).parent.mkdir(parents=True, exist_ok=True)
-                self.stamp(stage).write_text(json.dumps({"seconds": seconds, "finished": time.time()}))
-                ctx.timings[stage.name] = seconds
-                log(f"{tag}: finished in {seconds:.0f}s")
+                continue
+            self._run_one(ctx, stage, i, tag)
         return ctx.timings
+
+    def _run_one(self, ctx: "Context", stage: Stage, i: int, tag: str):
+        action, why, damaged = self.status(stage)
+        if action in ("skip", "adopt"):
+            if action == "adopt":  # finished before stamps held fingerprints: trust it, record them now
+                done = _read_json(self.stamp(stage)) or {}
+                write_json_atomic(self.stamp(stage), {**done, **self._record(stage, outputs=True)})
+                self.fingerprints.save()
+            log(f"{tag}: done already, skipping")
+            return
+        if action == "over":
+            moved = self._set_aside(stage, [*stage.outputs, *stage.scratch])
+            log(f"{tag}: {why}; starting it over" + (f" (its old outputs moved to {moved})" if moved else ""))
+        elif action == "redo":
+            moved = self._set_aside(stage, damaged)
+            log(f"{tag}: {why}; running it again" + (f" (moved to {moved})" if moved else ""))
+        elif action == "continue":
+            log(f"{tag}: {why}; running it again on top of its outputs")
+        elif action == "resume":
+            log(f"{tag}: {why}; resuming it")
+        self.stamp(stage).unlink(missing_ok=True)
+        log(f"{tag}: {stage.help}")
+        # inputs an earlier stage makes (in the work directory); the stage checks the user's own files itself
+        missing = [str(p) for p in stage.inputs if not Path(p).exists() and self._inside(p)]
+        if missing:
+            earlier = " (run the earlier stages first)" if i > 1 else ""
+            raise UserError(f"stage {stage.name}: missing input {missing[0]}{earlier}")
+        self.started(stage).parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.started(stage), self._record(stage, outputs=False))
+        self.fingerprints.save()
+        ctx.stage = stage.name
+        start = time.time()
+        try:
+            stage.run(ctx)
+            lost = [str(p) for p in stage.outputs if not Path(p).exists()]
+            if lost:
+                raise UserError(f"stage {stage.name} finished without making {lost[0]}")
+            if stage.check:
+                try:
+                    stage.check()
+                except UserError as exc:  # not trusted, so not kept where a rerun would resume from it
+                    moved = self._set_aside(stage, stage.outputs)
+                    raise UserError(f"stage {stage.name} made incomplete output: {exc} (its outputs moved to "
+                                    f"{moved})") from None
+        except OSError as exc:  # a file problem inside a Python step: one line, no traceback
+            raise UserError(f"stage {stage.name} failed: {exc}") from None
+        seconds = round(time.time() - start, 1)
+        write_json_atomic(self.stamp(stage), {"seconds": seconds, "finished": time.time(),
+                                              **self._record(stage, outputs=True)})
+        self.started(stage).unlink(missing_ok=True)
+        self.fingerprints.save()
+        ctx.timings[stage.name] = seconds
+        log(f"{tag}: finished in {seconds:.0f}s")
 
     def stage_seconds(self) -> dict:
         """Wall time each finished stage took when it ran."""
@@ -314,20 +491,24 @@ def read_averaged(output: Path) -> Optional[dict]:
 
 def run_recipe(args, stages: List[Stage], report: Callable[[dict], None], aliases: Optional[Dict[str, tuple]] = None):
     """Run ``stages`` as ``args`` (workdir, dry_run, stage, stop_stage) select
-    (``aliases``: names for ranges of stages, see :class:`Pipeline`).
-    If the run has results, record each stage's wall time in results.json,
-    ``report(results)`` (the recipe prints its scores), then print the times."""
+    (``aliases``: names for ranges of stages, see :class:`Pipeline`), holding the
+    work directory's lock (:func:`attn_kit.pipeline.lock.workdir_lock`: one run per
+    work directory). If the run has results, record each stage's wall time in
+    results.json, ``report(results)`` (the recipe prints its scores), then print the times."""
     pipeline = Pipeline(args.workdir, stages, args.dry_run, args.stage, args.stop_stage, aliases)
-    if not args.dry_run:
-        args.workdir.mkdir(parents=True, exist_ok=True)
-    pipeline.run()
-    path = args.workdir / "results.json"
-    if args.dry_run or not path.exists():
+    if args.dry_run:
+        pipeline.run()
         return
-    results, seconds = json.loads(path.read_text()), pipeline.stage_seconds()
-    if seconds and results.get("stage_seconds") != seconds:
-        results.update(stage_seconds=seconds, total_seconds=round(sum(seconds.values()), 1))
-        write_json_atomic(path, results)
+    with workdir_lock(args.workdir):
+        pipeline.run()
+        path = args.workdir / "results.json"
+        if not path.exists():
+            return
+        results, seconds = json.loads(path.read_text()), pipeline.stage_seconds()
+        if seconds and results.get("stage_seconds") != seconds:
+            results.update(stage_seconds=seconds, total_seconds=round(sum(seconds.values()), 1))
+            write_json_atomic(path, results)
+            pipeline.note_rewritten(path)
     report(results)
     if seconds:
         print("\n" + stage_time_table(seconds))

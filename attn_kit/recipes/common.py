@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterable, List, Optional
 
 from ..cli import UsageError, UserError, log, write_json_atomic
-from ..pipeline.launch import PRECISIONS, batch_plan, launcher, paper_optimization, precision_flags
+from ..pipeline.launch import PRECISIONS, batch_plan, launcher, paper_optimization, precision_flags, used_precision
 from ..pipeline.stages import TrainProgress, read_averaged, train_log_summary
 from ..sizes import SIZES
 
@@ -133,13 +133,40 @@ def train_command(args, data_bin: Path, save_dir: Path, model: Iterable[str] = (
     return [str(c) for c in cmd]
 
 
+# Options of a training stage that run it again on top of its checkpoints when changed: fairseq-train
+# resumes from checkpoint_last.pt and trains on to the new --max-update (any other change starts over).
+RESUMABLE_TRAIN_OPTIONS = ("max_update", "train_minutes", "save_interval_updates")
+
+
+def train_options(args, model: Iterable[str] = (), **changes) -> dict:
+    """What shapes a training run, as a stage's ``options`` (attn_kit.pipeline.stages): the
+    model, optimizer schedule, batch, seed and precision; not where it runs (devices, threads),
+    which resuming may change. ``changes``: a --tune trial's own values."""
+    options = {"arch": args.arch, "model": list(model), "warmup_updates": args.warmup_updates,
+               "lr_scale": args.lr_scale, "tokens_per_update": args.tokens_per_update, "seed": args.seed,
+               "precision": used_precision(args.precision, args.ngpus), "train_flags": list(args.train_flags),
+               **{name: getattr(args, name) for name in RESUMABLE_TRAIN_OPTIONS}}
+    return {**options, **changes}
+
+
+def train_records(args, record: Optional[Path] = None) -> list:
+    """What a training run writes besides its checkpoints (its log and command), which go
+    aside with them when training starts over."""
+    return [args.workdir / "logs" / "train.log", record or args.workdir / "train_command.json"]
+
+
 def run_training(ctx, args, cmd: list, tail=None, record: Optional[Path] = None):
     """Run ``cmd`` (from :func:`train_command`) showing updates done / total and an ETA;
-    record the exact command in ``record`` (default WORKDIR/train_command.json)."""
+    record the exact command in ``record`` (default WORKDIR/train_command.json). A damaged
+    or missing checkpoint_last.pt is replaced by the newest intact checkpoint first
+    (:func:`attn_kit.checkpoints.recover_last`), so that training resumes from there."""
     p = plan(args)
     log(f"{p.devices} device(s) x --max-tokens {p.max_tokens} x --update-freq {p.update_freq} "
         f"= {p.tokens_per_update} tokens per update (at most; padding included)")
     if not ctx.dry_run:
+        from ..checkpoints import recover_last
+
+        recover_last(Path(cmd[cmd.index("--save-dir") + 1]))
         write_json_atomic(record or args.workdir / "train_command.json", {"argv": cmd, "env": thread_env(args) or {}})
     ctx.sh(cmd, tail=tail or TrainProgress(args.max_update), env=thread_env(args))
 
@@ -183,7 +210,8 @@ def read_hypotheses(gen_out: Path, expected: int) -> List[str]:
                 fields = line.rstrip("\n").split("\t")
                 hyps[int(fields[0][2:])] = fields[2] if len(fields) > 2 else ""
     if len(hyps) != expected:
-        raise UserError(f"{gen_out}: {len(hyps)} hypotheses for {expected} sentences")
+        raise UserError(f"{gen_out} holds {len(hyps)} translations but the test set has {expected} sentences: they "
+                        "do not belong together (translate the test set again: rerun the generate stage)")
     return [hyps[i] for i in range(expected)]
 
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from ..cli import UsageError, UserError, log, main_guard, write_json_atomic
 from ..paper import TABLE2_BLEU
-from ..pipeline.stages import Stage, average_checkpoints, binarize, run_recipe
+from ..pipeline import verify
+from ..pipeline.stages import Stage, average_checkpoints, averaged_info_path, binarize, run_recipe
 from ..pipeline.text import moses_tokenize
 from . import common, config
 from ..sizes import PLUGIN_ARCHS
@@ -215,7 +216,7 @@ def stages(args):
                 ctx.step(f"extract {BUNDLED_DATA}/*.tsv.xz into {raw}", lambda: (
                     tmp.mkdir(parents=True), extract_bundled(BUNDLED_DATA, tmp, src, tgt)))
             return
-        from ..pipeline.text import concatenate, count_lines, extract_members, read_sgm, write_lines
+        from ..pipeline.text import concatenate, extract_members, read_sgm, write_lines
 
         def unpack(key, wanted):  # the training corpora as text, the test sets' sgm; each archive read once
             if all(p.exists() for p in wanted.values()) and not ctx.dry_run:
@@ -237,12 +238,6 @@ def stages(args):
         for lang in (src, tgt):
             once(ctx, raw / f"train.{lang}", f"concatenate the {len(pair.train)} training corpora ({lang})",
                  lambda out, lang=lang: concatenate([orig / f"{key}.{lang}" for key, _, _ in pair.train], out))
-        if not ctx.dry_run:
-            for split in SPLITS:
-                n_src, n_tgt = count_lines(raw / f"{split}.{src}"), count_lines(raw / f"{split}.{tgt}")
-                if n_src != n_tgt:
-                    raise UserError(f"{raw / f'{split}.{src}'} has {n_src} lines but "
-                                    f"{raw / f'{split}.{tgt}'} has {n_tgt}; delete {raw} and rerun")
 
     def tokenize(ctx):  # Moses normalization + tokenization with -a, as fairseq's scripts (sacremoses)
         for t in texts:
@@ -274,7 +269,7 @@ def stages(args):
                 write_json_atomic(prep / "clean.json", {"kept": kept, "read": read})
             log(f"cleaning kept {kept} of {read} training pairs")
 
-        if not (prep / f"train.{src}").exists() or ctx.dry_run:
+        if not all((prep / f"train.{lang}").exists() for lang in (src, tgt)) or ctx.dry_run:
             ctx.step("clean-corpus-n: keep training pairs of 1-250 tokens with length ratio <= 1.5", run)
         for t in texts[2:]:
             ctx.step(f"copy {bpe / t} -> {prep / t}", lambda t=t: (prep / t).write_bytes((bpe / t).read_bytes()))
@@ -307,26 +302,46 @@ def stages(args):
              f"WMT14 {args.pair} corpora, newstest2013 and newstest2014"
              + (" (smoke archives, local mirror)" if args.data == "smoke-mirror" else ""))
     size = f" ({'small' if bundled else 'tiny'})" if args.size else ""
+    downloads = [] if bundled else [dl / FILES[k].name for k in keys]
+
+    def pairs(folder: Path):  # (source, target) text files of every split, for the line-count checks
+        return [(folder / f"{split}.{src}", folder / f"{split}.{tgt}") for split in SPLITS]
+
+    bpe_out = [bpe / "codes", bpe / f"vocab.{src}", bpe / f"vocab.{tgt}", *(bpe / t for t in texts),
+               *([*(prep / t for t in texts), prep / "clean.json"] if args.clean else [])]
+    binary = [data_bin / f"{split}.{src}-{tgt}.{lang}.{ext}" for split in SPLITS for lang in (src, tgt)
+              for ext in ("bin", "idx")]
+    dicts = [data_bin / f"dict.{src}.txt", data_bin / f"dict.{tgt}.txt"]
     return [
-        Stage("download", download, where, outputs=[] if bundled else [dl / FILES[k].name for k in keys]),
+        Stage("download", download, where, inputs=[BUNDLED_DATA / rf.name for rf in BUNDLED.values()] if bundled
+              else [], outputs=downloads, options={"data": args.data, "files": keys}),
         Stage("extract", extract, "unpack the corpora into one text file per split and language",
-              inputs=[] if bundled else [dl / FILES[k].name for k in keys], outputs=[raw / t for t in texts]),
+              inputs=[BUNDLED_DATA / rf.name for rf in BUNDLED.values()] if bundled else downloads,
+              outputs=[raw / t for t in texts], scratch=[orig], options={"pair": args.pair},
+              check=lambda: verify.parallel_text(pairs(raw))),
         Stage("tokenize", tokenize, "Moses normalization and tokenization (sacremoses)",
-              inputs=[raw / t for t in texts], outputs=[tok / t for t in texts]),
+              inputs=[raw / t for t in texts], outputs=[tok / t for t in texts],
+              check=lambda: verify.parallel_text(pairs(tok))),
         Stage("bpe", learn_apply_bpe, f"joint BPE, {args.bpe_merges} merges (subword-nmt)"
               + (", then clean-corpus-n" if args.clean else ""),
-              inputs=[tok / t for t in texts],
-              outputs=[bpe / "codes", *(bpe / t for t in texts), *(prep / t for t in texts if args.clean)]),
+              inputs=[tok / t for t in texts], outputs=bpe_out,
+              options={"bpe_merges": args.bpe_merges, "clean": args.clean},
+              check=lambda: verify.parallel_text(pairs(bpe) + (pairs(prep) if args.clean else []))),
         Stage("binarize", binarize_stage, "fairseq-preprocess --joined-dictionary",
-              inputs=[binarize_from / t for t in texts],
-              outputs=[data_bin / f"dict.{src}.txt", data_bin / f"dict.{tgt}.txt"]),
+              inputs=[binarize_from / t for t in texts], outputs=[*dicts, *binary],
+              check=lambda: verify.binarized(data_bin, src, tgt, SPLITS)),
         Stage("train", train, f"fairseq-train --arch {args.arch}{size}, {common.train_budget(args)}",
-              inputs=[data_bin / f"dict.{src}.txt"], outputs=[ckpt / "checkpoint_last.pt"]),
-        Stage("average", average, f"average the last {args.average} checkpoints", inputs=[ckpt], outputs=[avg]),
+              inputs=[*dicts, *(p for p in binary if ".test." not in p.name)], outputs=[ckpt / "checkpoint_last.pt"],
+              scratch=[ckpt, *common.train_records(args)], options=common.train_options(args, args.model),
+              resumable=common.RESUMABLE_TRAIN_OPTIONS),
+        Stage("average", average, f"average the last {args.average} checkpoints", inputs=[ckpt],
+              outputs=[avg, averaged_info_path(avg)], options={"average": args.average}),
         Stage("generate", generate, f"fairseq-generate, beam {args.beam}, {penalty}, on the test set",
-              inputs=[avg, data_bin / f"test.{src}-{tgt}.{src}.bin"], outputs=[gen]),
+              inputs=[avg, *dicts, *(p for p in binary if ".test." in p.name)], outputs=[gen],
+              options={"beam": args.beam, "length_penalty": penalty}),
         Stage("score", score, "tokenized BLEU and sacreBLEU",
-              inputs=[gen, raw / f"test.{tgt}", tok / f"test.{tgt}"], outputs=[W / "results.json"]),
+              inputs=[gen, raw / f"test.{tgt}", tok / f"test.{tgt}", averaged_info_path(avg)],
+              outputs=[W / "results.json"]),
     ]
 
 

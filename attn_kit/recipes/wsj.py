@@ -63,6 +63,8 @@ from ..cli import UsageError, UserError, log, main_guard, write_json_atomic
 from ..metrics.trees import (REPAIRS, TreeError, delinearize, gold_tree, linearize, read_mrg, read_tree_lines,
                              strip_tree)
 from ..paper import TABLE4_F1
+from ..pipeline import verify
+from ..pipeline.lock import workdir_lock
 from ..pipeline.stages import Stage, average_checkpoints, binarize, run_recipe
 from . import common, config
 from .common import REPO
@@ -656,6 +658,9 @@ def stages(args):
         for split in ("valid", "test"):
             decode(ctx, avg, split, args.beam, args.alpha, gen / f"{split}.out")
 
+    def log_of(stage: str) -> Path:  # where Context.sh logs a stage's commands
+        return W / "logs" / f"{stage}.log"
+
     def trial_stage(trial):
         """One --tune training setting: train (once: ``train.done`` marks a finished
         training), average, decode section 22 with every decoding setting, score it."""
@@ -696,7 +701,10 @@ def stages(args):
         return Stage(trial["stage"], run, f"train with dropout {trial['dropout']:g}, attention dropout "
                                           f"{trial['attention_dropout']:g}, lr scale {trial['lr_scale']:g}; average; "
                                           f"section 22 with {len(decode_settings(args))} decoding settings",
-                     inputs=[data_bin / f"dict.{SRC}.txt"],
+                     inputs=train_data, scratch=[folder, log_of(trial["stage"])],
+                     options=common.train_options(args, model_flags(args, trial["dropout"], trial["attention_dropout"]),
+                                                  lr_scale=trial["lr_scale"]),
+                     resumable=common.RESUMABLE_TRAIN_OPTIONS,
                      # a decoding setting added to the grid makes the stage run again (training is not redone)
                      outputs=[folder / "trial.json",
                               *(folder / "eval" / f"valid.{dec['name']}.evalb" for dec in decode_settings(args))])
@@ -751,14 +759,21 @@ def stages(args):
                 ctx.sh(evalb_command(args, prep / f"{split}.gold", ev / f"{split}.parsed"), stdout=tmp)
         ctx.step(f"write {W / 'results.json'}: EVALB F1 on dev and test, repair counts", write_results, args)
 
+    train_data = [data_bin / f"dict.{SRC}.txt", data_bin / f"dict.{TGT}.txt",
+                  *(data_bin / f"{split}.{SRC}-{TGT}.{lang}.{ext}" for split in ("train", "valid")
+                    for lang in (SRC, TGT) for ext in ("bin", "idx"))]
     data = [
         Stage("prepare", prepare, "read the treebank, strip, linearize",
+              inputs=[p for p in (args.ptb, args.extra_trees) if p],
               outputs=[prep / f"{split}.{ext}" for split in SPLITS for ext in (SRC, TGT, "tags")]
-              + [prep / "valid.gold", prep / "test.gold", prep / "stats.json"]),
+              + [prep / "valid.gold", prep / "test.gold", prep / "stats.json"],
+              options={"sections": args.sections, "pos_tags": args.pos_tags}),
         Stage("bpe", learn_apply_bpe, f"BPE on the input words, {args.vocab} symbols (subword-nmt)",
-              inputs=[prep / t for t in texts], outputs=[bpe / "codes", *(bpe / t for t in texts)]),
+              inputs=[prep / t for t in texts], outputs=[bpe / "codes", *(bpe / t for t in texts)],
+              options={"vocab": args.vocab}),
         Stage("binarize", binarize_stage, "fairseq-preprocess --joined-dictionary",
-              inputs=[bpe / t for t in texts], outputs=[data_bin / f"dict.{SRC}.txt", data_bin / f"dict.{TGT}.txt"]),
+              inputs=[bpe / t for t in texts], outputs=[data_bin / f"dict.{SRC}.txt", data_bin / f"dict.{TGT}.txt"],
+              check=lambda: verify.binarized(data_bin, SRC, TGT, SPLITS)),
     ]
     scoring = [
         Stage("trees", trees, "output sequences -> trees, with repairs",
@@ -784,7 +799,9 @@ def stages(args):
         *data,
         Stage("train", train, f"fairseq-train --arch {args.arch}{' (tiny)' if args.smoke else ''}, "
                               f"{args.max_update} updates, {args.ngpus or 'no'} GPU{'s' if args.ngpus != 1 else ''}",
-              inputs=[data_bin / f"dict.{SRC}.txt"], outputs=[ckpt / "checkpoint_last.pt"]),
+              inputs=train_data, outputs=[ckpt / "checkpoint_last.pt"], scratch=[ckpt, *common.train_records(args)],
+              options=common.train_options(args, model_flags(args, args.dropout, args.attention_dropout)),
+              resumable=common.RESUMABLE_TRAIN_OPTIONS),
         Stage("average", average, f"average the last {args.average} checkpoints", inputs=[ckpt], outputs=[avg]),
         Stage("generate", generate, f"fairseq-generate on dev and test: beam {args.beam}, GNMT alpha "
                                     f"{args.alpha:g}, max length input + {args.max_len_b}",
@@ -815,8 +832,12 @@ def report(r: dict):
 
 def main(argv=None):
     args = parse_args(argv)
-    forget_stale_selection(args)
-    run_recipe(args, stages(args), report)
+    if args.dry_run:
+        run_recipe(args, stages(args), report)
+        return
+    with workdir_lock(args.workdir):  # run_recipe holds it too; taken here so that nothing writes before it
+        forget_stale_selection(args)
+        run_recipe(args, stages(args), report)
 
 
 if __name__ == "__main__":
