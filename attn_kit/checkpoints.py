@@ -19,22 +19,45 @@ update than the newest interval checkpoint, it is the last of the N (see
 averaged.
 
 Checkpoints are read with torch's safe unpickler (attn_plugin.checkpoint): a
-file that is not a plain fairseq checkpoint is refused, never executed. The
-result keeps the newest input's options and metadata with averaged weights and
-no optimizer state, and is written atomically (temp file, then rename).
+file that is not a plain fairseq checkpoint is refused, never executed. Every
+input is checked before anything is written (each loads, holds a ``model`` of
+tensors only, with the same names and shapes as the others). The result keeps
+the newest input's options and metadata with averaged weights and no optimizer
+state, and is written atomically (temp file, then rename; a failure, a full
+disk included, leaves nothing behind).
+
+Resuming training (:func:`recover_last`): a ``checkpoint_last.pt`` that a kill
+or a full disk left truncated is moved aside and the newest intact
+``checkpoint_E_U.pt`` takes its place, so fairseq-train resumes from there.
 """
 import argparse
 import collections
 import json
 import os
 import re
-import sys
+import shutil
+from typing import Optional
 
-import torch
+from .cli import UsageError, UserError, atomic_output, log, write_text_atomic
 
-from attn_plugin.checkpoint import load_checkpoint
+UPDATE_CHECKPOINT = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")  # fairseq's checkpoint_{epoch}_{update}.pt
 
-from .cli import UserError, atomic_output, write_text_atomic
+
+def _plugin_checkpoint():
+    """:mod:`attn_plugin.checkpoint`, imported when first needed (importing the plugin imports
+    fairseq, which takes seconds), without the "Please install tensorboardX" line that fairseq's
+    text_to_speech task logs on import (translation needs neither)."""
+    import logging
+
+    logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
+    from attn_plugin import checkpoint
+
+    return checkpoint
+
+
+def load_checkpoint(path, mmap: bool = False) -> dict:
+    """:func:`attn_plugin.checkpoint.load_checkpoint`."""
+    return _plugin_checkpoint().load_checkpoint(path, mmap=mmap)
 
 
 def _numbered(directory, pattern, upper_bound=None):
@@ -51,7 +74,7 @@ def _numbered(directory, pattern, upper_bound=None):
 def epoch_checkpoints(directory, n, upper_bound=None):
     """The newest ``n`` epoch checkpoints (``checkpoint{E}.pt``) in ``directory``, newest first."""
     if n < 1:
-        raise UserError(f"--num-epoch-checkpoints must be >= 1 (got {n})")
+        raise UsageError(f"--num-epoch-checkpoints must be >= 1 (got {n})")
     found = _numbered(directory, re.compile(r"checkpoint(\d+)\.pt"), upper_bound)
     if len(found) < n:
         raise UserError(f"found {len(found)} epoch checkpoints in {directory}, need {n} "
@@ -75,7 +98,7 @@ def update_checkpoints(directory, n, upper_bound=None):
     ending at the final update of the run in ``directory`` (see
     :func:`update_candidates`)."""
     if n < 1:
-        raise UserError(f"--num-update-checkpoints must be >= 1 (got {n})")
+        raise UsageError(f"--num-update-checkpoints must be >= 1 (got {n})")
     found = update_candidates(directory, upper_bound)
     if len(found) < n:
         raise UserError(f"found {len(found)} update checkpoints in {directory}, need {n} "
@@ -95,7 +118,7 @@ def update_candidates(directory, upper_bound=None):
     ``upper_bound`` only updates <= upper_bound count, checkpoint_last.pt
     included.
     """
-    found = _numbered(directory, re.compile(r"checkpoint_(\d+)_(\d+)\.pt"), upper_bound)
+    found = _numbered(directory, UPDATE_CHECKPOINT, upper_bound)
     last = os.path.join(directory, "checkpoint_last.pt")
     if os.path.exists(last):
         final = checkpoint_update(last)
@@ -104,9 +127,43 @@ def update_candidates(directory, upper_bound=None):
     return found
 
 
+def check_inputs(paths) -> None:
+    """Raise UserError unless every one of ``paths`` loads as a fairseq checkpoint whose
+    ``model`` holds only tensors, with the same names and shapes as the first's."""
+    import torch
+
+    first = None
+    for path in paths:
+        model = load_checkpoint(path, mmap=True)["model"]
+        if not isinstance(model, dict):
+            raise UserError(f"{path}: its 'model' is a {type(model).__name__}, not a dict of tensors; "
+                            "not a fairseq checkpoint")
+        for name, value in model.items():
+            if not isinstance(value, torch.Tensor):
+                raise UserError(f"{path}: model entry {name!r} is a {type(value).__name__}, not a tensor; "
+                                "cannot average it")
+        shapes = {name: tuple(value.shape) for name, value in model.items()}
+        if first is None:
+            first = (path, shapes)
+            continue
+        ref_path, ref = first
+        if shapes != ref:
+            name = next((n for n in ref if n not in shapes), None) or next((n for n in shapes if n not in ref), None)
+            if name is not None:
+                where = path if name not in shapes else ref_path
+                raise UserError(f"{path} and {ref_path} hold different parameters ({name!r} is missing from "
+                                f"{where}); cannot average them")
+            name = next(n for n in ref if ref[n] != shapes[n])
+            raise UserError(f"{path} and {ref_path} hold models of different shapes ({name}: "
+                            f"{list(shapes[name])} vs {list(ref[name])}); cannot average them")
+
+
 def average_checkpoints(paths):
     """Element-wise mean of the ``model`` tensors of ``paths`` (in float64, then
-    the original dtype; integer tensors must agree); metadata from the first path."""
+    the original dtype; integer tensors must agree); metadata from the first path.
+    Call :func:`check_inputs` first."""
+    import torch
+
     total, newest = collections.OrderedDict(), None
     for path in paths:
         state = load_checkpoint(path)
@@ -151,15 +208,31 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+def check_output(output: str):
+    """Raise a one-line error now, before any averaging, if ``output`` cannot be written."""
+    if os.path.isdir(output):
+        raise UsageError(f"--output {output} is a directory; give the file to write, e.g. "
+                         f"{os.path.join(output, 'checkpoint_avg.pt')}")
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--output {output}: {parent} {'is not a directory' if os.path.exists(parent) else 'does not exist'}")
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"--output {output}: cannot write in {parent} (permission denied)")
+
+
 def main(argv=None) -> int:
     """``scripts/average_checkpoints.py``; run it under :func:`attn_kit.cli.main_guard`,
-    which reports the errors raised here as one ``error:`` line, exit status 1."""
+    which reports the errors raised here as one ``error:`` line, exit status 1 (2 for usage)."""
     args = parse_args(argv)
+    for flag in ("num_epoch_checkpoints", "num_update_checkpoints"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} must be >= 1 (got {getattr(args, flag)})")
+    check_output(args.output)
     n = args.num_epoch_checkpoints if args.num_epoch_checkpoints is not None else args.num_update_checkpoints
     updates = None
     if n is not None:
         if len(args.inputs) != 1 or not os.path.isdir(args.inputs[0]):
-            raise UserError("--num-epoch/update-checkpoints needs --inputs to be one directory")
+            raise UsageError("--num-epoch/update-checkpoints needs --inputs to be one directory")
         if args.num_update_checkpoints is not None:
             picked = update_checkpoints(args.inputs[0], n, args.checkpoint_upper_bound)
             updates, paths = [u for u, _ in picked], [p for _, p in reversed(picked)]  # newest first
@@ -167,19 +240,69 @@ def main(argv=None) -> int:
             paths = epoch_checkpoints(args.inputs[0], n, args.checkpoint_upper_bound)
     else:
         paths = args.inputs
-    print(f"averaging {len(paths)} checkpoints: {', '.join(paths)}", file=sys.stderr)
+    print(f"averaging {len(paths)} checkpoints: {', '.join(paths)}", flush=True)
     if updates:
-        print(f"at updates: {', '.join(map(str, updates))}", file=sys.stderr)
+        print(f"at updates: {', '.join(map(str, updates))}", flush=True)
+    check_inputs(paths)
     state = average_checkpoints(paths)
-    with atomic_output(args.output) as tmp:
-        torch.save(state, tmp)
+    save(state, args.output)
     if args.info_json:
         ordered = paths[::-1] if updates else paths  # ascending, as the update numbers
         info = {"paths": [os.path.abspath(p) for p in ordered], "updates": updates}
         write_text_atomic(args.info_json, json.dumps(info, indent=2))
-    print(f"wrote {args.output}", file=sys.stderr)
+    print(f"wrote {args.output}", flush=True)
     return 0
 
+
+def save(state: dict, output):
+    """``torch.save`` to ``output`` atomically, through a Python file, so that a failed write
+    (a full disk included: :func:`attn_kit.cli.atomic_output`) is one line and leaves nothing."""
+    import torch
+
+    try:
+        with atomic_output(output) as tmp, open(tmp, "wb") as f:
+            torch.save(state, f)
+    except OSError as exc:
+        raise UserError(f"cannot write {output}: {exc.strerror or exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------- resuming
+def _aside(path: str) -> str:
+    """Move ``path`` to the first free ``PATH.bad``, ``PATH.bad2``, ...; return the new name."""
+    n, target = 1, f"{path}.bad"
+    while os.path.exists(target):
+        n += 1
+        target = f"{path}.bad{n}"
+    os.replace(path, target)
+    return target
+
+
+def recover_last(directory) -> None:
+    """Before fairseq-train resumes in ``directory``: if ``checkpoint_last.pt`` is damaged
+    (:func:`attn_plugin.checkpoint.damaged`; moved aside as ``checkpoint_last.pt.bad``) or
+    missing while interval checkpoints are there, copy the newest intact ``checkpoint_E_U.pt``
+    to ``checkpoint_last.pt``, which fairseq resumes from; say what was done in one line."""
+    directory = str(directory)
+    last = os.path.join(directory, "checkpoint_last.pt")
+    interval = _numbered(directory, UPDATE_CHECKPOINT)[::-1] if os.path.isdir(directory) else []  # newest first
+    if not interval and not os.path.exists(last):
+        return  # a first start
+    damaged = _plugin_checkpoint().damaged
+    if os.path.exists(last):
+        why = damaged(last)
+        if why is None:
+            return
+        what = f"{last} {why}; moved it to {os.path.basename(_aside(last))}"
+    else:
+        what = f"{last} is missing"
+    for update, path in interval:
+        if damaged(path) is None:
+            with atomic_output(last) as tmp:
+                shutil.copyfile(path, tmp)
+            log(f"{what}; resuming from {os.path.basename(path)} (update {update}), the newest intact checkpoint")
+            return
+        log(f"{path} {damaged(path)}; not resuming from it")
+    log(f"{what}, and no intact checkpoint is left: training starts from the beginning")
 
 
 if __name__ == "__main__":  # python -m attn_kit.checkpoints: what the recipes' average stage runs

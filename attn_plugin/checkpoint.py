@@ -22,8 +22,11 @@ fairseq-train (resume), fairseq-generate and fairseq-interactive all use, and
 to its broadcast: see :mod:`attn_plugin.fairseq_patches`.
 """
 import argparse
+import os
 import pickle
 import re
+import zipfile
+from typing import Optional
 
 import numpy as np
 import torch
@@ -49,22 +52,78 @@ def allow_fairseq_checkpoint_types():
     torch.serialization.add_safe_globals(FAIRSEQ_CHECKPOINT_GLOBALS)
 
 
+LEGACY_TORCH_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa85019")  # how torch's pre-1.6 format begins
+
+
+def damaged(path) -> Optional[str]:
+    """Why the file ``path`` is not a complete checkpoint as ``torch.save`` writes it (a zip
+    archive holding ``data.pkl``, each member passing its CRC check), in words, or None if it
+    is one. Reads the file but unpickles nothing. Files in torch's legacy format cannot be
+    checked without loading them and count as complete."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(len(LEGACY_TORCH_MAGIC))
+        if size == 0:
+            return "is empty (0 bytes): it was created but never written"
+        if head == LEGACY_TORCH_MAGIC:
+            return None
+        if not head.startswith(b"PK"):
+            return (f"is not a PyTorch checkpoint: it begins with {head[:8]!r}, not the zip archive torch.save "
+                    "writes")
+        with zipfile.ZipFile(path) as archive:
+            if not any(name == "data.pkl" or name.endswith("/data.pkl") for name in archive.namelist()):
+                return "is a zip archive but not a PyTorch checkpoint (no data.pkl in it)"
+            bad = archive.testzip()
+            if bad:
+                return f"is damaged: its member {bad} fails its CRC check"
+    except zipfile.BadZipFile:
+        return f"is truncated: not a complete zip archive ({size} bytes)"
+    except (OSError, EOFError) as exc:
+        return f"cannot be read ({exc})"
+    return None
+
+
 def describe_load_error(path, exc: BaseException) -> str:
     """One line saying why ``path`` could not be loaded as a checkpoint."""
     msg = str(exc)
     if isinstance(exc, (FileNotFoundError, IsADirectoryError)):
         return f"checkpoint not found: {path}"
-    if isinstance(exc, pickle.UnpicklingError):
-        unsafe = re.search(r"GLOBAL ([\w.]+)", msg) or re.search(r"Unsupported global: ([\w.]+)", msg)
-        what = f"'{unsafe.group(1)}'" if unsafe else "a type"
-        return (f"refused to load {path}: its pickle asks for {what}, which fairseq checkpoints never contain "
-                "(loading it could run code); nothing from it was executed")
-    if isinstance(exc, (RuntimeError, EOFError, ValueError)) and re.search(
-            r"zip archive|PytorchStreamReader|Ran out of input|EOF|invalid load key|magic number", msg):
-        return f"{path} is truncated or not a PyTorch checkpoint ({msg.splitlines()[0][:120]})"
+    unsafe = re.search(r"Unsupported global: GLOBAL ([\w.]+)", msg) or re.search(r"GLOBAL ([\w.]+)", msg)
+    if isinstance(exc, pickle.UnpicklingError) and unsafe:
+        return (f"refused to load {path}: its pickle asks for '{unsafe.group(1)}', which fairseq checkpoints never "
+                "contain (loading it could run code); nothing from it was executed")
+    what = damaged(path) if os.path.isfile(path) else None
+    if what:
+        hint = ("; a run killed or a disk filled while saving leaves such files: use another checkpoint"
+                if what.startswith(("is truncated", "is empty", "is damaged")) else "")
+        return f"{path} {what}{hint}"
     if isinstance(exc, (KeyError, TypeError, AttributeError)):
         return f"{path} is not a fairseq checkpoint (unexpected content: {type(exc).__name__}: {msg[:120]})"
+    if isinstance(exc, (EOFError, pickle.UnpicklingError)):
+        return f"{path} is truncated or not a PyTorch checkpoint ({type(exc).__name__}: {msg.splitlines()[0][:120] if msg else 'ran out of input'})"
     return f"cannot load checkpoint {path}: {type(exc).__name__}: {msg.splitlines()[0][:200] if msg else ''}"
+
+
+_SIZE_MISMATCH = re.compile(r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\((\[[^\]]*\])\) "
+                            r"from checkpoint, the shape in current model is torch\.Size\((\[[^\]]*\])\)")
+
+
+def describe_model_error(paths, exc: BaseException) -> Optional[str]:
+    """One line for the two ways building a model from checkpoint ``paths`` fails on the
+    user's input (fairseq's ``load_model_ensemble_and_task``), or None for anything else:
+    a file that is not there, and weights that do not fit the model the data and options
+    make (a checkpoint trained with another dictionary: fairseq's size-mismatch traceback)."""
+    missing = re.fullmatch(r"Model file not found: (.*)", str(exc))
+    if isinstance(exc, OSError) and missing:
+        return f"checkpoint not found: {missing.group(1)} (--path)"
+    mismatch = _SIZE_MISMATCH.search(str(exc))
+    if isinstance(exc, RuntimeError) and mismatch:
+        name, theirs, ours = mismatch.groups()
+        vocab = " (the vocabulary: it was trained with another dictionary)" if "embed_tokens" in name else ""
+        return (f"{':'.join(map(str, paths))} does not fit this data and model: {name} is {theirs} in the checkpoint "
+                f"but {ours} here{vocab}; use the data-bin and options it was trained with")
+    return None
 
 
 def load_checkpoint(path, mmap: bool = False) -> dict:

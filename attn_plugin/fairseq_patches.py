@@ -32,12 +32,23 @@ changes nothing. Nothing else in the plugin patches anything. The patches:
    while the broadcast runs.
    Test: tests/test_checkpoint.py::test_resume_broadcast_reaches_the_other_rank.
 
-4. **``sys.excepthook``** becomes :func:`attn_plugin.errors.excepthook`: an
+4. **fairseq's model loader** (``fairseq.checkpoint_utils.load_model_ensemble_and_task``,
+   behind fairseq-generate, fairseq-interactive and ``from_pretrained``) is
+   wrapped: a ``--path`` that does not exist and weights that do not fit the
+   model (a checkpoint trained with another dictionary) become one-line
+   :class:`~attn_plugin.errors.CheckpointError` errors
+   (``attn_plugin.checkpoint.describe_model_error``); other errors pass unchanged.
+   Why: fairseq raises ``OSError: Model file not found`` and a size-mismatch
+   ``RuntimeError`` listing every embedding, each after a long traceback.
+   Tests: tests/test_faults.py::test_generate_with_a_missing_checkpoint,
+   ::test_generate_with_a_checkpoint_for_another_dictionary.
+
+5. **``sys.excepthook``** becomes :func:`attn_plugin.errors.excepthook`: an
    uncaught :class:`~attn_plugin.errors.AttnPluginError` (a refused
    checkpoint, options that do not fit) prints as one ``error: ...`` line, exit
    status 1; other exceptions keep Python's traceback.
    Why: fairseq's command lines have no handler of their own, so the one-line
-   errors of patch 2 and the model's ``ConfigError`` would end in a traceback.
+   errors of patches 2 and 4 and the model's ``ConfigError`` would end in a traceback.
    Tests: tests/test_checkpoint.py (the "error: " lines above),
    tests/test_registration.py::test_plugin_and_library_print_the_same_error_line.
 """
@@ -46,7 +57,8 @@ import sys
 
 import torch
 
-from .checkpoint import allow_fairseq_checkpoint_types, broadcast_state_globals, describe_load_error
+from .checkpoint import (allow_fairseq_checkpoint_types, broadcast_state_globals, describe_load_error,
+                         describe_model_error)
 from .errors import CheckpointError, excepthook
 
 _MARK = "_attn_plugin"  # set on each wrapper, so a second install() leaves it alone
@@ -57,6 +69,7 @@ def install():
     allow_fairseq_checkpoint_types()
     _patch_checkpoint_loader()
     _patch_broadcast()
+    _patch_model_loader()
     sys.excepthook = excepthook
 
 
@@ -100,3 +113,27 @@ def _patch_broadcast():
 
     setattr(broadcast_object_slow, _MARK, True)
     distributed_utils._broadcast_object_slow = broadcast_object_slow
+
+
+def _patch_model_loader():
+    """Patch 4: a missing --path or a checkpoint that does not fit the model is one line."""
+    from fairseq import checkpoint_utils
+
+    original = checkpoint_utils.load_model_ensemble_and_task
+    if _patched(original):
+        return
+
+    @functools.wraps(original)
+    def load_model_ensemble_and_task(filenames, *args, **kwargs):
+        try:
+            return original(filenames, *args, **kwargs)
+        except (OSError, RuntimeError) as exc:
+            if isinstance(exc, CheckpointError):
+                raise
+            message = describe_model_error(filenames, exc)
+            if message is None:
+                raise
+            raise CheckpointError(message) from None
+
+    setattr(load_model_ensemble_and_task, _MARK, True)
+    checkpoint_utils.load_model_ensemble_and_task = load_model_ensemble_and_task
