@@ -3,8 +3,8 @@
 Every table README shows between ``<!-- table:NAME -->`` and
 ``<!-- /table:NAME -->`` is written by this script from the results files under
 ``recipes/results/`` and ``benchmarks/results/`` (each with the command,
-commit, machine and date that made its numbers); nothing between the markers
-is typed by hand.
+commit, machine and date that made its numbers), or, for the fault cases, from
+:data:`attn_kit.faults.CASES`; nothing between the markers is typed by hand.
 
     python scripts/readme_tables.py           # rewrite README.md's tables
     python scripts/readme_tables.py --check   # exit 1 if README differs from the files (a test runs this)
@@ -174,8 +174,17 @@ def gpu_benchmarks() -> str:
                         BENCH / "h100_train_bf16_autocast.json", BENCH / "h100_generate_bf16.json")
 
 
+# ---------------------------------------------------------------------------------------------- faults
+def faults() -> str:
+    """What happens when things go wrong: the cases of attn_kit.faults, each with its test."""
+    from .faults import CASES
+
+    rows = [(c.fault, c.outcome, f"`{c.test}`") for c in CASES]
+    return table(["what goes wrong", "what happens", "test (tests/test_faults.py)"], rows)
+
+
 TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "tokens_per_update": tokens_per_update,
-          "cpu_benchmarks": cpu_benchmarks, "gpu_benchmarks": gpu_benchmarks}
+          "cpu_benchmarks": cpu_benchmarks, "gpu_benchmarks": gpu_benchmarks, "faults": faults}
 
 
 def render(text: str) -> str:

@@ -90,6 +90,21 @@ def plugin_run(data_bin, tmp_path_factory):
     return save, proc.stdout + proc.stderr
 
 
+# A --smoke run of the WMT14 recipe small enough to repeat: 25 updates, checkpoints at 10 and 20, and the
+# average of the last 2 (checkpoint_1_20.pt and the final checkpoint_last.pt).
+SMOKE_RUN = ["--pair", "en-de", "--smoke", "--max-update", "25", "--save-interval-updates", "10", "--average", "2"]
+RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14"]
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """A finished run of the WMT14 recipe with SMOKE_RUN, shared by the tests that compare with
+    it or copy it (tests/test_recipe_wmt14.py, tests/test_faults.py); none may change it."""
+    work = tmp_path_factory.mktemp("smoke_run") / "w"
+    run([*RECIPE, *SMOKE_RUN, "--workdir", work], timeout=900)
+    return work
+
+
 @pytest.fixture(scope="session")
 def stock_checkpoint(data_bin, tmp_path_factory):
     """A checkpoint of stock fairseq's transformer, trained with stock fairseq-train."""

@@ -1,5 +1,7 @@
 """The stage library (attn_kit.pipeline.stages) that every recipe runs on: skipping
 finished stages, failing cleanly, stage ranges, dry runs (no training here)."""
+import os
+import shutil
 import subprocess
 import sys
 
@@ -120,3 +122,154 @@ def test_dry_run_runs_nothing_even_for_finished_stages(tmp_path):
     stage = Stage("s", lambda ctx: ctx.step("would do it", calls.append, "ran"))
     Pipeline(tmp_path / "w", [stage], dry_run=True).run()
     assert calls == [] and not (tmp_path / "w").exists()
+
+
+# --------------------------------------------------------------------------- stamps that notice changes
+def chain(root, calls, options=None, resumable=(), check=None):
+    """upper: src.txt -> upper.txt (its text in capitals); count: upper.txt -> count.txt (its
+    number of lines); each appends its name to ``calls`` when it runs."""
+    def upper(ctx):
+        calls.append("upper")
+        with ctx.output(root / "upper.txt") as tmp:
+            tmp.write_text((root / "src.txt").read_text().upper())
+
+    def count(ctx):
+        calls.append("count")
+        with ctx.output(root / "count.txt") as tmp:
+            tmp.write_text(str(len((root / "upper.txt").read_text().splitlines())))
+
+    return [Stage("upper", upper, inputs=[root / "src.txt"], outputs=[root / "upper.txt"],
+                  options=options or {}, resumable=resumable, check=check),
+            Stage("count", count, inputs=[root / "upper.txt"], outputs=[root / "count.txt"])]
+
+
+def test_a_changed_input_reruns_its_stage_and_the_stages_after_it(tmp_path, capsys):
+    calls = []
+    (tmp_path / "src.txt").write_text("a\nb\n")
+    Pipeline(tmp_path, chain(tmp_path, calls)).run()
+    (tmp_path / "src.txt").write_text("a\nb\nc\n")
+    Pipeline(tmp_path, chain(tmp_path, calls)).run()
+    assert calls == ["upper", "count", "upper", "count"]
+    out = capsys.readouterr().out
+    assert "stage 1/2 upper: input src.txt changed since the stage ran (4 -> 6 bytes); starting it over " \
+           f"(its old outputs moved to {tmp_path / 'stale' / 'upper'}/)" in out
+    assert "stage 2/2 count: input upper.txt changed since the stage ran (4 -> 6 bytes); starting it over" in out
+    assert (tmp_path / "count.txt").read_text() == "3"
+    assert (tmp_path / "stale" / "count" / "count.txt").read_text() == "2"  # nothing deleted
+
+
+def test_an_output_made_again_identical_leaves_later_stages_done(tmp_path):
+    """Content, not time: a stage run again that makes the same bytes does not make later stages stale."""
+    calls = []
+    (tmp_path / "src.txt").write_text("a\nb\n")
+    Pipeline(tmp_path, chain(tmp_path, calls)).run()
+    (tmp_path / "src.txt").write_text("A\nB\n")  # same capitals
+    Pipeline(tmp_path, chain(tmp_path, calls)).run()
+    assert calls == ["upper", "count", "upper"]
+
+
+def test_options_start_a_stage_over_and_resumable_ones_run_it_on_its_outputs(tmp_path, capsys):
+    calls = []
+    (tmp_path / "src.txt").write_text("a\n")
+    Pipeline(tmp_path, chain(tmp_path, calls, {"merges": 10, "updates": 5}, resumable=["updates"])).run()
+    Pipeline(tmp_path, chain(tmp_path, calls, {"merges": 10, "updates": 8}, resumable=["updates"])).run()
+    assert "stage 1/2 upper: option updates changed (5 -> 8); running it again on top of its outputs" \
+        in capsys.readouterr().out
+    assert not (tmp_path / "stale").exists()
+    Pipeline(tmp_path, chain(tmp_path, calls, {"merges": 20, "updates": 8}, resumable=["updates"])).run()
+    assert "stage 1/2 upper: option merges changed (10 -> 20); starting it over" in capsys.readouterr().out
+    Pipeline(tmp_path, chain(tmp_path, calls, {"merges": 20, "updates": 8}, resumable=["updates"])).run()
+    assert calls == ["upper", "count", "upper", "upper"]  # count's input came out the same each time
+
+
+def test_a_damaged_output_is_set_aside_and_made_again(tmp_path, capsys):
+    calls = []
+    (tmp_path / "src.txt").write_text("a\nb\n")
+    Pipeline(tmp_path, chain(tmp_path, calls)).run()
+    (tmp_path / "upper.txt").write_text("A\n")
+    Pipeline(tmp_path, chain(tmp_path, calls)).run()
+    assert calls == ["upper", "count", "upper"]
+    assert "stage 1/2 upper: output upper.txt changed since the stage made it (4 -> 2 bytes); running it again " \
+           f"(moved to {tmp_path / 'stale' / 'upper'}/)" in capsys.readouterr().out
+    assert (tmp_path / "upper.txt").read_text() == "A\nB\n" and (tmp_path / "stale/upper/upper.txt").read_text() == "A\n"
+
+
+def test_a_finished_run_reads_no_file_again(tmp_path, monkeypatch):
+    """Rerunning a finished pipeline costs a stat per file: no hash is computed again."""
+    from attn_kit.pipeline import fingerprint
+
+    (tmp_path / "src.txt").write_text("a\nb\n")
+    Pipeline(tmp_path, chain(tmp_path, [])).run()
+    hashed = []
+    monkeypatch.setattr(fingerprint, "sha256_of", lambda path: hashed.append(path) or "x")
+    calls = []
+    Pipeline(tmp_path, chain(tmp_path, calls)).run()
+    assert calls == [] and hashed == []
+    os.utime(tmp_path / "src.txt")  # touched, same bytes: hashed again, found unchanged
+    monkeypatch.undo()
+    Pipeline(tmp_path, chain(tmp_path, calls)).run()
+    assert calls == []
+
+
+def test_an_incomplete_output_is_not_stamped(tmp_path):
+    def check():
+        raise UserError("upper.txt has 2 lines but src.txt has 3")
+
+    (tmp_path / "src.txt").write_text("a\nb\n")
+    with pytest.raises(UserError, match=r"^stage upper made incomplete output: upper.txt has 2 lines but .* \(its "
+                                        r"outputs moved to .*stale/upper/\)$"):
+        Pipeline(tmp_path, chain(tmp_path, [], check=check)).run()
+    assert not (tmp_path / ".stages" / "upper.done").exists() and not (tmp_path / "upper.txt").exists()
+    assert (tmp_path / "stale" / "upper" / "upper.txt").exists()
+
+
+def test_a_stage_stopped_half_way_starts_over_if_its_input_changed_meanwhile(tmp_path, capsys):
+    (tmp_path / "src.txt").write_text("a\n")
+
+    def broken(ctx):
+        (tmp_path / "upper.txt").write_text("A\n")  # some of its work, then it stops
+        raise UserError("stopped")
+
+    stages = chain(tmp_path, [])
+    with pytest.raises(UserError):
+        Pipeline(tmp_path, [Stage("upper", broken, inputs=[tmp_path / "src.txt"], outputs=[tmp_path / "upper.txt"]),
+                            stages[1]]).run()
+    (tmp_path / "src.txt").write_text("b\n")
+    Pipeline(tmp_path, stages).run()
+    assert "stage 1/2 upper: input src.txt changed since the stage ran (same size, different content); starting " \
+           "it over" in capsys.readouterr().out
+    assert (tmp_path / "upper.txt").read_text() == "B\n"
+
+
+# --------------------------------------------------------------------------- completeness checks
+def test_parallel_text_must_have_equal_line_counts(tmp_path):
+    from attn_kit.pipeline import verify
+
+    (tmp_path / "a.en").write_text("1\n2\n")
+    (tmp_path / "a.de").write_text("1\n")
+    with pytest.raises(UserError, match=r"a.en has 2 lines but .*a.de has 1; parallel files"):
+        verify.parallel_text([(tmp_path / "a.en", tmp_path / "a.de")])
+
+
+def test_a_binarized_dataset_must_match_its_index(data_bin, tmp_path):
+    """fairseq-preprocess's real output passes; a .bin cut short, an index cut short and a
+    .bin from another split fail, each naming the file."""
+    from attn_kit.pipeline import verify
+
+    copy = tmp_path / "bin"
+    shutil.copytree(data_bin, copy)
+    verify.binarized(copy, "src", "tgt", ["train", "valid", "test"])
+    assert verify.fairseq_dataset(copy / "train.src-tgt.src") == 600
+    train = copy / "train.src-tgt.tgt.bin"
+    data = train.read_bytes()
+    train.write_bytes(data[:len(data) // 2])
+    with pytest.raises(UserError, match=rf"^{train} is {len(data) // 2} bytes but .*idx describes 600 sentences in "
+                                        rf"{len(data)} bytes"):
+        verify.binarized(copy, "src", "tgt", ["train"])
+    idx = copy / "valid.src-tgt.src.idx"
+    idx.write_bytes(idx.read_bytes()[:-8])
+    with pytest.raises(UserError, match=rf"^{idx} is \d+ bytes but its header says 40 sentences"):
+        verify.fairseq_dataset(copy / "valid.src-tgt.src")
+    shutil.copy(copy / "train.src-tgt.src.bin", copy / "test.src-tgt.src.bin")
+    with pytest.raises(UserError, match="test.src-tgt.src.bin is .* bytes but"):
+        verify.fairseq_dataset(copy / "test.src-tgt.src")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, SMOKE_RUN
 from attn_kit.pipeline.launch import batch_plan
 
 RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14"]
@@ -195,7 +195,7 @@ def test_tampered_mirror_file_is_refused(tmp_path):
     assert not (work / ".stages" / "download.done").exists()
 
 
-def test_smoke_same_command_same_numbers_and_the_average_ends_at_the_final_update(tmp_path):
+def test_smoke_same_command_same_numbers_and_the_average_ends_at_the_final_update(smoke_run, tmp_path):
     """A fixed number of updates, a fixed seed and a fixed thread count: the same command gives the same
     averaged model (bit for bit) and the same BLEU. 25 updates with a checkpoint every 10: fairseq writes
     checkpoint_1_10.pt and checkpoint_1_20.pt, and the average of "the last 2" must be 20 and the final 25."""
@@ -203,10 +203,8 @@ def test_smoke_same_command_same_numbers_and_the_average_ends_at_the_final_updat
 
     import torch
 
-    args = ["--pair", "en-de", "--smoke", "--max-update", "25", "--save-interval-updates", "10", "--average", "2"]
-    a, b = tmp_path / "a", tmp_path / "b"
-    first = recipe(*args, "--workdir", a)
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    args = SMOKE_RUN
+    a, b = smoke_run, tmp_path / "b"
     # the second run: the same command on a copy of the prepared data (download..binarize), so that it
     # trains, averages, decodes and scores again from scratch
     for d in ("downloads", "orig", "raw", "tok", "bpe", "prep", "data-bin"):
