@@ -20,12 +20,12 @@ CASES = [
     Case("SIGTERM (a scheduler, `kill`) in the middle of any stage",
          "one line `error: terminated (SIGTERM); finished stages are kept, ...`, exit 143; the running command is "
          "stopped and temporary files removed; the same command resumes that stage and ends with " + SAME,
-         "test_kill_in_every_stage_then_rerun[SIGTERM]"),
+         "test_sigterm_then_sigkill_in_every_stage_then_rerun"),
     Case("SIGKILL of the recipe in the middle of any stage",
          "the commands it started get SIGTERM from the kernel and hold the work directory's lock until they exit; "
          "the same command then takes the lock over (one line says so), resumes the stage (training from its last "
          "checkpoint) and ends with " + SAME,
-         "test_kill_in_every_stage_then_rerun[SIGKILL]"),
+         "test_sigterm_then_sigkill_in_every_stage_then_rerun"),
     Case("a second run on the same `--workdir`",
          "exits at once with `error: WORKDIR is in use by another run (pid N, started ...: COMMAND)`; the first run "
          "goes on undisturbed",
