@@ -40,6 +40,14 @@ changes nothing. Nothing else in the plugin patches anything. The patches:
    errors of patch 2 and the model's ``ConfigError`` would end in a traceback.
    Tests: tests/test_checkpoint.py (the "error: " lines above),
    tests/test_registration.py::test_plugin_and_library_print_the_same_error_line.
+
+5. **fairseq's Slurm discovery on CPU** (``fairseq.distributed.utils.infer_init_method``)
+   runs with ``torch.cuda.set_device`` as a no-op while CUDA is unavailable.
+   Why: under ``srun`` fairseq reads the process group from Slurm's variables and
+   then calls ``torch.cuda.set_device(SLURM_LOCALID)`` unguarded, which fails on a
+   CPU-only machine for every task but the first, so CPU tasks (``--cpu``) could not
+   train together under srun. With CUDA available nothing changes.
+   Test: tests/test_slurm.py::test_sbatch_script_trains_two_cpu_processes_under_srun.
 """
 import functools
 import sys
@@ -57,6 +65,7 @@ def install():
     allow_fairseq_checkpoint_types()
     _patch_checkpoint_loader()
     _patch_broadcast()
+    _patch_slurm_discovery()
     sys.excepthook = excepthook
 
 
@@ -100,3 +109,26 @@ def _patch_broadcast():
 
     setattr(broadcast_object_slow, _MARK, True)
     distributed_utils._broadcast_object_slow = broadcast_object_slow
+
+
+def _patch_slurm_discovery():
+    """Patch 5: fairseq's Slurm discovery selects no CUDA device where there is none."""
+    from fairseq.distributed import utils as distributed_utils
+
+    original = getattr(distributed_utils, "infer_init_method", None)
+    if _patched(original):
+        return
+
+    @functools.wraps(original)
+    def infer_init_method(*args, **kwargs):
+        if torch.cuda.is_available():
+            return original(*args, **kwargs)
+        set_device = torch.cuda.set_device
+        torch.cuda.set_device = lambda device: None
+        try:
+            return original(*args, **kwargs)
+        finally:
+            torch.cuda.set_device = set_device
+
+    setattr(infer_init_method, _MARK, True)
+    distributed_utils.infer_init_method = infer_init_method
