@@ -143,9 +143,12 @@ def test_smoke_en_de_kill_resume_two_cpu_processes_and_idempotent_rerun(tmp_path
     assert "distributed init (rank 1)" in (work / "logs" / "worker1.log").read_text()
 
     results = json.loads((work / "results.json").read_text())
-    for key in ("bleu_compound_split", "bleu_tokenized", "sacrebleu", "sacrebleu_signature", "arch", "updates",
-                "gpus"):
+    for key in ("bleu_t2t", "bleu_compound_split", "bleu_tokenized", "sacrebleu", "sacrebleu_signature", "arch",
+                "updates", "gpus", "averaged_updates", "tokens_per_update", "train_command"):
         assert key in results, key
+    assert "compound split" in results["bleu_t2t_protocol"] and results["averaged_updates"][-1] == results["updates"]
+    rows = [line.strip() for line in first.stdout.splitlines() if line.startswith("  BLEU, ")]
+    assert rows[0].startswith("BLEU, the paper's protocol (t2t")  # printed first in the final table
     assert results["updates"] == 60 and results["arch"] == "attn_paper_base" and results["gpus"] == 0
     assert results["cpu_processes"] == 2 and results["test_sentences"] == 200
     assert results["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")

@@ -26,6 +26,7 @@ checkpoint) when the same command is run again. Settings of every mode:
 recipes/configs/wmt14.yaml.
 """
 import argparse
+import dataclasses
 import json
 import lzma
 import os
@@ -416,7 +417,7 @@ def write_results(args, src: str, tgt: str, penalty: str):
     paper = t2t_bleu(hyps, refs, lang=tgt)  # the paper's protocol (tensor2tensor's get_ende_bleu.sh)
     out = {"bleu_t2t": round(paper.score, 2), "bleu_t2t_protocol": T2T_PROTOCOL[tgt == "de"],
            "mode": args.mode, "pair": f"{src}-{tgt}", "arch": args.arch,
-           "model_overrides": args.model, "model_size": _size_record(args.size),
+           "model_overrides": args.model, "model_size": dataclasses.asdict(args.size) if args.size else None,
            "sacrebleu": round(result.score, 2), "sacrebleu_signature": str(bleu.get_signature()),
            "bleu_tokenized": round(multi_bleu(hyps_tok, tok_refs).score, 2)}
     if tgt == "de":
@@ -435,12 +436,6 @@ def write_results(args, src: str, tgt: str, penalty: str):
     if vocab:
         out["vocabulary"] = vocab
     write_json_atomic(W / "results.json", out)
-
-
-def _size_record(size):
-    if size is None:
-        return None
-    return {"layers": size.layers, "d_model": size.d_model, "d_ff": size.d_ff, "h": size.h, "p_drop": size.p_drop}
 
 
 def report(r: dict):
