@@ -141,14 +141,14 @@ def train_command(args, data_bin: Path, save_dir: Path, model: Iterable[str] = (
 def run_training(ctx, args, cmd: list, tail=None, record: Optional[Path] = None, model: Iterable[str] = ()):
     """Run ``cmd`` (from :func:`train_command`) showing updates done / total and an ETA,
     writing curves.csv / curves.png next to ``record`` at each validation; record the exact
-    command (its precision, the options given after ``--``) in ``record`` (default
-    WORKDIR/train_command.json). --dry-run also prints the run's cost (``model``: the size flags)."""
+    command and the options given after ``--`` in ``record`` (default WORKDIR/train_command.json;
+    :func:`training_record` reads the precision back from the command). --dry-run also prints the run's cost (``model``: the size flags)."""
     p = plan(args)
     record = Path(record or args.workdir / "train_command.json")
     log(f"{p.devices} device(s) x --max-tokens {p.max_tokens} x --update-freq {p.update_freq} "
         f"= {p.tokens_per_update} tokens per update (at most; padding included); precision {args.precision_used}")
     if not ctx.dry_run:
-        write_json_atomic(record, {"argv": cmd, "env": thread_env(args) or {}, "precision": precision_of(cmd),
+        write_json_atomic(record, {"argv": cmd, "env": thread_env(args) or {},
                                    "fairseq_extra_args": list(args.fairseq_extra)})
     curves = CurveWriter(ctx.log_dir / f"{ctx.stage}.log", record.parent, tail or TrainProgress(args.max_update),
                          f"{args.arch}, {record.parent.name}")
@@ -169,7 +169,7 @@ def vocabulary_estimate(args):
         if (args.workdir / "data-bin").is_dir() else None
     if dictionary:
         return dictionary_size(dictionary), f" ({dictionary.parent.name}'s dictionary)"
-    return getattr(args, "vocab_estimate", (37000, " (the paper's, an estimate)"))
+    return args.vocab_estimate
 
 
 def training_record(path: Path) -> dict:
