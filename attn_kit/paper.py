@@ -13,6 +13,12 @@ from typing import Dict, List, Optional
 TABLE2_BLEU = {("en-de", "attn_paper_base"): 27.3, ("en-de", "attn_paper_big"): 28.4,
                ("en-fr", "attn_paper_base"): 38.1, ("en-fr", "attn_paper_big_en_fr"): 41.8}
 TABLE2_FLOPS = {"attn_paper_base": 3.3e18, "attn_paper_big": 2.3e19}
+# How Table 2 got those costs (its footnote): "multiplying the training time, the number of GPUs used, and
+# an estimate of the sustained single-precision floating-point capacity of each GPU" (P100: 9.5 TFLOPS).
+# Sec. 5.2: one machine with 8 P100s; base 100K steps in 12 hours, big 300K steps in 3.5 days.
+TABLE2_TRAINING = {"attn_paper_base": {"hours": 12.0, "gpus": 8, "gpu": "P100", "time": "12 hours"},
+                   "attn_paper_big": {"hours": 3.5 * 24, "gpus": 8, "gpu": "P100", "time": "3.5 days"}}
+P100_SUSTAINED_TFLOPS = 9.5
 
 # Table 4: WSJ section 23 F1 of the 4-layer Transformer.
 TABLE4_F1 = {"wsj": 91.3, "semi-supervised": 92.7}

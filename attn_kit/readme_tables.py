@@ -3,8 +3,9 @@
 Every table README shows between ``<!-- table:NAME -->`` and
 ``<!-- /table:NAME -->`` is written by this script from the results files under
 ``recipes/results/`` and ``benchmarks/results/`` (each with the command,
-commit, machine and date that made its numbers), or, for the fault cases, from
-:data:`attn_kit.faults.CASES`; nothing between the markers is typed by hand.
+commit, machine and date that made its numbers), or, for ``training_cost``,
+computed from the paper's numbers by attn_kit.cost, or, for the fault cases,
+from :data:`attn_kit.faults.CASES`; nothing between the markers is typed by hand.
 
     python scripts/readme_tables.py           # rewrite README.md's tables
     python scripts/readme_tables.py --check   # exit 1 if README differs from the files (a test runs this)
@@ -174,6 +175,19 @@ def gpu_benchmarks() -> str:
                         BENCH / "h100_train_bf16_autocast.json", BENCH / "h100_generate_bf16.json")
 
 
+def training_cost() -> str:
+    """Table 2's cost recomputed from its footnote, beside the analytic count (attn_kit.cost): computed
+    from the paper's numbers, not measured, and kept here so that README says what the code computes."""
+    from .cost import GPUS, describe_table2
+
+    gpus = table(["GPU", "bf16", "fp16", "fp32 (dense TFLOPS)"],
+                 [(name, g.bf16 or "-", g.fp16, g.fp32) for name, g in GPUS.items()])
+    return ("\n".join(describe_table2()) + "\n\nComputed by `python scripts/training_cost.py --table2` from the paper's "
+            "numbers (Sec. 5.1-5.2, Table 2's footnote); the analytic count assumes 25000 source and 25000 target "
+            "tokens per update (Sec. 5.1), the shared 37000-token vocabulary and 30-token sentences. The GPUs a "
+            "wall-time estimate knows (`--gpu NAME`; vendor datasheets, dense):\n\n" + gpus)
+
+
 # ---------------------------------------------------------------------------------------------- faults
 def faults() -> str:
     """What happens when things go wrong: the cases of attn_kit.faults, each with its test."""
@@ -184,7 +198,8 @@ def faults() -> str:
 
 
 TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "tokens_per_update": tokens_per_update,
-          "cpu_benchmarks": cpu_benchmarks, "gpu_benchmarks": gpu_benchmarks, "faults": faults}
+          "cpu_benchmarks": cpu_benchmarks, "gpu_benchmarks": gpu_benchmarks, "training_cost": training_cost,
+          "faults": faults}
 
 
 def render(text: str) -> str:

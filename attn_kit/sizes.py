@@ -59,6 +59,18 @@ SIZES = {
 }
 
 
+# The paper's models as attn_plugin registers them (attn_plugin/models/attn_transformer.py: Table 3's
+# base and big rows, big with P_drop 0.1 for EN-FR, Sec. 6.3's parsing model), known here without
+# importing fairseq; tests/test_cost.py checks them against fairseq's own parser.
+ARCH_SIZES = {
+    "attn_paper_base": ModelSize(layers=6, d_model=512, d_ff=2048, h=8, p_drop=0.1),
+    "attn_transformer": ModelSize(layers=6, d_model=512, d_ff=2048, h=8, p_drop=0.1),
+    "attn_paper_big": ModelSize(layers=6, d_model=1024, d_ff=4096, h=16, p_drop=0.3),
+    "attn_paper_big_en_fr": ModelSize(layers=6, d_model=1024, d_ff=4096, h=16, p_drop=0.1),
+    "attn_paper_parse": ModelSize(layers=4, d_model=1024, d_ff=2048, h=8, p_drop=0.1),
+}
+
+
 def size(name: str) -> ModelSize:
     from .cli import UsageError
 

@@ -43,7 +43,15 @@ changes nothing. Nothing else in the plugin patches anything. The patches:
    Tests: tests/test_faults.py::test_generate_with_a_missing_checkpoint,
    ::test_generate_with_a_checkpoint_for_another_dictionary.
 
-5. **``sys.excepthook``** becomes :func:`attn_plugin.errors.excepthook`: an
+5. **fairseq's Slurm discovery on CPU** (``fairseq.distributed.utils.infer_init_method``)
+   runs with ``torch.cuda.set_device`` as a no-op while CUDA is unavailable.
+   Why: under ``srun`` fairseq reads the process group from Slurm's variables and
+   then calls ``torch.cuda.set_device(SLURM_LOCALID)`` unguarded, which fails on a
+   CPU-only machine for every task but the first, so CPU tasks (``--cpu``) could not
+   train together under srun. With CUDA available nothing changes.
+   Test: tests/test_slurm.py::test_sbatch_script_trains_two_cpu_processes_under_srun.
+
+6. **``sys.excepthook``** becomes :func:`attn_plugin.errors.excepthook`: an
    uncaught :class:`~attn_plugin.errors.AttnPluginError` (a refused
    checkpoint, options that do not fit) prints as one ``error: ...`` line, exit
    status 1; other exceptions keep Python's traceback.
@@ -70,6 +78,7 @@ def install():
     _patch_checkpoint_loader()
     _patch_broadcast()
     _patch_model_loader()
+    _patch_slurm_discovery()
     sys.excepthook = excepthook
 
 
@@ -137,3 +146,26 @@ def _patch_model_loader():
 
     setattr(load_model_ensemble_and_task, _MARK, True)
     checkpoint_utils.load_model_ensemble_and_task = load_model_ensemble_and_task
+
+
+def _patch_slurm_discovery():
+    """Patch 5: fairseq's Slurm discovery selects no CUDA device where there is none."""
+    from fairseq.distributed import utils as distributed_utils
+
+    original = getattr(distributed_utils, "infer_init_method", None)
+    if _patched(original):
+        return
+
+    @functools.wraps(original)
+    def infer_init_method(*args, **kwargs):
+        if torch.cuda.is_available():
+            return original(*args, **kwargs)
+        set_device = torch.cuda.set_device
+        torch.cuda.set_device = lambda device: None
+        try:
+            return original(*args, **kwargs)
+        finally:
+            torch.cuda.set_device = set_device
+
+    setattr(infer_init_method, _MARK, True)
+    distributed_utils.infer_init_method = infer_init_method

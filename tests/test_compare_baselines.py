@@ -143,37 +143,32 @@ def test_both_archs_of_a_pair_default_to_the_papers_size(pair):
     assert "--encoder-embed-dim" not in commands.model_flags("plugin", args, joined=True)  # the arch's own
 
 
-def test_precision_is_what_runs_and_bf16_is_refused():
+def test_precision_is_what_runs():
     args = comparison_args()
     assert args.precision == "fp32" and "--fp16" not in commands.train_command("plugin", args, REPO, True, 1, REPO)
-    assert comparison_args("--precision", "fp16").precision == "fp32"  # CPU trains in fp32 whatever is asked
-    with pytest.raises(UsageError, match="fairseq 0.12's --bf16 means TPU"):
-        comparison_args("--precision", "bf16")
+    assert comparison_args("--precision", "fp16").precision == "fp32"  # fairseq's fp16 does not run on CPU
     with pytest.raises(UsageError, match="unknown --precision 'fp8'"):
         comparison_args("--precision", "fp8")
-    # on GPUs (the count is checked against torch in parse_args, so set it afterwards): auto and fp16 train
-    # with fairseq's fp16 mixed precision, the report says so; several GPUs run the worker under torchrun
+    # on GPUs (the count is checked against torch in parse_args, so set it afterwards): fp16 trains with
+    # fairseq's fp16 mixed precision, bf16 (auto on bf16 GPUs) with the plugin task's bf16 autocast, and
+    # the report says which; several GPUs run the worker under torchrun
     from attn_kit.compare.report import device_label
     from attn_kit.pipeline.launch import used_precision
 
     args.ngpus = 8
-    for asked, used in (("auto", "fp16"), ("fp16", "fp16"), ("fp32", "fp32")):
-        args.precision = used_precision(asked, args.ngpus)
+    for asked, bf16_ok, used in (("auto", True, "bf16"), ("auto", False, "fp16"), ("fp16", True, "fp16"),
+                                 ("bf16", True, "bf16"), ("fp32", True, "fp32")):
+        args.precision = used_precision(asked, args.ngpus, bf16_ok=bf16_ok)
         assert args.precision == used
         cmd = commands.train_command("stock", args, REPO, True, 1, REPO / "x")
-        assert ("--fp16" in cmd) == (used == "fp16") and "--bf16" not in cmd and "--cpu" not in cmd
+        assert ("--fp16" in cmd) == (used == "fp16") and ("--bf16-autocast" in cmd) == (used == "bf16")
+        assert "--bf16" not in cmd and "--cpu" not in cmd
         assert cmd[cmd.index("-m") + 1] == commands.WORKER and "--nproc-per-node" in cmd
         gen = commands.generate_command(args, REPO, REPO / "c.pt", "test")
         assert ("--fp16" in gen) == (used == "fp16") and "--cpu" not in gen
     assert device_label(args) == "8 GPU(s), fp32"
     args.precision = "fp16"
     assert device_label(args) == "8 GPU(s), fp16 mixed precision"
-
-
-def test_bf16_is_one_usage_error_line():
-    proc = run([sys.executable, SCRIPT, "--bundled", "--max-update", "5", "--precision", "bf16"], check=False)
-    assert proc.returncode == 2
-    assert_one_error_line(proc, "--precision bf16 is not available yet", "fairseq 0.12's --bf16 means TPU")
 
 
 # ---------------------------------------------------------------------------

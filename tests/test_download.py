@@ -187,12 +187,16 @@ def test_make_tar_is_deterministic(tmp_path):
 def test_ctrl_c_keeps_the_partial_file(tmp_path, server):
     base, handler, _ = server()
 
+    progress = []
+
     def interrupt_on_progress(line):
         if " MB/s" in line and "got" not in line:
+            progress.append(line)
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         fetch(remote(), tmp_path, base, interrupt_on_progress, chunk=8192)
+    assert ", ETA " in progress[0]  # the size is known: the time left at the rate so far
     kept = (tmp_path / "data.tgz.partial").stat().st_size
     assert 0 < kept < len(DATA)
     assert fetch(remote(), tmp_path, base, quiet).read_bytes() == DATA

@@ -76,7 +76,7 @@ def test_dry_run_prints_the_paper_setup():
                         ("--adam-betas", "(0.9, 0.98)"), ("--adam-eps", "1e-9"), ("--label-smoothing", "0.1"),
                         ("--lr-scheduler", "attn_inverse_sqrt"), ("--keep-interval-updates", "20")]:
         assert flag(cmd, name) == value, name
-    assert "--fp16" in cmd or "--bf16" in cmd
+    assert ("--fp16" in cmd) != ("--bf16-autocast" in cmd) and "--bf16" not in cmd  # fairseq's --bf16 means TPU
     gen = next(line for line in out.splitlines() if line.startswith("  $ fairseq-generate"))
     assert "--beam 4" in gen and "--gnmt-alpha 0.6" in gen and "--max-len-a 1 --max-len-b 50" in gen
     assert "--num-update-checkpoints 20" in out  # Sec. 6.1: big averages the last 20

@@ -153,18 +153,17 @@ def matmul_rate(device: str, dtype: str) -> float:
 
 def train_flops_per_step(shape: str, sample) -> float:
     """Model FLOPs of one training step (forward + backward = 3x forward) on
-    ``sample``: every matmul against weights, the output layer over the
-    vocabulary and attention scores/values (causal self-attention counted
-    half, as the fused kernels skip the masked half). Padding counted as work."""
+    ``sample``, counted by :func:`attn_kit.cost.forward_flops`: every matmul against
+    weights, the output layer over the vocabulary and attention scores/values
+    (causal self-attention counted half, as the fused kernels skip the masked
+    half). Padding counted as work."""
+    from ..cost import Shape, Side, forward_flops
+
     dims, V = SHAPES[shape].dims, SHAPES[shape].vocab
-    d, f, n = dims.d_model, dims.d_ff, dims.layers
-    src, prev = sample["net_input"]["src_tokens"], sample["net_input"]["prev_output_tokens"]
-    B, S = src.shape
-    T = prev.shape[1]
-    enc = n * B * S * (2 * 4 * d * d + 2 * 2 * d * f + 2 * 2 * S * d)
-    dec = n * B * T * (2 * 4 * d * d + 2 * 4 * d * d + 2 * 2 * d * f + 2 * 2 * T * d / 2 + 2 * 2 * S * d)
-    out = B * T * 2 * d * V
-    return 3.0 * (enc + dec + out)
+    B, S = sample["net_input"]["src_tokens"].shape
+    T = sample["net_input"]["prev_output_tokens"].shape[1]
+    side = Side(dims.layers, dims.d_model, dims.d_ff, dims.h, dims.d_model // dims.h, dims.d_model // dims.h)
+    return 3.0 * forward_flops(Shape(side, side, V), B * S, B * T, S, T)
 
 
 def median(xs):

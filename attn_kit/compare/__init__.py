@@ -36,9 +36,12 @@ the two criteria), the last logged train nll_loss, and BLEU of beam-4 search
 (GNMT length penalty 0.6, Sec. 6.1) with the last checkpoint on --gen-subset,
 scored by sacreBLEU on the tokenized, BPE-removed output (tokenize=none).
 
-Precision: CPU trains in fp32; on GPUs --precision auto (the default) and fp16
-train with fairseq's fp16 mixed precision, fp32 in fp32; the report names the
-precision used. There is no bf16: fairseq 0.12's --bf16 means TPU training.
+Precision (attn_kit.pipeline.launch.used_precision): --precision auto (the
+default) trains in bf16 on GPUs that support it, fp16 on older GPUs, fp32 on
+CPU; bf16 is bf16 autocast with fp32 master weights and no loss scaling, through
+attn_plugin's task (--task attn_translation --bf16-autocast) for both models,
+since stock fairseq 0.12 has no bf16 path on GPUs (its --bf16 means TPU); fp16
+is fairseq's fp16 mixed precision. The report names the precision used.
 
 Writes WORKDIR/comparison.md (the table printed at the end), comparison.json
 (settings, commands, every run's numbers and validation curves) and

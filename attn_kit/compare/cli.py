@@ -62,8 +62,10 @@ def parse_args(argv=None):
     g.add_argument("--ngpus", type=int, default=0,
                    help="GPUs (0: CPU, the default; > 1: torchrun data parallel, --max-tokens per GPU)")
     g.add_argument("--precision", default="auto", metavar="{" + ",".join(PRECISIONS) + "}",
-                   help="GPU training precision: auto (the default) and fp16 train in fairseq's fp16 mixed "
-                        "precision, fp32 in fp32; on CPU always fp32. No bf16 yet: fairseq 0.12's --bf16 means TPU")
+                   help="training precision: auto (the default) = bf16 on GPUs that support it, fp16 on older "
+                        "GPUs, fp32 on CPU; bf16 = bf16 autocast with fp32 weights and no loss scaling (attn_plugin's "
+                        "task, --bf16-autocast, for both models; also on CPU); fp16 = fairseq's fp16 mixed precision "
+                        "(fp32 on CPU); fp32")
     g.add_argument("--threads", type=int,
                    help="CPU threads of each training and generation process (OMP_NUM_THREADS; default: "
                         "torch's choice, all cores). On a machine other jobs share, 1 avoids oversubscription")
@@ -101,7 +103,7 @@ def parse_args(argv=None):
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
     if args.dropout is not None and not 0 <= args.dropout < 1:
         raise UsageError("--dropout must be in [0, 1)")
-    args.precision = used_precision(args.precision, args.ngpus)  # what runs: fp32 on CPU, fp16 or fp32 on GPUs
+    args.precision = used_precision(args.precision, args.ngpus)  # what runs (bf16, fp16 or fp32)
     if args.ngpus > 0:
         try:
             import torch

@@ -4,7 +4,7 @@ the worker, :mod:`attn_kit.compare.worker`) and fairseq-generate, the same for b
 Functions take the parsed command line of :func:`attn_kit.compare.cli.parse_args`:
 ``arch`` (a pair of :data:`attn_kit.pairs.PAIRS`), ``size`` (a ModelSize, or None
 for the archs' own), the budget, batch, schedule and evaluation settings, and
-``precision`` (what is used: fp32 or fp16).
+``precision`` (what is used: fp32, fp16 or bf16).
 """
 import os
 import shutil
@@ -16,7 +16,7 @@ from ..build import PLUGIN_DIR
 from ..cli import UserError
 from ..pairs import arch_size
 from ..pairs import model_flags as pair_flags
-from ..pipeline.launch import launcher, precision_flags
+from ..pipeline.launch import flags_for, launcher
 from ..pipeline.process import console_script
 from ..results import REPO
 
@@ -64,8 +64,17 @@ def model_flags(which: str, args, joined: bool) -> List[str]:
 
 
 def device_flags(args) -> List[str]:
-    """``--cpu``, or the GPU precision's flags."""
-    return ["--cpu"] if args.ngpus == 0 else precision_flags(args.precision, args.ngpus)
+    """``--cpu`` on CPU, and the precision's flags (bf16: the plugin task's --bf16-autocast)."""
+    return (["--cpu"] if args.ngpus == 0 else []) + flags_for(args.precision)
+
+
+def precision_task(which: str, args) -> List[str]:
+    """bf16 trains both sides under attn_plugin's task (``--task attn_translation
+    --bf16-autocast``): stock fairseq 0.12 has no bf16 path on GPUs. The task is fairseq's
+    translation task otherwise, so the stock model, criterion and schedule stay stock."""
+    if args.precision != "bf16":
+        return []
+    return [*(["--user-dir", str(PLUGIN_DIR)] if which == "stock" else []), "--task", "attn_translation"]
 
 
 def train_command(which: str, args, data: Path, joined: bool, seed: int, run_dir: Path) -> List[str]:
@@ -74,7 +83,7 @@ def train_command(which: str, args, data: Path, joined: bool, seed: int, run_dir
     budget = (["--max-update", str(args.max_update)] if args.max_update
               else ["--stop-time-hours", repr(args.minutes / 2 / 60)])
     fairseq_args = [
-        str(data), *model_flags(which, args, joined),
+        str(data), *model_flags(which, args, joined), *precision_task(which, args),
         "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-9",
         "--max-tokens", str(args.max_tokens), "--update-freq", str(args.update_freq),
         "--required-batch-size-multiple", "1", "--seed", str(seed), *budget, *device_flags(args),

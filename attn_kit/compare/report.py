@@ -29,11 +29,15 @@ def ratio(summary, metric, spec=".3f"):
     return format(p / s, spec) if p and s else ""
 
 
+PRECISION_LABEL = {"fp16": "fp16 mixed precision", "bf16": "bf16 autocast (fp32 weights)"}
+
+
 def device_label(args) -> str:
     """Where and in what precision both models trained: what really ran."""
     if args.ngpus:
-        return f"{args.ngpus} GPU(s), " + ("fp16 mixed precision" if args.precision == "fp16" else args.precision)
-    return f"CPU, {args.precision}" + (f", {args.threads} thread(s) per process" if args.threads else "")
+        return f"{args.ngpus} GPU(s), " + PRECISION_LABEL.get(args.precision, args.precision)
+    return f"CPU, {PRECISION_LABEL.get(args.precision, args.precision)}" + (
+        f", {args.threads} thread(s) per process" if args.threads else "")
 
 
 def markdown(summary, args, runs) -> str:

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 from urllib.request import ProxyHandler, Request, build_opener, url2pathname, urlopen
 
 from ..cli import UserError, write_json_atomic
+from .progress import clock_text
 
 TIMEOUT = 60  # seconds without data before a connection counts as broken
 USER_AGENT = "attn_plugin-recipes (python urllib)"
@@ -228,7 +229,8 @@ def _copy(rf: RemoteFile, stream, partial: Path, start: int, total: Optional[int
             now, tenth = time.time(), 10 * done // total if total else 0
             if (now - last_t >= 5 or tenth > last_tenth) and done != total:
                 rate = (done - start) / mb / max(now - t0, 1e-6)
-                log(f"{rf.name}: {done / mb:.1f}{f' / {total / mb:.1f}' if total else ''} MB, {rate:.1f} MB/s")
+                eta = f", ETA {clock_text((total - done) / mb / rate)}" if total and rate > 0 else ""
+                log(f"{rf.name}: {done / mb:.1f}{f' / {total / mb:.1f}' if total else ''} MB, {rate:.1f} MB/s{eta}")
                 last_t, last_tenth = now, tenth
     if error is None and total and done < total:
         error = f"connection closed after {done} of {total} bytes"

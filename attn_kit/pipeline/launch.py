@@ -12,6 +12,10 @@ for the WMT recipes' 28000, 1 GPU x 7 x 4000, 2 x 4 x 3500, 8 x 1 x 3500.
 target), so the real tokens per update are fewer: scripts/tokens_per_update.py
 measures them, and results.json records them from the training log.
 
+Slurm: inside an allocation, ``srun`` starts one fairseq-train task per device
+(:func:`srun_launcher`); :mod:`attn_kit.pipeline.slurm` writes and submits the
+job that does so.
+
 CPU data parallel (``python -m attn_kit.pipeline.launch --nprocs N -- fairseq-train ...``):
 fairseq's torchrun path assumes CUDA (it fails with a modulo by zero on CPU) and
 its default DDP wrapper rejects CPU modules, so this starts N fairseq-train
@@ -62,44 +66,95 @@ def paper_optimization(warmup_updates: int, lr_scale: float = 1.0, label_smoothi
             "--criterion", "attn_label_smoothed_cross_entropy", "--label-smoothing", f"{label_smoothing:g}"]
 
 
-PRECISIONS = ("auto", "fp16", "fp32")
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+
+# The plugin task's option that trains (and validates) under bf16 autocast: fp32 master weights,
+# matmuls in bf16, no loss scaling (attn_plugin/tasks/attn_translation.py). fairseq 0.12's own
+# --bf16 "implies --tpu" and fails on GPUs (seen on an H100: no xla_device), so it is never used.
+BF16_FLAG = "--bf16-autocast"
 
 
-def used_precision(precision: str, gpus: int) -> str:
-    """What ``--precision auto|fp16|fp32`` really trains in on ``gpus`` GPUs (0: CPU):
-    fp32 on CPU whatever was asked, fp16 mixed precision on GPUs for auto and fp16.
-    The paper trained in fp32 on P100s; mixed precision is what makes the runs
-    affordable today. bf16 is refused: fairseq 0.12's ``--bf16`` "implies --tpu"
-    and fails on a GPU (seen on an H100: no xla_device), so asking for it would
-    only relabel an fp16 run."""
-    if precision == "bf16":
-        raise UsageError("--precision bf16 is not available yet: fairseq 0.12's --bf16 means TPU training "
-                         "(it fails on GPUs); use --precision auto or fp16 (fp16 mixed precision) or fp32")
+def gpu_supports_bf16() -> Optional[bool]:
+    """Whether the GPUs torch sees here compute in bf16 natively (compute capability >= 8.0:
+    A100, H100, L4, ...); None when no GPU is visible (a login node, a --dry-run elsewhere)."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        return all(torch.cuda.get_device_capability(i)[0] >= 8 for i in range(torch.cuda.device_count()))
+    except Exception:  # noqa: BLE001 -- a broken CUDA setup is "no GPU visible"
+        return None
+
+
+_DETECT = object()
+
+
+def used_precision(precision: str, gpus: int, bf16_ok=_DETECT) -> str:
+    """What ``--precision auto|bf16|fp16|fp32`` trains in on ``gpus`` GPUs (0: CPU).
+
+    - ``auto``: bf16 on GPUs that support it (``bf16_ok``; by default detected here, and
+      assumed when no GPU is visible, as on a login node: a job re-resolves it on its node),
+      fp16 on older GPUs, fp32 on CPU;
+    - ``bf16``: bf16 autocast with fp32 master weights and no loss scaling (:data:`BF16_FLAG`),
+      on GPUs and on CPU alike (torch has bf16 autocast on CPU);
+    - ``fp16``: fairseq's fp16 mixed precision with loss scaling on GPUs; fp32 on CPU, where
+      fairseq's fp16 does not run;
+    - ``fp32``: fp32, the paper's (it trained on P100s in fp32)."""
     if precision not in PRECISIONS:
         raise UsageError(f"unknown --precision {precision!r}; choose {', '.join(PRECISIONS)}")
-    return "fp32" if gpus == 0 or precision == "fp32" else "fp16"
+    if precision == "bf16" or precision == "fp32":
+        return precision
+    if gpus == 0:
+        return "fp32"
+    if precision == "fp16":
+        return "fp16"
+    if bf16_ok is _DETECT:
+        bf16_ok = gpu_supports_bf16()
+    return "fp16" if bf16_ok is False else "bf16"
+
+
+def flags_for(used: str) -> List[str]:
+    """fairseq-train flags of a precision :func:`used_precision` returned: ``--fp16``,
+    :data:`BF16_FLAG` (the plugin task's; needs ``--task attn_translation``) or none."""
+    return {"fp16": ["--fp16"], "bf16": [BF16_FLAG]}.get(used, [])
 
 
 def precision_flags(precision: str, gpus: int) -> List[str]:
-    """fairseq flags for ``--precision auto|fp16|fp32`` on ``gpus`` GPUs: those of
-    :func:`used_precision` (``--fp16`` for fp16, none for fp32)."""
-    return ["--fp16"] if used_precision(precision, gpus) == "fp16" else []
+    """fairseq flags for ``--precision`` on ``gpus`` GPUs: those of :func:`used_precision`."""
+    return flags_for(used_precision(precision, gpus))
+
+
+def precision_of(argv: List[str]) -> str:
+    """The precision a fairseq-train command line trains in (its last precision flag wins)."""
+    used = "fp32"
+    for arg in argv:
+        if arg == "--fp16":
+            used = "fp16"
+        elif arg == BF16_FLAG:
+            used = "bf16"
+    return used
+
+
+LAUNCHERS = ("torchrun", "slurm", "srun")
 
 
 def launcher(gpus: int, cpu_procs: int, nnodes: int = 1, node_rank: int = 0,
-             master_addr: Optional[str] = None, master_port: int = 29500, log_dir: str = ".",
-             module: str = "fairseq_cli.train") -> List[str]:
+             master_addr: Optional[str] = None, master_port: Optional[int] = None, log_dir: str = ".",
+             module: str = "fairseq_cli.train", kind: str = "torchrun") -> List[str]:
     """The command that starts fairseq-train on the chosen devices; the caller
     appends fairseq-train's arguments. One device: ``fairseq-train``. Several GPUs
     or nodes: ``torchrun ... -m fairseq_cli.train`` (fairseq reads RANK, WORLD_SIZE
     and LOCAL_RANK from torchrun's environment; ``module`` names another entry point
     that runs fairseq-train, such as the comparison's worker). Several CPU processes:
-    this module."""
+    this module. ``kind="srun"`` (inside a Slurm allocation): :func:`srun_launcher`."""
+    if kind == "srun":
+        return srun_launcher(gpus, cpu_procs, nnodes, master_port)
     if gpus > 1 or nnodes > 1:
         run = [console_script("torchrun"), "--nproc-per-node", gpus]
         if nnodes > 1:
             run += ["--nnodes", nnodes, "--node-rank", node_rank,
-                    "--master-addr", master_addr, "--master-port", master_port]
+                    "--master-addr", master_addr, "--master-port", master_port or DEFAULT_PORT]
         else:
             run += ["--standalone"]
         return run + ["-m", module]
@@ -107,6 +162,39 @@ def launcher(gpus: int, cpu_procs: int, nnodes: int = 1, node_rank: int = 0,
     if gpus == 0 and cpu_procs > 1:
         return [sys.executable, "-m", "attn_kit.pipeline.launch", "--nprocs", cpu_procs, "--log-dir", log_dir, "--", train]
     return [train]
+
+
+DEFAULT_PORT = 29500
+
+
+def slurm_port(master_port: Optional[int] = None) -> int:
+    """The rendezvous port of a Slurm job's training: ``master_port`` if given, else one
+    derived from SLURM_JOB_ID (as fairseq does for its own single-node case), so that
+    two jobs sharing a node do not collide."""
+    if master_port:
+        return master_port
+    job = os.environ.get("SLURM_JOB_ID", "")
+    return 20000 + int(job) % 20000 if job.isdigit() else DEFAULT_PORT
+
+
+def srun_launcher(gpus: int, cpu_procs: int, nnodes: int = 1, master_port: Optional[int] = None) -> List[str]:
+    """fairseq-train as ``nnodes`` x (``gpus`` or ``cpu_procs``) Slurm tasks, one per device.
+
+    fairseq's own Slurm discovery (``fairseq.distributed.utils.infer_init_method``)
+    sets up the process group from srun's variables: the first node of
+    SLURM_STEP_NODELIST (``scontrol show hostnames``) at ``--distributed-port``,
+    rank SLURM_PROCID, device SLURM_LOCALID; ``--distributed-world-size`` must equal
+    the number of tasks. CPU tasks train together with gloo and fairseq's legacy DDP
+    (its default DDP wrapper rejects CPU modules); the plugin lets fairseq's
+    discovery run without CUDA (attn_plugin.fairseq_patches, patch 5)."""
+    per_node = gpus if gpus else cpu_procs
+    cmd = ["srun", "--nodes", nnodes, "--ntasks-per-node", per_node, "--kill-on-bad-exit=1",
+           console_script("fairseq-train")]
+    if nnodes * per_node > 1:
+        cmd += ["--distributed-world-size", nnodes * per_node, "--distributed-port", slurm_port(master_port)]
+        if not gpus:
+            cmd += ["--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
+    return cmd
 
 
 def free_port() -> int:

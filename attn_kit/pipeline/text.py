@@ -30,16 +30,29 @@ def _moses_line(lang: str, line: str) -> str:
     return tok.tokenize(norm.normalize(line.strip()), escape=False, aggressive_dash_splits=True, return_str=True)
 
 
-def moses_tokenize(inp: Path, out: Path, lang: str, workers: int):
+def moses_tokenize(inp: Path, out: Path, lang: str, workers: int, progress=None):
     """Moses punctuation normalization and tokenization (sacremoses) of ``inp``
-    into ``out``, streamed through ``workers`` processes (output order = input order)."""
+    into ``out``, streamed through ``workers`` processes (output order = input order);
+    ``progress`` (an :class:`attn_kit.pipeline.progress.Progress`) hears the lines done."""
     fn = partial(_moses_line, lang)
     with open(inp, encoding="utf-8", errors="replace") as fin, open(out, "w", encoding="utf-8") as fout:
         if workers > 1:
             with multiprocessing.get_context("fork").Pool(workers) as pool:
-                fout.writelines(t + "\n" for t in pool.imap(fn, fin, chunksize=2000))
+                _write_counted(fout, pool.imap(fn, fin, chunksize=2000), progress)
         else:
-            fout.writelines(fn(line) + "\n" for line in fin)
+            _write_counted(fout, map(fn, fin), progress)
+    if progress:
+        progress.finish()
+
+
+def _write_counted(fout, lines, progress):
+    n = 0
+    for n, line in enumerate(lines, 1):
+        fout.write(line + "\n")
+        if progress and n % 1000 == 0:
+            progress.update(n)
+    if progress:
+        progress.done = n
 
 
 _SEG = re.compile(r"<seg[^>]*>(.*)</seg>", re.I)

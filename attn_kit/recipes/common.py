@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Iterable, List, Optional
 
 from ..cli import UsageError, UserError, log, write_json_atomic
-from ..pipeline.launch import PRECISIONS, batch_plan, launcher, paper_optimization, precision_flags, used_precision
+from ..pipeline.curves import CurveWriter
+from ..pipeline.launch import PRECISIONS, batch_plan, flags_for, launcher, paper_optimization, precision_of
 from ..pipeline.stages import TrainProgress, read_averaged, train_log_summary
-from ..sizes import SIZES
+from ..sizes import ARCH_SIZES, SIZES
+from . import scale
 
 REPO = Path(__file__).resolve().parents[2]
 USER_DIR = REPO / "attn_plugin"
@@ -36,12 +38,11 @@ def add_device_options(g):
     g.add_argument("--nnodes", type=int, default=1, help="nodes, each with --ngpus GPUs (torchrun; default 1)")
     g.add_argument("--node-rank", type=int, default=0, help="this node's rank, 0..nnodes-1 (torchrun)")
     g.add_argument("--master-addr", help="address of node 0, needed with --nnodes > 1 (torchrun)")
-    g.add_argument("--master-port", type=int, default=29500, help="port on node 0 (torchrun; default 29500)")
+    g.add_argument("--master-port", type=int, help="port on node 0 (torchrun: default 29500; --launcher slurm: "
+                                                   "default 20000 + the job id modulo 20000)")
     g.add_argument("--cpu-procs", type=int, default=1,
                    help="with --ngpus 0: data-parallel CPU processes (gloo; default 1)")
-    g.add_argument("--precision", default="auto", choices=PRECISIONS,
-                   help="GPU training precision (default auto = fp16 mixed precision on GPUs, fp32 on CPU; "
-                        "fairseq 0.12's --bf16 means TPU and is not offered)")
+    g.add_argument("--precision", default="auto", choices=PRECISIONS, help=scale.precision_help())
     g.add_argument("--seed", type=int, default=1, help="random seed of training (default 1)")
     g.add_argument("--threads", type=int,
                    help="CPU threads per process (OMP_NUM_THREADS) for training and decoding (default: the "
@@ -51,6 +52,7 @@ def add_device_options(g):
                    help="opt-in wall-clock training budget in minutes (fairseq's --stop-time-hours); training then "
                         "stops at --max-update or the budget, whichever comes first, so the result depends on "
                         "the machine's speed. Default: none, a fixed number of updates")
+    scale.add_options(g)
 
 
 def apply_settings(args, settings: dict):
@@ -71,19 +73,21 @@ def apply_settings(args, settings: dict):
         raise UsageError("--lr-scale and --train-minutes must be > 0")
     if args.ngpus < 0 or args.nnodes < 1 or args.cpu_procs < 1:
         raise UsageError("--ngpus must be >= 0, --nnodes and --cpu-procs >= 1")
-    if args.nnodes > 1 and not args.master_addr:
-        raise UsageError("--nnodes > 1 needs --master-addr (the address of node 0)")
     if args.nnodes > 1 and args.ngpus == 0:
         raise UsageError("multi-node training needs GPUs (--ngpus >= 1)")
     if not 0 <= args.node_rank < args.nnodes:
         raise UsageError(f"--node-rank must be in 0..{args.nnodes - 1}")
+    scale.check(args)
 
 
-def model_size(settings: dict, overrides: dict):
+def model_size(settings: dict, overrides: dict, resize_arch: Optional[str] = None):
     """The named size of ``settings["size"]`` (None: the arch's own) with the size options the
-    command line gave (``overrides``: layers, d_model, d_ff, h, p_drop; None = not given)."""
+    command line gave (``overrides``: layers, d_model, d_ff, h, p_drop; None = not given).
+    ``resize_arch``: without a named size, the options resize that arch (recipes/parallel.sh)."""
     given = {k: v for k, v in overrides.items() if v is not None}
     if not settings.get("size"):
+        if given and resize_arch:
+            return ARCH_SIZES[resize_arch].replace(**given)
         if given:
             raise UsageError(f"--{next(iter(given)).replace('_', '-')} resizes the --bundled and --smoke models; "
                              "the paper's sizes come with --arch")
@@ -118,18 +122,19 @@ def train_command(args, data_bin: Path, save_dir: Path, model: Iterable[str] = (
     else comes from ``args`` (the recipe's options over its config)."""
     p = plan(args)
     cmd = launcher(args.ngpus, args.cpu_procs, args.nnodes, args.node_rank, args.master_addr, args.master_port,
-                   log_dir=str(args.workdir / "logs"))
+                   log_dir=str(args.workdir / "logs"), kind=args.launcher)
     validate = ["--validate-interval-updates", args.validate_interval_updates] \
         if args.validate_interval_updates else []
     cmd += [data_bin, "--user-dir", USER_DIR, "--task", "attn_translation", "--arch", args.arch, *model,
             *paper_optimization(args.warmup_updates, args.lr_scale if lr_scale is None else lr_scale),
             "--max-tokens", p.max_tokens, "--update-freq", p.update_freq, *args.train_flags,
-            *precision_flags(args.precision, args.ngpus), *(["--cpu"] if args.ngpus == 0 else []),
+            *flags_for(args.precision_used), *(["--cpu"] if args.ngpus == 0 else []),
             "--max-update", args.max_update, "--seed", args.seed,
             *(["--stop-time-hours", f"{args.train_minutes / 60:.4f}"] if args.train_minutes else []),
             "--save-dir", save_dir, "--save-interval-updates", args.save_interval_updates,
             "--keep-interval-updates", args.average, "--no-epoch-checkpoints", *validate,
-            "--log-format", "simple", "--log-interval", args.log_interval, "--no-progress-bar"]
+            "--log-format", "simple", "--log-interval", args.log_interval, "--no-progress-bar",
+            *args.fairseq_extra]
     return [str(c) for c in cmd]
 
 
@@ -144,31 +149,66 @@ def train_options(args, model: Iterable[str] = (), **changes) -> dict:
     which resuming may change. ``changes``: a --tune trial's own values."""
     options = {"arch": args.arch, "model": list(model), "warmup_updates": args.warmup_updates,
                "lr_scale": args.lr_scale, "tokens_per_update": args.tokens_per_update, "seed": args.seed,
-               "precision": used_precision(args.precision, args.ngpus), "train_flags": list(args.train_flags),
+               "precision": args.precision_used, "train_flags": list(args.train_flags),
+               "fairseq_extra_args": list(args.fairseq_extra),
                **{name: getattr(args, name) for name in RESUMABLE_TRAIN_OPTIONS}}
     return {**options, **changes}
 
 
 def train_records(args, record: Optional[Path] = None) -> list:
-    """What a training run writes besides its checkpoints (its log and command), which go
-    aside with them when training starts over."""
-    return [args.workdir / "logs" / "train.log", record or args.workdir / "train_command.json"]
+    """What a training run writes besides its checkpoints (its log, command and curves), which
+    go aside with them when training starts over."""
+    record = Path(record or args.workdir / "train_command.json")
+    return [args.workdir / "logs" / "train.log", record, record.parent / "curves.csv", record.parent / "curves.png"]
 
 
-def run_training(ctx, args, cmd: list, tail=None, record: Optional[Path] = None):
-    """Run ``cmd`` (from :func:`train_command`) showing updates done / total and an ETA;
-    record the exact command in ``record`` (default WORKDIR/train_command.json). A damaged
-    or missing checkpoint_last.pt is replaced by the newest intact checkpoint first
+def run_training(ctx, args, cmd: list, tail=None, record: Optional[Path] = None, model: Iterable[str] = ()):
+    """Run ``cmd`` (from :func:`train_command`) showing updates done / total and an ETA,
+    writing curves.csv / curves.png next to ``record`` at each validation; record the exact
+    command and the options given after ``--`` in ``record`` (default WORKDIR/train_command.json;
+    :func:`training_record` reads the precision back from the command). --dry-run also prints the run's cost (``model``: the size flags).
+    A damaged or missing checkpoint_last.pt is replaced by the newest intact checkpoint first
     (:func:`attn_kit.checkpoints.recover_last`), so that training resumes from there."""
     p = plan(args)
+    record = Path(record or args.workdir / "train_command.json")
     log(f"{p.devices} device(s) x --max-tokens {p.max_tokens} x --update-freq {p.update_freq} "
-        f"= {p.tokens_per_update} tokens per update (at most; padding included)")
+        f"= {p.tokens_per_update} tokens per update (at most; padding included); precision {args.precision_used}")
     if not ctx.dry_run:
         from ..checkpoints import recover_last
 
         recover_last(Path(cmd[cmd.index("--save-dir") + 1]))
-        write_json_atomic(record or args.workdir / "train_command.json", {"argv": cmd, "env": thread_env(args) or {}})
-    ctx.sh(cmd, tail=tail or TrainProgress(args.max_update), env=thread_env(args))
+        write_json_atomic(record, {"argv": cmd, "env": thread_env(args) or {},
+                                   "fairseq_extra_args": list(args.fairseq_extra)})
+    curves = CurveWriter(ctx.log_dir / f"{ctx.stage}.log", record.parent, tail or TrainProgress(args.max_update),
+                         f"{args.arch}, {record.parent.name}")
+    try:
+        ctx.sh(cmd, tail=curves, env=thread_env(args))
+    finally:
+        if not ctx.dry_run:
+            curves.finish()
+    if ctx.dry_run:
+        vocab, note = vocabulary_estimate(args)
+        scale.print_cost(args, model, vocab, note)
+
+
+def vocabulary_estimate(args):
+    """(vocabulary size, how it is known) for the cost estimate: the binarized dictionary's size,
+    else the recipe's estimate (``args.vocab_estimate``: size, note)."""
+    dictionary = next(iter(sorted((args.workdir / "data-bin").glob("dict.*.txt"))), None) \
+        if (args.workdir / "data-bin").is_dir() else None
+    if dictionary:
+        return dictionary_size(dictionary), f" ({dictionary.parent.name}'s dictionary)"
+    return args.vocab_estimate
+
+
+def training_record(path: Path) -> dict:
+    """What the training of ``path`` (a train_command.json) really ran: its precision (from its
+    flags) and the fairseq-train options given after ``--``."""
+    try:
+        saved = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {"precision": precision_of(saved["argv"]), "fairseq_extra_args": saved.get("fairseq_extra_args", [])}
 
 
 def recorded_train_command(path: Path) -> Optional[str]:
@@ -236,10 +276,20 @@ def run_record(args, train_log: Path, avg: Path, command: Path) -> dict:
     line = recorded_train_command(command)
     if line:
         record["train_command"] = line
+    record.update(training_record(command))
     record.update(train_log_summary(train_log))
     record["checkpoint"] = str(avg)
     record.update(averaged_record(avg))
     return record
+
+
+def report_training(r: dict):
+    """The lines every recipe's report ends with: the precision training ran in and the
+    fairseq-train options given after ``--``."""
+    if r.get("precision"):
+        print(f"  training precision: {r['precision']}")
+    if r.get("fairseq_extra_args"):
+        print(f"  fairseq-train options after --: {' '.join(map(shlex.quote, r['fairseq_extra_args']))}")
 
 
 def count_lines(path: Path) -> int:

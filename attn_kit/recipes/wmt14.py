@@ -12,6 +12,14 @@ Modes:
 Stages (every mode): download, extract, tokenize, bpe, binarize, train,
 average, generate, score (--stage prepare / --stop-stage prepare name
 extract..bpe, the stages that were one 'prepare' stage before).
+recipes/parallel.sh runs the same stages on your own parallel corpus
+(attn_kit.recipes.parallel: check and copy instead of download and extract).
+
+Options after -- go to fairseq-train as they are (--tensorboard-logdir DIR,
+--eval-bleu ... --best-checkpoint-metric bleu --patience N, ...); results.json
+records them. --launcher slurm prepares the data here and submits the training
+and evaluation as a Slurm job (WORKDIR/train.sbatch). --dry-run also prints the
+run's training FLOPs beside the paper's Table 2 cost and an estimated wall time.
 Each stage skips work whose complete output exists; --dry-run prints the
 commands; a killed run resumes where it stopped (training from its last
 checkpoint) when the same command is run again. Settings of every mode:
@@ -27,9 +35,10 @@ from pathlib import Path
 from ..cli import UsageError, UserError, log, main_guard, write_json_atomic
 from ..paper import TABLE2_BLEU
 from ..pipeline import verify
-from ..pipeline.stages import Stage, average_checkpoints, averaged_info_path, binarize, run_recipe
-from ..pipeline.text import moses_tokenize
-from . import common, config
+from ..pipeline.progress import Progress, watch_output
+from ..pipeline.stages import Stage, average_checkpoints, averaged_info_path, binarize
+from ..pipeline.text import count_lines, moses_tokenize
+from . import common, config, scale
 from ..sizes import PLUGIN_ARCHS
 from .common import REPO
 from .wmt14_data import BUNDLED, FILES, PAIRS, files_for
@@ -48,8 +57,8 @@ def parse_args(argv=None):
     cfg = config.load("wmt14")
     B, S, P = (config.settings("wmt14", "paper", m) for m in ("bundled", "smoke", None))
     p = argparse.ArgumentParser(
-        prog=f"recipes/wmt14_{os.environ.get('ATTN_RECIPE_PAIR', 'en_de')}.sh", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog=f"recipes/wmt14_{os.environ.get('ATTN_RECIPE_PAIR', 'en_de')}.sh", usage=scale.USAGE,
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pair", default="en-de", choices=sorted(PAIRS), help="language pair (set by the .sh file)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--bundled", action="store_true", help="train and evaluate on the bundled Tatoeba EN-DE data")
@@ -66,31 +75,83 @@ def parse_args(argv=None):
     g.add_argument("--bpe-merges", type=int, help="joint BPE merges (default: EN-DE 35000, EN-FR 30000, aiming at "
                                                   f"the paper's 37000 / 32000 shared tokens; --bundled "
                                                   f"{B['bpe_merges']})")
+    add_workers_option(g)
+    add_training_options(p, cfg, B, S, P)
+    args = scale.parse(p, argv)
+
+    if args.arch not in PLUGIN_ARCHS:
+        raise UsageError(f"unknown --arch {args.arch!r}; attn_plugin registers: {', '.join(PLUGIN_ARCHS)}")
+    if args.bundled and args.pair != B["pair"]:
+        raise UsageError(f"--bundled data is English-German; for {args.pair} use --smoke or the full recipe")
+    if args.pair == "en-fr" and args.arch == "attn_paper_big":
+        args.arch = "attn_paper_big_en_fr"  # Sec. 6.1: P_drop 0.1 for EN-FR big
+    args.mode = "bundled" if args.bundled else "smoke" if args.smoke else args.arch.replace("attn_paper_", "")
+    args.workdir = (args.workdir or REPO / "runs" / f"wmt14_{args.pair.replace('-', '_')}_{args.mode}").resolve()
+    arch = args.arch if args.arch in cfg["archs"] else "attn_paper_base"
+    settings = config.settings("wmt14", "paper", f"archs.{arch}", args.mode if args.mode in cfg else None)
+    settings["bpe_merges"] = settings["bpe_merges"] or PAIRS[args.pair].bpe_merges
+    args.size = common.model_size(settings, size_overrides(args))
+    args.model = args.size.flags() if args.size else []
+    args.src, args.tgt = PAIRS[args.pair].src, PAIRS[args.pair].tgt
+    common.apply_settings(args, settings)
+    args.recipe_module = "attn_kit.recipes.wmt14"
+    args.vocab_estimate = vocabulary_estimate(args)
+    return args
+
+
+SIZE_OPTIONS = ("layers", "d_model", "d_ff", "h", "p_drop")
+
+
+def size_overrides(args) -> dict:
+    return {k: getattr(args, k) for k in SIZE_OPTIONS}
+
+
+def vocabulary_estimate(args):
+    """(size, note) of the joined dictionary before the binarize stage made it: the paper's for
+    the WMT14 pairs, else about the BPE merges (plus the symbols they start from)."""
+    if args.mode not in ("bundled", "smoke", "files") and args.pair in PAIRS:
+        return PAIRS[args.pair].paper_vocab, " (the paper's; the binarize stage prints the real one)"
+    return args.bpe_merges, " (about --bpe-merges, until the binarize stage made the dictionary)"
+
+
+def add_workers_option(g):
     g.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
                    help="processes for tokenization, BPE and binarization (default: CPUs, at most 8)")
+
+
+def add_training_options(p, cfg, B, S, P, resize: str = "--bundled/--smoke: "):
+    """The training and evaluation options of the WMT14 recipes and recipes/parallel.sh
+    (``resize``: what the size options resize, at the start of their help; ``B``, ``S``: the
+    --bundled and --smoke settings their help quotes, None for a recipe without those modes)."""
+    def modes(text) -> str:  # text: a function of B and S, for the modes' part of a help string
+        return text(B, S) if B else ""
+
     g = p.add_argument_group("training")
     common.add_device_options(g)
     g.add_argument("--tokens-per-update", type=int,
                    help=f"padded tokens per update over all devices, fairseq's --max-tokens x devices x "
                         f"--update-freq (default {P['tokens_per_update']}: ~25000 real source and target tokens "
-                        f"each on WMT-like lengths, Sec. 5.1; --bundled {B['tokens_per_update']}, --smoke "
-                        f"{S['tokens_per_update']})")
+                        f"each on WMT-like lengths, Sec. 5.1"
+                        + modes(lambda B, S: f"; --bundled {B['tokens_per_update']}, --smoke {S['tokens_per_update']}")
+                        + ")")
     g.add_argument("--max-tokens-per-gpu", type=int,
                    help=f"most tokens one device holds per step; --update-freq makes up the rest (default "
                         f"{P['max_tokens_per_gpu']})")
     base, big = cfg["archs"]["attn_paper_base"], cfg["archs"]["attn_paper_big"]
     g.add_argument("--max-update", type=int, help=f"updates (default: base {base['max_update']}, big "
-                                                  f"{big['max_update']}; --bundled {B['max_update']}, --smoke "
-                                                  f"{S['max_update']})")
-    g.add_argument("--warmup-updates", type=int, help=f"eq. 3 warmup (default {P['warmup_updates']}; --bundled "
-                                                      f"{B['warmup_updates']})")
-    g.add_argument("--lr-scale", type=float, help=f"multiplies eq. 3's learning rate (default {P['lr_scale']:g}; "
-                                                  f"--bundled {B['lr_scale']:g})")
+                                                  f"{big['max_update']}"
+                                                  + modes(lambda B, S: f"; --bundled {B['max_update']}, --smoke "
+                                                                       f"{S['max_update']}") + ")")
+    g.add_argument("--warmup-updates", type=int, help=f"eq. 3 warmup (default {P['warmup_updates']}"
+                                                      + modes(lambda B, S: f"; --bundled {B['warmup_updates']}")
+                                                      + ")")
+    g.add_argument("--lr-scale", type=float, help=f"multiplies eq. 3's learning rate (default {P['lr_scale']:g}"
+                                                  + modes(lambda B, S: f"; --bundled {B['lr_scale']:g}") + ")")
     size = common.SIZES["bundled"]
     for name, what in (("layers", "N, layers of encoder and decoder"), ("d_model", "d_model"), ("d_ff", "d_ff"),
                        ("h", "attention heads h"), ("p_drop", "P_drop, residual dropout")):
         g.add_argument(f"--{name.replace('_', '-')}", type=float if name == "p_drop" else int,
-                       help=f"--bundled/--smoke: {what} (the bundled model: {size.describe()})")
+                       help=f"{resize}{what} (the bundled model: {size.describe()})")
     g.add_argument("--save-interval-updates", type=int,
                    help=f"save a checkpoint every N updates (default: base {base['save_interval_updates']}, big "
                         f"{big['save_interval_updates']})")
@@ -105,24 +166,6 @@ def parse_args(argv=None):
     g.add_argument("--alpha", type=float, help=f"GNMT length penalty alpha (default {P['alpha']:g}, Sec. 6.1)")
     g.add_argument("--lenpen", type=float, help=f"fairseq's --lenpen, with --length-penalty fairseq (default "
                                                 f"{P['lenpen']:g})")
-    args = p.parse_args(argv)
-
-    if args.arch not in PLUGIN_ARCHS:
-        raise UsageError(f"unknown --arch {args.arch!r}; attn_plugin registers: {', '.join(PLUGIN_ARCHS)}")
-    if args.bundled and args.pair != B["pair"]:
-        raise UsageError(f"--bundled data is English-German; for {args.pair} use --smoke or the full recipe")
-    if args.pair == "en-fr" and args.arch == "attn_paper_big":
-        args.arch = "attn_paper_big_en_fr"  # Sec. 6.1: P_drop 0.1 for EN-FR big
-    args.mode = "bundled" if args.bundled else "smoke" if args.smoke else args.arch.replace("attn_paper_", "")
-    args.workdir = (args.workdir or REPO / "runs" / f"wmt14_{args.pair.replace('-', '_')}_{args.mode}").resolve()
-    arch = args.arch if args.arch in cfg["archs"] else "attn_paper_base"
-    settings = config.settings("wmt14", "paper", f"archs.{arch}", args.mode if args.mode in cfg else None)
-    settings["bpe_merges"] = settings["bpe_merges"] or PAIRS[args.pair].bpe_merges
-    args.size = common.model_size(settings, {k: getattr(args, k) for k in ("layers", "d_model", "d_ff", "h",
-                                                                           "p_drop")})
-    args.model = args.size.flags() if args.size else []
-    common.apply_settings(args, settings)
-    return args
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -171,16 +214,23 @@ def once(ctx, path: Path, description: str, fn, *args):
 
 def stages(args):
     """The recipe's stages; the modes differ only in where the text comes from and in numbers."""
-    W, pair = args.workdir, PAIRS[args.pair]
-    src, tgt = pair.src, pair.tgt
+    files = args.data == "files"
+    W, pair = args.workdir, None if files else PAIRS[args.pair]
+    src, tgt = args.src, args.tgt
     dl, orig, raw, tok, bpe, prep = (W / d for d in ("downloads", "orig", "raw", "tok", "bpe", "prep"))
     data_bin, ckpt, avg, gen = W / "data-bin", W / "checkpoints", W / "checkpoint_avg.pt", W / "gen" / "test.out"
     texts = [f"{split}.{lang}" for split in SPLITS for lang in (src, tgt)]
     binarize_from = prep if args.clean else bpe
-    keys = files_for(args.pair)
+    keys = [] if files else files_for(args.pair)
     bundled = args.data == "bundled"
 
     def download(ctx):
+        if files:
+            from .parallel import check_files
+
+            ctx.step(f"check {', '.join(f'{prefix}.{{{src},{tgt}}}' for prefix in args.files.values())}: there, "
+                     "UTF-8, line counts equal, no empty line", check_files, args.files, src, tgt)
+            return
         if bundled:
             ctx.step(f"check the bundled Tatoeba EN-DE files in {BUNDLED_DATA} (sizes, sha256)", check_bundled,
                      BUNDLED_DATA)
@@ -211,6 +261,14 @@ def stages(args):
                 stop()
 
     def extract(ctx):
+        if files:
+            from ..pipeline.text import concatenate
+
+            for split, prefix in args.files.items():
+                for lang in (src, tgt):
+                    once(ctx, raw / f"{split}.{lang}", f"copy {prefix}.{lang} -> {raw / f'{split}.{lang}'} "
+                         "(whitespace normalized)", lambda out, p=f"{prefix}.{lang}": concatenate([Path(p)], out))
+            return
         if bundled:
             with ctx.output(raw) as tmp:
                 ctx.step(f"extract {BUNDLED_DATA}/*.tsv.xz into {raw}", lambda: (
@@ -242,7 +300,8 @@ def stages(args):
     def tokenize(ctx):  # Moses normalization + tokenization with -a, as fairseq's scripts (sacremoses)
         for t in texts:
             once(ctx, tok / t, f"sacremoses normalize + tokenize -l {t.rsplit('.', 1)[1]}: {raw / t} -> {tok / t}",
-                 lambda out, t=t: moses_tokenize(raw / t, out, t.rsplit(".", 1)[1], args.workers))
+                 lambda out, t=t: moses_tokenize(raw / t, out, t.rsplit(".", 1)[1], args.workers,
+                                                 progress=Progress(f"tokenize {t}", count_lines(raw / t))))
 
     def learn_apply_bpe(ctx):  # joint BPE (subword-nmt) learned on the training data, applied to all splits
         if not (bpe / "codes").exists() or ctx.dry_run:
@@ -252,7 +311,7 @@ def stages(args):
                         "--write-vocabulary", bpe / f"vocab.{src}", bpe / f"vocab.{tgt}"])
         for t in texts:
             if not (bpe / t).exists() or ctx.dry_run:
-                with ctx.output(bpe / t) as out:
+                with ctx.output(bpe / t) as out, watch_output(ctx, out, tok / t, f"apply BPE to {t}"):
                     ctx.sh(["subword-nmt", "apply-bpe", "-c", bpe / "codes", "--vocabulary",
                             bpe / f"vocab.{t.rsplit('.', 1)[1]}", "--vocabulary-threshold", "50",
                             "--num-workers", args.workers], stdin=tok / t, stdout=out)
@@ -276,12 +335,12 @@ def stages(args):
 
     def binarize_stage(ctx):
         binarize(ctx, src, tgt, binarize_from, data_bin, args.workers)
-        if not ctx.dry_run and not bundled:
+        if not ctx.dry_run and not bundled and pair:
             vocab = common.dictionary_size(data_bin / f"dict.{src}.txt")
             log(f"joined dictionary: {vocab} types (the paper: about {pair.paper_vocab})")
 
     def train(ctx):
-        common.run_training(ctx, args, common.train_command(args, data_bin, ckpt, args.model))
+        common.run_training(ctx, args, common.train_command(args, data_bin, ckpt, args.model), model=args.model)
 
     def average(ctx):
         average_checkpoints(ctx, ckpt, avg, args.average)
@@ -289,7 +348,8 @@ def stages(args):
     penalty, penalty_flags = common.length_penalty(args)
 
     def generate(ctx):
-        with ctx.output(gen) as tmp:
+        with ctx.output(gen) as tmp, watch_output(ctx, tmp, raw / f"test.{src}", "translate the test set", "sentences",
+                                              b"D-"):
             ctx.sh(common.generate_command(args, data_bin, avg, "test", args.beam, penalty_flags, 50, 128),
                    stdout=tmp, tail=1, env=common.thread_env(args))
 
@@ -299,10 +359,13 @@ def stages(args):
                  write_results, args, src, tgt, penalty)
 
     where = (f"bundled Tatoeba EN-DE ({BUNDLED_DATA})" if bundled else
+             f"your {src}-{tgt} corpus: {', '.join(f'{k} {v}' for k, v in args.files.items())}" if files else
              f"WMT14 {args.pair} corpora, newstest2013 and newstest2014"
              + (" (smoke archives, local mirror)" if args.data == "smoke-mirror" else ""))
-    size = f" ({'small' if bundled else 'tiny'})" if args.size else ""
+    size = f" ({'small' if bundled else 'tiny' if args.mode == 'smoke' else 'resized'})" if args.size else ""
     downloads = [] if bundled else [dl / FILES[k].name for k in keys]
+    given = [Path(f"{prefix}.{lang}") for prefix in args.files.values() for lang in (src, tgt)] if files else []
+    sources = given or ([BUNDLED_DATA / rf.name for rf in BUNDLED.values()] if bundled else downloads)
 
     def pairs(folder: Path):  # (source, target) text files of every split, for the line-count checks
         return [(folder / f"{split}.{src}", folder / f"{split}.{tgt}") for split in SPLITS]
@@ -313,11 +376,10 @@ def stages(args):
               for ext in ("bin", "idx")]
     dicts = [data_bin / f"dict.{src}.txt", data_bin / f"dict.{tgt}.txt"]
     return [
-        Stage("download", download, where, inputs=[BUNDLED_DATA / rf.name for rf in BUNDLED.values()] if bundled
-              else [], outputs=downloads, options={"data": args.data, "files": keys}),
-        Stage("extract", extract, "unpack the corpora into one text file per split and language",
-              inputs=[BUNDLED_DATA / rf.name for rf in BUNDLED.values()] if bundled else downloads,
-              outputs=[raw / t for t in texts], scratch=[orig], options={"pair": args.pair},
+        Stage("check" if files else "download", download, where, inputs=[] if downloads else sources,
+              outputs=downloads, options={"data": args.data, "files": keys}),
+        Stage("copy" if files else "extract", extract, "unpack the corpora into one text file per split and language",
+              inputs=sources, outputs=[raw / t for t in texts], scratch=[orig], options={"pair": f"{src}-{tgt}"},
               check=lambda: verify.parallel_text(pairs(raw))),
         Stage("tokenize", tokenize, "Moses normalization and tokenization (sacremoses)",
               inputs=[raw / t for t in texts], outputs=[tok / t for t in texts],
@@ -408,16 +470,17 @@ def report(r: dict):
         rows.append(("BLEU, tokenized (-a)", f"{r['bleu_tokenized']:.2f}"))
     rows.append(("sacreBLEU, detokenized", f"{r['sacrebleu']:.2f}"))
     paper = TABLE2_BLEU.get((r.get("pair"), r["arch"]))
-    if paper and r.get("mode") not in ("bundled", "smoke"):
+    if paper and r.get("mode") not in ("bundled", "smoke", "files"):
         rows.append(("the paper, Table 2", f"{paper:.1f}"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"  {k:<{width}}  {v:>6}")
+    common.report_training(r)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    run_recipe(args, stages(args), report, aliases=STAGE_ALIASES)
+    scale.run(args, stages(args), report, aliases=STAGE_ALIASES)
 
 
 if __name__ == "__main__":

@@ -65,8 +65,9 @@ from ..metrics.trees import (REPAIRS, TreeError, delinearize, gold_tree, lineari
 from ..paper import TABLE4_F1
 from ..pipeline import verify
 from ..pipeline.lock import workdir_lock
-from ..pipeline.stages import Stage, average_checkpoints, binarize, run_recipe
-from . import common, config
+from ..pipeline.progress import watch_output
+from ..pipeline.stages import Stage, average_checkpoints, binarize
+from . import common, config, scale
 from .common import REPO
 
 SMOKE_PTB = REPO / "data" / "wsj-smoke"
@@ -216,7 +217,7 @@ def parse_args(argv=None):
     W, S = config.settings("wsj", "wsj"), config.settings("wsj", "wsj", "smoke")
     grids = (f"Default --tune grid (tune_grid in recipes/configs/wsj.yaml):\n    {grid_spec(W['tune_grid'])}\n"
              f"    --smoke: {grid_spec(S['tune_grid'])}\n")
-    p = argparse.ArgumentParser(prog="recipes/wsj_parsing.sh", description=__doc__ + "\n" + grids,
+    p = argparse.ArgumentParser(prog="recipes/wsj_parsing.sh", usage=scale.USAGE, description=__doc__ + "\n" + grids,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true",
                    help="all stages on CPU in minutes on the repo's hand-written trees (data/wsj-smoke), tiny model; "
@@ -276,7 +277,7 @@ def parse_args(argv=None):
     g.add_argument("--max-len-b", type=int, help=f"longest output = input length + this (default {W['max_len_b']})")
     g.add_argument("--evalb", type=Path, metavar="PATH",
                    help="score with the official EVALB binary at PATH (default: scripts/evalb.py, the same numbers)")
-    args = p.parse_args(argv)
+    args = scale.parse(p, argv)
 
     args.mode = "smoke" if args.smoke else "semi-supervised" if args.extra_trees else "wsj"
     settings = config.settings("wsj", "wsj", "semi-supervised" if args.extra_trees else None,
@@ -313,6 +314,9 @@ def parse_args(argv=None):
     if args.tune_grid is not None:
         args.tune_grid = parse_tune_grid(args.tune_grid)
     args.grid = tune_grid(args, given, default_grid) if args.tune else None
+    args.recipe_module = "attn_kit.recipes.wsj"
+    args.vocab_estimate = (args.vocab + 60, " (about --vocab BPE symbols and ~60 bracket symbols, until the binarize "
+                                            "stage made the dictionary)")
     return args
 
 
@@ -641,7 +645,7 @@ def stages(args):
 
     def train(ctx):
         cmd = common.train_command(args, data_bin, ckpt, model_flags(args, args.dropout, args.attention_dropout))
-        common.run_training(ctx, args, cmd, tail=train_tail)
+        common.run_training(ctx, args, cmd, tail=train_tail, model=model_flags(args))
 
     def average(ctx):
         average_checkpoints(ctx, ckpt, avg, args.average)
@@ -651,7 +655,8 @@ def stages(args):
         if out.exists() and not ctx.dry_run:
             print(f"  # decode {split} into {out}: done already", flush=True)
             return
-        with ctx.output(out) as tmp:
+        with ctx.output(out) as tmp, watch_output(ctx, tmp, prep / f"{split}.{SRC}", f"parse {split}", "sentences",
+                                                  b"D-"):
             ctx.sh(decode_command(args, data_bin, checkpoint, split, beam, alpha), stdout=tmp, tail=1, env=cpu_env)
 
     def generate(ctx):
@@ -675,7 +680,8 @@ def stages(args):
                 cmd = common.train_command(args, data_bin, t_ckpt, model_flags(args, trial["dropout"],
                                                                                 trial["attention_dropout"]),
                                            lr_scale=trial["lr_scale"])
-                common.run_training(ctx, args, cmd, tail=train_tail, record=folder / "train_command.json")
+                common.run_training(ctx, args, cmd, tail=train_tail, record=folder / "train_command.json",
+                                    model=args.model)
                 ctx.step(f"mark {done}", lambda: write_json_atomic(done, {"updates": common.last_update(stage_log)}))
             if t_avg.exists() and not ctx.dry_run:
                 print(f"  # average: done already ({t_avg})", flush=True)
@@ -828,16 +834,17 @@ def report(r: dict):
         fixes = ", ".join(f"{k} {rep[k]}" for k in REPAIRS if rep.get(k))
         print(f"{name}: {rep['repaired_sentences']} of {rep['sentences']} outputs repaired" + (f" ({fixes})" if fixes
                                                                                               else ""))
+    common.report_training(r)
 
 
 def main(argv=None):
     args = parse_args(argv)
     if args.dry_run:
-        run_recipe(args, stages(args), report)
+        scale.run(args, stages(args), report)
         return
     with workdir_lock(args.workdir):  # run_recipe holds it too; taken here so that nothing writes before it
         forget_stale_selection(args)
-        run_recipe(args, stages(args), report)
+        scale.run(args, stages(args), report)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,338 @@
+"""What a training run costs, before it starts: analytic FLOPs from the model's
+shape, the paper's own Table 2 arithmetic, and a wall-time estimate on a GPU.
+
+**Analytic FLOPs** (:func:`forward_flops`; a multiply-add is 2 FLOPs). Per
+position, the matmuls of Sec. 3 with d = d_model, f = d_ff, h heads of d_k / d_v
+(Sec. 3.2.2), for source sentences of L_s and target sentences of L_t tokens:
+
+- encoder layer, per source position: W^Q, W^K (2 * 2 d h d_k), W^V, W^O
+  (2 * 2 d h d_v), the attention of eq. 1, QK^T and the weighted sum of V over
+  L_s positions (2 L_s h (d_k + d_v)), and the FFN of eq. 2 (2 * 2 d f);
+- decoder layer, per target position: masked self-attention as above over
+  L_t / 2 positions on average (the causal mask: fused kernels skip the masked
+  half), encoder-decoder attention's W^Q and W^O (2 d h d_k + 2 h d_v d) and its
+  attention over L_s positions, the FFN; and per source position once per
+  decoder layer the projections W^K, W^V of the encoder output
+  (2 d h d_k + 2 d h d_v);
+- the pre-softmax linear transformation (Sec. 3.4), per target position: 2 d V.
+
+Embeddings, softmax, layer norms, residuals and Adam are O(d) per position and
+left out (under 1%). Training = 3 x forward: the backward pass computes a
+gradient for the activations and one for the weights of every matmul, each as
+large as the forward matmul. Padding counts as work (dense kernels compute it).
+The same count gives the benchmarks' model FLOP utilization
+(:func:`attn_kit.bench.measure.train_flops_per_step`).
+
+**Table 2's cost** is not a count of model FLOPs: the paper multiplied
+"the training time, the number of GPUs used, and an estimate of the sustained
+single-precision floating-point capacity of each GPU" (9.5 TFLOPS for a P100):
+base 12 h x 8 x 9.5e12 = 3.3e18, big 3.5 days x 8 x 9.5e12 = 2.3e19
+(:func:`table2_arithmetic`). The analytic count of the same run is about a
+third of that (:func:`describe_table2`): the share of the P100s' rate the
+paper's code turned into model FLOPs.
+
+**Wall time** = FLOPs / (GPUs x the GPU's dense peak at the run's precision x
+utilization). :data:`GPUS` holds vendor datasheet peaks (dense, i.e. without
+structured sparsity). The default utilization is what attn_plugin measured on
+one H100 in bf16 (:data:`MEASURED_UTILIZATION`, from
+benchmarks/results/h100_train_bf16.json, 6940 target tokens per GPU step):
+8% of the dense peak for d_model < 1024 (base), 26% from d_model 1024 (big);
+small models are bound by kernel launches, not by matmuls. Another GPU, batch
+or data-parallel overhead changes it: ``--utilization`` sets it.
+
+    python scripts/training_cost.py                      # the paper's base and big, Table 2's arithmetic
+    python scripts/training_cost.py --arch attn_paper_big --gpu H100 --ngpus 8
+    python scripts/training_cost.py --arch transformer_wmt_en_de --max-update 50000 -- --encoder-layers 8
+"""
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+from .cli import UsageError, main_guard
+from .paper import EN_DE_VOCAB, P100_SUSTAINED_TFLOPS, TABLE2_FLOPS, TABLE2_TRAINING, TABLE3
+from .sizes import ARCH_SIZES
+
+# The length of a sentence in tokens, for the attention terms (WMT14's BPE sentences are ~27-30
+# tokens). At base size a sentence twice as long adds ~2% to the total: the matmuls against
+# weights dominate.
+MEAN_LENGTH = 30
+# The plugin's model FLOP utilization measured on an H100 in bf16, as a share of its dense peak (989
+# TFLOPS): benchmarks/results/h100_train_bf16.json, 128 sentences of <= 64 tokens per step, measured
+# against the 788 TFLOP/s matmul rate: base 10.3%, big 32.1%, i.e. 8% and 26% of the peak.
+MEASURED_UTILIZATION = {"base": 0.08, "big": 0.26}
+
+
+def default_utilization(shape: "Shape") -> float:
+    """:data:`MEASURED_UTILIZATION` of the measured model nearer in width (big from d_model 1024)."""
+    return MEASURED_UTILIZATION["big" if shape.encoder.d_model >= 1024 else "base"]
+# Table 2's arch for the archs the recipes train (big EN-FR is the big model with another dropout).
+TABLE2_ARCH = {"attn_paper_base": "attn_paper_base", "attn_paper_big": "attn_paper_big",
+               "attn_paper_big_en_fr": "attn_paper_big"}
+
+
+@dataclass(frozen=True)
+class Side:
+    """One stack of the model: N layers of width d_model, FFN d_ff, h heads of d_k / d_v."""
+
+    layers: int
+    d_model: int
+    d_ff: int
+    h: int
+    d_k: int
+    d_v: int
+
+
+@dataclass(frozen=True)
+class Shape:
+    encoder: Side
+    decoder: Side
+    vocab: int
+
+    def describe(self) -> str:
+        e, d = self.encoder, self.decoder
+        sides = (f"N={e.layers}" if e.layers == d.layers else f"N={e.layers}+{d.layers}")
+        text = f"{sides}, d_model {e.d_model}, d_ff {e.d_ff}, h {e.h}, d_k {e.d_k}, d_v {e.d_v}"
+        if (e.d_model, e.d_ff, e.h, e.d_k, e.d_v) != (d.d_model, d.d_ff, d.h, d.d_k, d.d_v):
+            text += f" (decoder: d_model {d.d_model}, d_ff {d.d_ff}, h {d.h}, d_k {d.d_k}, d_v {d.d_v})"
+        return text + f", vocabulary {self.vocab}"
+
+
+def forward_flops(shape: Shape, src_tokens: float, tgt_tokens: float, src_len: float, tgt_len: float) -> float:
+    """Forward FLOPs for ``src_tokens`` source and ``tgt_tokens`` target positions in sentences
+    of ``src_len`` / ``tgt_len`` positions (see the module docstring for each term)."""
+    e, d = shape.encoder, shape.decoder
+
+    def projections(s: Side, width_in: int) -> float:  # W^Q, W^K, W^V, W^O of one attention
+        return 2 * (2 * width_in * s.h * s.d_k + 2 * width_in * s.h * s.d_v)
+
+    def attention(s: Side, keys: float) -> float:  # QK^T and the weighted sum over `keys` positions
+        return 2 * keys * s.h * (s.d_k + s.d_v)
+
+    ffn = lambda s: 2 * 2 * s.d_model * s.d_ff  # noqa: E731
+    encoder = e.layers * src_tokens * (projections(e, e.d_model) + attention(e, src_len) + ffn(e))
+    self_attention = projections(d, d.d_model) + attention(d, tgt_len / 2)
+    cross_q_o = 2 * (d.d_model * d.h * d.d_k + d.h * d.d_v * d.d_model) + attention(d, src_len)
+    cross_k_v = 2 * (e.d_model * d.h * d.d_k + e.d_model * d.h * d.d_v)
+    decoder = d.layers * (tgt_tokens * (self_attention + cross_q_o + ffn(d)) + src_tokens * cross_k_v)
+    output = tgt_tokens * 2 * d.d_model * shape.vocab
+    return encoder + decoder + output
+
+
+def train_flops_per_update(shape: Shape, tokens_per_update: float, mean_length: float = MEAN_LENGTH) -> float:
+    """Forward + backward (3 x forward) of an update of ``tokens_per_update`` source and as many
+    target positions, in sentences of ``mean_length``."""
+    return 3.0 * forward_flops(shape, tokens_per_update, tokens_per_update, mean_length, mean_length)
+
+
+# ---------------------------------------------------------------------------------------------- shapes
+# fairseq-train flags that change the shape of attn_plugin's archs: (side or None for both, field).
+SHAPE_FLAGS = {
+    "--encoder-layers": ("encoder", "layers"), "--decoder-layers": ("decoder", "layers"),
+    "--encoder-embed-dim": ("encoder", "d_model"), "--decoder-embed-dim": ("decoder", "d_model"),
+    "--encoder-ffn-embed-dim": ("encoder", "d_ff"), "--decoder-ffn-embed-dim": ("decoder", "d_ff"),
+    "--encoder-attention-heads": ("encoder", "h"), "--decoder-attention-heads": ("decoder", "h"),
+    "--attention-key-dim": (None, "d_k"), "--attention-value-dim": (None, "d_v"),
+}
+
+
+def _flag_values(flags: Sequence[str]) -> Dict[str, str]:
+    """The last value of each of :data:`SHAPE_FLAGS` in ``flags`` (``--x v`` or ``--x=v``)."""
+    flags, found = [str(f) for f in flags], {}
+    for i, arg in enumerate(flags):
+        name, eq, value = arg.partition("=")
+        if name in SHAPE_FLAGS:
+            found[name] = value if eq else (flags[i + 1] if i + 1 < len(flags) else "")
+    return found
+
+
+def model_shape(arch: str, flags: Sequence[str] = (), vocab: int = EN_DE_VOCAB) -> Shape:
+    """The shape fairseq-train builds from ``--arch arch`` plus ``flags``. attn_plugin's archs come from
+    :data:`attn_kit.sizes.ARCH_SIZES` with :data:`SHAPE_FLAGS` applied as the plugin applies them (the
+    decoder takes the encoder's value unless its own flag is given; d_k = d_v = d_model / h unless
+    given); any other arch is parsed by fairseq (which takes a few seconds to import)."""
+    if arch not in ARCH_SIZES:
+        return _fairseq_shape(arch, flags, vocab)
+    base, given = ARCH_SIZES[arch], _flag_values(flags)
+
+    def value(side, field, default):
+        flag = next(f for f, (s, k) in SHAPE_FLAGS.items() if s == side and k == field)
+        try:
+            return int(given[flag]) if flag in given else default
+        except ValueError:
+            raise UsageError(f"{flag} {given[flag]!r}: not an integer") from None
+
+    enc = {k: value("encoder", k, getattr(base, k)) for k in ("layers", "d_model", "d_ff", "h")}
+    dec = {k: value("decoder", k, enc[k]) for k in ("layers", "d_model", "d_ff", "h")}
+    sides = []
+    for s in (enc, dec):
+        d_k = value(None, "d_k", s["d_model"] // s["h"])
+        sides.append(Side(**s, d_k=d_k, d_v=value(None, "d_v", s["d_model"] // s["h"])))
+    return Shape(sides[0], sides[1], vocab)
+
+
+def _fairseq_shape(arch: str, flags: Sequence[str], vocab: int) -> Shape:
+    from .build import PLUGIN_DIR, parse_train_args
+
+    try:
+        a = parse_train_args(["--user-dir", str(PLUGIN_DIR), "--arch", arch, *map(str, flags)])
+    except SystemExit:
+        raise UsageError(f"fairseq-train does not accept --arch {arch} {' '.join(map(str, flags))}".rstrip()) from None
+
+    def side(prefix: str) -> Side:
+        d, h = getattr(a, f"{prefix}_embed_dim"), getattr(a, f"{prefix}_attention_heads")
+        d_k = getattr(a, "attention_key_dim", None) or d // h
+        d_v = getattr(a, "attention_value_dim", None) or d // h
+        return Side(getattr(a, f"{prefix}_layers"), d, getattr(a, f"{prefix}_ffn_embed_dim"), h, d_k, d_v)
+
+    try:
+        return Shape(side("encoder"), side("decoder"), vocab)
+    except AttributeError:
+        raise UsageError(f"--arch {arch}: not an encoder-decoder Transformer this estimate knows") from None
+
+
+# ---------------------------------------------------------------------------------------------- Table 2
+def table2_arithmetic(arch: str) -> float:
+    """Table 2's cost of ``arch`` as the paper computed it: hours x GPUs x 9.5 TFLOPS (P100)."""
+    t = TABLE2_TRAINING[arch]
+    return t["hours"] * 3600 * t["gpus"] * P100_SUSTAINED_TFLOPS * 1e12
+
+
+def paper_updates(arch: str) -> Optional[int]:
+    """The training steps of ``arch`` in the paper (Table 3: base 100K, big 300K)."""
+    row = next((r for r in TABLE3 if r.name == {"attn_paper_base": "base", "attn_paper_big": "big"}.get(arch)), None)
+    return row.settings["steps"] if row else None
+
+
+def describe_table2(mean_length: float = MEAN_LENGTH) -> List[str]:
+    """Table 2's cost recomputed from its footnote, beside the analytic count of the same training
+    (Sec. 5.1: ~25000 source and ~25000 target tokens per update; the shared 37000-token vocabulary)."""
+    rows = ["| model | training | Table 2's arithmetic | Table 2 | analytic model FLOPs | analytic / Table 2 |",
+            "|---|---|---|---|---|---|"]
+    for arch, printed in TABLE2_FLOPS.items():
+        t = TABLE2_TRAINING[arch]
+        hardware = table2_arithmetic(arch)
+        updates = paper_updates(arch)
+        analytic = train_flops_per_update(model_shape(arch, (), EN_DE_VOCAB), 25000, mean_length) * updates
+        rows.append(f"| {arch} | {t['time']} x {t['gpus']} {t['gpu']} x {P100_SUSTAINED_TFLOPS:g} TFLOPS | "
+                    f"{hardware:.2e} | {printed:.1e} | {analytic:.2e} ({updates} updates) | "
+                    f"{analytic / printed:.0%} |")
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- GPUs
+@dataclass(frozen=True)
+class GPU:
+    """Dense peak TFLOPS (NVIDIA datasheets, without sparsity): bf16 and fp16 tensor cores, fp32
+    without TF32 (PyTorch's default for fp32 matmuls); None where the GPU has no such unit."""
+
+    bf16: Optional[float]
+    fp16: float
+    fp32: float
+
+    def peak(self, precision: str) -> Optional[float]:
+        return getattr(self, precision)
+
+
+GPUS = {
+    "H200": GPU(989, 989, 67), "H100": GPU(989, 989, 67), "H100-PCIe": GPU(756, 756, 51),
+    "A100": GPU(312, 312, 19.5), "L40S": GPU(362, 362, 91.6), "A10": GPU(125, 125, 31.2),
+    "L4": GPU(121, 121, 30.3), "V100": GPU(None, 125, 15.7), "T4": GPU(None, 65, 8.1),
+    "P100": GPU(None, 21.2, 10.6),
+}
+
+
+def gpu(name: str) -> GPU:
+    """A GPU of :data:`GPUS` by name (case and an "NVIDIA " prefix ignored)."""
+    key = {k.lower(): k for k in GPUS}.get(name.lower().removeprefix("nvidia ").strip())
+    if key is None:
+        raise UsageError(f"unknown --gpu {name!r}; known: {', '.join(GPUS)} (or give --gpu-tflops X)")
+    return GPUS[key]
+
+
+def hours_text(seconds: float) -> str:
+    hours = seconds / 3600
+    if hours < 1:
+        return f"{seconds / 60:.0f} min"
+    return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} days"
+
+
+def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, gpus: int, precision: str,
+                 gpu_name: Optional[str] = None, gpu_tflops: Optional[float] = None, utilization: Optional[float] = None,
+                 vocab_note: str = "", mean_length: float = MEAN_LENGTH) -> List[str]:
+    """The cost lines of a run: analytic FLOPs, the paper's Table 2 cost, estimated wall time."""
+    per_update = train_flops_per_update(shape, tokens_per_update, mean_length)
+    total = per_update * updates
+    lines = [f"training cost (analytic, attn_kit.cost): {per_update:.3g} FLOPs per update (forward + backward = "
+             f"3 x forward; {shape.describe()}{vocab_note}; {tokens_per_update} source and {tokens_per_update} "
+             f"target positions per update, padding included, in sentences of ~{mean_length:g} tokens) x "
+             f"{updates} updates = {total:.2e} FLOPs"]
+    paper = TABLE2_ARCH.get(arch)
+    if paper:
+        t = TABLE2_TRAINING[paper]
+        lines.append(f"the paper's Table 2 for {paper}: {TABLE2_FLOPS[paper]:.1e} FLOPs = {t['time']} x {t['gpus']} "
+                     f"{t['gpu']} x {P100_SUSTAINED_TFLOPS:g} TFLOPS (hardware time at the single-precision rate, not "
+                     f"model FLOPs; this run's analytic count is {total / TABLE2_FLOPS[paper]:.0%} of it)")
+    else:
+        lines.append(f"the paper's Table 2 gives no cost for {arch}")
+    u = utilization or default_utilization(shape)
+    devices = gpus or (1 if gpu_tflops else 0)
+    if gpu_tflops or gpu_name:
+        peak = gpu_tflops or gpu(gpu_name).peak(precision)
+        if peak is None:
+            lines.append(f"{gpu_name} has no {precision} units: choose --precision fp16 for it")
+        elif devices:
+            name = f"{gpu_name} ({peak:g} TFLOPS dense {precision})" if not gpu_tflops else f"{peak:g} TFLOPS"
+            lines.append(f"estimated wall time on {devices} x {name} at {u:.0%} of it (--utilization): "
+                         f"{hours_text(total / (devices * peak * 1e12 * u))}")
+    elif gpus:
+        times = [f"{name} {hours_text(total / (gpus * g.peak(precision) * 1e12 * u))}"
+                 for name, g in GPUS.items() if g.peak(precision)]
+        lines.append(f"estimated wall time on {gpus} GPUs at {u:.0%} of the dense {precision} peak (--utilization): "
+                     f"{', '.join(times)} (--gpu NAME or --gpu-tflops X for one)")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------- script
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="scripts/training_cost.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arch", default="attn_paper_base", help="any fairseq Transformer arch (default attn_paper_base)")
+    p.add_argument("--max-update", type=int, help="updates (default: the paper's for base and big, 100000 / 300000)")
+    p.add_argument("--tokens-per-update", type=int, default=25000,
+                   help="source (and as many target) positions per update (default 25000, Sec. 5.1)")
+    p.add_argument("--vocab", type=int, default=EN_DE_VOCAB, help=f"vocabulary (default {EN_DE_VOCAB}, Sec. 5.1)")
+    p.add_argument("--mean-length", type=float, default=MEAN_LENGTH,
+                   help=f"tokens per sentence, for the attention terms (default {MEAN_LENGTH})")
+    p.add_argument("--ngpus", type=int, default=8, help="GPUs (default 8)")
+    p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"], help="default bf16")
+    p.add_argument("--gpu", metavar="NAME", help=f"one of {', '.join(GPUS)}")
+    p.add_argument("--gpu-tflops", type=float, metavar="X", help="the GPU's dense peak at --precision")
+    p.add_argument("--utilization", type=float, help="share of the peak reached (default: measured on an H100, 0.08 for d_model < 1024, 0.26 above)")
+    p.add_argument("--table2", action="store_true", help="only Table 2's arithmetic beside the analytic counts")
+    p.add_argument("--gpus", action="store_true", help="list the GPUs and their dense peaks")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    args, unknown = p.parse_known_args(argv[:argv.index("--")] if "--" in argv else argv)
+    flags = [*unknown, *extra]
+    if args.gpus:
+        print("| GPU | bf16 | fp16 | fp32 (TFLOPS, dense) |\n|---|---|---|---|")
+        for name, g in GPUS.items():
+            print(f"| {name} | {g.bf16 or '-'} | {g.fp16} | {g.fp32} |")
+        return
+    print("Table 2's training cost (time x GPUs x sustained single-precision TFLOPS), recomputed:")
+    print("\n".join(describe_table2(args.mean_length)))
+    if args.table2:
+        return
+    updates = args.max_update or paper_updates(args.arch)
+    if not updates:
+        raise UsageError(f"give --max-update for --arch {args.arch} (the paper's steps are known for base and big)")
+    shape = model_shape(args.arch, flags, args.vocab)
+    print()
+    for line in describe_run(shape, args.arch, args.tokens_per_update, updates, args.ngpus, args.precision,
+                             args.gpu, args.gpu_tflops, args.utilization, mean_length=args.mean_length):
+        print(line)
+
+
+if __name__ == "__main__":
+    main_guard(main)

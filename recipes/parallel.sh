@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Your own parallel corpus with attn_plugin, through the WMT14 recipe's stages.
+# `bash recipes/parallel.sh --help` for options; settings: `files:` in recipes/configs/wmt14.yaml.
+#   bash recipes/parallel.sh --src en --tgt de --train data/train --valid data/valid --test data/test
+#       (raw text files data/train.en, data/train.de, ...; the paper's base model on 8 GPUs)
+#   bash recipes/parallel.sh ... --ngpus 1 --layers 3 --d-model 256 --d-ff 1024 --h 4 --bpe-merges 8000
+# Runs from any directory (relative paths are relative to where you are).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
+exec "$ATTN_PY" -m attn_kit.recipes.parallel "$@"

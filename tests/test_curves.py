@@ -1,0 +1,84 @@
+"""Training curves (attn_kit.pipeline.curves) from fairseq-train's simple log format, and the
+progress lines with an ETA of the long stages (attn_kit.pipeline.progress)."""
+import csv
+import io
+import time
+
+import pytest
+
+from attn_kit.pipeline import curves, progress
+
+# Two runs of one training, as the train stage's log holds them: the first killed after update 30
+# (its last checkpoint at 20), the second resumed from that checkpoint. Lines as fairseq 0.12 prints them.
+LOG = """$ fairseq-train data-bin --log-format simple
+2026-01-01 10:00:00 | INFO | fairseq_cli.train | task: AttnTranslationTask
+2026-01-01 10:00:10 | INFO | train_inner | epoch 001:     10 / 58 loss=9.5, nll_loss=9.3, ppl=630.4, wps=1000.5, ups=1, wpb=760.8, src_wpb=684.7, bsz=40, num_updates=10, lr=0.001, gnorm=0.8, train_wall=1, wall=10
+2026-01-01 10:00:20 | INFO | train_inner | epoch 001:     20 / 58 loss=8.5, nll_loss=8.3, ppl=315.2, wps=2000, ups=1, wpb=760.8, src_wpb=684.7, bsz=40, num_updates=20, lr=0.002, gnorm=0.8, train_wall=1, wall=20
+2026-01-01 10:00:22 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.1 | nll_loss 7.9 | ppl 238.9 | wps 22449.6 | wpb 508.9 | src_wpb 451.2 | bsz 25 | num_updates 20
+2026-01-01 10:00:30 | INFO | train_inner | epoch 001:     30 / 58 loss=7.9, nll_loss=7.7, ppl=207.9, wps=3000, ups=1, wpb=760.8, src_wpb=684.7, bsz=40, num_updates=30, lr=0.003, gnorm=0.8, train_wall=1, wall=30
+$ fairseq-train data-bin --log-format simple
+2026-01-01 11:00:00 | INFO | fairseq.checkpoint_utils | Loaded checkpoint /w/checkpoints/checkpoint_last.pt (epoch 1 @ 20 updates)
+2026-01-01 11:00:15 | INFO | train_inner | epoch 001:     30 / 58 loss=7.8, nll_loss=7.6, ppl=194.0, wps=4000, ups=1, wpb=760.8, src_wpb=684.7, bsz=40, num_updates=30, lr=0.003, gnorm=0.8, train_wall=1, wall=15
+2026-01-01 11:00:20 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 7.5 | nll_loss 7.2 | ppl 147.3 | wps 2102.6 | wpb 508.9 | src_wpb 451.2 | bsz 25 | num_updates 30 | best_loss 7.5 | bleu 12.5
+"""
+
+
+def test_parse_keeps_each_update_once_and_adds_up_training_time():
+    points = curves.parse(LOG.splitlines(keepends=True))
+    assert [(p["split"], p["update"]) for p in points] == [
+        ("train", 10), ("train", 20), ("valid", 20), ("train", 30), ("valid", 30)]
+    first, resumed = points[3], points[4]
+    # the killed run's update 30 is dropped (it resumed from 20); the resumed one's numbers stay
+    assert first["loss"] == 7.8 and first["tokens_per_s"] == 4000
+    # hours: run 1 lasted 30 s (10:00:00 to 10:00:30); run 2 adds 15 s and 20 s of its own; the hour
+    # between the runs does not count
+    assert points[0]["hours"] == pytest.approx(10 / 3600, abs=1e-5)
+    assert first["hours"] == pytest.approx(45 / 3600, abs=1e-5)
+    assert resumed["hours"] == pytest.approx(50 / 3600, abs=1e-5)
+    assert points[2] == {"split": "valid", "update": 20, "hours": pytest.approx(22 / 3600, abs=1e-5),
+                         "loss": 8.1, "nll_loss": 7.9, "ppl": 238.9}  # validation's own speed left out
+    assert resumed["bleu"] == 12.5 and points[1]["lr"] == 0.002
+
+
+def test_write_makes_csv_and_png_and_the_writer_refreshes_at_validation(tmp_path):
+    log = tmp_path / "train.log"
+    lines = LOG.splitlines(keepends=True)
+    log.write_text("".join(lines[:4]))
+    echoed = []
+    writer = curves.CurveWriter(log, tmp_path, lambda line: echoed.append(line) or True)
+    assert writer(lines[3]) is True and not (tmp_path / "curves.csv").exists()  # no validation yet
+    log.write_text("".join(lines[:5]))
+    writer(lines[4])  # a validation line: the curves are written
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "curves.csv").read_text())))
+    assert [r["update"] for r in rows] == ["10", "20", "20"] and rows[2]["split"] == "valid"
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    log.write_text(LOG)
+    writer.finish()  # training ended
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "curves.csv").read_text())))
+    assert list(rows[0]) == list(curves.COLUMNS) and len(rows) == 5 and echoed == lines[3:5]
+
+
+def test_progress_line_has_the_rate_and_an_eta():
+    now = [100.0]
+    lines = []
+    p = progress.Progress("tokenize train.en", 1000, every=10, clock=lambda: now[0], out=lines.append)
+    now[0] = 105.0
+    p.update(100)  # within 10 s of the start: quiet
+    now[0] = 120.0
+    p.update(400)  # 400 lines in 20 s: 20 lines/s, 600 left: 30 s
+    assert lines == ["tokenize train.en: 400/1000 lines (40%), 20 lines/s, ETA 30s"]
+    assert progress.clock_text(3725) == "1h02m" and progress.clock_text(65) == "1m05s"
+
+
+def test_watch_lines_counts_what_a_command_writes(tmp_path):
+    out = tmp_path / "gen.out"
+    out.write_text("S-0\tx\nD-0\t-1\ty\nS-1\tz\nD-1\t-1\tw\nD-2\t-1")  # the last line is not complete yet
+    assert progress.count_complete_lines(out, 0, b"D-") == (2, len("S-0\tx\nD-0\t-1\ty\nS-1\tz\nD-1\t-1\tw\n"))
+    reported = []
+    with progress.watch_lines(out, 3, "translate", "sentences", b"D-", every=0.05) as p:
+        p.out = reported.append
+        time.sleep(0.3)
+        with open(out, "a") as f:
+            f.write("\tv\n")
+        time.sleep(0.3)
+    assert reported[-1].startswith("translate: 3/3 sentences (100%)")
