@@ -69,6 +69,9 @@ CASES = [
     Case("averaging with `--num-update-checkpoints 0` or `-1`, or an `--output` that is a folder or under a file",
          "a usage error (exit 2) in one line, before any checkpoint is read; nothing written",
          "test_averaging_refuses_a_bad_command_line_before_reading"),
+    Case("averaging into a folder the user may not write", "one line before any checkpoint is read; nothing written "
+         "(skipped when the tests run as root, who may write anywhere)",
+         "test_averaging_into_an_unwritable_folder_is_refused_before_reading"),
     Case("averaging onto a full disk",
          "one line, no temporary file, nothing else on stderr (no \"Please install tensorboardX\")",
          "test_averaging_on_a_full_disk_is_one_line_and_leaves_nothing"),

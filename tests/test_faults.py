@@ -24,10 +24,12 @@ from attn_kit.pipeline.lock import workdir_lock
 INJECT = [sys.executable, str(REPO / "tests" / "faults" / "inject.py")]
 ENOSPC_SHIM = REPO / "tests" / "faults" / "enospc"
 STAGES = ["download", "extract", "tokenize", "bpe", "binarize", "train", "average", "generate", "score"]
-# where in each stage the signal comes (tests/faults/inject.py): mid-command or between steps
+# where in each stage the signal comes (tests/faults/inject.py): mid-command or between steps. Training is
+# killed when it saves its first checkpoint (SIGTERM) and, in the run after, when it has loaded the checkpoint
+# it resumes from (SIGKILL): the console may read fairseq's lines late, after more checkpoints, even all of them.
 TRIGGERS = {"download": "step:2", "extract": "step:1", "tokenize": "step:1", "bpe": "step:1",
-            "binarize": r"line:train\.en: \d+ sents", "train": r"line:Saved checkpoint \S+checkpoint_1_\d+\.pt",
-            "average": "line:^averaging", "generate": "line:loading model", "score": "step:1"}
+            "binarize": r"line:train\.en: \d+ sents", "average": "line:^averaging", "generate": "line:loading model",
+            "score": "step:1", "train": {"SIGTERM": "line:Saved checkpoint", "SIGKILL": "line:Loaded checkpoint"}}
 
 
 def env(**extra):
@@ -69,7 +71,8 @@ def test_sigterm_then_sigkill_in_every_stage_then_rerun(smoke_run, tmp_path):
     work = tmp_path / "w"
     for i, stage in enumerate(STAGES):
         for sig in ("SIGTERM", "SIGKILL"):
-            proc = recipe(work, prefix=[*INJECT, stage, sig, TRIGGERS[stage], "--"])
+            trigger = TRIGGERS[stage][sig] if isinstance(TRIGGERS[stage], dict) else TRIGGERS[stage]
+            proc = recipe(work, prefix=[*INJECT, stage, sig, trigger, "--"])
             where = (stage, sig, proc.stdout[-3000:], proc.stderr[-2000:])
             assert f"stage {i + 1}/9 {stage}: " in proc.stdout, where
             if sig == "SIGTERM":
@@ -353,6 +356,16 @@ def test_averaging_refuses_a_bad_command_line_before_reading(two_checkpoints, ar
         average(*base, *argv)
     assert message in str(info.value)
     assert sorted(p.name for p in tmp.iterdir()) == ["a.pt"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere: no folder is unwritable to it")
+def test_averaging_into_an_unwritable_folder_is_refused_before_reading(two_checkpoints):
+    state, tmp = two_checkpoints
+    torch.save(state, tmp / "a.pt")
+    (tmp / "ro").mkdir(mode=0o500)
+    with pytest.raises(UserError, match=r"--output .*ro/avg.pt: cannot write in .*ro \(permission denied\)"):
+        average("--inputs", tmp / "a.pt", "--output", tmp / "ro" / "avg.pt")
+    assert list((tmp / "ro").iterdir()) == []
 
 
 def test_averaging_on_a_full_disk_is_one_line_and_leaves_nothing(plugin_run, tmp_path):
