@@ -65,10 +65,8 @@ _GUARDED = []  # the pid that installed the SIGTERM handler (forked workers inhe
 
 
 def _terminate(signum, frame):
-    if _GUARDED and os.getpid() != _GUARDED[0]:  # a forked worker (a tokenization pool's): die as by default
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-        return
+    if _GUARDED and os.getpid() != _GUARDED[0]:  # a forked process that has not reset the handler yet: just end
+        os._exit(128 + signal.SIGTERM)
     raise Terminated()
 
 

@@ -273,3 +273,32 @@ def test_a_binarized_dataset_must_match_its_index(data_bin, tmp_path):
     shutil.copy(copy / "train.src-tgt.src.bin", copy / "test.src-tgt.src.bin")
     with pytest.raises(UserError, match="test.src-tgt.src.bin is .* bytes but"):
         verify.fairseq_dataset(copy / "test.src-tgt.src")
+
+
+def _signal_dispositions(lang, line):
+    """Stands in for a tokenization worker's line function: what the worker does on SIGTERM and Ctrl-C."""
+    import signal
+    name = {signal.SIG_DFL: "default", signal.SIG_IGN: "ignore"}
+    return " ".join(name.get(signal.getsignal(s), "python-handler") for s in (signal.SIGTERM, signal.SIGINT))
+
+
+def test_tokenization_workers_end_on_sigterm_by_default_not_through_the_recipes_handler(tmp_path, monkeypatch):
+    """A recipe's SIGTERM handler (main_guard's) is inherited by the workers of the tokenization
+    pool it forks. A worker must not run it: Python ends a pool by sending SIGTERM to its workers,
+    and a worker still in that handler could miss the signal and hang the run forever (it hung the
+    CI run once). So each worker gets the default SIGTERM action and ignores Ctrl-C (the recipe
+    stops the pool), and a finished pool is closed, not signalled."""
+    import signal
+
+    from attn_kit import cli
+    from attn_kit.pipeline import text
+
+    monkeypatch.setattr(text, "_moses_line", _signal_dispositions)
+    monkeypatch.setattr(cli, "_GUARDED", [os.getpid()])
+    previous = signal.signal(signal.SIGTERM, cli._terminate)
+    try:
+        (tmp_path / "in.txt").write_text("a\nb\nc\n")
+        text.moses_tokenize(tmp_path / "in.txt", tmp_path / "out.txt", "en", workers=2)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (tmp_path / "out.txt").read_text().splitlines() == ["default ignore"] * 3

@@ -11,6 +11,7 @@ import gzip
 import io
 import multiprocessing
 import re
+import signal
 import tarfile
 from functools import partial
 from pathlib import Path
@@ -37,12 +38,31 @@ def moses_tokenize(inp: Path, out: Path, lang: str, workers: int, progress=None)
     fn = partial(_moses_line, lang)
     with open(inp, encoding="utf-8", errors="replace") as fin, open(out, "w", encoding="utf-8") as fout:
         if workers > 1:
-            with multiprocessing.get_context("fork").Pool(workers) as pool:
+            pool = multiprocessing.get_context("fork").Pool(workers, initializer=_pool_worker)
+            try:
                 _write_counted(fout, pool.imap(fn, fin, chunksize=2000), progress)
+                pool.close()  # the workers exit on the end-of-work sentinel: no signal is needed
+            except BaseException:
+                pool.terminate()  # Ctrl-C, SIGTERM or an error: stop the workers (SIGTERM, default action)
+                raise
+            finally:
+                pool.join()
         else:
             _write_counted(fout, map(fn, fin), progress)
     if progress:
         progress.finish()
+
+
+def _pool_worker():
+    """A tokenization worker's signals: SIGTERM's default action (the recipe's own
+    handler, inherited through fork, unwinds a run; a pool worker just ends) and
+    Ctrl-C ignored (the terminal sends it to the whole group: the recipe stops the pool).
+    Python's ``with Pool(...)`` ends a pool with SIGTERM to every worker; a worker
+    still running the inherited Python-level handler could miss it and hang the
+    run (it hung a CI run; a loop of 300 pools hung here too), so the pool is closed
+    instead, and a worker never runs that handler."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _write_counted(fout, lines, progress):
