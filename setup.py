@@ -24,6 +24,7 @@ setup(
         "subword-nmt>=0.3.8",
         "sacrebleu>=2.0",
         "pyyaml",
+        "nltk",  # Penn Treebank tokenization of raw sentences for the parser (scripts/translate.py)
     ],
     extras_require={"test": ["pytest>=7"], "plot": ["matplotlib"]},
 )

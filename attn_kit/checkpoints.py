@@ -44,22 +44,10 @@ UPDATE_CHECKPOINT = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")  # fairseq's check
 
 
 def _plugin_checkpoint():
-    """:mod:`attn_plugin.checkpoint`, imported when first needed (importing the plugin imports
-    fairseq, which takes seconds), without the "Please install tensorboardX" line that fairseq's
-    text_to_speech task logs on import (translation needs neither) and without the logging set-up
-    fairseq's modules make on import (a recipe that resumes training would otherwise print every
-    library's debug lines)."""
-    import logging
+    """:mod:`attn_plugin.checkpoint`, imported when first needed and quietly (:func:`attn_kit.plugin.load`)."""
+    from .plugin import load
 
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
-    try:
-        from attn_plugin import checkpoint
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-    return checkpoint
+    return load("attn_plugin.checkpoint")
 
 
 def load_checkpoint(path, mmap: bool = False) -> dict:

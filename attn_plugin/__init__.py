@@ -4,7 +4,8 @@
 registers the model and its architectures (``attn_plugin.models``), the
 criterion (``attn_plugin.criterions``) and the learning-rate schedule
 (``attn_plugin.lr_scheduler``), the translation task with the paper's
-length penalty (``attn_plugin.tasks``), and applies the plugin's few changes to
+length penalty (``attn_plugin.tasks``), the tokenizers and BPE that reproduce
+the recipes' pre-processing (``attn_plugin.encoders``), and applies the plugin's few changes to
 torch, fairseq and Python, all listed in :mod:`attn_plugin.fairseq_patches`
 (fairseq loads checkpoints with torch's safe unpickler on; a refused or broken
 checkpoint is one ``error:`` line).
@@ -12,7 +13,7 @@ checkpoint is one ``error:`` line).
 The plugin is self-contained: it imports nothing from ``attn_kit`` (the library
 of the recipes, scripts and tests), which may import it.
 """
-from . import criterions, fairseq_patches, lr_scheduler, models, tasks  # noqa: F401
+from . import criterions, encoders, fairseq_patches, lr_scheduler, models, tasks  # noqa: F401
 
 fairseq_patches.install()
 

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 from conftest import REPO, SHARED, assert_one_error_line
@@ -281,6 +282,34 @@ def test_a_removed_output_reruns_only_its_stage(smoke, tmp_path):
     assert (copy / "eval" / "test.parsed").read_text() == (smoke[0] / "eval" / "test.parsed").read_text()
 
 
+def translate(work, *args, stdin=None):
+    return subprocess.run([sys.executable, REPO / "scripts" / "translate.py", work, *map(str, args)], input=stdin,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_translate_parses_the_test_words_as_the_recipe_did(smoke):
+    """scripts/translate.py on the run's test words gives the trees the recipe made of its
+    fairseq-generate output (with the model's own XX tags: raw text has no gold tags)."""
+    work, _ = smoke
+    r = json.loads((work / "results.json").read_text())
+    assert r["test_source_tokenized"] and r["test_output"] == str(work / "eval" / "test.trees")
+    proc = translate(work, "--tokenized", "--input", r["test_source"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == (work / "eval" / "test.trees").read_text().splitlines()
+    gold_tagged = (work / "eval" / "test.parsed").read_text().splitlines()
+    assert len(gold_tagged) == 6 and all("(XX " in t for t in proc.stdout.splitlines())
+
+
+def test_translate_parses_a_raw_sentence_into_a_tree_over_its_treebank_words(smoke):
+    work, _ = smoke
+    proc = translate(work, stdin='The coach said "I can\'t go (now)."\n')
+    assert proc.returncode == 0, proc.stderr
+    from attn_kit.metrics.trees import parse_trees
+
+    (tree, _), = parse_trees(proc.stdout)
+    assert tree.words() == ["The", "coach", "said", "``", "I", "ca", "n't", "go", "-LRB-", "now", "-RRB-", ".", "''"]
+
+
 # --------------------------------------------------------------------------- the --smoke --tune run
 SMOKE_TRIALS = ["tune-d0.1-a0-lr0.25", "tune-d0.1-a0.2-lr0.25"]
 
@@ -411,3 +440,14 @@ def test_real_trees_through_prepare_bpe_binarize_trees_and_score(tmp_path):
         assert s["error_sentences"] == 0 and s["valid_sentences"] == stats[f"{split}_trees"]
         assert 98.0 < s["f1"] < 100.0
         assert s["complete_match"] == pytest.approx(100 * (1 - 1 / s["sentences"]), abs=0.005)
+
+
+def test_a_tuned_run_translates_with_the_selected_model_and_decoding(smoke_tune):
+    work, _ = smoke_tune
+    selected = json.loads((work / "tune" / "selected.json").read_text())["selected"]
+    card = json.loads((work / "inference.json").read_text())
+    assert work / card["checkpoint"] == Path(selected["checkpoint"])
+    assert card["generation"]["beam"] == selected["beam"] and card["args"]["gnmt_alpha"] == selected["alpha"]
+    proc = translate(work, "--tokenized", "--input", work / "prep" / "test.words")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == (work / "eval" / "test.trees").read_text().splitlines()

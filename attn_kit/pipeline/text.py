@@ -19,6 +19,9 @@ from typing import Iterable, Iterator, List, Tuple
 
 from .stages import UserError
 
+# The recipes' Moses steps: punctuation normalization, then tokenization with -a
+# (aggressive dash splits), without tokenizer.perl's HTML escaping.
+MOSES_NORMALIZE, MOSES_ESCAPE, MOSES_DASH_SPLITS = True, False, True
 _MOSES = {}
 
 
@@ -28,7 +31,17 @@ def _moses_line(lang: str, line: str) -> str:
     if lang not in _MOSES:
         _MOSES[lang] = (MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang))
     norm, tok = _MOSES[lang]
-    return tok.tokenize(norm.normalize(line.strip()), escape=False, aggressive_dash_splits=True, return_str=True)
+    line = line.strip()
+    if MOSES_NORMALIZE:
+        line = norm.normalize(line)
+    return tok.tokenize(line, escape=MOSES_ESCAPE, aggressive_dash_splits=MOSES_DASH_SPLITS, return_str=True)
+
+
+def moses_tokenizer_args() -> dict:
+    """The same steps as the plugin's fairseq tokenizer ``attn_moses`` takes them (run cards,
+    fairseq-interactive): raw text at translation time is tokenized as the training text was."""
+    return {"tokenizer": "attn_moses", "moses_no_normalize": not MOSES_NORMALIZE, "moses_escape": MOSES_ESCAPE,
+            "moses_no_dash_splits": not MOSES_DASH_SPLITS}
 
 
 def moses_tokenize(inp: Path, out: Path, lang: str, workers: int, progress=None):

@@ -229,6 +229,9 @@ def length_penalty(args):
     return f"fairseq lenpen {args.lenpen:g}", ["--lenpen", str(args.lenpen)]
 
 
+MAX_LEN_A = 1  # the longest output is MAX_LEN_A x input length + max_len_b
+
+
 def generate_command(args, data_bin: Path, checkpoint, subset: str, beam, penalty_flags: List[str],
                      max_len_b: int, batch_size: int) -> list:
     """fairseq-generate: beam search, output length up to input + ``max_len_b`` (Sec. 6.1: 50;
@@ -237,8 +240,30 @@ def generate_command(args, data_bin: Path, checkpoint, subset: str, beam, penalt
     gpu = args.ngpus > 0
     return ["fairseq-generate", data_bin, "--user-dir", USER_DIR, "--task", "attn_translation",
             "--path", checkpoint, "--gen-subset", subset, "--beam", beam, *penalty_flags,
-            "--max-len-a", "1", "--max-len-b", max_len_b, "--batch-size", batch_size,
+            "--max-len-a", MAX_LEN_A, "--max-len-b", max_len_b, "--batch-size", batch_size,
             "--required-batch-size-multiple", "1", "--remove-bpe", *([] if gpu else ["--cpu"])]
+
+
+def write_run_card(workdir: Path, kind: str, checkpoint: Path, data_bin: Path, src: str, tgt: str,
+                   preprocessing: dict, beam, penalty_flags: List[str], max_len_b: int, batch_size: int):
+    """``WORKDIR/inference.json`` (:mod:`attn_plugin.hub`): how raw text reaches the model
+    evaluated in ``workdir`` and how it decodes, as fairseq options, so that
+    scripts/translate.py, ``from_pretrained`` and fairseq-interactive translate new text
+    exactly as :func:`generate_command` translated the test set. ``preprocessing``: the
+    tokenizer and BPE options; those ending in ``_codes``/``_vocabulary`` are files in ``workdir``."""
+    rel = lambda path: str(Path(path).resolve().relative_to(workdir.resolve()))  # noqa: E731
+    args = {"task": "attn_translation", "source_lang": src, "target_lang": tgt}
+    generation = {"beam": int(beam), "max_len_a": MAX_LEN_A, "max_len_b": int(max_len_b)}
+    name, value = penalty_flags
+    if name == "--gnmt-alpha":
+        args["gnmt_alpha"] = float(value)
+    else:
+        generation["lenpen"] = float(value)
+    paths = [k for k, v in preprocessing.items() if k.endswith(("_codes", "_vocabulary")) and v]
+    args.update({k: rel(v) if k in paths else v for k, v in preprocessing.items()})
+    write_json_atomic(workdir / "inference.json", {
+        "kind": kind, "checkpoint": rel(checkpoint), "data": rel(data_bin), "args": args, "paths": paths,
+        "generation": generation, "batch_size": int(batch_size)})
 
 
 def read_hypotheses(gen_out: Path, expected: int) -> List[str]:

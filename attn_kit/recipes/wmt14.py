@@ -37,7 +37,7 @@ from ..paper import TABLE2_BLEU
 from ..pipeline import verify
 from ..pipeline.progress import Progress, watch_output
 from ..pipeline.stages import Stage, average_checkpoints, averaged_info_path, binarize
-from ..pipeline.text import count_lines, moses_tokenize
+from ..pipeline.text import count_lines, moses_tokenize, moses_tokenizer_args
 from . import common, config, scale
 from ..sizes import PLUGIN_ARCHS
 from .common import REPO
@@ -45,6 +45,8 @@ from .wmt14_data import BUNDLED, FILES, PAIRS, files_for
 
 BUNDLED_DATA = REPO / "data" / "tatoeba-en-de"
 SPLITS = ("train", "valid", "test")
+VOCABULARY_THRESHOLD = 50  # apply-bpe --vocabulary-threshold, as fairseq's WMT scripts
+MAX_LEN_B, BATCH_SIZE = 50, 128  # decoding: output up to input + 50 tokens (Sec. 6.1); sentences per batch
 T2T_PROTOCOL = {
     True: "tensor2tensor get_ende_bleu.sh: replace-unicode-punctuation, tokenizer.perl -l de (no -a), "
           "compound split, multi-bleu.perl (the paper's Table 2)",
@@ -313,7 +315,7 @@ def stages(args):
             if not (bpe / t).exists() or ctx.dry_run:
                 with ctx.output(bpe / t) as out, watch_output(ctx, out, tok / t, f"apply BPE to {t}"):
                     ctx.sh(["subword-nmt", "apply-bpe", "-c", bpe / "codes", "--vocabulary",
-                            bpe / f"vocab.{t.rsplit('.', 1)[1]}", "--vocabulary-threshold", "50",
+                            bpe / f"vocab.{t.rsplit('.', 1)[1]}", "--vocabulary-threshold", VOCABULARY_THRESHOLD,
                             "--num-workers", args.workers], stdin=tok / t, stdout=out)
         if args.clean:
             clean(ctx)
@@ -350,8 +352,13 @@ def stages(args):
     def generate(ctx):
         with ctx.output(gen) as tmp, watch_output(ctx, tmp, raw / f"test.{src}", "translate the test set", "sentences",
                                               b"D-"):
-            ctx.sh(common.generate_command(args, data_bin, avg, "test", args.beam, penalty_flags, 50, 128),
-                   stdout=tmp, tail=1, env=common.thread_env(args))
+            ctx.sh(common.generate_command(args, data_bin, avg, "test", args.beam, penalty_flags, MAX_LEN_B,
+                                           BATCH_SIZE), stdout=tmp, tail=1, env=common.thread_env(args))
+        ctx.step(f"write {W / 'inference.json'}: this pre-processing and decoding, for scripts/translate.py",
+                 common.write_run_card, W, "translation", avg, data_bin, src, tgt, {
+                     **moses_tokenizer_args(), "bpe": "attn_subword_nmt", "bpe_codes": bpe / "codes",
+                     "bpe_vocabulary": bpe / f"vocab.{src}", "bpe_vocabulary_threshold": VOCABULARY_THRESHOLD},
+                 args.beam, penalty_flags, MAX_LEN_B, BATCH_SIZE)
 
     def score(ctx):
         ctx.step(f"BLEU: tokenized{' and compound-split' if tgt == 'de' else ''} (multi-bleu) against "
@@ -399,7 +406,7 @@ def stages(args):
         Stage("average", average, f"average the last {args.average} checkpoints", inputs=[ckpt],
               outputs=[avg, averaged_info_path(avg)], options={"average": args.average}),
         Stage("generate", generate, f"fairseq-generate, beam {args.beam}, {penalty}, on the test set",
-              inputs=[avg, *dicts, *(p for p in binary if ".test." in p.name)], outputs=[gen],
+              inputs=[avg, *dicts, *(p for p in binary if ".test." in p.name)], outputs=[gen, W / "inference.json"],
               options={"beam": args.beam, "length_penalty": penalty}),
         Stage("score", score, "tokenized BLEU and sacreBLEU",
               inputs=[gen, raw / f"test.{tgt}", tok / f"test.{tgt}", averaged_info_path(avg)],
@@ -440,7 +447,8 @@ def write_results(args, src: str, tgt: str, penalty: str):
         out["bleu_compound_split"] = round(split.score, 2)
     out.update(common.run_record(args, W / "logs" / "train.log", W / "checkpoint_avg.pt", W / "train_command.json"))
     p = common.plan(args)
-    out.update({"test_sentences": len(refs), "gpus": args.ngpus * args.nnodes, "nodes": args.nnodes,
+    out.update({"test_source": str(W / "raw" / f"test.{src}"), "test_output": str(W / "gen" / f"test.detok.{tgt}"),
+                "test_sentences": len(refs), "gpus": args.ngpus * args.nnodes, "nodes": args.nnodes,
                 "cpu_processes": args.cpu_procs if args.ngpus == 0 else 0, "beam": args.beam,
                 "length_penalty": penalty, "max_tokens": p.max_tokens, "update_freq": p.update_freq,
                 "max_tokens_per_update": p.tokens_per_update})

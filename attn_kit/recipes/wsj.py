@@ -419,15 +419,17 @@ def _lines(path: Path):
     return path.read_text(encoding="utf-8", errors="surrogateescape").split("\n")[:-1]
 
 
-def rebuild_trees(prep: Path, gen_out: Path, out: Path, split: str, pos_tags: str) -> dict:
+def rebuild_trees(prep: Path, gen_out: Path, out: Path, split: str, pos_tags: str, gold_tags: bool = True) -> dict:
     """Delinearize every hypothesis with its input words into ``out`` (one tree per
-    line); return the repair counts."""
+    line); return the repair counts. With ``gold_tags`` (and POS tags predicted as XX)
+    the leaves get the gold tags, for EVALB; without, the model's own (what
+    scripts/translate.py gives for raw text)."""
     words, tags = _lines(prep / f"{split}.{SRC}"), _lines(prep / f"{split}.tags")
     hyps = common.read_hypotheses(gen_out, len(words))
     totals, repaired = Counter(), 0
     with open(out, "w", encoding="utf-8", errors="surrogateescape") as f:
         for hyp, w, t in zip(hyps, words, tags):
-            tree, repairs = delinearize(hyp.split(), w.split(), t.split() if pos_tags == "xx" else None)
+            tree, repairs = delinearize(hyp.split(), w.split(), t.split() if gold_tags and pos_tags == "xx" else None)
             f.write(str(tree) + "\n")
             totals.update(repairs)
             repaired += bool(repairs)
@@ -476,6 +478,9 @@ def write_results(args):
                      "repairs": repairs[split]}
     if args.mode in TABLE4_F1:
         out["paper_test_f1"] = TABLE4_F1[args.mode]
+    # what scripts/translate.py RUN_DIR --tokenized reproduces: the test words in, the trees out (model's tags)
+    out.update({"test_source": str(W / "prep" / f"test.{SRC}"), "test_source_tokenized": True,
+                "test_output": str(W / "eval" / "test.trees")})
     out["data"] = json.loads((W / "prep" / "stats.json").read_text())
     vocab = common.dictionary_size(W / "data-bin" / f"dict.{SRC}.txt")
     if vocab:
@@ -606,10 +611,26 @@ def model_flags(args, dropout=None, attention_dropout=None) -> list:
             *(["--attention-dropout", f"{attention_dropout:g}"] if attention_dropout is not None else [])]
 
 
+def decode_batch_size(args) -> int:
+    return 64 if args.ngpus > 0 else 16
+
+
 def decode_command(args, data_bin: Path, checkpoint, split: str, beam, alpha):
     """fairseq-generate: beam search with GNMT's length penalty, outputs up to input + --max-len-b."""
     return common.generate_command(args, data_bin, checkpoint, split, beam, ["--gnmt-alpha", str(alpha)],
-                                   args.max_len_b, 64 if args.ngpus > 0 else 16)
+                                   args.max_len_b, decode_batch_size(args))
+
+
+def write_run_card(args):
+    """WORKDIR/inference.json: the evaluated model (a --tune run's selected one) with the treebank
+    tokenizer, the run's BPE and its decoding, for scripts/translate.py (raw sentence -> tree)."""
+    W = args.workdir
+    sel = json.loads((W / "tune" / "selected.json").read_text())["selected"] if args.tune else None
+    checkpoint, beam, alpha = (Path(sel["checkpoint"]), sel["beam"], sel["alpha"]) if sel else \
+        (W / "checkpoint_avg.pt", args.beam, args.alpha)
+    common.write_run_card(W, "parsing", checkpoint, W / "data-bin", SRC, TGT, {
+        "tokenizer": "attn_treebank", "bpe": "attn_subword_nmt", "bpe_codes": W / "bpe" / "codes"},
+        beam, ["--gnmt-alpha", str(alpha)], args.max_len_b, decode_batch_size(args))
 
 
 def stages(args):
@@ -751,7 +772,10 @@ def stages(args):
                     counts[split] = rebuild_trees(prep, gen / f"{split}.out", tmp, split, args.pos_tags)
                 log(f"{split}: {counts[split]['repaired_sentences']} of {counts[split]['sentences']} "
                     "outputs needed repairs")
+            with ctx.output(ev / "test.trees") as tmp:  # as scripts/translate.py parses test.words
+                rebuild_trees(prep, gen / "test.out", tmp, "test", args.pos_tags, gold_tags=False)
             write_json_atomic(ev / "repairs.json", counts)
+            write_run_card(args)
 
         ctx.step(f"delinearize {gen}/{{valid,test}}.out with the input words into {ev}/{{valid,test}}.parsed, "
                  "repairing malformed output" + (" (gold POS tags for the XX leaves)" if args.pos_tags == "xx"
@@ -784,7 +808,8 @@ def stages(args):
     scoring = [
         Stage("trees", trees, "output sequences -> trees, with repairs",
               inputs=[gen / "valid.out", gen / "test.out"],
-              outputs=[ev / "valid.parsed", ev / "test.parsed", ev / "repairs.json"]),
+              outputs=[ev / "valid.parsed", ev / "test.parsed", ev / "test.trees", ev / "repairs.json",
+                       W / "inference.json"]),
         Stage("score", score, "EVALB (COLLINS.prm) F1 on dev (22) and test (23)",
               inputs=[ev / "valid.parsed", ev / "test.parsed", prep / "valid.gold", prep / "test.gold"],
               outputs=[W / "results.json"]),

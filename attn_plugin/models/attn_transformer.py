@@ -117,6 +117,27 @@ class PositionalEncoding(nn.Module):
 # ---------------------------------------------------------------------------
 # Sec. 3.2  Attention
 # ---------------------------------------------------------------------------
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None,
+                                 is_causal: bool = False, dropout_p: float = 0.0,
+                                 need_weights: bool = False):
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (Sec. 3.2.1, eq. 1).
+
+    ``q``: ... x L x d_k, ``k``: ... x S x d_k, ``v``: ... x S x d_v; ``mask``
+    (broadcastable to ... x L x S) is True where a query may attend; ``is_causal``
+    lets position i see positions <= i only. Returns (output, weights): the
+    weights softmax(...) (... x L x S) only when ``need_weights``, else None, and
+    then eq. 1 runs in torch's fused kernel, which never materializes them."""
+    if not need_weights:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout_p), None
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if is_causal:
+        mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return F.dropout(weights, dropout_p) @ v, weights
+
+
 @with_incremental_state
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O (Sec. 3.2.2),
@@ -131,7 +152,9 @@ class MultiHeadAttention(nn.Module):
     from the encoder output (``w_kv``). W^O (``w_o``) is h*d_v x d_model.
     d_k and d_v are free parameters (Table 3 rows A, B).
     Eq. 1 runs in ``F.scaled_dot_product_attention`` (fused kernels; the
-    causal mask is a flag, not a tensor, and no mask at all without padding).
+    causal mask is a flag, not a tensor, and no mask at all without padding);
+    ``need_weights=True`` computes the attention weights explicitly and returns
+    them too (alignments, the paper's Figures 3-5).
 
     For incremental decoding the projected keys and values are cached:
     self-attention appends one step at a time; encoder-decoder attention
@@ -166,9 +189,11 @@ class MultiHeadAttention(nn.Module):
         return x.view(x.size(0), x.size(1), self.h, d).transpose(1, 2)
 
     def forward(self, query: Tensor, key_value: Tensor, key_padding_mask: Optional[Tensor] = None,
-                causal: bool = False, incremental_state: Optional[IncrementalState] = None) -> Tensor:
+                causal: bool = False, incremental_state: Optional[IncrementalState] = None,
+                need_weights: bool = False):
         """``query``: B x L x d_model; ``key_value``: B x S x d_model (ignored
-        when cached); ``key_padding_mask``: B x S, True at padding (None: no padding)."""
+        when cached); ``key_padding_mask``: B x S, True at padding (None: no padding).
+        Returns (B x L x d_model, the weights B x h x L x S if ``need_weights`` else None)."""
         cache = None if incremental_state is None else (self.get_incremental_state(incremental_state, "kv") or {})
         if self.self_attention:
             q, k, v = self.w_qkv(query).split(self.qkv_sizes, dim=-1)
@@ -192,18 +217,19 @@ class MultiHeadAttention(nn.Module):
                 self.set_incremental_state(incremental_state, "kv", {"k": k, "v": v})
                 self.set_incremental_state(incremental_state, "per_sentence", {"beam": per_sentence})
         if k.size(0) < q.size(0):  # keys per sentence, queries per hypothesis (beam search)
-            return self.w_o(self._attend_per_sentence(q, k, v, key_padding_mask))
+            out, weights = self._attend_per_sentence(q, k, v, key_padding_mask, need_weights)
+            return self.w_o(out), weights
         mask = None
         if key_padding_mask is not None:
             mask = ~key_padding_mask[:, None, None, :]  # True = may attend
         # A cached causal step attends to every cached position: no mask needed.
         is_causal = causal and cache is None and query.size(1) > 1
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=is_causal,
-            dropout_p=self.attention_dropout if self.training else 0.0,
-        )
+        out, weights = scaled_dot_product_attention(q, k, v, mask, is_causal, self._dropout_p(), need_weights)
         out = out.transpose(1, 2).reshape(query.size(0), query.size(1), self.h * self.d_v)
-        return self.w_o(out)
+        return self.w_o(out), weights
+
+    def _dropout_p(self) -> float:
+        return self.attention_dropout if self.training else 0.0
 
     def _beam_copies(self, x: Tensor) -> bool:
         """Whether the rows of ``x`` come in groups of ``beam_size`` equal rows, one
@@ -214,22 +240,24 @@ class MultiHeadAttention(nn.Module):
         groups = x.view(x.size(0) // beam, beam, *x.shape[1:])
         return torch.equal(groups, groups[:, :1].expand_as(groups))
 
-    def _attend_per_sentence(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
+    def _attend_per_sentence(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
+                             need_weights: bool = False):
         """Encoder-decoder attention of the beam hypotheses of each sentence.
 
         ``q``: (B*beam) x h x L x d_k; ``k``, ``v``: B x h x S x d: one row per
         sentence. Every query attends independently, so the beam folds into the
         query positions of its sentence: B x h x (beam*L) x d_k. Returns
-        (B*beam) x L x h*d_v."""
+        ((B*beam) x L x h*d_v, the weights (B*beam) x h x L x S or None)."""
         B, beam, L = k.size(0), q.size(0) // k.size(0), q.size(2)
         q = q.view(B, beam, self.h, L, self.d_k).transpose(1, 2).reshape(B, self.h, beam * L, self.d_k)
         mask = None
         if key_padding_mask is not None:
             mask = ~key_padding_mask[::beam, None, None, :]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                             dropout_p=self.attention_dropout if self.training else 0.0)
+        out, weights = scaled_dot_product_attention(q, k, v, mask, False, self._dropout_p(), need_weights)
         out = out.view(B, self.h, beam, L, self.d_v).permute(0, 2, 3, 1, 4)
-        return out.reshape(B * beam, L, self.h * self.d_v)
+        if weights is not None:
+            weights = weights.view(B, self.h, beam, L, -1).transpose(1, 2).reshape(B * beam, self.h, L, -1)
+        return out.reshape(B * beam, L, self.h * self.d_v), weights
 
     def set_beam_size(self, beam_size: int):
         """fairseq's beam search announces its beam size before decoding."""
@@ -311,9 +339,16 @@ class EncoderLayer(nn.Module):
         self.ffn = PositionwiseFeedForward(d_model, d_ff, activation_dropout)
         self.ffn_norm = AddNorm(d_model, p_drop)
 
-    def forward(self, x: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
-        x = self.self_attn_norm(x, lambda x: self.self_attn(x, x, padding_mask))
-        return self.ffn_norm(x, self.ffn)
+    def forward(self, x: Tensor, padding_mask: Optional[Tensor], need_weights: bool = False):
+        """Returns (B x S x d_model, the self-attention weights B x h x S x S if ``need_weights``)."""
+        weights = {}
+
+        def self_attention(x):
+            out, weights["self"] = self.self_attn(x, x, padding_mask, need_weights=need_weights)
+            return out
+
+        x = self.self_attn_norm(x, self_attention)
+        return self.ffn_norm(x, self.ffn), weights["self"]
 
 
 class DecoderLayer(nn.Module):
@@ -331,11 +366,18 @@ class DecoderLayer(nn.Module):
         self.ffn_norm = AddNorm(d_model, p_drop)
 
     def forward(self, y: Tensor, memory: Tensor, memory_padding_mask: Optional[Tensor],
-                incremental_state: Optional[IncrementalState] = None) -> Tensor:
-        y = self.self_attn_norm(y, lambda y: self.self_attn(y, y, causal=True, incremental_state=incremental_state))
-        y = self.cross_attn_norm(y, lambda y: self.cross_attn(y, memory, memory_padding_mask,
-                                                              incremental_state=incremental_state))
-        return self.ffn_norm(y, self.ffn)
+                incremental_state: Optional[IncrementalState] = None, need_weights: bool = False):
+        """Returns (B x T x d_model, the encoder-decoder attention weights B x h x T x S if ``need_weights``)."""
+        weights = {}
+
+        def cross_attention(y):
+            out, weights["cross"] = self.cross_attn(y, memory, memory_padding_mask,
+                                                    incremental_state=incremental_state, need_weights=need_weights)
+            return out
+
+        y = self.self_attn_norm(y, lambda y: self.self_attn(y, y, causal=True, incremental_state=incremental_state)[0])
+        y = self.cross_attn_norm(y, cross_attention)
+        return self.ffn_norm(y, self.ffn), weights["cross"]
 
 
 def _layer_sizes(cfg, side: str) -> dict:
@@ -391,14 +433,22 @@ class AttnEncoder(FairseqEncoder):
         self.layers = nn.ModuleList(EncoderLayer(**sizes) for _ in range(cfg.encoder_layers))
         self.compile_layers = getattr(cfg, "compile_layers", False)
 
-    def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, **unused):
+    def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, need_head_weights: bool = False,
+                **unused):
+        """Returns fairseq's encoder dict; with ``need_head_weights`` also ``self_attn_weights``:
+        each layer's self-attention weights, B x h x S x S (the paper's Figures 3-5)."""
         padding_mask = src_tokens.eq(self.padding_idx)
         x = self.embed(src_tokens)
         attn_padding_mask = padding_mask if padding_mask.any() else None  # None: unmasked, fastest kernels
+        weights = []
         for layer in _training_layers(self, self.compile_layers):
-            x = layer(x, attn_padding_mask)
+            x, w = layer(x, attn_padding_mask, need_weights=need_head_weights)
+            weights.append(w)
         # Lists, as fairseq's encoders return, so fairseq's generator can treat it alike.
-        return {"encoder_out": [x], "encoder_padding_mask": [padding_mask]}
+        out = {"encoder_out": [x], "encoder_padding_mask": [padding_mask]}
+        if need_head_weights:
+            out["self_attn_weights"] = weights
+        return out
 
     def forward_torchscript(self, net_input: Dict[str, Tensor]):
         return self.forward(net_input["src_tokens"], net_input.get("src_lengths"))
@@ -421,11 +471,24 @@ class AttnDecoder(FairseqIncrementalDecoder):
         sizes = _layer_sizes(cfg, "decoder")
         self.layers = nn.ModuleList(DecoderLayer(**sizes) for _ in range(cfg.decoder_layers))
         self.compile_layers = getattr(cfg, "compile_layers", False)
+        self.need_attn = False  # fairseq's switch for alignments (make_generation_fast_)
 
     def forward(self, prev_output_tokens: Tensor, encoder_out=None,
-                incremental_state: Optional[IncrementalState] = None, features_only: bool = False, **unused):
+                incremental_state: Optional[IncrementalState] = None, features_only: bool = False,
+                alignment_layer: Optional[int] = None, alignment_heads: Optional[int] = None,
+                need_head_weights: bool = False, **unused):
         """``prev_output_tokens``: B x T (EOS followed by the target shifted
-        right). With ``incremental_state`` only the last position is computed."""
+        right). With ``incremental_state`` only the last position is computed.
+
+        The second value is fairseq's dict: ``attn`` holds the encoder-decoder
+        attention weights (B x T x S) of layer ``alignment_layer`` (default the
+        last) averaged over its first ``alignment_heads`` heads (default all), as
+        stock fairseq's decoder returns them, when they are asked for: by
+        ``alignment_layer`` or ``need_head_weights``, or by ``need_attn`` (set by
+        fairseq-generate's ``--print-alignment`` and ``--replace-unk`` through
+        :meth:`make_generation_fast_`); otherwise [None] and every layer runs the
+        fused kernel. ``need_head_weights`` also returns ``cross_attn_weights``:
+        every layer's weights, B x h x T x S."""
         start = 0
         if incremental_state is not None:
             start = prev_output_tokens.size(1) - 1
@@ -435,12 +498,27 @@ class AttnDecoder(FairseqIncrementalDecoder):
         memory_padding_mask = encoder_out["encoder_padding_mask"][0]
         if not memory_padding_mask.any():
             memory_padding_mask = None  # unmasked, fastest kernels
+        align = len(self.layers) - 1 if alignment_layer is None else alignment_layer
+        need_attn = self.need_attn or alignment_layer is not None or need_head_weights
         layers = self.layers if incremental_state is not None else _training_layers(self, self.compile_layers)
-        for layer in layers:
-            y = layer(y, memory, memory_padding_mask, incremental_state)
+        weights = []
+        for i, layer in enumerate(layers):
+            y, w = layer(y, memory, memory_padding_mask, incremental_state,
+                         need_weights=need_head_weights or (need_attn and i == align))
+            weights.append(w)
         if not features_only:
             y = self.output_layer(y)
-        return y, {"attn": [None], "inner_states": None}
+        extra = {"attn": [None], "inner_states": None}
+        if need_attn:
+            extra["attn"] = [weights[align][:, :alignment_heads].mean(dim=1)]
+        if need_head_weights:
+            extra["cross_attn_weights"] = weights
+        return y, extra
+
+    def make_generation_fast_(self, need_attn: bool = False, **kwargs):
+        """fairseq calls this before decoding (``prepare_for_inference_``), with
+        ``need_attn`` True when alignments are printed or unknown words replaced."""
+        self.need_attn = need_attn
 
     def output_layer(self, features: Tensor) -> Tensor:
         return F.linear(features, self.embed.embed_tokens.weight)
@@ -523,6 +601,15 @@ class AttnTransformerModel(FairseqEncoderDecoderModel):
         encoder_embed = cls.build_embedding(src_dict, cfg.encoder_embed_dim)
         decoder_embed = encoder_embed if share_all else cls.build_embedding(tgt_dict, cfg.decoder_embed_dim)
         return cls(AttnEncoder(cfg, src_dict, encoder_embed), AttnDecoder(cfg, tgt_dict, decoder_embed))
+
+    @classmethod
+    def from_pretrained(cls, model_name_or_path, checkpoint_file=None, data_name_or_path=None, **kwargs):
+        """fairseq's hub: ``AttnTransformerModel.from_pretrained(RUN_DIR)`` loads a recipe
+        run's evaluated model with the run's tokenizer, BPE and decoding settings, and
+        returns fairseq's hub interface (``.translate(sentences)``); see :mod:`attn_plugin.hub`."""
+        from ..hub import from_pretrained
+
+        return from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path, **kwargs)
 
     def upgrade_state_dict_named(self, state_dict, name):
         """fairseq calls this on every checkpoint it loads: checkpoints of

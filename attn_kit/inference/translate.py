@@ -1,0 +1,181 @@
+"""``python scripts/translate.py RUN_DIR``: raw sentences in, translations out,
+exactly as the recipe of RUN_DIR made its test translations.
+
+Each input line (stdin or ``--input``) goes through the run's tokenizer and
+BPE (vocabulary filter included), the checkpoint the recipe evaluated (the
+average) and its decoding settings (beam, length penalty, maximum length), all
+read from ``RUN_DIR/inference.json`` (:mod:`attn_plugin.hub`); the output is
+one detokenized translation per input line, in order (stdout or ``--output``).
+An empty line gives an empty line. For a parsing run (WSJ) the output is a
+bracketed tree over the sentence's words, repaired as the recipe's trees stage
+repairs it (:func:`attn_kit.metrics.trees.delinearize`); POS tags are the
+model's (``XX`` unless it was trained with ``--pos-tags keep``).
+"""
+import argparse
+import sys
+from pathlib import Path
+from typing import Iterable, List, Optional
+
+from ..cli import UsageError, UserError, log
+from ..pipeline.progress import Progress
+
+ENGINES = ("fairseq", "ctranslate2")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python scripts/translate.py", description=__doc__.split("\n\n")[0].replace("``", ""),
+        epilog="The same from Python: AttnTransformerModel.from_pretrained(RUN_DIR).translate([...]); "
+               "the same with fairseq-interactive: --print-interactive-command.")
+    p.add_argument("run_dir", type=Path, help="a recipe's --workdir (holds inference.json), or with --engine "
+                                              "ctranslate2 the folder scripts/export_ctranslate2.py wrote")
+    p.add_argument("-i", "--input", type=Path, help="raw sentences, one per line (default: stdin)")
+    p.add_argument("-o", "--output", type=Path, help="where the translations go (default: stdout)")
+    p.add_argument("--beam", type=int, help="beam size (default: the run's, e.g. 4)")
+    p.add_argument("--gnmt-alpha", type=float, help="GNMT length penalty alpha (default: the run's, e.g. 0.6)")
+    p.add_argument("--lenpen", type=float, help="fairseq's length penalty |Y|^lenpen instead of GNMT's")
+    p.add_argument("--max-len-b", type=int, help="longest output: input length + this (default: the run's)")
+    p.add_argument("--checkpoint", type=Path, help="another checkpoint of the run (default: the one the recipe "
+                                                   "evaluated, checkpoint_avg.pt)")
+    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    p.add_argument("--ngpus", type=int, default=0, choices=(0, 1), help="1: translate on the GPU (default 0: CPU)")
+    p.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
+    p.add_argument("--tokenized", action="store_true",
+                   help="the input is already tokenized as the training data was (Moses tokens, or treebank "
+                        "words for a parsing run): only BPE is applied")
+    p.add_argument("--engine", choices=ENGINES, default="fairseq",
+                   help="fairseq (default) or ctranslate2 (RUN_DIR is then an exported model folder)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--print-interactive-command", action="store_true",
+                   help="print the fairseq-interactive command that does the same, and exit")
+    args = p.parse_args(argv)
+    if args.batch_size < 1 or (args.beam is not None and args.beam < 1):
+        raise UsageError("--batch-size and --beam must be >= 1")
+    if args.gnmt_alpha is not None and args.lenpen is not None:
+        raise UsageError("give --gnmt-alpha or --lenpen, not both")
+    return args
+
+
+def read_input(path: Optional[Path]) -> List[str]:
+    if path is None:
+        return [line.rstrip("\n") for line in sys.stdin]
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
+            return [line.rstrip("\n") for line in f]
+    except FileNotFoundError:
+        raise UserError(f"--input {path}: no such file") from None
+    except OSError as exc:
+        raise UserError(f"--input {path}: cannot read it ({exc.strerror})") from None
+
+
+def overrides(args) -> dict:
+    """fairseq options the command line changes (the rest is the run's)."""
+    out = {}
+    for name in ("beam", "gnmt_alpha", "lenpen", "max_len_b"):
+        if getattr(args, name) is not None:
+            out[name] = getattr(args, name)
+    if args.checkpoint:
+        out["checkpoint_file"] = str(args.checkpoint.resolve())
+    if args.tokenized:
+        out["tokenizer"] = None
+    return out
+
+
+class Translator:
+    """A run's model with its pre- and post-processing (fairseq's hub interface)."""
+
+    def __init__(self, run_dir: Path, options: dict, gpu: bool = False):
+        from ..plugin import load, quiet_inference
+
+        quiet_inference()
+        read_run_card = load("attn_plugin.hub").read_run_card
+        AttnTransformerModel = load("attn_plugin.models.attn_transformer").AttnTransformerModel
+        self.card = read_run_card(run_dir)
+        self.parsing = self.card.get("kind") == "parsing"
+        checkpoint = options.pop("checkpoint_file", None)
+        self.hub = AttnTransformerModel.from_pretrained(str(run_dir), checkpoint_file=checkpoint, **options)
+        self.hub.eval()
+        if gpu:
+            self.hub.cuda()
+        self.max_source = self.hub.max_positions[0] if isinstance(self.hub.max_positions, tuple) else None
+
+    def encode(self, line: str):
+        return self.hub.encode(line)
+
+    def words(self, line: str) -> List[str]:
+        """The sentence's words as the model reads them (before BPE): the parse tree's leaves."""
+        return self.hub.tokenize(line).split()
+
+    def decode(self, line: str, tokens) -> str:
+        if not self.parsing:
+            return self.hub.decode(tokens)
+        from ..metrics.trees import delinearize
+
+        sequence = self.hub.remove_bpe(self.hub.string(tokens))
+        tree, _ = delinearize(sequence.split(), self.words(line))
+        return str(tree)
+
+    def translate(self, lines: List[str], batch_size: int, progress: Optional[Progress] = None) -> List[str]:
+        out = [""] * len(lines)
+        todo = [(i, self.encode(line)) for i, line in enumerate(lines) if line.strip()]
+        for i, tokens in todo:
+            if self.max_source and tokens.numel() > self.max_source:
+                raise UserError(f"line {i + 1} is {tokens.numel()} tokens long after BPE; the model reads at most "
+                                f"{self.max_source} (its max_source_positions): split it into shorter sentences")
+        from omegaconf import open_dict
+
+        with open_dict(self.hub.cfg):
+            self.hub.cfg.dataset.batch_size, self.hub.cfg.dataset.max_tokens = batch_size, None
+        done = 0
+        chunk = batch_size * 8  # fairseq sorts each chunk by length into batches of batch_size
+        for start in range(0, len(todo), chunk):
+            part = todo[start:start + chunk]
+            hypos = self.hub.generate([t for _, t in part], beam=self.hub.cfg.generation.beam)
+            for (i, _), best in zip(part, hypos):
+                out[i] = self.decode(lines[i], best[0]["tokens"].cpu())
+            done += len(part)
+            if progress:
+                progress.update(done)
+        return out
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.print_interactive_command:
+        import shlex
+
+        from ..plugin import load
+
+        print(shlex.join(load("attn_plugin.hub").interactive_command(args.run_dir)))
+        return 0
+    lines = read_input(args.input)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if args.engine == "ctranslate2":
+        from .ctranslate2 import CT2Translator
+
+        translator = CT2Translator(args.run_dir, overrides(args), threads=args.threads, gpu=args.ngpus > 0)
+    else:
+        translator = Translator(args.run_dir, overrides(args), gpu=args.ngpus > 0)
+    progress = None
+    if args.input and not args.quiet:
+        progress = Progress("translate", sum(1 for line in lines if line.strip()), "sentences",
+                            out=lambda text: log(text, stream=sys.stderr))
+    hyps = translator.translate(lines, args.batch_size, progress)
+    if progress:
+        progress.finish()
+    write_output(args.output, hyps)
+    return 0
+
+
+def write_output(path: Optional[Path], lines: Iterable[str]):
+    text = "".join(line + "\n" for line in lines)
+    if path is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    from ..cli import write_text_atomic
+
+    write_text_atomic(path, text)
