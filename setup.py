@@ -25,6 +25,7 @@ setup(
         "sacrebleu>=2.0",
         "pyyaml",
         "nltk",  # Penn Treebank tokenization of raw sentences for the parser (scripts/translate.py)
+        "scipy",  # Spearman rank correlation of recipes/table3.sh
     ],
     extras_require={"test": ["pytest>=7"], "plot": ["matplotlib"]},
 )

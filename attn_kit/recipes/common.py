@@ -115,18 +115,21 @@ def train_budget(args) -> str:
     return budget + (f" or {args.train_minutes:g} minutes, whichever comes first" if args.train_minutes else "")
 
 
-def train_command(args, data_bin: Path, save_dir: Path, model: Iterable[str] = (), lr_scale: float = None) -> list:
+def train_command(args, data_bin: Path, save_dir: Path, model: Iterable[str] = (), lr_scale: float = None,
+                  label_smoothing: float = 0.1) -> list:
     """fairseq-train with the paper's optimizer, schedule and criterion (Sec. 5.3-5.4),
     launched on the run's devices; ``model``: flags that size the arch; ``lr_scale``:
-    eq. 3's multiplier when it differs from --lr-scale (a --tune trial's). Everything
-    else comes from ``args`` (the recipe's options over its config)."""
+    eq. 3's multiplier when it differs from --lr-scale (a --tune trial's); ``label_smoothing``:
+    eps_ls (Table 3 row D varies it). Everything else comes from ``args`` (the recipe's
+    options over its config)."""
     p = plan(args)
     cmd = launcher(args.ngpus, args.cpu_procs, args.nnodes, args.node_rank, args.master_addr, args.master_port,
                    log_dir=str(args.workdir / "logs"), kind=args.launcher)
     validate = ["--validate-interval-updates", args.validate_interval_updates] \
         if args.validate_interval_updates else []
     cmd += [data_bin, "--user-dir", USER_DIR, "--task", "attn_translation", "--arch", args.arch, *model,
-            *paper_optimization(args.warmup_updates, args.lr_scale if lr_scale is None else lr_scale),
+            *paper_optimization(args.warmup_updates, args.lr_scale if lr_scale is None else lr_scale,
+                                label_smoothing),
             "--max-tokens", p.max_tokens, "--update-freq", p.update_freq, *args.train_flags,
             *flags_for(args.precision_used), *(["--cpu"] if args.ngpus == 0 else []),
             "--max-update", args.max_update, "--seed", args.seed,

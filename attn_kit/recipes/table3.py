@@ -1,0 +1,374 @@
+"""Table 3 as one command: every variation of the base model trained, evaluated as
+the paper did, and tabled beside the paper's numbers.
+
+    bash recipes/table3.sh --bundled                      # all 20 rows at half size on the bundled data (CPU)
+    bash recipes/table3.sh --bundled --rows base,A,C5     # some groups and rows
+    bash recipes/table3.sh --ngpus 8 --dry-run            # the paper-scale commands of every row
+
+Rows: base, A1-A4 (heads), B1-B2 (d_k), C1-C7 (N, d_model, d_ff), D1-D4 (P_drop,
+eps_ls), E (learned positions), big; ``--rows`` takes groups and rows. Each row
+trains on the EN-DE recipe's prepared data (its work directory, whose data stages
+run first if needed: nothing is prepared twice) with that recipe's batch,
+optimizer and schedule, for Table 3's steps (base 100K, big 300K; scaled with
+``--max-update``). Sec. 6.2's evaluation: the development set (newstest2013;
+``--bundled``: the bundled valid split), beam search as in Sec. 6.1 (beam 4,
+GNMT alpha 0.6, input + 50) from the final checkpoint, no checkpoint averaging;
+perplexity per word piece = 2^(unsmoothed loss in bits per target token);
+parameters counted from the checkpoint. ``--bundled`` and ``--smoke`` shrink the
+base model and apply each row's change to it the way Table 3 applies it to the
+paper's base (``recipes/configs/table3.yaml``).
+
+Each row is its own resumable stage (``WORKDIR/rows/ROW/``): a finished row is
+not trained again. The last stage writes ``WORKDIR/table3.md`` (the table in the
+paper's layout, the paper's values beside ours), ``table3.json`` (every row's
+settings, commands and numbers) and ``table3.png`` (dev BLEU and PPL per row
+against the paper's), with the Spearman rank correlation of our rows' dev
+BLEU (and PPL) with the paper's.
+"""
+import argparse
+import json
+import math
+import re
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from ..cli import UsageError, UserError, log, main_guard, write_json_atomic, write_text_atomic
+from ..paper import BASE, EN_DE_VOCAB, TABLE3, Table3Row
+from ..pipeline.lock import workdir_lock
+from ..pipeline.process import stream
+from ..pipeline.stages import Pipeline, Stage
+from . import common, config, scale
+from .common import REPO, USER_DIR
+
+GROUPS = ("base", "A", "B", "C", "D", "E", "big")
+ALPHA, BEAM, MAX_LEN_B = 0.6, 4, 50  # Sec. 6.1's decoding, which Sec. 6.2 uses for Table 3
+
+
+# ---------------------------------------------------------------------------------------------- rows
+def select_rows(spec: str) -> List[Table3Row]:
+    """The rows ``--rows`` names: groups (A) and rows (A2), comma-separated; "all"."""
+    if spec.strip() == "all":
+        return list(TABLE3)
+    names = [x.strip() for x in spec.split(",") if x.strip()]
+    known = {r.name for r in TABLE3} | set(GROUPS)
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise UsageError(f"--rows {spec!r}: unknown {bad[0] if bad else 'empty list'}; give groups "
+                         f"({', '.join(GROUPS)}) or rows ({', '.join(r.name for r in TABLE3)}), or all")
+    return [r for r in TABLE3 if r.group in names or r.name in names]
+
+
+def scaled_settings(row: Table3Row, base: Optional[dict]) -> dict:
+    """The row's N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls (and positional encoding)
+    at the scale of ``base`` (None: the paper's own values). A size scales by the ratio of
+    the row's value to the paper's base value (rounded, at least 1); d_k = d_v = d_model/h
+    where the row changes h or d_model, as Table 3's rows A and C do."""
+    s = dict(row.settings)
+    s.setdefault("positional_encoding", "sinusoidal")
+    if base is None:
+        return s
+    for key in ("N", "d_model", "d_ff", "h"):
+        s[key] = max(1, round(s[key] * base[key] / BASE[key]))
+    base_d_k = base["d_model"] // base["h"]
+    for key in ("d_k", "d_v"):
+        if key in row.change and not {"h", "d_model"} & row.change.keys():  # row B: d_k alone, by its ratio
+            s[key] = max(1, round(row.change[key] * base_d_k / BASE[key]))
+        else:
+            s[key] = s["d_model"] // s["h"]
+    return s
+
+
+def model_flags(s: dict) -> List[str]:
+    """fairseq-train flags on ``--arch attn_paper_base`` for settings ``s`` (eps_ls is the
+    criterion's, see :func:`attn_kit.recipes.common.train_command`)."""
+    flags = []
+    for side in ("encoder", "decoder"):
+        flags += [f"--{side}-layers", s["N"], f"--{side}-embed-dim", s["d_model"],
+                  f"--{side}-ffn-embed-dim", s["d_ff"], f"--{side}-attention-heads", s["h"]]
+    if s["d_k"] != s["d_model"] // s["h"]:
+        flags += ["--attention-key-dim", s["d_k"]]
+    if s["d_v"] != s["d_model"] // s["h"]:
+        flags += ["--attention-value-dim", s["d_v"]]
+    flags += ["--dropout", f"{s['P_drop']:g}"]
+    if s["positional_encoding"] != "sinusoidal":
+        flags += ["--positional-encoding", s["positional_encoding"]]
+    return [str(f) for f in flags]
+
+
+def row_updates(row: Table3Row, max_update: int) -> int:
+    """Table 3's train steps: the big row trains 3x as long as the others (300K vs 100K)."""
+    return max_update * row.settings["steps"] // BASE["steps"]
+
+
+# ---------------------------------------------------------------------------------------------- options
+def parse_args(argv=None):
+    P = config.settings("table3", "paper")
+    p = argparse.ArgumentParser(prog="recipes/table3.sh", usage=scale.USAGE, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--bundled", action="store_true",
+                      help="every row at half the paper's size on the bundled Tatoeba EN-DE data, on CPU")
+    mode.add_argument("--smoke", action="store_true", help="tiny rows on the --smoke data, for checking the plumbing")
+    common.add_run_options(p, "runs/table3_<mode>")
+    p.add_argument("--rows", default="all", help="groups (base, A, B, C, D, E, big) and rows (A2, C5, ...), "
+                                                "comma-separated (default all)")
+    p.add_argument("--data-workdir", type=Path,
+                   help="the EN-DE recipe's work directory whose prepared data the rows train on; its data "
+                        "stages run there first, skipping what is done (default: that recipe's own for the "
+                        "mode: runs/wmt14_en_de_base, _bundled or _smoke)")
+    g = p.add_argument_group("training")
+    common.add_device_options(g)
+    g.add_argument("--max-update", type=int, help=f"updates of every row but big, which trains 3x as many "
+                                                  f"(default {P['max_update']}, Table 3's 100K; --bundled "
+                                                  f"{config.settings('table3', 'bundled')['max_update']})")
+    g.add_argument("--minutes-per-row", type=float,
+                   help="a wall-clock training budget per row (the big row 3x), on top of --max-update: the "
+                        "table then depends on the machine's speed. Default: none")
+    g.add_argument("--save-interval-updates", type=int, help="a checkpoint every N updates, to resume from "
+                                                            f"(default {P['save_interval_updates']})")
+    args = scale.parse(p, argv)
+    args.mode = "bundled" if args.bundled else "smoke" if args.smoke else "paper"
+    args.rows = select_rows(args.rows)
+    args.workdir = (args.workdir or REPO / "runs" / f"table3_{args.mode}").resolve()
+    data_mode = {"paper": "base"}.get(args.mode, args.mode)
+    args.data_workdir = (args.data_workdir or REPO / "runs" / f"wmt14_en_de_{data_mode}").resolve()
+    # the EN-DE recipe's training set-up for this mode, then Table 3's own settings
+    training = config.settings("wmt14", "paper", "archs.attn_paper_base", None if args.mode == "paper" else args.mode)
+    table3 = config.settings("table3", args.mode)
+    args.base = table3["base"]
+    settings = {k: v for k, v in training.items() if k not in ("size", "average", "max_update")}
+    settings.update(max_update=table3["max_update"], save_interval_updates=table3["save_interval_updates"])
+    if args.train_minutes is not None:
+        raise UsageError("--train-minutes: give a budget per row with --minutes-per-row")
+    common.apply_settings(args, settings)
+    if args.minutes_per_row is not None and args.minutes_per_row <= 0:
+        raise UsageError("--minutes-per-row must be > 0")
+    args.arch = "attn_paper_base"
+    args.recipe_module = "attn_kit.recipes.table3"
+    dictionary = args.data_workdir / "data-bin" / "dict.en.txt"
+    args.vocab_estimate = (common.dictionary_size(dictionary), " (the EN-DE data's dictionary)") \
+        if dictionary.exists() else (training.get("bpe_merges") or EN_DE_VOCAB, " (until the EN-DE data is prepared)")
+    return args
+
+
+# ---------------------------------------------------------------------------------------------- a row
+def row_args(args, row: Table3Row) -> argparse.Namespace:
+    """The options of one row's training: the run's, in the row's own folder and for its steps."""
+    r = argparse.Namespace(**vars(args))
+    r.workdir = args.workdir / "rows" / row.name
+    r.arch = row.arch  # attn_paper_base, or attn_paper_big (its sizes are given as flags anyway)
+    r.max_update = row_updates(row, args.max_update)
+    r.train_minutes = args.minutes_per_row * r.max_update / args.max_update if args.minutes_per_row else None
+    r.save_interval_updates = min(args.save_interval_updates, r.max_update)
+    r.average = 1  # no checkpoint averaging in Table 3 (Sec. 6.2)
+    r.validate_interval_updates = None  # fairseq validates when training ends; fairseq-validate scores the row
+    return r
+
+
+def validate_command(args, data_bin: Path, checkpoint: Path) -> list:
+    """fairseq-validate on the dev split: the unsmoothed loss (nll_loss, bits per target word piece)."""
+    return ["fairseq-validate", data_bin, "--user-dir", USER_DIR, "--task", "attn_translation", "--path", checkpoint,
+            "--valid-subset", "valid", "--max-tokens", args.max_tokens_per_gpu,
+            *([] if args.ngpus else ["--cpu"])]
+
+
+def count_parameters(checkpoint: Path) -> int:
+    """Parameters of the model in ``checkpoint``, each shared tensor once (Sec. 3.4's one matrix)."""
+    from ..checkpoints import load_checkpoint
+
+    seen, n = set(), 0
+    for tensor in load_checkpoint(checkpoint)["model"].values():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key not in seen:
+            seen.add(key)
+            n += tensor.numel()
+    return n
+
+
+def score_dev(data_w: Path, gen_out: Path) -> dict:
+    """BLEU of the dev translations: the paper's protocol (t2t) and sacreBLEU."""
+    import sacrebleu
+    from sacremoses import MosesDetokenizer
+
+    from ..metrics.bleu import read_lines, t2t_bleu
+
+    refs = read_lines(data_w / "raw" / "valid.de")
+    detok = MosesDetokenizer(lang="de")
+    hyps = [detok.detokenize(h.split()) for h in common.read_hypotheses(gen_out, len(refs))]
+    return {"bleu": round(t2t_bleu(hyps, refs, lang="de").score, 2),
+            "sacrebleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2), "dev_sentences": len(refs)}
+
+
+def row_stage(args, row: Table3Row) -> Stage:
+    r = row_args(args, row)
+    s = scaled_settings(row, args.base)
+    flags = model_flags(s)
+    folder, data_bin = r.workdir, args.data_workdir / "data-bin"
+    ckpt = folder / "checkpoints" / "checkpoint_last.pt"
+
+    def run(ctx):
+        done = folder / "train.done"
+        if done.exists() and not ctx.dry_run:
+            print(f"  # train: done already ({done})", flush=True)
+        else:
+            cmd = common.train_command(r, data_bin, folder / "checkpoints", flags, label_smoothing=s["eps_ls"])
+            common.run_training(ctx, r, cmd, record=folder / "train_command.json", model=flags)
+            ctx.step(f"mark {done}", lambda: write_json_atomic(done, {"updates": common.last_update(
+                ctx.log_dir / f"{ctx.stage}.log")}))
+        lines = []
+        ctx.sh(validate_command(r, data_bin, ckpt), tail=lambda line: lines.append(line) or "valid on" in line,
+               env=common.thread_env(r))
+        with ctx.output(folder / "valid.out") as tmp:
+            ctx.sh(common.generate_command(r, data_bin, ckpt, "valid", BEAM, ["--gnmt-alpha", str(ALPHA)], MAX_LEN_B,
+                                           128), stdout=tmp, tail=1, env=common.thread_env(r))
+        ctx.step(f"write {folder / 'row.json'}: dev PPL, dev BLEU, parameters", write_row, r, row, s, flags, lines,
+                 ckpt, folder, data_bin, ctx.log_dir / f"{ctx.stage}.log")
+
+    help_text = (f"{row.describe()}: train {r.max_update} updates"
+                 + (f" (or {r.train_minutes:g} minutes)" if r.train_minutes else "")
+                 + ", dev PPL and BLEU (beam 4, alpha 0.6, final checkpoint)")
+    inputs = [data_bin / f"dict.{lang}.txt" for lang in ("en", "de")] + [
+        data_bin / f"{split}.en-de.{lang}.{ext}" for split in ("train", "valid") for lang in ("en", "de")
+        for ext in ("bin", "idx")]
+    return Stage(row.name, run, help_text, inputs=inputs, outputs=[folder / "row.json"], scratch=[folder],
+                 options={**common.train_options(r, flags), "eps_ls": s["eps_ls"],
+                          "minutes_per_row": args.minutes_per_row},
+                 resumable=common.RESUMABLE_TRAIN_OPTIONS)
+
+
+def write_row(r, row: Table3Row, s: dict, flags, validate_lines, ckpt: Path, folder: Path, data_bin: Path,
+              stage_log: Path):
+    text = "".join(validate_lines)
+    m = re.search(r"\| nll_loss ([\d.]+)", text)
+    if not m:
+        raise UserError(f"fairseq-validate printed no nll_loss for row {row.name}; see {stage_log}")
+    nll = float(m.group(1))
+    train = common.train_log_summary(stage_log)
+    write_json_atomic(folder / "row.json", {
+        "row": row.name, "group": row.group, "change": row.describe(), "settings": s, "flags": flags,
+        "train_command": common.recorded_train_command(folder / "train_command.json"),
+        "updates": train.get("updates"), "tokens_per_update": train.get("tokens_per_update"),
+        "dev_nll_loss_bits": nll, "dev_ppl": round(2 ** nll, 2), **score_dev(r.data_workdir, folder / "valid.out"),
+        "params": count_parameters(ckpt),
+        "paper": {"ppl": row.ppl, "bleu": row.bleu, "params_millions": row.params}})
+
+
+# ---------------------------------------------------------------------------------------------- the table
+def spearman(ours: List[float], paper: List[float]) -> Optional[float]:
+    """Spearman's rank correlation (scipy), None for fewer than 3 rows or a constant column."""
+    from scipy.stats import spearmanr
+
+    if len(ours) < 3 or len(set(ours)) < 2 or len(set(paper)) < 2:
+        return None
+    return round(float(spearmanr(ours, paper).statistic), 3)
+
+
+def write_table(args):
+    from ..results import provenance
+
+    rows = [json.loads((args.workdir / "rows" / r.name / "row.json").read_text()) for r in args.rows]
+    correlation = {"bleu": spearman([r["bleu"] for r in rows], [r["paper"]["bleu"] for r in rows]),
+                   "ppl": spearman([r["dev_ppl"] for r in rows], [r["paper"]["ppl"] for r in rows])}
+    info = {**provenance(), "mode": args.mode, "base": args.base or {k: BASE[k] for k in ("N", "d_model", "d_ff", "h")},
+            "max_update": args.max_update, "minutes_per_row": args.minutes_per_row,
+            "data": str(args.data_workdir / "data-bin"), "spearman": correlation, "rows": rows}
+    write_json_atomic(args.workdir / "table3.json", info)
+    write_text_atomic(args.workdir / "table3.md", markdown(info) + "\n")
+    draw(info, args.workdir / "table3.png")
+
+
+def markdown(info: dict) -> str:
+    head = ["row", "change", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "train steps",
+            "PPL (dev)", "BLEU (dev)", "params ×10^6", "paper PPL", "paper BLEU", "paper params"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in info["rows"]:
+        s, p = r["settings"], r["paper"]
+        lines.append("| " + " | ".join(str(x) for x in (
+            r["row"], r["change"], s["N"], s["d_model"], s["d_ff"], s["h"], s["d_k"], s["d_v"], f"{s['P_drop']:g}",
+            f"{s['eps_ls']:g}", r["updates"], f"{r['dev_ppl']:.2f}", f"{r['bleu']:.2f}", f"{r['params'] / 1e6:.1f}",
+            f"{p['ppl']:.2f}", f"{p['bleu']:.1f}", p["params_millions"] or "-")) + " |")
+    rho = info["spearman"]
+    fmt = lambda v: "n/a (fewer than 3 rows or a constant column)" if v is None else f"{v:+.3f}"  # noqa: E731
+    lines += ["", f"Spearman rank correlation with the paper's rows ({len(info['rows'])} rows): dev BLEU "
+                  f"{fmt(rho['bleu'])}, dev PPL {fmt(rho['ppl'])}."]
+    return "\n".join(lines)
+
+
+def draw(info: dict, path: Path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..cli import atomic_output
+
+    rows = info["rows"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.5))
+    for ax, ours, paper, name in ((axes[0], "bleu", "bleu", "BLEU (dev)"), (axes[1], "dev_ppl", "ppl", "PPL (dev)")):
+        xs, ys = [r["paper"][paper] for r in rows], [r[ours] for r in rows]
+        ax.scatter(xs, ys, color="tab:blue")
+        for r, x, y in zip(rows, xs, ys):
+            ax.annotate(r["row"], (x, y), textcoords="offset points", xytext=(4, 3), fontsize=8)
+        rho = info["spearman"]["bleu" if paper == "bleu" else "ppl"]
+        ax.set_xlabel(f"the paper's {name}")
+        ax.set_ylabel(f"ours ({info['mode']}, {info['max_update']} updates per row)")
+        ax.set_title(f"{name}: Spearman rho = {'n/a' if rho is None else f'{rho:+.2f}'}")
+        ax.grid(alpha=0.3)
+    fig.suptitle("Table 3: each variation of the base model, ours against the paper's")
+    fig.tight_layout()
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------- running
+def data_command(args) -> list:
+    """The EN-DE recipe's data stages in its work directory (skipping what is done)."""
+    mode = {"bundled": ["--bundled"], "smoke": ["--smoke"]}.get(args.mode, [])
+    return [sys.executable, "-m", "attn_kit.recipes.wmt14", "--pair", "en-de", *mode, "--workdir",
+            str(args.data_workdir), "--stop-stage", "binarize", *(["--dry-run"] if args.dry_run else [])]
+
+
+def prepare_data(args):
+    cmd = data_command(args)
+    log(f"data: the EN-DE recipe's stages download..binarize in {args.data_workdir}")
+    print("  $ " + " ".join(cmd), flush=True)
+    rc, last = stream(cmd, lambda line: print("  | " + line, end="", flush=True))
+    if rc != 0:
+        raise UserError(f"preparing the EN-DE data in {args.data_workdir} failed: {last}")
+
+
+def stages(args) -> List[Stage]:
+    rows = [row_stage(args, r) for r in args.rows]
+    table = Stage("table", lambda ctx: ctx.step(f"write {args.workdir}/table3.{{md,json,png}}", write_table, args),
+                  "Table 3: ours beside the paper's, with rank correlations",
+                  inputs=[args.workdir / "rows" / r.name / "row.json" for r in args.rows],
+                  outputs=[args.workdir / f"table3.{ext}" for ext in ("md", "json", "png")])
+    return [*rows, table]
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    pipeline_stages = stages(args)
+    if not args.dry_run:
+        with workdir_lock(args.workdir):
+            prepare_data(args)
+    else:
+        prepare_data(args)
+    if args.launcher == "slurm":
+        scale.submit_job(args, pipeline_stages[0].name, "table")
+        return 0
+    pipeline = Pipeline(args.workdir, pipeline_stages, args.dry_run, args.stage, args.stop_stage)
+    if args.dry_run:
+        pipeline.run()
+        return 0
+    with workdir_lock(args.workdir):
+        pipeline.run()
+    print("\n" + (args.workdir / "table3.md").read_text(encoding="utf-8")
+          + f"table: {args.workdir / 'table3.md'}, {args.workdir / 'table3.json'}, {args.workdir / 'table3.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    main_guard(main, interrupted="interrupted; finished rows are kept, run the same command again to resume")

@@ -1,0 +1,126 @@
+"""recipes/table3.sh: Table 3's rows at the paper's scale (the commands of --dry-run) and
+scaled down (the sizes worked out by hand from Table 3 and recipes/configs/table3.yaml), and a
+--smoke run of three rows on the smoke data: the table, its JSON and figure, resuming."""
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, assert_one_error_line
+
+from attn_kit.build import build_model, count_parameters, plugin_flags
+from attn_kit.cli import UsageError
+from attn_kit.paper import TABLE3
+from attn_kit.recipes import config
+from attn_kit.recipes.table3 import model_flags, scaled_settings, select_rows, spearman
+
+RECIPE = [sys.executable, "-m", "attn_kit.recipes.table3"]
+ROW = {r.name: r for r in TABLE3}
+BUNDLED_BASE = config.settings("table3", "bundled")["base"]
+
+
+def recipe(*args, timeout=600):
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    return subprocess.run([*RECIPE, *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.mark.parametrize("name,expected", [
+    # every size of the paper's base halved: N 3, d_model 256, d_ff 1024, h 4, d_k = d_v = 64
+    ("base", dict(N=3, d_model=256, d_ff=1024, h=4, d_k=64, d_v=64, P_drop=0.1, eps_ls=0.1)),
+    ("A1", dict(h=1, d_k=256, d_v=256)),     # h = 1: one head as wide as d_model
+    ("A2", dict(h=2, d_k=128, d_v=128)),     # h halved, h * d_k = d_model
+    ("A4", dict(h=16, d_k=16, d_v=16)),      # h x4
+    ("B1", dict(h=4, d_k=16, d_v=64)),       # d_k alone, a quarter of base's
+    ("C1", dict(N=1)), ("C2", dict(N=2)), ("C3", dict(N=4)),
+    ("C4", dict(d_model=128, d_k=32, d_v=32)), ("C5", dict(d_model=512, d_k=128, d_v=128)),
+    ("C7", dict(d_ff=2048)),
+    ("D1", dict(P_drop=0.0)), ("D4", dict(eps_ls=0.2)),
+    ("big", dict(N=3, d_model=512, d_ff=2048, h=8, d_k=64, d_v=64, P_drop=0.3, steps=300000)),
+])
+def test_rows_at_half_size_as_table3_changes_base(name, expected):
+    s = scaled_settings(ROW[name], BUNDLED_BASE)
+    assert {k: s[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize("name", ["base", "A1", "B1", "C4", "E", "big"])
+def test_paper_scale_flags_build_the_model_of_the_readme_flags(name):
+    """At the paper's scale the recipe's explicit flags and Table3Row.flags() (README's
+    "Table 3 as flags") build models with the same parameters, as fairseq-train would."""
+    row = ROW[name]
+    ours = plugin_flags(*model_flags(scaled_settings(row, None)))
+    readme = plugin_flags(*[f for f in row.flags() if f != "--arch" and f != row.arch], arch=row.arch)
+    sizes = [count_parameters(build_model(flags, vocab_size=1000)) for flags in (ours, readme)]
+    assert sizes[0] == sizes[1]
+
+
+def test_rows_and_groups():
+    assert [r.name for r in select_rows("base,A,C5")] == ["base", "A1", "A2", "A3", "A4", "C5"]
+    assert len(select_rows("all")) == 20
+    with pytest.raises(UsageError, match="unknown A9"):
+        select_rows("base,A9")
+
+
+def test_spearman_against_hand_computed_values():
+    assert spearman([1, 2, 3, 4], [1, 3, 2, 4]) == 0.8  # 1 - 6 * (1 + 1) / (4 * 15)
+    assert spearman([3, 2, 1], [1, 2, 3]) == -1.0
+    assert spearman([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_dry_run_prints_the_paper_scale_commands_of_every_row(tmp_path):
+    proc = recipe("--ngpus", "8", "--dry-run", "--workdir", tmp_path / "t3", "--data-workdir", tmp_path / "data")
+    assert proc.returncode == 0, proc.stderr
+    trains = [shlex.split(line.strip()[2:]) for line in proc.stdout.splitlines()
+              if line.startswith("  $ ") and "fairseq_cli.train" in line]
+    assert len(trains) == 20
+    flag = lambda cmd, name: cmd[len(cmd) - 1 - cmd[::-1].index(name) + 1]  # noqa: E731  (the last one wins)
+    for cmd in trains:
+        assert cmd[cmd.index("--nproc-per-node") + 1] == "8"
+    by_row = dict(zip([r.name for r in TABLE3], trains))
+    assert flag(by_row["big"], "--max-update") == "300000" and flag(by_row["base"], "--max-update") == "100000"
+    assert flag(by_row["D3"], "--label-smoothing") == "0" and flag(by_row["D4"], "--label-smoothing") == "0.2"
+    assert flag(by_row["A1"], "--encoder-attention-heads") == "1" and "--attention-key-dim" not in by_row["A1"]
+    assert flag(by_row["B1"], "--attention-key-dim") == "16"
+    assert flag(by_row["E"], "--positional-encoding") == "learned"
+    assert proc.stdout.count("--gen-subset valid --beam 4 --gnmt-alpha 0.6") == 20
+    assert "--stop-stage binarize --dry-run" in proc.stdout  # the EN-DE recipe's data stages
+    assert not (tmp_path / "t3").exists() and not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--rows", "Z"], "--rows 'Z': unknown Z"),
+    (["--minutes-per-row", "0"], "--minutes-per-row must be > 0"),
+    (["--train-minutes", "3"], "--minutes-per-row"),
+])
+def test_bad_options_are_one_line(argv, message, tmp_path):
+    assert_one_error_line(recipe("--smoke", "--dry-run", "--workdir", tmp_path, *argv), message)
+
+
+def test_smoke_rows_make_the_table_and_resume(smoke_run, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(smoke_run, data)
+    work = tmp_path / "t3"
+    proc = recipe("--smoke", "--rows", "base,A2,C4", "--data-workdir", data, "--workdir", work)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.stdout.count("stage 5/9 binarize: done already, skipping") == 1  # data prepared once, not twice
+    info = json.loads((work / "table3.json").read_text())
+    assert [r["row"] for r in info["rows"]] == ["base", "A2", "C4"]
+    for key in ("command", "commit", "machine", "date", "spearman"):
+        assert key in info
+    vocab = sum(1 for _ in open(data / "data-bin" / "dict.en.txt")) + 4
+    for r in info["rows"]:
+        assert r["updates"] == 20 and r["dev_sentences"] == 200 and 1 < r["dev_ppl"] < vocab
+        assert r["dev_ppl"] == round(2 ** r["dev_nll_loss_bits"], 2)
+        # parameters: the model fairseq-train builds from the row's flags, shared embedding counted once
+        assert r["params"] == count_parameters(build_model(plugin_flags(*r["flags"]), vocab_size=vocab))
+    assert info["rows"][1]["settings"]["h"] == 2 and info["rows"][2]["settings"]["d_model"] == 32
+    md = (work / "table3.md").read_text()
+    assert sum(line.startswith("| ") for line in md.splitlines()) == 4 and "Spearman rank correlation" in md
+    assert (work / "table3.png").read_bytes()[:4] == b"\x89PNG"
+    again = recipe("--smoke", "--rows", "base,A2,C4", "--data-workdir", data, "--workdir", work)
+    assert again.returncode == 0
+    for i, name in enumerate(["base", "A2", "C4", "table"], 1):
+        assert f"stage {i}/4 {name}: done already, skipping" in again.stdout
+    assert "fairseq_cli.train" not in again.stdout
