@@ -81,7 +81,16 @@ def bundled() -> str:
         note += (f" The same {r['updates']} updates on {t['machine']} ({r.get('threads')} threads, commit "
                  f"{t['commit'][:7]}, P_drop {size.get('p_drop')}): train {minutes(r['stage_seconds']['train'])}, "
                  f"all stages {minutes(r['total_seconds'])}.")
-    return table(head, rows) + note + source(*paths, *timings)
+    machines = sorted(glob.glob(str(RECIPES / "bundled_machine_*.json")))
+    for path in machines:  # the same command and seed on another CPU type: what "the same number" covers
+        m = load(path)
+        r = m["result"]
+        same = next((run["result"] for run in runs if run["result"]["seed"] == r["seed"]), None)
+        note += (f" The same command with seed {r['seed']} on {m['machine']} ({r.get('threads')} threads, commit "
+                 f"{m['commit'][:7]}): sacreBLEU {r['sacrebleu']:.2f}, t2t {r['bleu_t2t']:.2f}"
+                 + (f" (against {same['sacrebleu']:.2f} and {same['bleu_t2t']:.2f} above: another CPU type rounds "
+                    "differently, within the seeds' spread)" if same else "") + ".")
+    return table(head, rows) + note + source(*paths, *timings, *machines)
 
 
 def bundled_sweep() -> str:
