@@ -197,6 +197,34 @@ def training_cost() -> str:
             "wall-time estimate knows (`--gpu NAME`; vendor datasheets, dense):\n\n" + gpus)
 
 
+# ---------------------------------------------------------------------------------------------- using a run
+def translate_consistency() -> str:
+    """scripts/translate.py --check-test-set on the bundled run: the recipe's test output reproduced."""
+    path = RECIPES / "translate_consistency_bundled_seed1.json"
+    if not path.exists():
+        return "(not filed yet)"
+    r = load(path)["result"]
+    return (f"On the bundled model (seed 1), `python scripts/translate.py runs/wmt14_en_de_bundled --check-test-set` "
+            f"gave {r['identical_lines']} of {r['sentences']} lines identical to the recipe's, sacreBLEU "
+            f"{r['sacrebleu_translate']:.2f} against the recipe's {r['sacrebleu_recipe']:.2f}." + source(path))
+
+
+# ---------------------------------------------------------------------------------------------- Table 3
+def table3() -> str:
+    """Table 3 at bundled scale (recipes/table3.sh --bundled), beside the paper's rows."""
+    from .recipes.table3 import markdown
+
+    path = RECIPES / "table3_bundled.json"
+    if not path.exists():
+        return "(not filed yet)"
+    run = load(path)
+    r = run["result"]
+    base = r["base"]
+    return (markdown(r) + f"\n\nBase of this scale: N={base['N']}, d_model={base['d_model']}, d_ff={base['d_ff']}, "
+            f"h={base['h']}; {r['max_update']} updates per row (big {3 * r['max_update']}); machine {run['machine']}, "
+            f"date {run['date']}, commit {run['commit'][:7]}." + source(path))
+
+
 # ---------------------------------------------------------------------------------------------- faults
 def faults() -> str:
     """What happens when things go wrong: the cases of attn_kit.faults, each with its test."""
@@ -208,7 +236,7 @@ def faults() -> str:
 
 TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "tokens_per_update": tokens_per_update,
           "cpu_benchmarks": cpu_benchmarks, "gpu_benchmarks": gpu_benchmarks, "training_cost": training_cost,
-          "faults": faults}
+          "faults": faults, "table3": table3, "translate_consistency": translate_consistency}
 
 
 def render(text: str) -> str:

@@ -167,3 +167,11 @@ def test_plot_attention_bad_options_are_one_line(smoke_run, tmp_path, argv, mess
     proc = subprocess.run([*PLOT, smoke_run, "--sentence", "Hello.", *argv], capture_output=True, text=True,
                           timeout=300)
     assert_one_error_line(proc, message)
+
+
+def test_check_test_set_compares_with_the_recipes_output(smoke_run):
+    proc = run(smoke_run, "--check-test-set", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["sentences"] == 200 and report["identical_lines"] >= 198
+    assert abs(report["sacrebleu_translate"] - report["sacrebleu_recipe"]) <= 0.1

@@ -12,6 +12,7 @@ repairs it (:func:`attn_kit.metrics.trees.delinearize`); POS tags are the
 model's (``XX`` unless it was trained with ``--pos-tags keep``).
 """
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Iterable, List, Optional
@@ -48,6 +49,10 @@ def parse_args(argv=None):
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--print-interactive-command", action="store_true",
                    help="print the fairseq-interactive command that does the same, and exit")
+    p.add_argument("--check-test-set", action="store_true",
+                   help="translate the run's test source (results.json: test_source) and compare with the "
+                        "recipe's own test output (test_output): identical lines and, for translation, sacreBLEU "
+                        "of both; prints one JSON line")
     args = p.parse_args(argv)
     if args.batch_size < 1 or (args.beam is not None and args.beam < 1):
         raise UsageError("--batch-size and --beam must be >= 1")
@@ -148,6 +153,14 @@ def main(argv=None):
 
         print(shlex.join(load("attn_plugin.hub").interactive_command(args.run_dir)))
         return 0
+    if args.check_test_set:
+        from ..cli import read_json
+
+        results = read_json(args.run_dir / "results.json", "results file (finish the run first)")
+        if "test_source" not in results:
+            raise UserError(f"{args.run_dir / 'results.json'} names no test_source: it was scored by an older "
+                            "version; rerun the recipe's score stage")
+        args.input, args.tokenized = Path(results["test_source"]), results.get("test_source_tokenized", False)
     lines = read_input(args.input)
     if args.threads:
         import torch
@@ -166,8 +179,26 @@ def main(argv=None):
     hyps = translator.translate(lines, args.batch_size, progress)
     if progress:
         progress.finish()
+    if args.check_test_set:
+        print(json.dumps(compare_with_test_output(results, hyps, translator.parsing)), flush=True)
+        return 0
     write_output(args.output, hyps)
     return 0
+
+
+def compare_with_test_output(results: dict, hyps: List[str], parsing: bool) -> dict:
+    """Identical lines (and sacreBLEU of both, for translation) of ``hyps`` and the recipe's test output."""
+    recipe = read_input(Path(results["test_output"]))
+    out = {"test_source": results["test_source"], "test_output": results["test_output"], "sentences": len(recipe),
+           "identical_lines": sum(a == b for a, b in zip(hyps, recipe))}
+    ref = results.get("test_reference")
+    if not parsing and ref:
+        import sacrebleu
+
+        refs = read_input(Path(ref))
+        out.update(sacrebleu_translate=round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
+                   sacrebleu_recipe=round(sacrebleu.corpus_bleu(recipe, [refs]).score, 2))
+    return out
 
 
 def write_output(path: Optional[Path], lines: Iterable[str]):

@@ -448,6 +448,7 @@ def write_results(args, src: str, tgt: str, penalty: str):
     out.update(common.run_record(args, W / "logs" / "train.log", W / "checkpoint_avg.pt", W / "train_command.json"))
     p = common.plan(args)
     out.update({"test_source": str(W / "raw" / f"test.{src}"), "test_output": str(W / "gen" / f"test.detok.{tgt}"),
+                "test_reference": str(W / "raw" / f"test.{tgt}"),
                 "test_sentences": len(refs), "gpus": args.ngpus * args.nnodes, "nodes": args.nnodes,
                 "cpu_processes": args.cpu_procs if args.ngpus == 0 else 0, "beam": args.beam,
                 "length_penalty": penalty, "max_tokens": p.max_tokens, "update_freq": p.update_freq,
