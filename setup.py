@@ -27,5 +27,6 @@ setup(
         "nltk",  # Penn Treebank tokenization of raw sentences for the parser (scripts/translate.py)
         "scipy",  # Spearman rank correlation of recipes/table3.sh
     ],
-    extras_require={"test": ["pytest>=7"], "plot": ["matplotlib"]},
+    extras_require={"test": ["pytest>=7"], "plot": ["matplotlib"],
+                    "ct2": ["ctranslate2>=4"]},  # scripts/export_ctranslate2.py, translate.py --engine ctranslate2
 )

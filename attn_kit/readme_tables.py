@@ -225,6 +225,39 @@ def table3() -> str:
             f"date {run['date']}, commit {run['commit'][:7]}." + source(path))
 
 
+# ---------------------------------------------------------------------------------------------- CTranslate2
+def ctranslate2() -> str:
+    """Beam-search throughput of CTranslate2 exports against the plugin under fairseq's generator
+    (benchmarks/generate_throughput.py --ctranslate2, attn_kit.bench.ctranslate2)."""
+    path = BENCH / "cpu2core_ctranslate2_fp32_int8.json"
+    if not path.exists():
+        return "(not filed yet)"
+    run = load(path)
+    rows = []
+    for shape, r in run["results"].items():
+        b = r["batch"]
+        for name, e in r["engines"].items():
+            size = f"{e['model_bytes'] / 2 ** 20:.0f} MiB" if "model_bytes" in e else ""
+            ratio = f"**{e['ratio_sentences_per_s']:.2f}**" if "ratio_sentences_per_s" in e else "1"
+            rows.append([f"{shape} ({r['params'] / 1e6:.1f}M)" if name == "plugin" else "", name,
+                         f"{e['sentences_per_s']:.1f}", f"{e['tokens_per_s']:.0f}", ratio,
+                         e.get("same_best_hypothesis", ""), size])
+    first = next(iter(run["results"].values()))
+    b, env = first["batch"], run["environment"]
+    threads = first["threads"]
+    return (table(["shape", "engine", "sentences/s", "tokens/s", "x plugin (median of trials)",
+                   "same best hypothesis", "CTranslate2 model.bin"], rows)
+            + f"\n\nBeam {b['beam']}, {b['sentences']} synthetic sentences of up to {b['max_length']} tokens, random "
+              f"weights (seed {run['settings']['seed']}), every hypothesis exactly {b['output_tokens_per_sentence']} "
+              f"tokens in every engine (so each runs the same decoder steps); median of {run['settings']['repeats']} "
+              f"trials, engines in rotating order. `plugin`: fairseq's SequenceGenerator, {threads} torch threads; "
+              f"`plugin, {threads} procs`: {threads} one-thread processes, each on 1/{threads} of the batch; "
+              f"`ct2 TYPE`: one batch on {threads} threads (how `scripts/translate.py --engine ctranslate2` decodes "
+              f"a single batch); `ct2 TYPE, {threads} x 1 thread`: {threads} batches at once, one thread each (how it "
+              f"decodes several batches). CTranslate2 {env.get('ctranslate2')}, torch {env['torch']}; machine "
+              f"{run['machine']}, date {run['date']}, commit {run['commit'][:7]}." + source(path))
+
+
 # ---------------------------------------------------------------------------------------------- faults
 def faults() -> str:
     """What happens when things go wrong: the cases of attn_kit.faults, each with its test."""
@@ -236,7 +269,8 @@ def faults() -> str:
 
 TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "tokens_per_update": tokens_per_update,
           "cpu_benchmarks": cpu_benchmarks, "gpu_benchmarks": gpu_benchmarks, "training_cost": training_cost,
-          "faults": faults, "table3": table3, "translate_consistency": translate_consistency}
+          "faults": faults, "table3": table3, "translate_consistency": translate_consistency,
+          "ctranslate2": ctranslate2}
 
 
 def render(text: str) -> str:

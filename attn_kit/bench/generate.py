@@ -19,6 +19,10 @@ convert both models to that precision, as fairseq-generate --fp16 does for fp16
 
 Peak memory: the most bytes one model's generation held (parameters plus
 everything beam search allocated); see attn_kit.bench.measure.
+
+``--ctranslate2`` compares the plugin with CTranslate2 exports of its weights
+instead (float32 and int8 on CPU), every hypothesis decoded to the same length
+in both engines; attn_kit.bench.ctranslate2 says how and why.
 """
 
 from ..build import count_parameters, make_dictionary
@@ -37,14 +41,19 @@ def parse_args(argv=None):
     p = harness.base_parser(__doc__, "runs/benchmarks/generate_throughput_<device>_<dtype>.json")
     p.add_argument("--beam", type=int, default=4, help="beam size (default 4, the paper's)")
     p.add_argument("--sentences", type=int, help="sentences per batch (default per shape: CPU 16/8/4 for "
-                                                 "small/base/big, CUDA 128)")
+                                                 "small/base/big, CUDA 128; with --ctranslate2: CPU 64)")
     p.add_argument("--length", type=int, help="longest source sentence; outputs stop at the source length "
                                               "(default CPU 24, CUDA 32)")
     p.add_argument("--warmup", type=int, default=1, help="untimed generations per model first (default 1)")
+    p.add_argument("--ctranslate2", action="store_true",
+                   help="compare the plugin under fairseq's generator with CTranslate2 exports of the same weights "
+                        "(CPU: float32 and int8; CUDA: the --dtype's type and its int8 variant) instead of with "
+                        "stock fairseq; every hypothesis is decoded to the same length in both engines")
     args = harness.check_common_args(p.parse_args(argv), default_repeats_cpu=9)
     if args.beam < 1 or args.warmup < 0:
         raise UsageError("--beam must be >= 1 and --warmup >= 0")
-    args.out = args.out or harness.default_out("generate_throughput", args)
+    args.out = args.out or harness.default_out("generate_throughput" + ("_ctranslate2" if args.ctranslate2 else ""),
+                                               args)
     return args
 
 
@@ -113,9 +122,31 @@ def bench_shape(shape, args, log):
 def main(argv=None):
     args = parse_args(argv)
     env = harness.start(args)
+    if args.ctranslate2:
+        return main_ctranslate2(args, env)
     results = harness.run_shapes(args, bench_shape, f"beam-{args.beam} generation")
     header = harness.table_header("sent/s") + ["same output"]
     rows = [harness.table_row(shape, r, "sentences_per_s", ".2f") + [r["same_best_hypothesis"]]
             for shape, r in results.items()]
     harness.report("generate_throughput", args, env, f"beam-{args.beam} generation throughput", header, rows,
                    {"beam": args.beam, "warmup": args.warmup}, results)
+
+
+def main_ctranslate2(args, env):
+    """``--ctranslate2``: the plugin against CTranslate2 (attn_kit.bench.ctranslate2)."""
+    from ..cli import write_json_atomic
+    from ..results import provenance
+    from . import ctranslate2
+
+    env["ctranslate2"] = ctranslate2.require_ctranslate2().__version__
+    results = harness.run_shapes(args, ctranslate2.bench_shape, f"beam-{args.beam} generation, plugin and CTranslate2")
+    table = harness.markdown_table(*ctranslate2.table(results, args))
+    print(f"beam-{args.beam} generation throughput, plugin (fairseq's generator) vs CTranslate2 ({args.device}, "
+          f"{args.dtype}, {env['threads']} threads, median of {args.repeats} trials, every hypothesis "
+          f"{results[args.shapes[0]]['batch']['output_tokens_per_sentence']} tokens)\n")
+    print(table)
+    settings = {"beam": args.beam, "warmup": args.warmup, "repeats": args.repeats, "seed": args.seed,
+                "shapes": args.shapes, "fixed_output_length": True, "compute_types": list(ctranslate2.engines(args))}
+    write_json_atomic(args.out, {"benchmark": "generate_throughput_ctranslate2", **provenance(), "environment": env,
+                                 "settings": settings, "results": results, "table": table})
+    print(f"\nwrote {args.out}")

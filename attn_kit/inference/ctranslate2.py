@@ -1,0 +1,628 @@
+"""A trained run as a CTranslate2 model: ``python scripts/export_ctranslate2.py RUN_DIR OUT_DIR``,
+then ``python scripts/translate.py --engine ctranslate2 OUT_DIR`` (CTranslate2's C++ beam search,
+optionally int8 weights, same pre- and post-processing as the run).
+
+Export
+------
+:func:`export` builds CTranslate2's ``TransformerSpec`` directly from the plugin's
+weights (:func:`build_spec`), with CTranslate2's Python spec API, and saves it
+with the run's BPE files and a card (``OUT_DIR/ct2_card.json``, :data:`CARD`):
+
+- post-norm layers (``pre_norm=False``, no final LayerNorm): the plugin's
+  ``self_attn_norm``/``cross_attn_norm``/``ffn_norm`` are CTranslate2's
+  ``self_attention/layer_norm``, ``attention/layer_norm``, ``ffn/layer_norm``,
+  which it applies as LayerNorm(x + sublayer(x)) in that mode; LayerNorm epsilon
+  1e-5 (torch's, the plugin's), written into the model's config;
+- stacked projections map one to one to CTranslate2's fused ones: self-attention
+  ``w_qkv`` (rows [Q|K|V]) is ``linear_0``, ``w_o`` is ``linear_1``;
+  encoder-decoder attention ``w_q`` is ``linear_0``, ``w_kv`` (rows [K|V]) is
+  ``linear_1``, ``w_o`` is ``linear_2``;
+- one embedding matrix for encoder input, decoder input and the pre-softmax
+  projection (saved once: CTranslate2 aliases equal variables), multiplied by
+  sqrt(d_model) at the input (``scale_embeddings``), no output bias;
+- positions: the plugin's own table (the paper's interleaved sinusoids from
+  position 0, fairseq's layout, or the learned one) saved as explicit
+  ``position_encodings``; CTranslate2 gives the first source token and the
+  decoder's first input (``</s>``) row 0, the plugin position 0 (fairseq's
+  layout: position padding_idx + 1, so the table is saved from that row);
+- vocabularies: the fairseq dictionaries in order (ids unchanged), ``<pad>``
+  renamed ``<blank>`` as CTranslate2's own converters name padding (CTranslate2
+  masks padding by length and never reads that token); ``</s>`` is appended to
+  the source (``add_source_eos``) and starts the decoder (``decoder_start_token``),
+  as fairseq does.
+
+What CTranslate2 cannot represent is refused with one line naming the option
+(:func:`unsupported`): d_k != d_v (``--attention-key-dim`` != ``--attention-value-dim``:
+CTranslate2 has one ``head_dim`` for queries, keys and values), or a model that is
+not attn_plugin's ``attn_transformer``. Represented, and checked score for score
+by tests/test_ctranslate2.py: d_k = d_v != d_model/h (``head_dim``, with the query
+scale 1/sqrt(d_k) written explicitly), learned positions, fairseq's sinusoid
+layout, separate source and target embeddings (``--no-share-all-embeddings``),
+different encoder and decoder depths, heads and FFN widths.
+
+Decoding: what equals fairseq and what does not
+-----------------------------------------------
+:class:`CT2Translator` runs the run's tokenizer and BPE (the plugin's own
+registered encoders, built from their dataclass configs, with the files copied
+into OUT_DIR), CTranslate2's beam search, then removes BPE and detokenizes (a
+parsing run: repairs the bracket sequence into a tree), as
+:class:`attn_kit.inference.translate.Translator` does with fairseq. CTranslate2's
+beam search is fairseq's ``SequenceGenerator`` algorithm: 2 x beam candidates a
+step, a candidate ending in ``</s>`` among the first ``beam`` finishes a
+hypothesis and the next unfinished candidate takes its place, a sentence stops
+when ``beam`` hypotheses have finished; which hypotheses finish does not depend
+on the length penalty (it only ranks them at the end), as long as the penalty is
+not 0 (CTranslate2's 0 stops a sentence when its best beam finishes, so the
+engine passes 1e-9 for fairseq's 0). The engine asks for all ``beam`` finished
+hypotheses with their scores and picks the best itself, on fairseq's score.
+
+Length penalty, measured (CTranslate2 4.8.5; tests/test_ctranslate2.py pins it):
+CTranslate2's ``length_penalty`` p ranks a finished hypothesis by
+``log P(Y|X) / |Y| ** p`` (``finalize_hypothesis_score`` in its src/decoding.cc),
+where log P includes the ``</s>`` step and |Y| counts ``</s>``, whether or not
+``return_end_token`` returns it (with it off, the returned tokens are one fewer
+than the |Y| used). That is exactly fairseq's ``--lenpen``: ``log P / |Y| ** lenpen``,
+|Y| counting ``</s>``; the engine passes ``length_penalty=lenpen`` (and
+``return_end_token=True``, to tell a hypothesis that ended on ``</s>`` from one
+cut at the length limit). The paper's GNMT penalty ``((5 + |Y|) / 6) ** alpha``
+(``--gnmt-alpha``, the recipes' default) is not a power of |Y|: CTranslate2
+cannot compute it, and the engine falls back, openly, to reranking: it recovers
+log P = score x |Y|^p of each of the ``beam`` finished hypotheses and ranks them
+by log P / ((5 + |Y|) / 6) ** alpha, which is what fairseq with ``--gnmt-alpha``
+does. (It searches with p = alpha x n / (5 + n), n the batch's mean source
+length: the power of |Y| closest to GNMT's penalty there. It matters only when
+more than ``beam`` hypotheses finish in the same step and CTranslate2 keeps
+``beam`` of them by its own ranking.)
+
+Two places where CTranslate2 scores differently, both repaired so that the
+scores are fairseq's (log P under the full softmax):
+
+- ``</s>`` at the first step: fairseq's ``min_len`` sets its log-probability to
+  -inf after the softmax; CTranslate2's ``min_decoding_length`` masks it before,
+  which adds -log(1 - P(</s> first)) to every hypothesis. The engine searches
+  with ``min_decoding_length=0``; only for a sentence whose beam then holds the
+  empty hypothesis (a model that barely learned anything) it searches again with
+  1 and subtracts that term (P(</s> first) from ``score_batch``).
+- the length limit: fairseq forces ``</s>`` after ``max_len`` tokens and scores
+  it; CTranslate2 stops without it. The engine scores those hypotheses with
+  ``score_batch`` (their tokens and ``</s>``), as fairseq does.
+
+The maximum length is fairseq's: ``max_len_a`` x (the longest source of the
+batch, ``</s>`` included) + ``max_len_b`` tokens before ``</s>``, at most
+``max_target_positions`` - 1; the engine batches sentences exactly as fairseq's
+hub does (:func:`fairseq_batches`), so each sentence gets fairseq's limit.
+
+Threads (``--threads``, default all cores): input that fits one batch is decoded
+on all of them (``intra_threads``); more batches go to CTranslate2 together and
+are decoded ``threads`` at a time, one thread each (``inter_threads``),
+CTranslate2's throughput set-up. ``benchmarks/generate_throughput.py
+--ctranslate2`` measures both (attn_kit.bench.ctranslate2).
+
+What still differs: CTranslate2's kernels round differently from torch's (about
+1e-6 of a log-probability in float32), so exact near-ties can break the other way;
+int8 and float16 exports change the numbers more (int8: weights rounded to 8 bits
+per row). fairseq never emits ``<pad>``, CTranslate2 would if it were among the
+best 2 x beam continuations (the engine does not mask it: masking in CTranslate2
+renormalizes the softmax). At the length limit, fairseq continues the unfinished
+beams that replaced hypotheses finished at the last step and CTranslate2 does not.
+"""
+import json
+import math
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from ..cli import UsageError, UserError, atomic_output, log
+
+CARD = "ct2_card.json"
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
+                 "bfloat16")
+INSTALL = "CTranslate2 is not installed: pip install attn_plugin[ct2] (or pip install ctranslate2)"
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which the plugin's AddNorm keeps
+PAD_NAME = "<blank>"  # CTranslate2's converters' name for the padding token
+
+
+def require_ctranslate2():
+    """The ``ctranslate2`` module, or a one-line UserError saying how to install it."""
+    try:
+        import ctranslate2
+    except ImportError:
+        raise UserError(INSTALL) from None
+    return ctranslate2
+
+
+# --------------------------------------------------------------------------------------------- export
+def unsupported(model) -> List[str]:
+    """What CTranslate2's Transformer cannot represent in the plugin ``model`` (one phrase per
+    problem, naming the option that made it); empty if it can be exported."""
+    from ..plugin import load
+
+    AttnTransformerModel = load("attn_plugin.models.attn_transformer").AttnTransformerModel
+    if not isinstance(model, AttnTransformerModel):
+        return [f"the model is {type(model).__name__}, not attn_plugin's attn_transformer (stock fairseq "
+                "transformers convert with CTranslate2's own ct2-fairseq-converter)"]
+    problems = []
+    attentions = [layer.self_attn for layer in model.encoder.layers]
+    attentions += [a for layer in model.decoder.layers for a in (layer.self_attn, layer.cross_attn)]
+    pairs = sorted({(a.d_k, a.d_v) for a in attentions if a.d_k != a.d_v})
+    if pairs:
+        d_k, d_v = pairs[0]
+        problems.append(f"--attention-key-dim {d_k} != --attention-value-dim {d_v}: CTranslate2 has one head_dim "
+                        "for queries, keys and values (d_k = d_v is fine, also != d_model/h)")
+    d_enc = model.encoder.embed.embed_tokens.embedding_dim
+    d_dec = model.decoder.embed.embed_tokens.embedding_dim
+    if d_enc != d_dec:
+        problems.append(f"--encoder-embed-dim {d_enc} != --decoder-embed-dim {d_dec}")
+    return problems
+
+
+def check_supported(model):
+    """A one-line UserError naming what CTranslate2 cannot represent in ``model``, if anything."""
+    problems = unsupported(model)
+    if problems:
+        raise UserError("CTranslate2 cannot represent this model: " + "; ".join(problems))
+
+
+def _np(tensor):
+    return tensor.detach().float().cpu().numpy().copy()
+
+
+def _linear(spec, module):
+    spec.weight = _np(module.weight)
+    if module.bias is not None:
+        spec.bias = _np(module.bias)
+
+
+def _norm(spec, module):
+    spec.gamma = _np(module.weight)
+    spec.beta = _np(module.bias)
+
+
+def _positions(embed) -> "object":
+    """The rows of the plugin's position table that CTranslate2's positions 0, 1, ... read."""
+    import torch
+
+    pe = embed.positions
+    n = pe.max_positions
+    if pe.weight is not None:  # learned
+        table = pe.weight
+    else:
+        from ..plugin import load
+
+        sinusoidal_encoding = load("attn_plugin.models.attn_transformer").sinusoidal_encoding
+        table = sinusoidal_encoding(torch.arange(n + pe.offset), pe.d_model, pe.layout)
+    return _np(table[pe.offset:pe.offset + n])
+
+
+def _attention(spec, module, self_attention: bool):
+    if self_attention:
+        _linear(spec.linear[0], module.w_qkv)  # [W^Q | W^K | W^V]: CTranslate2's fused order
+        _linear(spec.linear[1], module.w_o)
+    else:
+        _linear(spec.linear[0], module.w_q)
+        _linear(spec.linear[1], module.w_kv)  # [W^K | W^V]
+        _linear(spec.linear[2], module.w_o)
+    import numpy as np
+
+    spec.queries_scale = np.float32(1.0 / math.sqrt(module.d_k))  # softmax(QK^T / sqrt(d_k)), eq. 1
+
+
+def _ffn(spec, module, norm):
+    _linear(spec.linear_0, module.w_1)
+    _linear(spec.linear_1, module.w_2)
+    _norm(spec.layer_norm, norm)
+
+
+def vocabulary(dictionary) -> List[str]:
+    """A fairseq dictionary's symbols in id order, padding named as CTranslate2 names it."""
+    return [PAD_NAME if i == dictionary.pad() else s for i, s in enumerate(dictionary.symbols)]
+
+
+def build_spec(model, src_dict, tgt_dict):
+    """CTranslate2's ``TransformerSpec`` holding the weights of the plugin ``model`` (eval mode,
+    any device and dtype), validated; see the module docstring for the mapping."""
+    check_supported(model)
+    ct2 = require_ctranslate2()
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    enc, dec = model.encoder, model.decoder
+    d_model = enc.embed.embed_tokens.embedding_dim
+
+    def side(layers, spec_class):
+        heads, d_k = layers[0].self_attn.h, layers[0].self_attn.d_k
+        head_dim = None if d_k * heads == d_model else d_k  # None: CTranslate2's default d_model / h
+        return spec_class(len(layers), heads, pre_norm=False, activation=common_spec.Activation.RELU,
+                          head_dim=head_dim)
+
+    spec = transformer_spec.TransformerSpec(side(enc.layers, transformer_spec.TransformerEncoderSpec),
+                                            side(dec.layers, transformer_spec.TransformerDecoderSpec))
+    e = spec.encoder
+    e.embeddings[0].weight = _np(enc.embed.embed_tokens.weight)
+    e.scale_embeddings = True  # x sqrt(d_model)
+    e.position_encodings.encodings = _positions(enc.embed)
+    for layer_spec, layer in zip(e.layer, enc.layers):
+        _attention(layer_spec.self_attention, layer.self_attn, True)
+        _norm(layer_spec.self_attention.layer_norm, layer.self_attn_norm)
+        _ffn(layer_spec.ffn, layer.ffn, layer.ffn_norm)
+    d = spec.decoder
+    d.embeddings.weight = _np(dec.embed.embed_tokens.weight)
+    d.scale_embeddings = True
+    d.position_encodings.encodings = _positions(dec.embed)
+    d.projection.weight = _np(dec.embed.embed_tokens.weight)  # tied pre-softmax matrix, no bias
+    for layer_spec, layer in zip(d.layer, dec.layers):
+        _attention(layer_spec.self_attention, layer.self_attn, True)
+        _norm(layer_spec.self_attention.layer_norm, layer.self_attn_norm)
+        _attention(layer_spec.attention, layer.cross_attn, False)
+        _norm(layer_spec.attention.layer_norm, layer.cross_attn_norm)
+        _ffn(layer_spec.ffn, layer.ffn, layer.ffn_norm)
+    spec.register_source_vocabulary(vocabulary(src_dict))
+    spec.register_target_vocabulary(vocabulary(tgt_dict))
+    config = spec.config
+    config.bos_token, config.eos_token, config.unk_token = (src_dict.symbols[src_dict.bos()],
+                                                            tgt_dict.symbols[tgt_dict.eos()],
+                                                            tgt_dict.symbols[tgt_dict.unk()])
+    config.decoder_start_token = config.eos_token  # fairseq's decoder starts from </s>
+    config.add_source_eos = True  # fairseq's source ends with </s>
+    config.add_source_bos = False
+    config.layer_norm_epsilon = LAYER_NORM_EPS
+    try:
+        spec.validate()
+    except ValueError as exc:
+        raise UserError(f"CTranslate2 {ct2.__version__} refused the converted model: {' '.join(str(exc).split())}"
+                        ) from None
+    return spec
+
+
+def save_spec(spec, out_dir: Path, quantization: Optional[str] = None):
+    """Optimize (alias shared weights, quantize) and save ``spec`` into the new folder ``out_dir``."""
+    spec.optimize(quantization=quantization)
+    Path(out_dir).mkdir(parents=True)
+    spec.save(str(out_dir))
+
+
+_ENCODER_OPTIONS = {  # card args that belong to the tokenizer / BPE / decoding, kept in the export's card
+    "source_lang", "target_lang", "tokenizer", "bpe", "gnmt_alpha",
+}
+
+
+def export(run_dir, out_dir, quantization: Optional[str] = None, checkpoint: Optional[str] = None) -> dict:
+    """Export RUN_DIR's evaluated model (or ``checkpoint``) to ``out_dir`` (replaced whole, atomically)
+    as a CTranslate2 model with the run's BPE files and :data:`CARD`; returns the card."""
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise UsageError(f"--quantization {quantization}: choose from {', '.join(QUANTIZATIONS)}")
+    ct2 = require_ctranslate2()
+    from ..plugin import load, quiet_inference
+
+    quiet_inference()
+    hub_module = load("attn_plugin.hub")
+    run_dir = Path(run_dir)
+    info = hub_module.read_run_card(run_dir)
+    AttnTransformerModel = load("attn_plugin.models.attn_transformer").AttnTransformerModel
+    hub = AttnTransformerModel.from_pretrained(str(run_dir), checkpoint_file=checkpoint)
+    model = hub.models[0]
+    model.eval()  # (fairseq's models return None from eval())
+    cfg = hub.cfg.model
+    spec = build_spec(model, hub.task.source_dictionary, hub.task.target_dictionary)
+
+    args = hub_module.resolved_args(run_dir, info)
+    for kind in ("tokenizer", "bpe"):  # one the engine cannot run is refused now, not at translation time
+        _encoder(kind, args.get(kind), args)
+    files = {}
+    kept = {}
+    for name, value in args.items():
+        if name in info.get("paths", []) and value:
+            files[name] = Path(value)
+        elif name in _ENCODER_OPTIONS or name.startswith(("moses_", "bpe_", "subword_", "sentencepiece_")):
+            kept[name] = value
+    card = {
+        "engine": "ctranslate2", "ctranslate2": ct2.__version__, "kind": info.get("kind", "translation"),
+        "exported_from": str(run_dir.resolve()),
+        "checkpoint": str(checkpoint or info["checkpoint"]),
+        "quantization": quantization or "float32",
+        "args": kept, "paths": sorted(files),
+        "generation": dict(info.get("generation", {})),
+        "batch_size": info.get("batch_size"),
+        "max_source_positions": int(model.encoder.max_positions()),
+        "max_target_positions": int(model.decoder.max_positions()),
+        "model": {"d_model": cfg.encoder_embed_dim, "heads": cfg.encoder_attention_heads,
+                  "d_k": model.encoder.layers[0].self_attn.d_k,
+                  "encoder_layers": len(model.encoder.layers), "decoder_layers": len(model.decoder.layers),
+                  "positional_encoding": cfg.positional_encoding, "sinusoid_layout": cfg.sinusoid_layout},
+    }
+    with atomic_output(out_dir) as tmp:
+        save_spec(spec, tmp, quantization)
+        for name, path in files.items():
+            if not path.is_file():
+                raise UserError(f"{path} ({name} of {run_dir / hub_module.RUN_CARD}) is missing")
+            shutil.copyfile(path, Path(tmp) / name)
+            card["args"][name] = name  # relative to OUT_DIR
+        (Path(tmp) / CARD).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
+    return card
+
+
+# --------------------------------------------------------------------------------------------- decoding
+def read_card(out_dir) -> dict:
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        raise UserError(f"{out_dir}: no such folder (give the OUT_DIR that scripts/export_ctranslate2.py wrote)")
+    card = out_dir / CARD
+    if not card.is_file():
+        if (out_dir / "inference.json").is_file():
+            raise UserError(f"{out_dir} is a recipe run, not a CTranslate2 model: export it first with python "
+                            f"scripts/export_ctranslate2.py {out_dir} OUT_DIR, then give OUT_DIR")
+        raise UserError(f"{out_dir} has no {CARD}: give the OUT_DIR that scripts/export_ctranslate2.py wrote")
+    try:
+        return json.loads(card.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {card}: {exc}") from None
+
+
+def _encoder(kind: str, name: Optional[str], args: dict):
+    """The plugin's registered tokenizer or BPE ``name``, built from its dataclass config with the
+    card's options of the same names (as fairseq fills it from the command line); None if ``name`` is None."""
+    if not name:
+        return None
+    from ..plugin import load
+
+    modules = {("tokenizer", "attn_moses"): ("attn_plugin.encoders.attn_moses", "AttnMosesTokenizer",
+                                             "AttnMosesConfig"),
+               ("tokenizer", "attn_treebank"): ("attn_plugin.encoders.attn_treebank", "AttnTreebankTokenizer",
+                                                "AttnTreebankConfig"),
+               ("bpe", "attn_subword_nmt"): ("attn_plugin.encoders.attn_subword_nmt", "AttnSubwordNMTBPE",
+                                             "AttnSubwordNMTConfig")}
+    if (kind, name) not in modules:
+        raise UserError(f"--{kind} {name}: the CTranslate2 engine knows the plugin's "
+                        f"{', '.join(n for k, n in modules if k == kind)}")
+    module, cls, config = modules[(kind, name)]
+    module = load(module)
+    Config = getattr(module, config)
+    options = {f: args[f] for f in Config.__dataclass_fields__ if f in args and args[f] is not None}
+    return getattr(module, cls)(Config(**options))
+
+
+def fairseq_batches(lengths: Sequence[int], batch_size: int) -> List[List[int]]:
+    """The batches (sets of indices) fairseq's hub makes of sentences of ``lengths`` with
+    ``batch_size`` sentences a batch: LanguagePairDataset's order (a permutation drawn with
+    NumPy seed 2, get_batch_iterator's seed 1 + epoch 1, then a stable sort by length), cut
+    into consecutive batches. The batch decides fairseq's length limit (its longest source)."""
+    import numpy as np
+
+    lengths = np.asarray(lengths, dtype=np.int64)
+    perm = np.random.RandomState(2).permutation(len(lengths))
+    order = perm[np.argsort(lengths[perm], kind="mergesort")].tolist()
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+class CT2Translator:
+    """An exported run (OUT_DIR of :func:`export`) with the run's pre- and post-processing,
+    decoding on CTranslate2. ``options`` are scripts/translate.py's overrides (beam, gnmt_alpha,
+    lenpen, max_len_b, tokenizer=None for --tokenized)."""
+
+    def __init__(self, out_dir, options: Optional[dict] = None, threads: Optional[int] = None,
+                 gpu: bool = False):
+        ct2 = require_ctranslate2()
+        options = dict(options or {})
+        self.card = card = read_card(out_dir)
+        out_dir = Path(out_dir)
+        if options.pop("checkpoint_file", None):
+            raise UserError("--checkpoint does not apply to an exported model: export that checkpoint with "
+                            "scripts/export_ctranslate2.py RUN_DIR OUT_DIR --checkpoint FILE")
+        self.parsing = card.get("kind") == "parsing"
+        args = dict(card.get("args", {}))
+        for name in card.get("paths", []):
+            if args.get(name):
+                args[name] = str(out_dir.resolve() / args[name])
+        generation = dict(card.get("generation", {}))
+        self.beam = int(options.get("beam") or generation.get("beam", 5))
+        self.max_len_a = float(generation.get("max_len_a", 0))
+        self.max_len_b = int(options["max_len_b"] if options.get("max_len_b") is not None
+                             else generation.get("max_len_b", 200))
+        # the penalty: an override first (--lenpen switches GNMT off, as the hub does), then the run's
+        if options.get("lenpen") is not None:
+            self.gnmt_alpha, self.lenpen = None, float(options["lenpen"])
+        elif options.get("gnmt_alpha") is not None:
+            self.gnmt_alpha, self.lenpen = float(options["gnmt_alpha"]), None
+        elif args.get("gnmt_alpha") is not None and "lenpen" not in generation:
+            self.gnmt_alpha, self.lenpen = float(args["gnmt_alpha"]), None
+        else:
+            self.gnmt_alpha, self.lenpen = None, float(generation.get("lenpen", 1.0))
+        self.tokenizer = None if "tokenizer" in options and options["tokenizer"] is None else \
+            _encoder("tokenizer", args.get("tokenizer"), args)
+        self.bpe = _encoder("bpe", args.get("bpe"), args)
+        self.max_source = card.get("max_source_positions")
+        self.max_target = card.get("max_target_positions") or 1024
+        self.device = "cuda" if gpu else "cpu"
+        if gpu and ct2.get_cuda_device_count() == 0:
+            raise UserError("--ngpus 1: CTranslate2 sees no CUDA GPU (no GPU here, or a CPU-only build)")
+        self.out_dir = out_dir
+        self.threads = threads or (os.cpu_count() or 1)
+        self._translators = {}
+        self._load(parallel=False)  # a model CTranslate2 cannot load is reported now
+
+    def _load(self, parallel: bool):
+        """CTranslate2's translator: ``parallel`` (CPU, several batches to do): ``threads`` batches at
+        once, one thread each (CTranslate2's throughput set-up); else one batch on all threads.
+        One is kept at a time (each holds the model)."""
+        if parallel not in self._translators:
+            self._translators.clear()
+            ct2 = require_ctranslate2()
+            threads = dict(intra_threads=1, inter_threads=self.threads) if parallel else \
+                dict(intra_threads=self.threads if self.device == "cpu" else 0)
+            try:
+                self._translators[parallel] = ct2.Translator(str(self.out_dir), device=self.device, **threads)
+            except (RuntimeError, ValueError) as exc:
+                raise UserError(f"CTranslate2 cannot load {self.out_dir}: {' '.join(str(exc).split())}") from None
+        return self._translators[parallel]
+
+    # pre- and post-processing, as fairseq's hub interface does them
+    def words(self, line: str) -> List[str]:
+        return (self.tokenizer.encode(line) if self.tokenizer else line).split()
+
+    def encode(self, line: str) -> List[str]:
+        """The source tokens (BPE units; CTranslate2 appends </s>)."""
+        text = self.tokenizer.encode(line) if self.tokenizer else line
+        if self.bpe:
+            text = self.bpe.encode(text)
+        return text.split()
+
+    def decode(self, line: str, tokens: List[str]) -> str:
+        text = " ".join(t for t in tokens if t not in ("</s>", "<s>"))  # fairseq's Dictionary.string drops them
+        if self.bpe:
+            text = self.bpe.decode(text)
+        if self.parsing:
+            from ..metrics.trees import delinearize
+
+            tree, _ = delinearize(text.split(), self.words(line))
+            return str(tree)
+        return self.tokenizer.decode(text) if self.tokenizer else text
+
+    def max_length(self, source_tokens: int) -> int:
+        """fairseq's longest output, before </s>, for a batch whose longest source has
+        ``source_tokens`` tokens (</s> included)."""
+        return min(int(self.max_len_a * source_tokens + self.max_len_b), self.max_target - 1)
+
+    def penalty(self, n: int) -> float:
+        """The run's length penalty for a hypothesis of ``n`` tokens, </s> included."""
+        if self.gnmt_alpha is not None:
+            return ((5.0 + n) / 6.0) ** self.gnmt_alpha
+        return float(n) ** self.lenpen
+
+    def search_penalty(self, batch: List[List[str]]) -> float:
+        """CTranslate2's ``length_penalty`` for the search: fairseq's lenpen itself; for GNMT the
+        exponent p with |Y|^p closest to ((5 + |Y|) / 6)^alpha around the batch's mean source length
+        (it only decides which hypotheses CTranslate2 keeps when more than ``beam`` finish at once;
+        the engine ranks them by the run's penalty). Never 0: that would switch CTranslate2 to
+        stopping when the best beam finishes."""
+        if self.gnmt_alpha is None:
+            p = self.lenpen
+        else:
+            n = sum(len(s) + 1 for s in batch) / len(batch)
+            p = self.gnmt_alpha * n / (5.0 + n)
+        return p if p != 0 else 1e-9
+
+    def _translate(self, batch, max_len: int, penalty: float, min_len: int, translator, asynchronous=False):
+        return translator.translate_batch(
+            batch, beam_size=self.beam, num_hypotheses=self.beam, length_penalty=penalty, return_end_token=True,
+            return_scores=True, max_input_length=0, max_decoding_length=max_len, min_decoding_length=min_len,
+            asynchronous=asynchronous)
+
+    def search(self, batch: List[List[str]]) -> List[Tuple[List[str], float]]:
+        """The best hypothesis (target tokens, no </s>) for each source of ``batch`` under the run's
+        beam, length limit and length penalty, with its score as fairseq computes it
+        (log P(Y|X) / penalty(|Y|), natural log; see the module docstring)."""
+        return self.search_batches([batch])[0]
+
+    def search_batches(self, batches: List[List[List[str]]], parallel: bool = False
+                       ) -> List[List[Tuple[List[str], float]]]:
+        """:meth:`search` for each of ``batches``, all submitted to CTranslate2 at once (``parallel``:
+        to a translator that decodes ``threads`` of them at the same time)."""
+        translator = self._load(parallel)
+        plans = []
+        for batch in batches:
+            max_len = self.max_length(max(len(s) for s in batch) + 1)
+            p = self.search_penalty(batch)
+            # min length 0: CTranslate2 forbids </s> by masking it before the softmax, which would add
+            # -log(1 - P(</s> first)) to every score; fairseq masks it after (see _finish)
+            plans.append((batch, max_len, p, self._translate(batch, max_len, p, 0, translator, asynchronous=True)))
+        return [self._finish(translator, batch, max_len, p, [r.result() for r in pending])
+                for batch, max_len, p, pending in plans]
+
+    def _finish(self, translator, batch, max_len: int, p: float, results) -> List[Tuple[List[str], float]]:
+        """The best of each sentence's finished hypotheses ``results`` on fairseq's score."""
+        hyps = [self._hypotheses(r, p) for r in results]
+        # Sentences where </s> first made the beam: searched again with min length 1, as fairseq
+        # searches, and the term -log(1 - P(</s> first)) that CTranslate2's masking adds subtracted.
+        redo = [i for i, h in enumerate(hyps) if any(not words and done for words, _, done in h)]
+        if redo:
+            again = self._translate([batch[i] for i in redo], max_len, p, 1, translator)
+            first_eos = translator.score_batch([batch[i] for i in redo], [[] for _ in redo],
+                                                    max_input_length=0)
+            for i, r, s in zip(redo, again, first_eos):
+                shift = math.log1p(-math.exp(min(s.log_probs[0], -1e-12)))
+                hyps[i] = [(w, raw + shift if done else None, done) for w, raw, done in self._hypotheses(r, p)]
+        # Hypotheses that reached the length limit: fairseq appends </s> and scores it.
+        limit = [(i, k) for i, h in enumerate(hyps) for k, (_, _, done) in enumerate(h) if not done]
+        if limit:
+            scored = translator.score_batch([batch[i] for i, _ in limit], [hyps[i][k][0] for i, k in limit],
+                                                 max_input_length=0)
+            for (i, k), s in zip(limit, scored):
+                hyps[i][k] = (hyps[i][k][0], float(sum(s.log_probs)), True)
+        scored = [[(words, raw / self.penalty(len(words) + 1)) for words, raw, _ in h] for h in hyps]
+        return [max(h, key=lambda x: x[1]) for h in scored]
+
+    @staticmethod
+    def _hypotheses(result, penalty: float):
+        """(tokens without </s>, log P(Y|X) or None, finished with </s>) of a CTranslate2 result whose
+        scores are log P / |Y|^penalty."""
+        out = []
+        for tokens, score in zip(result.hypotheses, result.scores):
+            tokens = list(tokens)
+            done = bool(tokens) and tokens[-1] == "</s>"
+            raw = score * float(len(tokens)) ** penalty if done else None
+            out.append((tokens[:-1] if done else tokens, raw, done))
+        return out
+
+    def translate(self, lines: List[str], batch_size: int, progress=None) -> List[str]:
+        out = [""] * len(lines)
+        todo = [(i, self.encode(line)) for i, line in enumerate(lines) if line.strip()]
+        for i, tokens in todo:
+            n = len(tokens) + 1  # with </s>
+            if self.max_source and n > self.max_source:
+                raise UserError(f"line {i + 1} is {n} tokens long after BPE; the model reads at most "
+                                f"{self.max_source} (its max_source_positions): split it into shorter sentences")
+        done = 0
+        chunk = batch_size * 8  # as the fairseq engine hands lines to the hub, which batches them
+        for start in range(0, len(todo), chunk):
+            part = todo[start:start + chunk]
+            batches = fairseq_batches([len(t) for _, t in part], batch_size)
+            parallel = self.device == "cpu" and self.threads > 1 and len(batches) > 1
+            best = self.search_batches([[part[k][1] for k in batch] for batch in batches], parallel)
+            for batch, results in zip(batches, best):
+                for k, (tokens, _) in zip(batch, results):
+                    i = part[k][0]
+                    out[i] = self.decode(lines[i], tokens)
+            done += len(part)
+            if progress:
+                progress.update(done)
+        return out
+
+
+# --------------------------------------------------------------------------------------------- command line
+def parse_args(argv=None):
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="python scripts/export_ctranslate2.py",
+        description="Export a recipe run's evaluated model to CTranslate2 (then: python scripts/translate.py "
+                    "--engine ctranslate2 OUT_DIR).")
+    p.add_argument("run_dir", type=Path, help="a recipe's --workdir (holds inference.json)")
+    p.add_argument("out_dir", type=Path, help="the folder to write (a new one, or an earlier export, which is "
+                                              "replaced)")
+    p.add_argument("--quantization", choices=QUANTIZATIONS,
+                   help="weight type: int8 (CPU, fastest), int8_float32, float16 / int8_float16 (GPU), ... "
+                        "(default: float32, the exact weights)")
+    p.add_argument("--checkpoint", type=Path, help="another checkpoint of the run (default: the one the recipe "
+                                                   "evaluated)")
+    args = p.parse_args(argv)
+    if args.out_dir.resolve() == args.run_dir.resolve():
+        raise UsageError("OUT_DIR must differ from RUN_DIR")
+    out = args.out_dir
+    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / CARD).is_file())):
+        raise UsageError(f"{out} exists and is not an earlier export (no {CARD}), which the export would replace: "
+                         "give a new folder")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    require_ctranslate2()
+    card = export(args.run_dir, args.out_dir, args.quantization,
+                  str(args.checkpoint.resolve()) if args.checkpoint else None)
+    penalty = (f"GNMT alpha {card['args']['gnmt_alpha']:g} (reranked n-best)" if card["args"].get("gnmt_alpha")
+               is not None and "lenpen" not in card["generation"]
+               else f"fairseq lenpen {card['generation'].get('lenpen', 1.0):g}")
+    log(f"wrote {args.out_dir} ({card['quantization']}, beam {card['generation'].get('beam')}, {penalty}); "
+        f"translate with: python scripts/translate.py --engine ctranslate2 {args.out_dir}", stream=sys.stderr)
+    return 0
