@@ -28,19 +28,19 @@ def recipe(*args, timeout=600):
 
 
 @pytest.mark.parametrize("name,expected", [
-    # every size of the paper's base halved: N 3, d_model 256, d_ff 1024, h 4, d_k = d_v = 64
-    ("base", dict(N=3, d_model=256, d_ff=1024, h=4, d_k=64, d_v=64, P_drop=0.1, eps_ls=0.1)),
-    ("A1", dict(h=1, d_k=256, d_v=256)),     # h = 1: one head as wide as d_model
-    ("A2", dict(h=2, d_k=128, d_v=128)),     # h halved, h * d_k = d_model
-    ("A4", dict(h=16, d_k=16, d_v=16)),      # h x4
-    ("B1", dict(h=4, d_k=16, d_v=64)),       # d_k alone, a quarter of base's
+    # the paper's base at half depth and a quarter width: N 3, d_model 128, d_ff 512, h 4, d_k = d_v = 32
+    ("base", dict(N=3, d_model=128, d_ff=512, h=4, d_k=32, d_v=32, P_drop=0.1, eps_ls=0.1)),
+    ("A1", dict(h=1, d_k=128, d_v=128)),     # h = 1 (4 x 1/8 rounds to 0: at least 1): one head as wide as d_model
+    ("A2", dict(h=2, d_k=64, d_v=64)),       # h halved, h * d_k = d_model
+    ("A4", dict(h=16, d_k=8, d_v=8)),        # h x4
+    ("B1", dict(h=4, d_k=8, d_v=32)),        # d_k alone, a quarter of base's
     ("C1", dict(N=1)), ("C2", dict(N=2)), ("C3", dict(N=4)),
-    ("C4", dict(d_model=128, d_k=32, d_v=32)), ("C5", dict(d_model=512, d_k=128, d_v=128)),
-    ("C7", dict(d_ff=2048)),
+    ("C4", dict(d_model=64, d_k=16, d_v=16)), ("C5", dict(d_model=256, d_k=64, d_v=64)),
+    ("C7", dict(d_ff=1024)),
     ("D1", dict(P_drop=0.0)), ("D4", dict(eps_ls=0.2)),
-    ("big", dict(N=3, d_model=512, d_ff=2048, h=8, d_k=64, d_v=64, P_drop=0.3, steps=300000)),
+    ("big", dict(N=3, d_model=256, d_ff=1024, h=8, d_k=32, d_v=32, P_drop=0.3, steps=300000)),
 ])
-def test_rows_at_half_size_as_table3_changes_base(name, expected):
+def test_bundled_rows_change_the_small_base_as_table3_changes_base(name, expected):
     s = scaled_settings(ROW[name], BUNDLED_BASE)
     assert {k: s[k] for k in expected} == expected
 

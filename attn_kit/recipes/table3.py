@@ -1,7 +1,7 @@
 """Table 3 as one command: every variation of the base model trained, evaluated as
 the paper did, and tabled beside the paper's numbers.
 
-    bash recipes/table3.sh --bundled                      # all 20 rows at half size on the bundled data (CPU)
+    bash recipes/table3.sh --bundled                      # all 20 rows, small, on the bundled data (CPU)
     bash recipes/table3.sh --bundled --rows base,A,C5     # some groups and rows
     bash recipes/table3.sh --ngpus 8 --dry-run            # the paper-scale commands of every row
 
@@ -108,7 +108,7 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--bundled", action="store_true",
-                      help="every row at half the paper's size on the bundled Tatoeba EN-DE data, on CPU")
+                      help="every row on a small base (recipes/configs/table3.yaml) on the bundled Tatoeba EN-DE data, on CPU")
     mode.add_argument("--smoke", action="store_true", help="tiny rows on the --smoke data, for checking the plumbing")
     common.add_run_options(p, "runs/table3_<mode>")
     p.add_argument("--rows", default="all", help="groups (base, A, B, C, D, E, big) and rows (A2, C5, ...), "
