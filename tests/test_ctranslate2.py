@@ -21,6 +21,7 @@ from conftest import REPO, assert_one_error_line
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 from attn_kit.inference import ctranslate2 as engine  # noqa: E402
+from attn_plugin.checkpoint import load_checkpoint  # noqa: E402
 
 EXPORT = [sys.executable, str(REPO / "scripts" / "export_ctranslate2.py")]
 TRANSLATE = [sys.executable, str(REPO / "scripts" / "translate.py")]
@@ -62,7 +63,7 @@ def hub(smoke_run):
 def noisy(smoke_run, tmp_path_factory):
     """(run dir, export): the smoke run's weights plus N(0, 1) noise (seeded), exported in-process."""
     work = copy_run(smoke_run, tmp_path_factory.mktemp("noisy") / "w")
-    ckpt = torch.load(work / "checkpoint_avg.pt", weights_only=False)
+    ckpt = load_checkpoint(work / "checkpoint_avg.pt")  # weights_only=True with fairseq's types allowed
     g = torch.Generator().manual_seed(0)
     for name, value in ckpt["model"].items():
         if value.dtype.is_floating_point and "norm" not in name:
@@ -258,7 +259,7 @@ def test_empty_lines_stay_and_tokenized_input_skips_moses(exported):
 def test_d_k_not_d_v_is_refused_in_one_line(smoke_run, tmp_path):
     """A run with --attention-key-dim 8 --attention-value-dim 16 (d_model 64, 4 heads)."""
     work = copy_run(smoke_run, tmp_path / "w")
-    ckpt = torch.load(work / "checkpoint_avg.pt", weights_only=False)
+    ckpt = load_checkpoint(work / "checkpoint_avg.pt")  # weights_only=True with fairseq's types allowed
     ckpt["cfg"]["model"]["attention_key_dim"], ckpt["cfg"]["model"]["attention_value_dim"] = 8, 16
     state = ckpt["model"]
     for name in list(state):
