@@ -92,11 +92,13 @@ batch, ``</s>`` included) + ``max_len_b`` tokens before ``</s>``, at most
 ``max_target_positions`` - 1; the engine batches sentences exactly as fairseq's
 hub does (:func:`fairseq_batches`), so each sentence gets fairseq's limit.
 
-Threads (``--threads``, default all cores): input that fits one batch is decoded
-on all of them (``intra_threads``); more batches go to CTranslate2 together and
-are decoded ``threads`` at a time, one thread each (``inter_threads``),
-CTranslate2's throughput set-up. ``benchmarks/generate_throughput.py
---ctranslate2`` measures both (attn_kit.bench.ctranslate2).
+Threads (``--threads``, default all cores): up to :data:`PARALLEL_CALL` sentences
+are decoded as one batch on all of them (``intra_threads``); more go to CTranslate2
+together, each of fairseq's batches cut into calls of at most :data:`PARALLEL_CALL`
+sentences that keep the batch's length limit and penalty, decoded ``threads`` at a
+time, one thread each (``inter_threads``), CTranslate2's throughput set-up.
+``benchmarks/generate_throughput.py --ctranslate2`` measures both
+(attn_kit.bench.ctranslate2, and on a trained run attn_kit.bench.ctranslate2_run).
 
 What still differs: CTranslate2's kernels round differently from torch's (about
 1e-6 of a log-probability in float32), so exact near-ties can break the other way;
@@ -122,6 +124,10 @@ QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat
 INSTALL = "CTranslate2 is not installed: pip install attn_plugin[ct2] (or pip install ctranslate2)"
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which the plugin's AddNorm keeps
 PAD_NAME = "<blank>"  # CTranslate2's converters' name for the padding token
+# Sentences per CTranslate2 call when several calls run at once on one thread each (CPU): smaller
+# calls waste less on padding and on finished sentences; 32 was the fastest of 16 to 256 for the
+# bundled model's test set on 2 cores (int8 and float32).
+PARALLEL_CALL = 32
 
 
 def require_ctranslate2():
@@ -517,17 +523,23 @@ class CT2Translator:
     def search_batches(self, batches: List[List[List[str]]], parallel: bool = False
                        ) -> List[List[Tuple[List[str], float]]]:
         """:meth:`search` for each of ``batches``, all submitted to CTranslate2 at once (``parallel``:
-        to a translator that decodes ``threads`` of them at the same time)."""
+        to a translator that decodes ``threads`` calls at the same time, each batch cut into calls of
+        at most :data:`PARALLEL_CALL` sentences that keep the batch's length limit and penalty, so
+        the hypotheses are those of the whole batch)."""
         translator = self._load(parallel)
         plans = []
         for batch in batches:
             max_len = self.max_length(max(len(s) for s in batch) + 1)
             p = self.search_penalty(batch)
+            step = PARALLEL_CALL if parallel else len(batch)
             # min length 0: CTranslate2 forbids </s> by masking it before the softmax, which would add
             # -log(1 - P(</s> first)) to every score; fairseq masks it after (see _finish)
-            plans.append((batch, max_len, p, self._translate(batch, max_len, p, 0, translator, asynchronous=True)))
-        return [self._finish(translator, batch, max_len, p, [r.result() for r in pending])
-                for batch, max_len, p, pending in plans]
+            calls = [(part, self._translate(part, max_len, p, 0, translator, asynchronous=True))
+                     for part in (batch[i:i + step] for i in range(0, len(batch), step))]
+            plans.append((max_len, p, calls))
+        return [[best for part, pending in calls
+                 for best in self._finish(translator, part, max_len, p, [r.result() for r in pending])]
+                for max_len, p, calls in plans]
 
     def _finish(self, translator, batch, max_len: int, p: float, results) -> List[Tuple[List[str], float]]:
         """The best of each sentence's finished hypotheses ``results`` on fairseq's score."""
@@ -577,7 +589,7 @@ class CT2Translator:
         for start in range(0, len(todo), chunk):
             part = todo[start:start + chunk]
             batches = fairseq_batches([len(t) for _, t in part], batch_size)
-            parallel = self.device == "cpu" and self.threads > 1 and len(batches) > 1
+            parallel = self.device == "cpu" and self.threads > 1 and len(part) > PARALLEL_CALL
             best = self.search_batches([[part[k][1] for k in batch] for batch in batches], parallel)
             for batch, results in zip(batches, best):
                 for k, (tokens, _) in zip(batch, results):
