@@ -225,6 +225,24 @@ def test_engine_finds_fairseqs_best_hypothesis_with_fairseqs_score(model, option
         assert len({" ".join(t) for t, _ in ours}) > 20  # outputs that differ from sentence to sentence
 
 
+def test_a_batch_cut_into_parallel_calls_keeps_the_whole_batchs_length_limit(noisy):
+    """On 2 threads a batch of more than PARALLEL_CALL sentences is decoded in several calls at once;
+    every call keeps the limit fairseq gives the whole batch (from its longest source), so the
+    hypotheses are those of the batch decoded in one call."""
+    work, out = noisy
+    ct2 = engine.CT2Translator(out, {"max_len_b": 2, "lenpen": 1.0}, threads=2)
+    sources = sorted((ct2.encode(s) for s in lines(work / "raw" / "test.en")[:80]), key=len)
+    batch = sources[:engine.PARALLEL_CALL] + sources[-engine.PARALLEL_CALL:]  # the short ones, then the long ones
+    limit = ct2.max_length(len(batch[-1]) + 1)
+    assert ct2.max_length(len(batch[engine.PARALLEL_CALL - 1]) + 1) < limit  # the short call's own limit is lower
+    [whole] = ct2.search_batches([batch], parallel=False)
+    [cut] = ct2.search_batches([batch], parallel=True)
+    short = [tokens for tokens, _ in cut[:engine.PARALLEL_CALL]]
+    assert max(len(t) for t in short) == limit  # the noisy weights run hypotheses to the limit
+    same = sum(a[0] == b[0] for a, b in zip(whole, cut))
+    assert same >= 0.95 * len(batch), same
+
+
 def test_translate_engine_ctranslate2_matches_the_fairseq_engine(smoke_run, exported, noisy, tmp_path):
     """scripts/translate.py --engine ctranslate2 on the test source: the fairseq engine's lines."""
     from attn_kit.inference.translate import Translator
@@ -340,3 +358,34 @@ def test_benchmark_ctranslate2_rows(tmp_path):
     assert all(e["ratio_sentences_per_s"] > 0 and len(e["trial_ratios"]) == 2 for n, e in engines.items()
                if n != "plugin")
     assert engines["ct2 int8"]["model_bytes"] < 0.5 * engines["ct2 float32"]["model_bytes"]
+
+
+def test_benchmark_run_times_the_recipes_fairseq_generate_against_ctranslate2(smoke_run, tmp_path):
+    """--ctranslate2 --run RUN_DIR: the recipe's own fairseq-generate (its output scores as the run
+    scored itself) against CTranslate2 exports of the run's model on the same test sentences."""
+    out = tmp_path / "bench.json"
+    bench = [sys.executable, str(REPO / "benchmarks" / "generate_throughput.py")]
+    proc = run(bench, "--ctranslate2", "--run", smoke_run, "--repeats", "1", "--threads", "2", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "generate_throughput_ctranslate2_run" and data["commit"] and data["machine"]
+    r = data["results"]
+    results = json.loads((smoke_run / "results.json").read_text())
+    assert r["sentences"] == results["test_sentences"] and r["batch_size"] == 128
+    engines = r["engines"]
+    assert list(engines) == ["fairseq-generate", "ct2 float32", "ct2 float32, 2 x 1 thread", "ct2 int8",
+                             "ct2 int8, 2 x 1 thread"]
+    # fairseq-generate's translations, detokenized by the run's tokenizer, score what the recipe scored
+    assert engines["fairseq-generate"]["sacrebleu"] == pytest.approx(results["sacrebleu"], abs=0.01)
+    same, total = map(int, engines["ct2 float32"]["same_output"].split("/"))
+    assert total == r["sentences"] and same >= 0.95 * total  # the issue's bar for float32
+    assert all(e["ratio_sentences_per_s"] > 0 for n, e in engines.items() if n != "fairseq-generate")
+    assert "| ct2 int8, 2 x 1 thread |" in proc.stdout
+
+
+def test_benchmark_run_refuses_what_it_cannot_time(smoke_run, tmp_path):
+    bench = [sys.executable, str(REPO / "benchmarks" / "generate_throughput.py")]
+    proc = run(bench, "--run", smoke_run)
+    assert proc.returncode == 2
+    assert_one_error_line(proc, "--ctranslate2")
+    assert_one_error_line(run(bench, "--ctranslate2", "--run", tmp_path / "nothing"), "no such run directory")

@@ -22,8 +22,12 @@ everything beam search allocated); see attn_kit.bench.measure.
 
 ``--ctranslate2`` compares the plugin with CTranslate2 exports of its weights
 instead (float32 and int8 on CPU), every hypothesis decoded to the same length
-in both engines; attn_kit.bench.ctranslate2 says how and why.
+in both engines; attn_kit.bench.ctranslate2 says how and why. ``--ctranslate2 --run
+RUN_DIR`` times a trained run instead: the recipe's own fairseq-generate on its test set
+against CTranslate2 exports of the model it evaluated (attn_kit.bench.ctranslate2_run).
 """
+
+from pathlib import Path
 
 from ..build import count_parameters, make_dictionary
 from ..cli import UsageError
@@ -49,11 +53,25 @@ def parse_args(argv=None):
                    help="compare the plugin under fairseq's generator with CTranslate2 exports of the same weights "
                         "(CPU: float32 and int8; CUDA: the --dtype's type and its int8 variant) instead of with "
                         "stock fairseq; every hypothesis is decoded to the same length in both engines")
-    args = harness.check_common_args(p.parse_args(argv), default_repeats_cpu=9)
+    p.add_argument("--run", type=Path, metavar="RUN_DIR",
+                   help="with --ctranslate2: a recipe run (its --workdir) instead of the synthetic shapes: the "
+                        "run's own fairseq-generate command on its test set against CTranslate2 exports of the "
+                        "model it evaluated, on the same sentences, beam, length penalty and batch size "
+                        "(attn_kit.bench.ctranslate2_run); trials default to 3")
+    p.add_argument("--batch-size", type=int, help="with --run: sentences per batch in both engines (default: the "
+                                                  "run's, as its generate stage decoded)")
+    args = p.parse_args(argv)
+    if args.run and not args.ctranslate2:
+        raise UsageError("--run compares a run's fairseq-generate with CTranslate2: give --ctranslate2 too")
+    if args.batch_size is not None and (not args.run or args.batch_size < 1):
+        raise UsageError("--batch-size goes with --run and must be >= 1")
+    if args.run and args.repeats is None:
+        args.repeats = 3  # each trial translates the whole test set with every engine
+    args = harness.check_common_args(args, default_repeats_cpu=9)
     if args.beam < 1 or args.warmup < 0:
         raise UsageError("--beam must be >= 1 and --warmup >= 0")
-    args.out = args.out or harness.default_out("generate_throughput" + ("_ctranslate2" if args.ctranslate2 else ""),
-                                               args)
+    args.out = args.out or harness.default_out("generate_throughput" + ("_ctranslate2" if args.ctranslate2 else "")
+                                               + ("_run" if args.run else ""), args)
     return args
 
 
@@ -139,6 +157,10 @@ def main_ctranslate2(args, env):
     from . import ctranslate2
 
     env["ctranslate2"] = ctranslate2.require_ctranslate2().__version__
+    if args.run:
+        from . import ctranslate2_run
+
+        return ctranslate2_run.main(args, env)
     results = harness.run_shapes(args, ctranslate2.bench_shape, f"beam-{args.beam} generation, plugin and CTranslate2")
     table = harness.markdown_table(*ctranslate2.table(results, args))
     print(f"beam-{args.beam} generation throughput, plugin (fairseq's generator) vs CTranslate2 ({args.device}, "
