@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from .cli import UserError
+from .inference.ctranslate2 import PARALLEL_CALL
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -226,36 +227,82 @@ def table3() -> str:
 
 
 # ---------------------------------------------------------------------------------------------- CTranslate2
+def cpu_name(run: dict) -> str:
+    """The CPU model of a results file's machine ("AMD EPYC", "Intel Xeon")."""
+    return run["machine"].split(",")[0].replace("(R)", "").replace(" Processor", "").strip()
+
+
 def ctranslate2() -> str:
-    """Beam-search throughput of CTranslate2 exports against the plugin under fairseq's generator
-    (benchmarks/generate_throughput.py --ctranslate2, attn_kit.bench.ctranslate2)."""
-    path = BENCH / "cpu2core_ctranslate2_fp32_int8.json"
-    if not path.exists():
+    """Beam-search throughput of CTranslate2 exports against the plugin under fairseq's generator,
+    synthetic batch, one column pair per CPU filed (benchmarks/generate_throughput.py --ctranslate2,
+    attn_kit.bench.ctranslate2)."""
+    paths = [p for p in sorted(glob.glob(str(BENCH / "cpu2core*_ctranslate2_fp32_int8.json")))]
+    if not paths:
         return "(not filed yet)"
-    run = load(path)
+    runs = [load(p) for p in paths]
+    first = runs[0]
+    header = ["shape", "engine"]
+    for run in runs:
+        header += [f"sent/s, {cpu_name(run)}", f"x plugin, {cpu_name(run)}"]
+    header += ["same best hypothesis", "CTranslate2 model.bin"]
     rows = []
-    for shape, r in run["results"].items():
-        b = r["batch"]
+    for shape, r in first["results"].items():
         for name, e in r["engines"].items():
-            size = f"{e['model_bytes'] / 2 ** 20:.0f} MiB" if "model_bytes" in e else ""
-            ratio = f"**{e['ratio_sentences_per_s']:.2f}**" if "ratio_sentences_per_s" in e else "1"
-            rows.append([f"{shape} ({r['params'] / 1e6:.1f}M)" if name == "plugin" else "", name,
-                         f"{e['sentences_per_s']:.1f}", f"{e['tokens_per_s']:.0f}", ratio,
-                         e.get("same_best_hypothesis", ""), size])
-    first = next(iter(run["results"].values()))
-    b, env = first["batch"], run["environment"]
-    threads = first["threads"]
-    return (table(["shape", "engine", "sentences/s", "tokens/s", "x plugin (median of trials)",
-                   "same best hypothesis", "CTranslate2 model.bin"], rows)
+            row = [f"{shape} ({r['params'] / 1e6:.1f}M)" if name == "plugin" else "", name]
+            for run in runs:
+                o = run["results"][shape]["engines"][name]
+                row += [f"{o['sentences_per_s']:.1f}",
+                        f"**{o['ratio_sentences_per_s']:.2f}**" if "ratio_sentences_per_s" in o else "1"]
+            same = sorted({run["results"][shape]["engines"][name].get("same_best_hypothesis", "") for run in runs})
+            row += [", ".join(same), f"{e['model_bytes'] / 2 ** 20:.0f} MiB" if "model_bytes" in e else ""]
+            rows.append(row)
+    b = next(iter(first["results"].values()))["batch"]
+    threads = next(iter(first["results"].values()))["threads"]
+    machines = "; ".join(f"{cpu_name(run)}: {run['machine']}, date {run['date']}, commit {run['commit'][:7]}, "
+                         f"CTranslate2 {run['environment'].get('ctranslate2')}, torch {run['environment']['torch']}"
+                         for run in runs)
+    return (table(header, rows)
             + f"\n\nBeam {b['beam']}, {b['sentences']} synthetic sentences of up to {b['max_length']} tokens, random "
-              f"weights (seed {run['settings']['seed']}), every hypothesis exactly {b['output_tokens_per_sentence']} "
-              f"tokens in every engine (so each runs the same decoder steps); median of {run['settings']['repeats']} "
+              f"weights (seed {first['settings']['seed']}), every hypothesis exactly {b['output_tokens_per_sentence']} "
+              f"tokens in every engine (so each runs the same decoder steps); median of {first['settings']['repeats']} "
               f"trials, engines in rotating order. `plugin`: fairseq's SequenceGenerator, {threads} torch threads; "
               f"`plugin, {threads} procs`: {threads} one-thread processes, each on 1/{threads} of the batch; "
               f"`ct2 TYPE`: one batch on {threads} threads (how `scripts/translate.py --engine ctranslate2` decodes "
-              f"a single batch); `ct2 TYPE, {threads} x 1 thread`: {threads} batches at once, one thread each (how it "
-              f"decodes several batches). CTranslate2 {env.get('ctranslate2')}, torch {env['torch']}; machine "
-              f"{run['machine']}, date {run['date']}, commit {run['commit'][:7]}." + source(path))
+              f"up to {PARALLEL_CALL} sentences); `ct2 TYPE, {threads} x 1 thread`: {threads} parts of the batch at "
+              f"once, one thread each (how it decodes more). {machines}." + source(*paths))
+
+
+def ctranslate2_run() -> str:
+    """A trained run's test set: the recipe's fairseq-generate against CTranslate2 exports of its model,
+    one block of rows per batch size filed (benchmarks/generate_throughput.py --ctranslate2 --run)."""
+    paths = sorted(glob.glob(str(BENCH / "cpu2core*_ctranslate2_bundled_run_b*.json")),
+                   key=lambda p: load(p)["results"]["batch_size"])
+    if not paths:
+        return "(not filed yet)"
+    runs = [load(p) for p in paths]
+    rows = []
+    for run in runs:
+        r = run["results"]
+        for name, e in r["engines"].items():
+            rows.append([str(r["batch_size"]) if name == "fairseq-generate" else "", name,
+                         f"{e['sentences_per_s']:.1f}",
+                         f"**{e['ratio_sentences_per_s']:.2f}**" if "ratio_sentences_per_s" in e else "1",
+                         e.get("same_output", ""), f"{e['sacrebleu']:.2f}" if "sacrebleu" in e else ""])
+    first, r = runs[0], runs[0]["results"]
+    return (table(["batch", "engine", "sentences/s", "x fairseq-generate (median of trials)",
+                   "same output as fairseq-generate", "sacreBLEU"], rows)
+            + f"\n\nThe bundled run (`bash recipes/wmt14_en_de.sh --bundled`, seed 1; its own sacreBLEU "
+              f"{r.get('run_sacrebleu')}), its {r['sentences']} test sentences, beam {r['beam']}, {r['threads']} "
+              f"threads; median of {first['settings']['repeats']} trials, engines in rotating order. "
+              f"`fairseq-generate`: the recipe's generate command with that `--batch-size`, its rate from its own "
+              f"\"Translated ... sentences/s\" line (beam search only, no start-up or loading); `ct2 TYPE`: the "
+              f"run's model exported to CTranslate2 with that weight type, decoded by `scripts/translate.py --engine "
+              f"ctranslate2`'s engine from the same source tokens in the same batches, rescoring included, batch "
+              f"after batch on {r['threads']} threads; `ct2 TYPE, {r['threads']} x 1 thread`: {r['threads']} calls at "
+              f"once, one thread each, every batch cut into calls of at most {PARALLEL_CALL} sentences that keep its "
+              f"length limit (how the engine decodes more than {PARALLEL_CALL} sentences). "
+              f"Machine {first['machine']}, date {first['date']}, commit {first['commit'][:7]}, CTranslate2 "
+              f"{first['environment'].get('ctranslate2')}." + source(*paths))
 
 
 # ---------------------------------------------------------------------------------------------- faults
@@ -270,7 +317,7 @@ def faults() -> str:
 TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "tokens_per_update": tokens_per_update,
           "cpu_benchmarks": cpu_benchmarks, "gpu_benchmarks": gpu_benchmarks, "training_cost": training_cost,
           "faults": faults, "table3": table3, "translate_consistency": translate_consistency,
-          "ctranslate2": ctranslate2}
+          "ctranslate2": ctranslate2, "ctranslate2_run": ctranslate2_run}
 
 
 def render(text: str) -> str:
