@@ -236,7 +236,7 @@ def ctranslate2() -> str:
     """Beam-search throughput of CTranslate2 exports against the plugin under fairseq's generator,
     synthetic batch, one column pair per CPU filed (benchmarks/generate_throughput.py --ctranslate2,
     attn_kit.bench.ctranslate2)."""
-    paths = [p for p in sorted(glob.glob(str(BENCH / "cpu2core*_ctranslate2_fp32_int8.json")))]
+    paths = sorted(glob.glob(str(BENCH / "cpu2core*_ctranslate2_fp32_int8.json")))
     if not paths:
         return "(not filed yet)"
     runs = [load(p) for p in paths]
@@ -275,11 +275,10 @@ def ctranslate2() -> str:
 def ctranslate2_run() -> str:
     """A trained run's test set: the recipe's fairseq-generate against CTranslate2 exports of its model,
     one block of rows per batch size filed (benchmarks/generate_throughput.py --ctranslate2 --run)."""
-    paths = sorted(glob.glob(str(BENCH / "cpu2core*_ctranslate2_bundled_run_b*.json")),
-                   key=lambda p: load(p)["results"]["batch_size"])
+    paths = glob.glob(str(BENCH / "cpu2core*_ctranslate2_bundled_run_b*.json"))
     if not paths:
         return "(not filed yet)"
-    runs = [load(p) for p in paths]
+    paths, runs = zip(*sorted(((p, load(p)) for p in paths), key=lambda pr: pr[1]["results"]["batch_size"]))
     rows = []
     for run in runs:
         r = run["results"]
@@ -291,7 +290,7 @@ def ctranslate2_run() -> str:
     first, r = runs[0], runs[0]["results"]
     return (table(["batch", "engine", "sentences/s", "x fairseq-generate (median of trials)",
                    "same output as fairseq-generate", "sacreBLEU"], rows)
-            + f"\n\nThe bundled run (`bash recipes/wmt14_en_de.sh --bundled`, seed 1; its own sacreBLEU "
+            + f"\n\nThe bundled run (`bash recipes/wmt14_en_de.sh --bundled`; its own sacreBLEU "
               f"{r.get('run_sacrebleu')}), its {r['sentences']} test sentences, beam {r['beam']}, {r['threads']} "
               f"threads; median of {first['settings']['repeats']} trials, engines in rotating order. "
               f"`fairseq-generate`: the recipe's generate command with that `--batch-size`, its rate from its own "

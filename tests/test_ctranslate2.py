@@ -231,10 +231,12 @@ def test_a_batch_cut_into_parallel_calls_keeps_the_whole_batchs_length_limit(noi
     hypotheses are those of the batch decoded in one call."""
     work, out = noisy
     ct2 = engine.CT2Translator(out, {"max_len_b": 2, "lenpen": 1.0}, threads=2)
+    assert ct2.max_len_a == 1  # the recipe's --max-len-a
     sources = sorted((ct2.encode(s) for s in lines(work / "raw" / "test.en")[:80]), key=len)
     batch = sources[:engine.PARALLEL_CALL] + sources[-engine.PARALLEL_CALL:]  # the short ones, then the long ones
-    limit = ct2.max_length(len(batch[-1]) + 1)
-    assert ct2.max_length(len(batch[engine.PARALLEL_CALL - 1]) + 1) < limit  # the short call's own limit is lower
+    # fairseq-generate's limit: max_len_a x (longest source of the batch, </s> included) + max_len_b tokens
+    limit = 1 * (len(batch[-1]) + 1) + 2
+    assert len(batch[engine.PARALLEL_CALL - 1]) + 1 + 2 < limit  # the short call's own limit would be lower
     [whole] = ct2.search_batches([batch], parallel=False)
     [cut] = ct2.search_batches([batch], parallel=True)
     short = [tokens for tokens, _ in cut[:engine.PARALLEL_CALL]]

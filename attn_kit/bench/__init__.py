@@ -17,5 +17,8 @@ storage alive, op by op, in an untimed extra pass.
 
 Modules: models (the shapes, both models, the synthetic batch), measure
 (timing, peak memory, FLOPs), harness (the shared command line, the trials,
-the table and the JSON results file), train and generate (the two benchmarks).
+the table and the JSON results file), train and generate (the two benchmarks);
+ctranslate2 and ctranslate2_run (generate's ``--ctranslate2`` rows: the plugin
+against CTranslate2 on a synthetic batch, and a trained run's fairseq-generate
+against CTranslate2 on its test set).
 """

@@ -31,7 +31,6 @@ each engine against the run's test reference (fairseq-generate's is the run's ow
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -89,9 +88,9 @@ def test_sources(run_dir: Path, info: dict) -> list:
 
 def run_fairseq(cmd, threads: int, sentences: int):
     """(sentences/s by fairseq's own timer, its hypotheses in input order) of one fairseq-generate run."""
-    from ..recipes.common import read_hypotheses
+    from ..recipes.common import read_hypotheses, thread_env
 
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
+    env = dict(os.environ, **thread_env(SimpleNamespace(threads=threads)), PYTHONWARNINGS="ignore")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "gen.out"
         with open(out, "w", encoding="utf-8") as f:
@@ -114,14 +113,18 @@ def remove_bpe(tokens) -> str:
     return post_process(" ".join(tokens), "subword_nmt")  # what fairseq-generate --remove-bpe prints
 
 
-def bench_run(run_dir: Path, args, log) -> dict:
+def bench_run(run_dir: Path, info: dict, args, log) -> dict:
+    """The trials of every engine on ``run_dir``'s test set (``info``: its inference.json)."""
     import torch
 
     from ..inference.ctranslate2 import CT2Translator, export, fairseq_batches
     from .ctranslate2 import engines
 
-    run_dir = Path(run_dir)
-    info = _card(run_dir)
+    import sacrebleu
+
+    from ..cli import read_json
+
+    results = read_json(run_dir / "results.json", "results file (finish the run first)")
     gpu = args.device == "cuda"
     threads = torch.get_num_threads()
     batch = int(args.batch_size or info["batch_size"])
@@ -135,12 +138,12 @@ def bench_run(run_dir: Path, args, log) -> dict:
         return rate
 
     runs[FAIRSEQ] = fairseq
-    translators = {}
+    translator = None  # the first export's; its tokenizer detokenizes every engine's output for sacreBLEU
 
-    def ct2(name, translator, parallel):
+    def ct2(name, engine, parallel):
         def run():
             start = time.perf_counter()
-            best = translator.search_batches([[sources[i] for i in b] for b in batches], parallel)
+            best = engine.search_batches([[sources[i] for i in b] for b in batches], parallel)
             seconds = time.perf_counter() - start
             out = [None] * len(sources)
             for b, results in zip(batches, best):
@@ -156,8 +159,9 @@ def bench_run(run_dir: Path, args, log) -> dict:
             out = Path(tmp) / ctype
             export(run_dir, out, ctype)
             # one CT2Translator per set-up: each keeps one CTranslate2 translator loaded
-            translators[ctype] = t = CT2Translator(out, threads=threads, gpu=gpu)
-            runs[f"ct2 {ctype}"] = ct2(f"ct2 {ctype}", t, False)
+            one = CT2Translator(out, threads=threads, gpu=gpu)
+            translator = translator or one
+            runs[f"ct2 {ctype}"] = ct2(f"ct2 {ctype}", one, False)
             if not gpu and threads > 1:
                 many = CT2Translator(out, threads=threads)
                 runs[f"ct2 {ctype}, {threads} x 1 thread"] = ct2(f"ct2 {ctype}, {threads} x 1 thread", many, True)
@@ -174,16 +178,10 @@ def bench_run(run_dir: Path, args, log) -> dict:
             for name in names[1:]:
                 ratios[name].append(trial[name] / trial[FAIRSEQ])
             log(f"  trial {r + 1}/{args.repeats}: " + ", ".join(f"{n} {trial[n]:.1f}" for n in names) + " sent/s")
-        translator = next(iter(translators.values()))
 
-    import sacrebleu
-
-    from ..cli import read_json
-
-    results = read_json(run_dir / "results.json", "results file (finish the run first)")
     refs = Path(results["test_reference"]).read_text(encoding="utf-8").split("\n")[:len(sources)] \
         if results.get("test_reference") else None
-    detok = (lambda line: translator.tokenizer.decode(line)) if translator.tokenizer else (lambda line: line)
+    detok = translator.tokenizer.decode if translator.tokenizer else (lambda line: line)
     reference = outputs[FAIRSEQ]
     result = {"run": str(run_dir), "checkpoint": info["checkpoint"], "sentences": len(sources),
               "batch_size": batch, "beam": info["generation"]["beam"], "threads": threads,
@@ -218,9 +216,10 @@ def main(args, env):
     from ..results import provenance
     from .harness import markdown_table, progress
 
-    _card(Path(args.run))  # a run that cannot be timed is one line before anything starts
-    progress(f"{args.run}: the recipe's fairseq-generate and CTranslate2 on its test set, {args.repeats} trials ...")
-    result = bench_run(args.run, args, progress)
+    run_dir = Path(args.run)
+    info = _card(run_dir)  # a run that cannot be timed is one line before anything starts
+    progress(f"{run_dir}: the recipe's fairseq-generate and CTranslate2 on its test set, {args.repeats} trials ...")
+    result = bench_run(run_dir, info, args, progress)
     text = markdown_table(*table(result))
     print(f"beam-{result['beam']} translation of {result['sentences']} test sentences of {args.run} (batches of "
           f"{result['batch_size']}), fairseq-generate vs CTranslate2 ({args.device}, {result['threads']} threads, "
@@ -231,4 +230,3 @@ def main(args, env):
     write_json_atomic(args.out, {"benchmark": "generate_throughput_ctranslate2_run", **provenance(),
                                  "environment": env, "settings": settings, "results": result, "table": text})
     print(f"\nwrote {args.out}")
-    sys.stdout.flush()

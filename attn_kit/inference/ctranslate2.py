@@ -125,8 +125,8 @@ INSTALL = "CTranslate2 is not installed: pip install attn_plugin[ct2] (or pip in
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which the plugin's AddNorm keeps
 PAD_NAME = "<blank>"  # CTranslate2's converters' name for the padding token
 # Sentences per CTranslate2 call when several calls run at once on one thread each (CPU): smaller
-# calls waste less on padding and on finished sentences; 32 was the fastest of 16 to 256 for the
-# bundled model's test set on 2 cores (int8 and float32).
+# calls waste less on padding and on finished sentences. On the bundled model's test set on 2 cores,
+# int8 was fastest at 32 of 16, 32, 64, 128 and 256 (float32 was measured at 32 and 128: 32 faster).
 PARALLEL_CALL = 32
 
 
