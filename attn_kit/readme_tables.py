@@ -185,6 +185,31 @@ def gpu_benchmarks() -> str:
                         BENCH / "h100_train_bf16_autocast.json", BENCH / "h100_generate_bf16.json")
 
 
+def gpu_recipe_path() -> str:
+    """The recipes' own GPU path (fairseq-train under the plugin's bf16 autocast) on one GPU: what ran,
+    and the attention-backend comparison that found cuDNN attention's per-shape cost."""
+    path = BENCH / "h200_recipe_train_path.json"
+    r = load(path)
+    runs, cmp = r["recipe_runs"], r["attention_backends_15_updates_base"]
+    rows = [[f"{name}: recipe, cuDNN attention on, 1-minute budget", f"{run['train']['num_updates']:.0f}", f"{run['train']['wps']:.0f}",
+             f"{run['train']['ups']:.2f}", f"{run['gpu_utilization_during_train']['median_percent']:.0f}%",
+             f"{run['train']['loss']:.3f}"] for name, run in runs.items()]
+    gpu = cmp["gpu_utilization"]
+    for key, label, util in [("bf16_autocast_cudnn_attention_on", "base: bf16 autocast, cuDNN attention on (torch's default)",
+                              f"{gpu['bf16_cudnn_on']['median_percent']:.0f}%"),
+                             ("fp32", "base: fp32", f"{gpu['fp32']['median_percent']:.0f}%"),
+                             ("bf16_autocast_cudnn_attention_off", "base: bf16 autocast, cuDNN attention off", "-")]:
+        t = cmp[key]
+        rows.append([label, f"{t['num_updates']:.0f}", f"{t['wps']:.0f}", f"{t['ups']:.2f}", util, f"{t['loss']:.3f}"])
+    bench = r["benchmark_loop_same_machine"]
+    return (table(["run (--max-tokens 4000 --update-freq 7)", "updates", "target tokens/s", "updates/s",
+                   "median GPU utilization", "train loss"], rows)
+            + f"\n\n{r['machine'].split(' (')[0]}, torch {r['environment']['torch']}, the bundled corpus (short sentences). "
+              f"The benchmark loop's one fixed batch shape trained base at {bench['base_plugin_tokens_per_s']:.0f} and big at "
+              f"{bench['big_plugin_tokens_per_s']:.0f} target tokens/s on the same machine."
+            + source(path, BENCH / "h200_train_bf16_autocast_64x64.json"))
+
+
 def training_cost() -> str:
     """Table 2's cost recomputed from its footnote, beside the analytic count (attn_kit.cost): computed
     from the paper's numbers, not measured, and kept here so that README says what the code computes."""
@@ -315,7 +340,7 @@ def faults() -> str:
 
 TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "tokens_per_update": tokens_per_update,
           "cpu_benchmarks": cpu_benchmarks, "gpu_benchmarks": gpu_benchmarks, "training_cost": training_cost,
-          "faults": faults, "table3": table3, "translate_consistency": translate_consistency,
+          "faults": faults, "gpu_recipe_path": gpu_recipe_path, "table3": table3, "translate_consistency": translate_consistency,
           "ctranslate2": ctranslate2, "ctranslate2_run": ctranslate2_run}
 
 

@@ -222,3 +222,28 @@ def test_compiled_layers_train_exactly_like_the_plain_ones(data_bin):
     compiled.eval()
     assert torch.allclose(log_probs(compiled, src, lengths, prev), log_probs(plain.eval(), src, lengths, prev),
                           atol=1e-5)
+
+
+def test_fused_attention_never_runs_cudnns_per_shape_kernel(data_bin, monkeypatch):
+    """Every fused eq. 1 call (training, both attention kinds) runs with cuDNN attention off and the
+    flash, memory-efficient and math kernels on, and the process-wide setting is restored after.
+    cuDNN builds a plan per batch shape, which made fairseq-train's bf16 steps several times slower
+    than fp32 on a GPU (benchmarks/results/h200_recipe_train_path.json); CPUs cannot show the cost,
+    so this checks the switch torch reads when it picks the kernel."""
+    backends = torch.backends.cuda
+    seen, fused = [], torch.nn.functional.scaled_dot_product_attention
+
+    def recording(*args, **kwargs):
+        seen.append((backends.cudnn_sdp_enabled(), backends.flash_sdp_enabled(),
+                     backends.mem_efficient_sdp_enabled(), backends.math_sdp_enabled()))
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    task, model = plugin_model(data_bin, "--dropout", "0")
+    model.train()
+    src, lengths, prev = random_batch(task.source_dictionary)
+    model(src, lengths, prev)[0].sum().backward()
+    # 2 encoder layers x self-attention, 2 decoder layers x (self + encoder-decoder)
+    assert len(seen) == 6
+    assert set(seen) == {(False, True, True, True)}
+    assert backends.cudnn_sdp_enabled()

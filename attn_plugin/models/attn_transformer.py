@@ -16,6 +16,7 @@ so that a stock ``transformer_wmt_en_de`` checkpoint converts one to one
 (:func:`attn_plugin.convert.convert_fairseq_transformer_state_dict`).
 """
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional
@@ -117,6 +118,22 @@ class PositionalEncoding(nn.Module):
 # ---------------------------------------------------------------------------
 # Sec. 3.2  Attention
 # ---------------------------------------------------------------------------
+# The fused kernels eq. 1 may run in: all but cuDNN's. cuDNN's attention builds an execution plan
+# for each new (batch, length) shape, and fairseq's batches change shape at nearly every step: on an
+# H200, fairseq-train under --bf16-autocast with it enabled ran several times slower than in fp32
+# (benchmarks/results/h200_recipe_train_path.json). Flash, memory-efficient and math kernels have no
+# per-shape cost; CPUs have no cuDNN kernel, so nothing changes there.
+try:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    _SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+    def _fused_attention_backends():
+        return sdpa_kernel(_SDPA_BACKENDS)
+except ImportError:  # torch < 2.2, which has no cuDNN attention either
+    _fused_attention_backends = contextlib.nullcontext
+
+
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None,
                                  is_causal: bool = False, dropout_p: float = 0.0,
                                  need_weights: bool = False):
@@ -128,7 +145,9 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional
     weights softmax(...) (... x L x S) only when ``need_weights``, else None, and
     then eq. 1 runs in torch's fused kernel, which never materializes them."""
     if not need_weights:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout_p), None
+        with _fused_attention_backends():
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout_p)
+        return out, None
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if is_causal:
         mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()

@@ -24,12 +24,11 @@ P100s trained in single precision (Table 2 counts their fp32 rate); this keeps
 fp32's dynamic range at half precision's speed on bf16 hardware. fairseq 0.12 has no such path:
 its ``--bf16`` implies ``--tpu`` (and fails on GPUs), its ``--fp16`` and
 ``--amp`` use fp16 with loss scaling ("minimum loss scale reached" ends such
-runs). On H100 the two ways of training in bf16, bf16 weights with an fp32
-master copy (fairseq's ``--fp16`` way) and autocast, measured within 10% of
-each other (benchmarks/results/h100_train_bf16.json and
-h100_train_bf16_autocast.json: base 187K vs 207K target tokens/s, big 169K vs
-155K); autocast needs neither a master copy nor loss scaling. The option works
-on CPU too (torch's CPU autocast), which is how the tests check it.
+runs). The two ways of training in bf16, bf16 weights with an fp32 master
+copy (fairseq's ``--fp16`` way) and autocast, are compared in
+benchmarks/results/h100_train_bf16*.json; autocast needs neither a master copy
+nor loss scaling. The option works on CPU too (torch's CPU autocast), which is
+how the tests check it.
 """
 import logging
 from dataclasses import dataclass, field
