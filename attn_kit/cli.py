@@ -135,8 +135,40 @@ def atomic_output(path):
         _remove(tmp)
         raise
     if path.is_dir() and not path.is_symlink():
+        if not tmp.is_dir():  # never replace a folder (and all it holds) with a file
+            _remove(tmp)
+            raise UserError(f"{path} is a folder; nothing was written (give a file path)")
         shutil.rmtree(path)
     os.replace(tmp, path)
+
+
+def check_output(path, option: str = "--output", force: bool = False, folder: bool = False) -> Path:
+    """Check, before any work starts, that ``path`` can be written by a command: its folder exists and
+    takes new files, it is not a folder (unless ``folder``: the command writes a folder there), and
+    nothing is there yet unless ``force`` (the command's ``--force``). A :class:`UsageError` naming
+    ``option`` otherwise. The command then writes it with :func:`atomic_output`."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"{option} {path}: the folder {parent} does not exist")
+    if path.is_dir() and not folder:
+        raise UsageError(f"{option} {path} is a folder; give a file path (nothing in the folder is touched)")
+    if (path.exists() or path.is_symlink()) and not force:
+        kind = "folder" if path.is_dir() else "file"
+        raise UsageError(f"{option} {path}: the {kind} exists; pass --force to replace it, or choose another path")
+    try:  # a real probe: os.access says yes to root on read-only or virtual file systems (/proc)
+        import tempfile
+
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.", suffix=".probe"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot write in {parent} ({exc.strerror or exc})") from None
+    return path
+
+
+def add_force_option(parser, what: str = "the output"):
+    """``--force``: the one way to let a command replace an existing output (:func:`check_output`)."""
+    parser.add_argument("--force", action="store_true", help=f"replace {what} if it exists (default: refuse)")
 
 
 def write_text_atomic(path, text: str):

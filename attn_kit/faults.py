@@ -11,7 +11,7 @@ from dataclasses import dataclass
 class Case:
     fault: str
     outcome: str
-    test: str  # in tests/test_faults.py
+    test: str  # a test in tests/test_faults.py, or tests/FILE.py::test_name
 
 
 SAME = "the same BLEU, translations and averaged model (bit for bit) as an uninterrupted run"

@@ -335,7 +335,7 @@ def faults() -> str:
     from .faults import CASES
 
     rows = [(c.fault, c.outcome, f"`{c.test}`") for c in CASES]
-    return table(["what goes wrong", "what happens", "test (tests/test_faults.py)"], rows)
+    return table(["what goes wrong", "what happens", "test (tests/test_faults.py unless named)"], rows)
 
 
 TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "tokens_per_update": tokens_per_update,

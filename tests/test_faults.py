@@ -384,8 +384,12 @@ def test_averaging_on_a_full_disk_is_one_line_and_leaves_nothing(plugin_run, tmp
 # --------------------------------------------------------------------------- the cases and README
 def test_every_case_has_its_test_and_readme_lists_them():
     names = {name for name, value in globals().items() if name.startswith("test_") and callable(value)}
-    for case in faults.CASES:
-        assert case.test.split("[")[0] in names, case.test
+    for case in faults.CASES:  # a test of this file, or FILE::test of another file under tests/
+        file, _, name = case.test.split("[")[0].rpartition("::")
+        if file:
+            assert f"def {name}(" in (REPO / file).read_text(encoding="utf-8"), case.test
+        else:
+            assert name in names, case.test
     from attn_kit import readme_tables
 
     text = readme_tables.README.read_text(encoding="utf-8")
