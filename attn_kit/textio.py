@@ -1,0 +1,73 @@
+"""One text policy for every command that reads text (translate, the recipes' own corpora,
+score_bleu, evalb): what a line is and how its bytes become text, defined once.
+
+- UTF-8, strict by default: a byte sequence that is not UTF-8 is one error naming the
+  file and the line (and ``--errors replace``, which every such command offers, reads it
+  as U+FFFD instead). Never a silent replacement, never a ``UnicodeDecodeError`` traceback.
+- A UTF-8 byte-order mark at the start of the input is removed (Windows editors write
+  one; kept, it becomes a token of the first word).
+- ``\\n``, ``\\r\\n`` and a lone ``\\r`` all end a line; the line is given without its end.
+
+Lines are streamed from the binary input, so a 36M-line corpus is never held in memory
+and standard input needs no particular locale or ``PYTHONIOENCODING``.
+"""
+import re
+from pathlib import Path
+from typing import BinaryIO, Iterator, List, Union
+
+from .cli import UsageError, UserError
+
+ERRORS = ("strict", "replace")
+BOM = b"\xef\xbb\xbf"
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def add_errors_option(parser):
+    """``--errors``: what to do with bytes that are not UTF-8 (this module's policy)."""
+    parser.add_argument("--errors", choices=ERRORS, default="strict",
+                        help="bytes that are not UTF-8: strict (default) stops with one line naming the file "
+                             "and line; replace reads them as U+FFFD")
+
+
+def iter_lines(source: Union[str, Path, BinaryIO], name: str = None, errors: str = "strict") -> Iterator[str]:
+    """The lines of ``source`` (a path, or a binary stream such as ``sys.stdin.buffer``) as text,
+    under this module's policy. ``name`` says what the error line calls the input (default: the
+    path, or "standard input")."""
+    if errors not in ERRORS:
+        raise UsageError(f"--errors must be one of {', '.join(ERRORS)}, not {errors!r}")
+    if isinstance(source, (str, Path)):
+        name = name or str(source)
+        try:
+            stream = open(source, "rb")
+        except FileNotFoundError:
+            raise UserError(f"{name}: no such file") from None
+        except IsADirectoryError:
+            raise UserError(f"{name} is a folder, not a text file") from None
+        with stream:
+            yield from _lines(stream, name, errors)
+    else:
+        yield from _lines(source, name or "standard input", errors)
+
+
+def read_lines(source, name: str = None, errors: str = "strict") -> List[str]:
+    """:func:`iter_lines` as a list."""
+    return list(iter_lines(source, name, errors))
+
+
+def _lines(stream: BinaryIO, name: str, errors: str) -> Iterator[str]:
+    number = 0
+    for i, raw in enumerate(stream):
+        if i == 0 and raw.startswith(BOM):
+            raw = raw[len(BOM):]
+        try:
+            text = raw.decode("utf-8", errors)
+        except UnicodeDecodeError as exc:
+            raise UserError(f"{name}: line {number + 1} is not UTF-8 (byte 0x{raw[exc.start]:02x} at byte "
+                            f"{exc.start + 1} of the line); fix the file, or pass --errors replace to read such "
+                            "bytes as U+FFFD") from None
+        parts = _LINE_END.split(text)
+        if parts and parts[-1] == "":  # the line's own end
+            parts.pop()
+        for part in parts:
+            number += 1
+            yield part
