@@ -98,7 +98,39 @@ def update_checkpoints(directory, n, upper_bound=None):
     if len(found) < n:
         raise UserError(f"found {len(found)} update checkpoints in {directory}, need {n} "
                         "(files named checkpoint_E_U.pt, and checkpoint_last.pt)")
-    return found[-n:]
+    picked = found[-n:]
+    check_evenly_spaced(directory, picked)
+    return picked
+
+
+def save_interval_updates(path) -> Optional[int]:
+    """The ``--save-interval-updates`` the run of checkpoint ``path`` trained with (None if unknown)."""
+    state = load_checkpoint(path, mmap=True)
+    cfg, args = state.get("cfg"), state.get("args")
+    try:
+        value = cfg["checkpoint"]["save_interval_updates"] if cfg else getattr(args, "save_interval_updates")
+        return int(value) if value else None
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def check_evenly_spaced(directory, picked) -> None:
+    """The paper averages checkpoints written at equal intervals (Sec. 6.1): refuse, in one line,
+    ``picked`` ([(update, path)] ascending) unless they are the last multiples of the run's
+    ``--save-interval-updates`` (read from the final checkpoint) and the final update."""
+    interval = save_interval_updates(picked[-1][1])
+    if not interval:
+        return
+    final, updates = picked[-1][0], [u for u, _ in picked]
+    expected = [final] if final % interval else []
+    expected += list(range(final - final % interval, 0, -interval))
+    expected = sorted(expected[:len(picked)])
+    if updates != expected:
+        missing = sorted(set(expected) - set(updates))
+        raise UserError(f"the last {len(picked)} checkpoints in {directory} are at updates {updates}, not every "
+                        f"{interval} updates: {', '.join(map(str, missing))} missing (removed, or not kept by a "
+                        "fairseq run without attn_plugin, which skips an interval that ends an epoch); give the "
+                        "files to average with --inputs A.pt B.pt ... to average them anyway")
 
 
 def update_candidates(directory, upper_bound=None):

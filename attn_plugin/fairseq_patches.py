@@ -51,6 +51,17 @@ changes nothing. Nothing else in the plugin patches anything. The patches:
    train together under srun. With CUDA available nothing changes.
    Test: tests/test_slurm.py::test_sbatch_script_trains_two_cpu_processes_under_srun.
 
+7. **An interval update that ends an epoch is kept** (``fairseq.checkpoint_utils.save_checkpoint``
+   and ``load_checkpoint`` are wrapped). fairseq writes ``checkpoint_E_U.pt`` for every
+   multiple U of ``--save-interval-updates`` except one that ends an epoch (its condition
+   requires ``not end_of_epoch``), and with ``--no-epoch-checkpoints`` nothing else keeps that
+   state, so "the last N interval checkpoints" (Sec. 6.1's average) silently reached further
+   back. After fairseq's own save at such an update, the ``checkpoint_last.pt`` it has just
+   written (the same state) is copied to ``checkpoint_E_U.pt`` and the interval checkpoints
+   are pruned to ``--keep-interval-updates`` as fairseq does mid-epoch; a run resumed from
+   such a ``checkpoint_last.pt`` (killed between the two writes) makes the copy first.
+   Tests: tests/test_interval_checkpoints.py.
+
 6. **``sys.excepthook``** becomes :func:`attn_plugin.errors.excepthook`: an
    uncaught :class:`~attn_plugin.errors.AttnPluginError` (a refused
    checkpoint, options that do not fit) prints as one ``error: ...`` line, exit
@@ -61,6 +72,9 @@ changes nothing. Nothing else in the plugin patches anything. The patches:
    tests/test_registration.py::test_plugin_and_library_print_the_same_error_line.
 """
 import functools
+import logging
+import os
+import re
 import sys
 
 import torch
@@ -79,6 +93,7 @@ def install():
     _patch_broadcast()
     _patch_model_loader()
     _patch_slurm_discovery()
+    _patch_interval_checkpoints()
     sys.excepthook = excepthook
 
 
@@ -169,3 +184,70 @@ def _patch_slurm_discovery():
 
     setattr(infer_init_method, _MARK, True)
     distributed_utils.infer_init_method = infer_init_method
+
+
+def _keep_interval_checkpoint(cfg, trainer, epoch: int):
+    """Patch 7: at an epoch's end, save the interval checkpoint fairseq skips (``cfg``: its
+    CheckpointConfig), as a copy of the ``checkpoint_last.pt`` that holds the same state."""
+    updates = trainer.get_num_updates()
+    if (cfg.no_save or cfg.save_interval_updates <= 0 or updates <= 0 or updates % cfg.save_interval_updates
+            or not trainer.should_save_checkpoint_on_current_rank):
+        return
+    suffix = trainer.checkpoint_suffix
+    target = os.path.join(cfg.save_dir, f"checkpoint_{epoch}_{updates}{suffix}.pt")
+    last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
+    if os.path.exists(target):
+        return
+    log = logging.getLogger("attn_plugin")
+    if cfg.no_last_checkpoints or cfg.write_checkpoints_asynchronously or not os.path.exists(last):
+        log.warning(f"update {updates} ends epoch {epoch} and is a multiple of --save-interval-updates, but "
+                    f"fairseq keeps no interval checkpoint there and no checkpoint_last.pt to copy it from "
+                    f"(--no-last-checkpoints or asynchronous writes): the last interval checkpoints skip it")
+        return
+    import shutil
+
+    partial = target + ".partial"
+    shutil.copyfile(last, partial)
+    os.replace(partial, target)  # a kill leaves no half-written checkpoint_E_U.pt
+    log.info(f"Saved checkpoint {target} (epoch {epoch} @ {updates} updates: an interval update that ends the "
+             "epoch, which fairseq does not keep; attn_plugin patch 7)")
+    if cfg.keep_interval_updates > 0:
+        pattern = re.compile(rf"checkpoint_\d+_(\d+){re.escape(suffix)}\.pt")
+        kept = sorted(((int(m.group(1)), name) for name in os.listdir(cfg.save_dir)
+                       for m in [pattern.fullmatch(name)] if m), reverse=True)
+        if cfg.keep_interval_updates_pattern != -1:  # as fairseq: multiples of the pattern are never removed
+            kept = [(u, name) for u, name in kept if u % cfg.keep_interval_updates_pattern != 0]
+        for _, name in kept[cfg.keep_interval_updates:]:
+            os.remove(os.path.join(cfg.save_dir, name))
+
+
+def _patch_interval_checkpoints():
+    """Patch 7: an interval update that ends an epoch gets its checkpoint_E_U.pt."""
+    from fairseq import checkpoint_utils
+
+    save, load = checkpoint_utils.save_checkpoint, checkpoint_utils.load_checkpoint
+    if not _patched(save):
+        # fairseq keeps its best score as an attribute of the module's save_checkpoint and reads
+        # it back through the module, so the wrapper (the module's function now) carries it.
+        @functools.wraps(save)
+        def save_checkpoint(cfg, trainer, epoch_itr, val_loss):
+            saved = save(cfg, trainer, epoch_itr, val_loss)
+            if epoch_itr.end_of_epoch():
+                _keep_interval_checkpoint(cfg, trainer, epoch_itr.epoch)
+            return saved
+
+        setattr(save_checkpoint, _MARK, True)
+        checkpoint_utils.save_checkpoint = save_checkpoint
+    if not _patched(load):
+        @functools.wraps(load)
+        def load_checkpoint(cfg, trainer, **kwargs):
+            extra_state, epoch_itr = load(cfg, trainer, **kwargs)
+            # Resumed from checkpoint_last.pt saved at an epoch's end (fairseq records that as the next
+            # epoch, 0 batches in): a kill may have come between fairseq's write and the copy.
+            itr = (extra_state or {}).get("train_iterator") or {}
+            if cfg.restore_file == "checkpoint_last.pt" and itr.get("iterations_in_epoch") == 0 and itr.get("epoch", 1) > 1:
+                _keep_interval_checkpoint(cfg, trainer, itr["epoch"] - 1)
+            return extra_state, epoch_itr
+
+        setattr(load_checkpoint, _MARK, True)
+        checkpoint_utils.load_checkpoint = load_checkpoint
