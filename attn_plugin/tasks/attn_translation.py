@@ -13,6 +13,11 @@ fairseq's ``--lenpen`` is a different penalty: it ranks by log P(Y|X) / |Y|^lenp
 ``--gnmt-alpha A`` switches beam search to the paper's penalty; without it the
 task behaves exactly like ``translation`` (and ``--lenpen`` applies as usual).
 
+With ``--gnmt-alpha``, beam search also stops as the paper's code did (tensor2tensor's
+``stop_early``: attn_plugin/beam_search.py); ``--beam-stop fairseq`` keeps fairseq's rule.
+Sampling, diverse beam search, ``--match-source-len``, constraints and prefix functions
+are fairseq's searches: they run with fairseq's rule, said in one log line.
+
 |Y| counts the end-of-sentence token, as fairseq's ``--lenpen`` and the
 paper's reference implementation (tensor2tensor's beam search) both do.
 
@@ -35,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
+from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
@@ -65,6 +71,9 @@ class GNMTLengthPenalty:
         return f"GNMTLengthPenalty(alpha={self.alpha})"
 
 
+BEAM_STOP = ["t2t", "fairseq"]
+
+
 @dataclass
 class AttnTranslationConfig(TranslationConfig):
     gnmt_alpha: Optional[float] = field(
@@ -73,6 +82,14 @@ class AttnTranslationConfig(TranslationConfig):
                           "length penalty the paper uses (Sec. 6.1: alpha 0.6 for translation; Sec. 6.3: 0.3 "
                           "for parsing); replaces fairseq's --lenpen, which divides by |Y|^lenpen. "
                           "Default: off (fairseq's --lenpen applies)"},
+    )
+    beam_stop: Optional[ChoiceEnum(BEAM_STOP)] = field(
+        default=None,
+        metadata={"help": "when beam search stops: t2t = as the paper's code (tensor2tensor, stop_early): "
+                          "until no alive hypothesis can beat the worst finished one under the length "
+                          "penalty, with EOS hypotheses taken from all 2 x beam candidates; fairseq = "
+                          "fairseq's rule (a sentence ends once beam hypotheses finished among the top beam). "
+                          "Default: t2t with --gnmt-alpha, else fairseq"},
     )
     bf16_autocast: bool = field(
         default=False,
@@ -132,12 +149,40 @@ class AttnTranslationTask(TranslationTask):
             return super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,
                                           constraints=constraints)
 
+    def beam_stop(self, args, prefix_allowed_tokens_fn=None) -> str:
+        """The stopping rule beam search runs with for generation options ``args`` (see the module
+        docstring); fairseq's searches other than beam search keep fairseq's rule."""
+        rule = self.cfg.beam_stop or ("t2t" if self.cfg.gnmt_alpha is not None else "fairseq")
+        if rule == "t2t":
+            other = [flag for flag, on in [
+                ("--sampling", getattr(args, "sampling", False)),
+                ("--diverse-beam-groups", getattr(args, "diverse_beam_groups", -1) > 0),
+                ("--diversity-rate", getattr(args, "diversity_rate", -1) > -1),
+                ("--match-source-len", getattr(args, "match_source_len", False)),
+                ("--constraints", getattr(args, "constraints", False)),
+                ("a prefix function", prefix_allowed_tokens_fn is not None)] if on]
+            if other:
+                logger.info("%s: fairseq's search and stopping rule (the paper's rule is for beam search)",
+                            ", ".join(other))
+                rule = "fairseq"
+        return rule
+
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
                         prefix_allowed_tokens_fn=None):
+        alpha = self.cfg.gnmt_alpha
+        if seq_gen_cls is None and self.beam_stop(args, prefix_allowed_tokens_fn) == "t2t":
+            from ..beam_search import PaperBeamSearch, PaperBeamSearchWithAlignment
+
+            extra_gen_cls_kwargs = dict(extra_gen_cls_kwargs or {}, alpha=alpha or 0.0)
+            seq_gen_cls = PaperBeamSearch
+            if getattr(args, "print_alignment", False):
+                seq_gen_cls = PaperBeamSearchWithAlignment
+                extra_gen_cls_kwargs["print_alignment"] = args.print_alignment
+            logger.info("beam search stops as the paper's code did (tensor2tensor, stop_early), alpha=%s",
+                        alpha or 0.0)
         generator = super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
                                             extra_gen_cls_kwargs=extra_gen_cls_kwargs,
                                             prefix_allowed_tokens_fn=prefix_allowed_tokens_fn)
-        alpha = self.cfg.gnmt_alpha
         if alpha is not None and hasattr(generator, "len_penalty"):
             if getattr(args, "lenpen", 1) not in (1, 1.0):
                 logger.warning("--gnmt-alpha %s replaces --lenpen %s", alpha, args.lenpen)
