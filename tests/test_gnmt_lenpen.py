@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from fairseq.data import Dictionary
-from fairseq.models import FairseqEncoder, FairseqEncoderDecoderModel, FairseqIncrementalDecoder
+from fairseq.models import FairseqEncoderDecoderModel
+from toy_models import ToyDecoder, ToyEncoder
 
 from attn_plugin.tasks.attn_translation import AttnTranslationConfig, AttnTranslationTask, GNMTLengthPenalty
 
@@ -32,15 +33,7 @@ E2 = math.exp(S[3] - math.log(1 - E1))
 E3 = math.exp(S[4] - math.log(1 - E1) - math.log(1 - E2))
 
 
-class _Encoder(FairseqEncoder):
-    def forward(self, src_tokens, src_lengths=None):
-        return {"encoder_out": [src_tokens.float().unsqueeze(-1)]}
-
-    def reorder_encoder_out(self, encoder_out, new_order):
-        return {"encoder_out": [encoder_out["encoder_out"][0].index_select(0, new_order)]}
-
-
-class _StepDecoder(FairseqIncrementalDecoder):
+class _StepDecoder(ToyDecoder):
     """Step 0: token w with probability ~1. Step t >= 1: EOS with e_t, w with 1 - e_t.
     Every other token gets a logit of -30."""
 
@@ -48,7 +41,7 @@ class _StepDecoder(FairseqIncrementalDecoder):
         super().__init__(dictionary)
         self.word = word
 
-    def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None):
+    def logits(self, prev_output_tokens):
         bsz, steps = prev_output_tokens.shape
         logits = torch.full((bsz, steps, len(self.dictionary)), -30.0)
         for t in range(steps):
@@ -58,22 +51,14 @@ class _StepDecoder(FairseqIncrementalDecoder):
             else:
                 logits[:, t, self.dictionary.eos()] = math.log(e)
                 logits[:, t, self.word] = math.log(1 - e)
-        if incremental_state is not None:
-            logits = logits[:, -1:]
-        return logits, {"attn": [None]}
-
-    def get_normalized_probs(self, net_output, log_probs, sample=None):
-        return torch.log_softmax(net_output[0], dim=-1) if log_probs else torch.softmax(net_output[0], dim=-1)
-
-    def max_positions(self):
-        return 1024
+        return logits
 
 
 def _setup():
     d = Dictionary()
     word = d.add_symbol("w")
     task = AttnTranslationTask(AttnTranslationConfig(), d, d)
-    model = FairseqEncoderDecoderModel(_Encoder(d), _StepDecoder(d, word))
+    model = FairseqEncoderDecoderModel(ToyEncoder(d), _StepDecoder(d, word))
     sample = {"net_input": {"src_tokens": torch.tensor([[word, d.eos()]]), "src_lengths": torch.tensor([2])},
               "id": torch.tensor([0])}
     return task, model, sample

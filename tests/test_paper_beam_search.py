@@ -27,15 +27,14 @@ EOS 0.4, after a b: a 0.7, EOS 0.3, after a b a: EOS 0.99:
   the best of which is kept; after it the alive "a b a a" (-5.4755) cannot beat it: "a b a", -0.8774.
 """
 import math
-import subprocess
-import sys
 from argparse import Namespace
 
 import pytest
 import torch
 from conftest import USER_DIR, cli, run
 from fairseq.data import Dictionary
-from fairseq.models import FairseqEncoder, FairseqEncoderDecoderModel, FairseqIncrementalDecoder
+from fairseq.models import FairseqEncoderDecoderModel
+from toy_models import ToyDecoder, ToyEncoder
 
 from attn_plugin.beam_search import PaperBeamSearch
 from attn_plugin.tasks.attn_translation import AttnTranslationConfig, AttnTranslationTask
@@ -45,22 +44,14 @@ AGREE = {(): {"a": 1.0}, ("a",): {"b": 0.6, "</s>": 0.4}, ("a", "b"): {"a": 0.7,
 DEFAULT = {"</s>": 0.99, "a": 0.01}  # any other prefix
 
 
-class _Encoder(FairseqEncoder):
-    def forward(self, src_tokens, src_lengths=None):
-        return {"encoder_out": [src_tokens.float().unsqueeze(-1)]}
-
-    def reorder_encoder_out(self, encoder_out, new_order):
-        return {"encoder_out": [encoder_out["encoder_out"][0].index_select(0, new_order)]}
-
-
-class _TableDecoder(FairseqIncrementalDecoder):
+class _TableDecoder(ToyDecoder):
     """Next-token probabilities from a table keyed by the prefix (tokens after BOS); -40 logits elsewhere."""
 
     def __init__(self, dictionary, table):
         super().__init__(dictionary)
         self.table = table
 
-    def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None):
+    def logits(self, prev_output_tokens):
         bsz, steps = prev_output_tokens.shape
         logits = torch.full((bsz, steps, len(self.dictionary)), -40.0)
         for row in range(bsz):
@@ -68,15 +59,7 @@ class _TableDecoder(FairseqIncrementalDecoder):
                 prefix = tuple(self.dictionary[i] for i in prev_output_tokens[row, 1:t + 1].tolist())
                 for word, p in self.table.get(prefix, DEFAULT).items():
                     logits[row, t, self.dictionary.index(word)] = math.log(p)
-        if incremental_state is not None:
-            logits = logits[:, -1:]
-        return logits, {"attn": [None]}
-
-    def get_normalized_probs(self, net_output, log_probs, sample=None):
-        return torch.log_softmax(net_output[0], dim=-1) if log_probs else torch.softmax(net_output[0], dim=-1)
-
-    def max_positions(self):
-        return 1024
+        return logits
 
 
 def decode(table, alpha, beam_stop=None, beam=1):
@@ -84,7 +67,7 @@ def decode(table, alpha, beam_stop=None, beam=1):
     for word in ("a", "b"):
         d.add_symbol(word)
     task = AttnTranslationTask(AttnTranslationConfig(gnmt_alpha=alpha, beam_stop=beam_stop), d, d)
-    model = FairseqEncoderDecoderModel(_Encoder(d), _TableDecoder(d, table))
+    model = FairseqEncoderDecoderModel(ToyEncoder(d), _TableDecoder(d, table))
     sample = {"net_input": {"src_tokens": torch.tensor([[d.index("a"), d.eos()]]), "src_lengths": torch.tensor([2])},
               "id": torch.tensor([0])}
     args = Namespace(beam=beam, max_len_a=0, max_len_b=5, min_len=1, lenpen=1.0, unnormalized=False, unkpen=0,
