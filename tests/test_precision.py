@@ -84,13 +84,56 @@ def test_bf16_autocast_trains_matmuls_in_bf16_and_keeps_fp32_weights_and_loss(da
     assert torch.nn.functional.cosine_similarity(grads, grads32, dim=0) > 0.99
     assert loss.item() != loss32.item()  # the bf16 run really computed in bf16
 
-    # validation runs under autocast too, and gives the training step's loss for the same batch
-    with torch.no_grad():
-        valid_loss, _, _ = task.valid_step(sample, model, criterion)
+    # validation is fp32 whatever the training precision (the option is saved in every checkpoint);
+    # --bf16-inference asks for autocast there, and gives fp32's loss within bf16's precision
     model.eval()
     with torch.no_grad():
         eval32, _, _ = plain.valid_step(sample, model, criterion)
-    assert valid_loss.item() == pytest.approx(eval32.item(), rel=1e-2) and valid_loss.item() != eval32.item()
+        assert task.valid_step(sample, model, criterion)[0].item() == eval32.item()
+        bf16, _, _, _ = setup(data_bin, BF16_FLAG, "--bf16-inference")
+        valid16, _, _ = bf16.valid_step(sample, model, criterion)
+    assert valid16.item() == pytest.approx(eval32.item(), rel=1e-2) and valid16.item() != eval32.item()
+
+
+def linear_dtypes(model, fn):
+    """The dtypes of every Linear output computed while ``fn()`` runs."""
+    seen = set()
+    hooks = [m.register_forward_hook(lambda mod, inp, out: seen.add(out.dtype))
+             for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    try:
+        with torch.no_grad():
+            fn()
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+def test_a_checkpoint_trained_in_bf16_validates_and_decodes_in_fp32(data_bin, tmp_path):
+    """The task is rebuilt from the checkpoint, as fairseq-validate, from_pretrained and translate.py
+    load it: --bf16-autocast is in its options, and evaluation still runs in fp32 unless asked."""
+    from argparse import Namespace
+
+    from conftest import run, train_cmd
+    from fairseq import checkpoint_utils
+
+    import attn_plugin  # noqa: F401 -- registers the task, as --user-dir does
+
+    run(train_cmd(data_bin, tmp_path, ["--user-dir", USER_DIR, "--task", "attn_translation",
+                                       "--arch", "attn_paper_base", BF16_FLAG],
+                  ["--lr", "0.001", "--max-update", "3", "--no-epoch-checkpoints", "--disable-validation"]))
+    for overrides, expected in [({}, {torch.float32}), ({"bf16_inference": True}, {torch.bfloat16})]:
+        models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+            [str(tmp_path / "checkpoint_last.pt")], arg_overrides={"data": str(data_bin), **overrides})
+        model = models[0].eval()
+        assert task.cfg.bf16_autocast
+        task.load_dataset("valid")
+        dataset = task.dataset("valid")
+        sample = dataset.collater([dataset[i] for i in range(8)])
+        criterion = task.build_criterion(Namespace(criterion="cross_entropy", sentence_avg=False))
+        generator = task.build_generator([model], Namespace(beam=2, max_len_b=10))
+        assert linear_dtypes(model, lambda: task.valid_step(sample, model, criterion)) == expected
+        assert linear_dtypes(model, lambda: task.inference_step(generator, [model], sample)) == expected
 
 
 def test_fairseq_train_with_bf16_autocast_has_no_loss_scale(data_bin, tmp_path):
@@ -125,7 +168,7 @@ def test_comparison_trains_both_models_under_the_plugin_task_in_bf16():
         assert "--fp16" not in cmd and "--bf16" not in cmd
     stock = commands.train_command("stock", args, REPO, True, 1, REPO / "x")
     assert stock[stock.index("--arch") + 1] == "transformer_wmt_en_de" and "--user-dir" in stock
-    assert BF16_FLAG in commands.generate_command(args, REPO, REPO / "c.pt", "test")
+    assert BF16_FLAG not in commands.generate_command(args, REPO, REPO / "c.pt", "test")  # evaluation in fp32
     assert device_label(args).startswith("CPU, bf16 autocast")
     args.ngpus = 8
     assert device_label(args) == "8 GPU(s), bf16 autocast (fp32 weights)"

@@ -105,7 +105,8 @@ def generate_command(args, data: Path, checkpoint: Path, subset: str) -> List[st
     return [generate, str(data), "--user-dir", str(PLUGIN_DIR), "--task", "attn_translation",
             "--path", str(checkpoint), "--gen-subset", subset, "--beam", str(args.beam),
             "--gnmt-alpha", str(args.alpha), "--max-len-a", "1", "--max-len-b", "50", "--batch-size", "128",
-            "--required-batch-size-multiple", "1", "--remove-bpe", args.remove_bpe, *device_flags(args)]
+            "--required-batch-size-multiple", "1", "--remove-bpe", args.remove_bpe,
+            *(["--cpu"] if args.ngpus == 0 else [])]  # decoding in fp32 whatever the training precision
 
 
 def child_env(args) -> dict:

@@ -21,8 +21,7 @@ are fairseq's searches: they run with fairseq's rule, said in one log line.
 |Y| counts the end-of-sentence token, as fairseq's ``--lenpen`` and the
 paper's reference implementation (tensor2tensor's beam search) both do.
 
-``--bf16-autocast`` trains, validates and decodes under ``torch.autocast`` with
-bfloat16: the weights (and Adam's state) stay fp32, the matmuls run in bf16,
+``--bf16-autocast`` trains under ``torch.autocast`` with bfloat16: the weights (and Adam's state) stay fp32, the matmuls run in bf16,
 the normalizations and the loss (the criterion's log-softmax is fp32) in fp32,
 with no loss scaling, which bf16's fp32-sized exponent does not need. The paper's
 P100s trained in single precision (Table 2 counts their fp32 rate); this keeps
@@ -34,6 +33,11 @@ copy (fairseq's ``--fp16`` way) and autocast, are compared in
 benchmarks/results/h100_train_bf16*.json; autocast needs neither a master copy
 nor loss scaling. The option works on CPU too (torch's CPU autocast), which is
 how the tests check it.
+
+Validation and decoding run in fp32 whatever the training precision: the option is saved
+in every checkpoint, and a model evaluated or used (fairseq-validate, ``from_pretrained``,
+translate.py) would otherwise decode in the training's bf16 without anyone asking for it.
+``--bf16-inference`` asks for bf16 autocast in validation and decoding.
 """
 import logging
 from dataclasses import dataclass, field
@@ -93,9 +97,15 @@ class AttnTranslationConfig(TranslationConfig):
     )
     bf16_autocast: bool = field(
         default=False,
-        metadata={"help": "train, validate and decode under torch.autocast(bfloat16): fp32 weights and "
-                          "optimizer state, bf16 matmuls, no loss scaling (use instead of --fp16; fairseq's "
-                          "own --bf16 means TPU). On GPUs without bf16 (before Ampere) use --fp16"},
+        metadata={"help": "train under torch.autocast(bfloat16): fp32 weights and optimizer state, bf16 "
+                          "matmuls, no loss scaling (use instead of --fp16; fairseq's own --bf16 means TPU). On "
+                          "GPUs without bf16 (before Ampere) use --fp16. Validation and decoding stay fp32 "
+                          "(--bf16-inference for bf16 there too)"},
+    )
+    bf16_inference: bool = field(
+        default=False,
+        metadata={"help": "validate and decode under torch.autocast(bfloat16) (default: fp32, whatever the "
+                          "training precision)"},
     )
 
 
@@ -131,18 +141,16 @@ class AttnTranslationTask(TranslationTask):
 
     cfg: AttnTranslationConfig
 
-    def _criterion(self, criterion):
-        return Bf16Autocast(criterion) if self.cfg.bf16_autocast else criterion
-
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        return super().train_step(sample, model, self._criterion(criterion), optimizer, update_num,
-                                  ignore_grad=ignore_grad)
+        criterion = Bf16Autocast(criterion) if self.cfg.bf16_autocast else criterion
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad=ignore_grad)
 
     def valid_step(self, sample, model, criterion):
-        return super().valid_step(sample, model, self._criterion(criterion))
+        criterion = Bf16Autocast(criterion) if self.cfg.bf16_inference else criterion
+        return super().valid_step(sample, model, criterion)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        if not self.cfg.bf16_autocast:
+        if not self.cfg.bf16_inference:
             return super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,
                                           constraints=constraints)
         with bf16_autocast(models[0]):
