@@ -62,6 +62,28 @@ changes nothing. Nothing else in the plugin patches anything. The patches:
    such a ``checkpoint_last.pt`` (killed between the two writes) makes the copy first.
    Tests: tests/test_interval_checkpoints.py.
 
+8. **fairseq-train's launch** (``fairseq.distributed.utils.call_main``, for
+   ``fairseq_cli.train.main`` only) checks, before anything trains:
+
+   - that the processes a launcher started together form one job
+     (:func:`one_job_problem`): under torchrun fairseq joins the processes into
+     one world only on CUDA GPUs, one per process, and only when its own world
+     size (default: the GPUs visible) is not 1; otherwise every process trains
+     alone. Refused in one line: torchrun without a visible GPU (or with ``--cpu``),
+     more processes on a node than GPUs visible there, a world size of 1 under
+     torchrun or srun;
+   - that no other training writes its ``--save-dir``: the process of rank 0 (the
+     one that saves checkpoints) holds ``SAVE_DIR/.train.lock`` while it trains
+     (:func:`save_dir_lock`, a POSIX record lock, ``fcntl.lockf``: the kernel drops
+     it when the process ends, however it ends, and the data-loader processes it
+     forks do not inherit it); a second training on the directory is refused in
+     one line naming the first, which goes on undisturbed.
+
+   Why: ``torchrun --nproc-per-node 8`` on a machine without GPUs started eight
+   independent single-process trainings, all writing one checkpoint directory,
+   until one died on another's ``checkpoint_best.pt.tmp``.
+   Tests: tests/test_devices.py.
+
 6. **``sys.excepthook``** becomes :func:`attn_plugin.errors.excepthook`: an
    uncaught :class:`~attn_plugin.errors.AttnPluginError` (a refused
    checkpoint, options that do not fit) prints as one ``error: ...`` line, exit
@@ -71,17 +93,24 @@ changes nothing. Nothing else in the plugin patches anything. The patches:
    Tests: tests/test_checkpoint.py (the "error: " lines above),
    tests/test_registration.py::test_plugin_and_library_print_the_same_error_line.
 """
+import contextlib
+import errno
+import fcntl
 import functools
 import logging
 import os
 import re
+import shlex
+import socket
 import sys
+import time
+from typing import Mapping, Optional
 
 import torch
 
 from .checkpoint import (allow_fairseq_checkpoint_types, broadcast_state_globals, describe_load_error,
                          describe_model_error)
-from .errors import CheckpointError, excepthook
+from .errors import AttnPluginError, CheckpointError, ConfigError, excepthook
 
 _MARK = "_attn_plugin"  # set on each wrapper, so a second install() leaves it alone
 
@@ -94,6 +123,7 @@ def install():
     _patch_model_loader()
     _patch_slurm_discovery()
     _patch_interval_checkpoints()
+    _patch_training_launch()
     sys.excepthook = excepthook
 
 
@@ -251,3 +281,135 @@ def _patch_interval_checkpoints():
 
         setattr(load_checkpoint, _MARK, True)
         checkpoint_utils.load_checkpoint = load_checkpoint
+
+
+# ------------------------------------------------------------------------------------- patch 8
+TORCHRUN_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")  # fairseq's test for torchrun
+SAVE_DIR_LOCK = ".train.lock"
+
+
+class SaveDirInUse(AttnPluginError):
+    """Another training holds the ``--save-dir`` (patch 8)."""
+
+
+def one_job_problem(world_size: int, init_method: Optional[str], cpu: bool, gpus: int,
+                    environ: Mapping[str, str]) -> Optional[str]:
+    """Why the processes started together with this one would not train as one job, or None.
+
+    ``world_size``, ``init_method``, ``cpu``: fairseq-train's ``--distributed-world-size``,
+    ``--distributed-init-method``, ``--cpu`` as given (before fairseq infers anything);
+    ``gpus``: the CUDA GPUs visible here; ``environ``: the launcher's variables (torchrun's
+    WORLD_SIZE, LOCAL_WORLD_SIZE; srun's SLURM_STEP_NUM_TASKS)."""
+    if init_method is not None:  # the launcher gave every process the rendezvous, world size and rank
+        return None
+    if all(name in environ for name in TORCHRUN_VARIABLES):
+        world = int(environ["WORLD_SIZE"])
+        local = int(environ.get("LOCAL_WORLD_SIZE", world))
+        if world <= 1:
+            return None
+        if cpu or not gpus:
+            why = "no CUDA GPU is visible here" if not gpus else "--cpu was given"
+            return (f"torchrun started {world} training processes, but {why}: "
+                    "fairseq joins torchrun's processes into one job only on GPUs, so each would train alone, all "
+                    "on one --save-dir; on CPU start them with python -m attn_kit.pipeline.launch --nprocs N -- "
+                    "fairseq-train ... (the recipes: --ngpus 0 --cpu-procs N)")
+        if local > gpus:
+            return (f"torchrun started {local} training processes on this node, but {gpus} CUDA GPU"
+                    f"{'s are' if gpus > 1 else ' is'} visible here: start one per GPU (torchrun --nproc-per-node "
+                    f"{gpus}; the recipes: --ngpus {gpus})")
+        if world_size == 1:
+            return (f"torchrun started {world} training processes, but --distributed-world-size is 1 (its "
+                    "default: the GPUs visible on this node), so each would train alone: give "
+                    f"--distributed-world-size {world}")
+        return None
+    tasks = int(environ.get("SLURM_STEP_NUM_TASKS") or 1)
+    if tasks > 1 and world_size == 1:
+        return (f"srun started {tasks} training tasks, but --distributed-world-size is 1 (its default: the GPUs "
+                f"visible to a task), so each would train alone: give --distributed-world-size {tasks}")
+    return None
+
+
+def _owner() -> str:
+    """``pid N on HOST, started TIME: COMMAND``: who holds a lock, as its file records it."""
+    command = shlex.join([os.path.basename(sys.executable), *sys.argv])
+    command = command if len(command) <= 160 else command[:157] + "..."
+    return f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}: {command}"
+
+
+@contextlib.contextmanager
+def save_dir_lock(save_dir: str):
+    """Hold ``SAVE_DIR/.train.lock`` while the block runs (the directory is created if needed).
+
+    Raises :class:`SaveDirInUse` (one line naming the holder) when another training holds it,
+    :class:`ConfigError` when the directory cannot be created or written. A POSIX record lock
+    (``fcntl.lockf``) belongs to this process alone: the kernel drops it when the process ends,
+    and the processes it forks (data loaders) do not inherit it. On a file system without
+    record locks the training goes on unlocked. The file is emptied when the block ends, so
+    a finished run leaves an empty file."""
+    path = os.path.join(save_dir, SAVE_DIR_LOCK)
+    try:
+        os.makedirs(save_dir, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ConfigError(f"--save-dir {save_dir}: cannot create it or write in it ({exc.strerror or exc})") from None
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EAGAIN):
+                raise  # no record locks here (ENOLCK, ...): handled below
+            holder = " ".join(os.read(fd, 4096).decode("utf-8", "replace").split()) or "its process is not recorded"
+            raise SaveDirInUse(f"--save-dir {save_dir} is in use by another training ({holder}); two trainings "
+                               "on one checkpoint directory overwrite each other's checkpoints: wait for it to end or "
+                               "stop it, or give another --save-dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (_owner() + "\n").encode(), 0)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            os.close(fd)
+            raise
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        yield
+    finally:
+        os.ftruncate(fd, 0)
+        os.close(fd)  # closing drops the lock
+
+
+def _is_fairseq_train(main) -> bool:
+    """Whether ``main`` is fairseq-train's (also when run as ``python -m fairseq_cli.train``, under torchrun)."""
+    code = getattr(main, "__code__", None)
+    return bool(code) and main.__name__ == "main" and \
+        os.path.normpath(code.co_filename).endswith(os.path.join("fairseq_cli", "train.py"))
+
+
+def _patch_training_launch():
+    """Patch 8: fairseq-train's processes form one job, and one training at a time writes a --save-dir."""
+    from fairseq.distributed import utils as distributed_utils
+
+    original = distributed_utils.call_main
+    if _patched(original):
+        return
+
+    @functools.wraps(original)
+    def call_main(cfg, main, **kwargs):
+        if not _is_fairseq_train(main):
+            return original(cfg, main, **kwargs)
+        dist = cfg.distributed_training
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        problem = one_job_problem(dist.distributed_world_size, dist.distributed_init_method, cfg.common.cpu, gpus,
+                                  os.environ)
+        if problem:
+            raise ConfigError(problem)
+        if dist.distributed_init_method is None:
+            distributed_utils.infer_init_method(dist)  # what call_main does first: it then finds it done
+        if dist.distributed_rank != 0 or cfg.checkpoint.no_save:  # rank 0 alone saves checkpoints
+            return original(cfg, main, **kwargs)
+        with save_dir_lock(cfg.checkpoint.save_dir):
+            return original(cfg, main, **kwargs)
+
+    setattr(call_main, _MARK, True)
+    distributed_utils.call_main = call_main
+

@@ -93,6 +93,16 @@ def test_en_fr_big_is_the_en_fr_variant_and_multi_node_uses_torchrun():
     assert "training-giga-fren.tar" in proc.stdout and "training-parallel-un.tgz" in proc.stdout
 
 
+def test_one_gpu_on_each_of_two_nodes_is_one_job():
+    proc = recipe("--dry-run", "--ngpus", "1", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1",
+                  "--workdir", "/tmp/x")
+    assert proc.returncode == 0, proc.stderr
+    cmd = train_line(proc.stdout)
+    assert Path(cmd[0]).name == "torchrun" and flag(cmd, "--nproc-per-node") == "1"
+    # fairseq's default world size would be this node's one GPU: each node would train alone
+    assert flag(cmd, "--distributed-world-size") == "2"
+
+
 @pytest.mark.parametrize("args,message", [
     (["--arch", "transformer_big"], "unknown --arch 'transformer_big'"),
     (["--nnodes", "2"], "--master-addr"),

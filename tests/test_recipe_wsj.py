@@ -72,7 +72,8 @@ def test_dry_run_prints_the_papers_commands_and_creates_nothing(tmp_path):
                     "fairseq-generate", "--gen-subset valid", "--gen-subset test", "--beam 21", "--gnmt-alpha 0.3",
                     "--max-len-a 1 --max-len-b 300", "attn_kit.metrics.evalb"):
         assert command in out, command
-    assert "--cpu" not in out and "--encoder-layers" not in out  # the paper's model, on GPUs
+    commands = "\n".join(line for line in out.splitlines() if line.startswith("  $ "))
+    assert "--cpu" not in commands and "--encoder-layers" not in out  # the paper's model, on GPUs
     assert ("--bf16-autocast" in out) != ("--fp16" in out)  # --precision auto: bf16 GPUs, or fp16 on older ones
     assert "--dropout" not in out and "--attention-dropout" not in out  # the arch's: 0.1 and 0.2
     assert list(tmp_path.iterdir()) == []
@@ -87,8 +88,9 @@ def test_dry_run_of_the_semi_supervised_setting_uses_32k(tmp_path):
 
 
 # --------------------------------------------------------------------------- bad input: one line each
+# --ngpus 0: a run that trains on GPUs checks them first (tests/test_devices.py); these are about the treebank
 def test_missing_ptb_says_what_is_expected_and_where_it_comes_from(tmp_path):
-    line = assert_one_error_line(recipe(["--workdir", tmp_path / "w"]), "--ptb DIR is required")
+    line = assert_one_error_line(recipe(["--workdir", tmp_path / "w", "--ngpus", "0"]), "--ptb DIR is required")
     assert "parsed/mrg/wsj/NN/wsj_NNNN.mrg" in line and "LDC99T42" in line and "--smoke" in line
 
 
@@ -103,7 +105,7 @@ def test_missing_ptb_says_what_is_expected_and_where_it_comes_from(tmp_path):
 ])
 def test_bad_treebanks_are_one_error_line(tmp_path, setup, fragments):
     ptb = setup(tmp_path)
-    proc = recipe(["--ptb", ptb, "--train-sections", "02", "--workdir", tmp_path / "w"])
+    proc = recipe(["--ptb", ptb, "--train-sections", "02", "--workdir", tmp_path / "w", "--ngpus", "0"])
     assert_one_error_line(proc, *fragments)
     # nothing made, nothing marked done (.stages/prepare.started records what it started from: if the treebank
     # is fixed before the rerun, the stage starts over instead of resuming)
@@ -130,7 +132,7 @@ def test_bad_extra_trees_are_one_error_line(tmp_path, content, fragments):
     if content is not None:
         silver.write_text(content)
     proc = recipe(["--ptb", fake_ptb(tmp_path / "p"), "--train-sections", "02", "--extra-trees", silver,
-                   "--workdir", tmp_path / "w"])
+                   "--workdir", tmp_path / "w", "--ngpus", "0"])
     assert_one_error_line(proc, *fragments)
 
 

@@ -32,6 +32,7 @@ while args and args[0].startswith("-"):
         else (nodes, per)
 procs = [subprocess.Popen(args, env=dict(os.environ, SLURM_PROCID=str(r), SLURM_LOCALID=str(r % per),
                                          SLURM_NODEID=str(r // per), SLURM_NTASKS=str(nodes * per),
+                                         SLURM_STEP_NUM_TASKS=str(nodes * per),
                                          SLURM_NNODES=str(nodes), SLURM_NTASKS_PER_NODE=str(per),
                                          SLURM_STEP_NODELIST="localhost"))
          for r in range(nodes * per)]

@@ -19,7 +19,13 @@ job that does so.
 CPU data parallel (``python -m attn_kit.pipeline.launch --nprocs N -- fairseq-train ...``):
 fairseq's torchrun path assumes CUDA (it fails with a modulo by zero on CPU) and
 its default DDP wrapper rejects CPU modules, so this starts N fairseq-train
-processes itself with gloo, legacy_ddp and an explicit rank each.
+processes itself with gloo, legacy_ddp and an explicit rank, world size and
+rendezvous each: they are one job by construction.
+
+Devices: :func:`visible_gpus` is what a recipe checks its ``--ngpus`` against
+before its first stage (:func:`attn_kit.recipes.scale.check_devices`); the
+training processes check that they form one job and hold their ``--save-dir``
+themselves (``attn_plugin.fairseq_patches``, patch 8).
 """
 import argparse
 import math
@@ -74,15 +80,25 @@ PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 BF16_FLAG = "--bf16-autocast"
 
 
+def visible_gpus() -> int:
+    """How many CUDA GPUs torch sees on this machine (after CUDA_VISIBLE_DEVICES); 0 without
+    CUDA (a login node, a laptop) or with a broken CUDA set-up."""
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 -- a broken CUDA setup is "no GPU visible"
+        return 0
+
+
 def gpu_supports_bf16() -> Optional[bool]:
     """Whether the GPUs torch sees here compute in bf16 natively (compute capability >= 8.0:
     A100, H100, L4, ...); None when no GPU is visible (a login node, a --dry-run elsewhere)."""
     try:
         import torch
 
-        if not torch.cuda.is_available():
-            return None
-        return all(torch.cuda.get_device_capability(i)[0] >= 8 for i in range(torch.cuda.device_count()))
+        count = visible_gpus()
+        return all(torch.cuda.get_device_capability(i)[0] >= 8 for i in range(count)) if count else None
     except Exception:  # noqa: BLE001 -- a broken CUDA setup is "no GPU visible"
         return None
 

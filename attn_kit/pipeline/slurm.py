@@ -8,7 +8,9 @@ The job runs the same recipe from its first training stage to the end
 ``--launcher srun``: its train stage starts ``srun`` with one fairseq-train task
 per GPU on every node (:func:`attn_kit.pipeline.launch.srun_launcher`), and
 fairseq's own Slurm discovery sets up the process group. ``--precision auto``
-is resolved there, on the GPUs the job got.
+is resolved there, on the GPUs the job got, and ``--ngpus`` is checked there
+against them (:func:`attn_kit.recipes.scale.check_devices`), not on the host
+that submits, which may have none.
 
 Running the same command again after the job ended resubmits it: finished
 stages are skipped and training resumes from ``checkpoint_last.pt`` (after a

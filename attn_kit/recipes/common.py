@@ -34,7 +34,11 @@ def add_run_options(p: argparse.ArgumentParser, default_workdir: str):
 
 def add_device_options(g):
     """Where training runs: GPUs, nodes (torchrun), or data-parallel CPU processes."""
-    g.add_argument("--ngpus", type=int, help="GPUs per node (default 8; 0 = CPU; --smoke and --bundled: 0)")
+    g.add_argument("--ngpus", type=int,
+                   help="GPUs per node (default 8, the paper's; --smoke and --bundled: 0 = CPU). The default does not "
+                        "follow the machine, so that --dry-run and --launcher slurm plan the same run wherever they "
+                        "are typed; a run that trains here checks it before its first stage (fewer GPUs visible "
+                        "than asked is one error line saying what to pass)")
     g.add_argument("--nnodes", type=int, default=1, help="nodes, each with --ngpus GPUs (torchrun; default 1)")
     g.add_argument("--node-rank", type=int, default=0, help="this node's rank, 0..nnodes-1 (torchrun)")
     g.add_argument("--master-addr", help="address of node 0, needed with --nnodes > 1 (torchrun)")
@@ -57,11 +61,13 @@ def add_device_options(g):
 
 def apply_settings(args, settings: dict):
     """Fill every option the command line left unset (None) from ``settings``; keep the
-    settings on ``args.settings``; check the values every recipe shares."""
-    args.settings = settings
+    settings on ``args.settings`` and the names of those filled on ``args.defaulted``; check
+    the values every recipe shares."""
+    args.settings, args.defaulted = settings, set()
     for key, value in settings.items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
+            args.defaulted.add(key)
     positive = ("max_update", "warmup_updates", "save_interval_updates", "average", "tokens_per_update",
                 "max_tokens_per_gpu", "beam")
     for name in positive:
@@ -125,13 +131,17 @@ def train_command(args, data_bin: Path, save_dir: Path, model: Iterable[str] = (
     p = plan(args)
     cmd = launcher(args.ngpus, args.cpu_procs, args.nnodes, args.node_rank, args.master_addr, args.master_port,
                    log_dir=str(args.workdir / "logs"), kind=args.launcher)
+    # torchrun's processes join one job only when fairseq's world size is not 1; its default is the GPUs
+    # visible on one node, so one GPU on each of several nodes would otherwise train as separate jobs
+    world = ["--distributed-world-size", devices(args)] \
+        if args.launcher == "torchrun" and args.ngpus and devices(args) > 1 else []
     validate = ["--validate-interval-updates", args.validate_interval_updates] \
         if args.validate_interval_updates else []
     cmd += [data_bin, "--user-dir", USER_DIR, "--task", "attn_translation", "--arch", args.arch, *model,
             *paper_optimization(args.warmup_updates, args.lr_scale if lr_scale is None else lr_scale,
                                 label_smoothing),
             "--max-tokens", p.max_tokens, "--update-freq", p.update_freq, *args.train_flags,
-            *flags_for(args.precision_used), *(["--cpu"] if args.ngpus == 0 else []),
+            *flags_for(args.precision_used), *(["--cpu"] if args.ngpus == 0 else []), *world,
             "--max-update", args.max_update, "--seed", args.seed,
             *(["--stop-time-hours", f"{args.train_minutes / 60:.4f}"] if args.train_minutes else []),
             "--save-dir", save_dir, "--save-interval-updates", args.save_interval_updates,
@@ -176,19 +186,21 @@ def run_training(ctx, args, cmd: list, tail=None, record: Optional[Path] = None,
     record = Path(record or args.workdir / "train_command.json")
     log(f"{p.devices} device(s) x --max-tokens {p.max_tokens} x --update-freq {p.update_freq} "
         f"= {p.tokens_per_update} tokens per update (at most; padding included); precision {args.precision_used}")
+    reached = 0
     if not ctx.dry_run:
-        from ..checkpoints import recover_last
+        from ..checkpoints import checkpoint_update, recover_last
 
-        recover_last(Path(cmd[cmd.index("--save-dir") + 1]))
+        last = Path(cmd[cmd.index("--save-dir") + 1]) / "checkpoint_last.pt"
+        recover_last(last.parent)
+        reached = checkpoint_update(last) if last.exists() else 0
         write_json_atomic(record, {"argv": cmd, "env": thread_env(args) or {},
                                    "fairseq_extra_args": list(args.fairseq_extra)})
-    curves = CurveWriter(ctx.log_dir / f"{ctx.stage}.log", record.parent, tail or TrainProgress(args.max_update),
-                         f"{args.arch}, {record.parent.name}")
-    try:
-        ctx.sh(cmd, tail=curves, env=thread_env(args))
-    finally:
-        if not ctx.dry_run:
-            curves.finish()
+    with CurveWriter(ctx.log_dir / f"{ctx.stage}.log", record.parent, tail or TrainProgress(args.max_update),
+                     f"{args.arch}, {record.parent.name}", final=not ctx.dry_run) as curves:
+        if reached and reached >= int(cmd[cmd.index("--max-update") + 1]):  # fairseq-train would add an update
+            log(f"{last} is at update {reached} already (a run stopped after training ended): nothing to train")
+        else:
+            ctx.sh(cmd, tail=curves, env=thread_env(args))
     if ctx.dry_run:
         vocab, note = vocabulary_estimate(args)
         scale.print_cost(args, model, vocab, note)

@@ -10,14 +10,17 @@ Slurm, fairseq-train flags passed through after ``--``, and the cost up front.
   break what the recipe keeps track of are refused (:data:`REFUSED`).
 - ``--dry-run`` prints the run's analytic training FLOPs beside the paper's
   Table 2 cost and a wall-time estimate (:mod:`attn_kit.cost`).
+- devices (:func:`check_devices`): a ``--ngpus`` this machine cannot provide is one
+  line before the first stage, where a training stage would start here.
 """
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from ..cli import UsageError, log
-from ..pipeline.launch import LAUNCHERS, gpu_supports_bf16, used_precision
+from ..pipeline.launch import LAUNCHERS, gpu_supports_bf16, used_precision, visible_gpus
 
 USAGE = "%(prog)s [options] [-- fairseq-train options]"
 
@@ -99,11 +102,56 @@ def check(args):
     if args.precision == "auto" and args.ngpus > 0:
         # a Slurm job resolves auto on its own GPUs; where none is visible, assume bf16 hardware
         bf16_ok = None if args.launcher == "slurm" else gpu_supports_bf16()
-        if bf16_ok is None:
+        if bf16_ok is None and (args.dry_run or args.launcher == "slurm"):  # a run here: check_devices says it
             log("--precision auto: no GPU visible here; the commands assume bf16 GPUs (compute capability 8.0 "
                 "or newer; older GPUs train in fp16)" + (", and the Slurm job decides on its own GPUs"
                                                         if args.launcher == "slurm" else ""))
     args.precision_used = used_precision(args.precision, args.ngpus, bf16_ok=bf16_ok)
+
+
+# ---------------------------------------------------------------------------------------------- devices
+def is_training(stage) -> bool:
+    """Whether a recipe stage runs fairseq-train: ``train``, and the WSJ recipe's ``tune-*`` trials."""
+    return stage.name == "train" or stage.name.startswith("tune-")
+
+
+def device_problem(args, visible: int) -> Optional[str]:
+    """Why ``visible`` GPUs cannot train on ``--ngpus`` (per node), saying what to pass; None if they can."""
+    if not args.ngpus or visible >= args.ngpus:
+        return None
+    default = " (the default)" if "ngpus" in getattr(args, "defaulted", ()) else ""
+    where = "this node" if args.nnodes > 1 else "this machine"
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        where += f" (CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r})"
+    if not visible:
+        return (f"--ngpus {args.ngpus}{default}: no CUDA GPU is visible on {where}; pass --ngpus 0 to train on its "
+                f"CPU (--cpu-procs N for N data-parallel processes), or run where {args.ngpus} GPUs are "
+                "(--launcher slurm submits the training from here)")
+    return (f"--ngpus {args.ngpus}{default}: {visible} CUDA GPU{'s' if visible > 1 else ''} visible on {where}; "
+            f"pass --ngpus {visible} (an update keeps its {args.tokens_per_update} tokens: --update-freq makes up "
+            f"the difference), or run where {args.ngpus} GPUs are")
+
+
+def check_devices(args, stages, aliases=None, training=is_training):
+    """Before the first stage: when a ``training`` stage among --stage..--stop-stage would start
+    on this machine, refuse a --ngpus it cannot provide (:func:`device_problem`) in one line.
+    Where nothing trains here it is not checked: ``--launcher slurm`` submits from a login node
+    (the job's recipe, ``--launcher srun``, checks on its node) and ``--dry-run`` runs nothing
+    (it prints the plan, with the line as a note); with ``--nnodes`` each node's recipe checks
+    its own GPUs. The training processes check that they form one job themselves
+    (``attn_plugin.fairseq_patches``, patch 8)."""
+    if args.launcher == "slurm" or not args.ngpus:
+        return
+    from ..pipeline.stages import Pipeline
+
+    span = Pipeline(args.workdir, stages, True, args.stage, args.stop_stage, aliases)  # checks the range
+    if not any(training(stage) for stage in stages[span.first - 1:span.last]):
+        return
+    problem = device_problem(args, visible_gpus())
+    if problem and args.dry_run:
+        log(f"note: a run on this machine would stop before its first stage: {problem}")
+    elif problem:
+        raise UsageError(problem)
 
 
 # ---------------------------------------------------------------------------------------------- after "--"
@@ -148,10 +196,10 @@ def run(args, stages, report, aliases=None, first_training: Optional[str] = None
     tune-*) here and the rest as a Slurm job."""
     from ..pipeline.stages import Pipeline, run_recipe
 
+    check_devices(args, stages, aliases)
     if args.launcher != "slurm":
         return run_recipe(args, stages, report, aliases)
-    first_training = first_training or next(s.name for s in stages
-                                            if s.name == "train" or s.name.startswith("tune-"))
+    first_training = first_training or next(s.name for s in stages if is_training(s))
     cut = [s.name for s in stages].index(first_training) + 1  # the 1-based number of the job's first stage
     span = Pipeline(args.workdir, stages, True, args.stage, args.stop_stage, aliases)  # checks the range
     if span.first < cut:

@@ -351,6 +351,7 @@ def stages(args) -> List[Stage]:
 def main(argv=None):
     args = parse_args(argv)
     pipeline_stages = stages(args)
+    scale.check_devices(args, pipeline_stages, training=lambda stage: stage.name != "table")  # every row trains
     if not args.dry_run:
         with workdir_lock(args.workdir):
             prepare_data(args)

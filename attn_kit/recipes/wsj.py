@@ -867,6 +867,7 @@ def main(argv=None):
     if args.dry_run:
         scale.run(args, stages(args), report)
         return
+    scale.check_devices(args, stages(args))  # scale.run checks too; here it comes before anything is written
     with workdir_lock(args.workdir):  # run_recipe holds it too; taken here so that nothing writes before it
         forget_stale_selection(args)
         scale.run(args, stages(args), report)
