@@ -84,6 +84,14 @@ changes nothing. Nothing else in the plugin patches anything. The patches:
    until one died on another's ``checkpoint_best.pt.tmp``.
    Tests: tests/test_devices.py.
 
+9. **Diverse beam search finds its sentences' rows** (``fairseq.search.DiverseBeamSearch.step``
+   is wrapped). fairseq's generator passes the sentences' dataset ids (``sample["id"]``) as
+   ``original_batch_idxs``, and the search indexes its per-sentence overlap counts (one row
+   per sentence of the batch) with them: any batch whose ids exceed its size ended in an
+   ``IndexError`` (``--diverse-beam-groups`` failed for every model). The wrapper passes the
+   sentences' positions in the batch the search started with instead.
+   Test: tests/test_decoding_options.py::test_every_fairseq_decoding_option_runs_on_the_plugins_model.
+
 6. **``sys.excepthook``** becomes :func:`attn_plugin.errors.excepthook`: an
    uncaught :class:`~attn_plugin.errors.AttnPluginError` (a refused
    checkpoint, options that do not fit) prints as one ``error: ...`` line, exit
@@ -124,6 +132,7 @@ def install():
     _patch_slurm_discovery()
     _patch_interval_checkpoints()
     _patch_training_launch()
+    _patch_diverse_beam_search()
     sys.excepthook = excepthook
 
 
@@ -413,3 +422,24 @@ def _patch_training_launch():
     setattr(call_main, _MARK, True)
     distributed_utils.call_main = call_main
 
+
+# ------------------------------------------------------------------------------------- patch 9
+def _patch_diverse_beam_search():
+    """Patch 9: DiverseBeamSearch indexes its per-sentence state by batch position, not dataset id."""
+    from fairseq import search
+
+    original = search.DiverseBeamSearch.step
+    if _patched(original):
+        return
+
+    @functools.wraps(original)
+    def step(self, step, lprobs, scores, prev_output_tokens=None, original_batch_idxs=None):
+        if original_batch_idxs is not None:
+            if step == 0:
+                self._attn_plugin_ids = original_batch_idxs.clone()  # the batch's sentences, in order
+            # each remaining sentence's position in that batch (ids are unique within a batch)
+            original_batch_idxs = (original_batch_idxs.unsqueeze(1) == self._attn_plugin_ids.unsqueeze(0)).int().argmax(1)
+        return original(self, step, lprobs, scores, prev_output_tokens, original_batch_idxs)
+
+    setattr(step, _MARK, True)
+    search.DiverseBeamSearch.step = step

@@ -24,10 +24,10 @@ def cli(name):
     return str(path) if path.exists() else shutil.which(name)
 
 
-def run(cmd, cwd=None, check=True, timeout=600):
+def run(cmd, cwd=None, check=True, timeout=600, input_text=None):
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, input=input_text)
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd[0]} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.incremental_decoding_utils import with_incremental_state
+from fairseq.modules.fairseq_dropout import FairseqDropout
 from fairseq.models import (
     FairseqEncoder,
     FairseqEncoderDecoderModel,
@@ -115,6 +116,18 @@ class PositionalEncoding(nn.Module):
         return F.embedding(positions, table.to(device=tokens.device))
 
 
+class Dropout(FairseqDropout):
+    """Dropout with probability p (Sec. 5.4: P_drop) while training. fairseq's own class, so that
+    fairseq-generate --retain-dropout keeps it on at inference (``prepare_for_inference_``;
+    --retain-dropout-modules names the ``owner``'s class, as for fairseq's modules)."""
+
+    def __init__(self, p: float, owner: nn.Module):
+        super().__init__(p, module_name=type(owner).__name__)
+
+    def active(self) -> bool:
+        return self.p > 0 and (self.training or self.apply_during_inference)
+
+
 # ---------------------------------------------------------------------------
 # Sec. 3.2  Attention
 # ---------------------------------------------------------------------------
@@ -186,7 +199,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.h, self.d_k, self.d_v = h, d_k, d_v
         self.self_attention = self_attention
-        self.attention_dropout = attention_dropout
+        self.attention_dropout = Dropout(attention_dropout, self)  # on the weights softmax(...), inside eq. 1
         self.beam_size = 1  # announced by fairseq's beam search (set_beam_size)
         self.qkv_sizes = [h * d_k, h * d_k, h * d_v]  # output columns of W^Q, W^K, W^V
         if self_attention:
@@ -248,7 +261,7 @@ class MultiHeadAttention(nn.Module):
         return self.w_o(out), weights
 
     def _dropout_p(self) -> float:
-        return self.attention_dropout if self.training else 0.0
+        return self.attention_dropout.p if self.attention_dropout.active() else 0.0
 
     def _beam_copies(self, x: Tensor) -> bool:
         """Whether the rows of ``x`` come in groups of ``beam_size`` equal rows, one
@@ -314,15 +327,14 @@ class PositionwiseFeedForward(nn.Module):
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
-        self.activation_dropout = activation_dropout
+        self.activation_dropout = Dropout(activation_dropout, self)
         for w in (self.w_1, self.w_2):
             nn.init.xavier_uniform_(w.weight)
             nn.init.zeros_(w.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         x = F.relu(self.w_1(x))
-        x = F.dropout(x, self.activation_dropout, self.training)
-        return self.w_2(x)
+        return self.w_2(self.activation_dropout(x))
 
 
 # ---------------------------------------------------------------------------
@@ -342,10 +354,10 @@ class AddNorm(nn.LayerNorm):
 
     def __init__(self, d_model: int, p_drop: float):
         super().__init__(d_model)
-        self.p_drop = p_drop
+        self.dropout = Dropout(p_drop, self)
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
-        return super().forward(x + F.dropout(sublayer(x), self.p_drop, self.training))
+        return super().forward(x + self.dropout(sublayer(x)))
 
 
 class EncoderLayer(nn.Module):
@@ -422,11 +434,10 @@ class Embedding(nn.Module):
         self.positions = PositionalEncoding(d_model, max_positions, embed_tokens.padding_idx,
                                             learned=cfg.positional_encoding == "learned",
                                             layout=cfg.sinusoid_layout)
-        self.p_drop = cfg.dropout
+        self.dropout = Dropout(cfg.dropout, self)
 
     def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
-        x = self.scale * self.embed_tokens(tokens) + self.positions(tokens, start)
-        return F.dropout(x, self.p_drop, self.training)
+        return self.dropout(self.scale * self.embed_tokens(tokens) + self.positions(tokens, start))
 
 
 def _training_layers(module: nn.Module, compile_layers: bool):
