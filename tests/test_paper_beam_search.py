@@ -37,6 +37,7 @@ from fairseq.models import FairseqEncoderDecoderModel
 from toy_models import ToyDecoder, ToyEncoder
 
 from attn_plugin.beam_search import PaperBeamSearch
+from attn_plugin.errors import ConfigError
 from attn_plugin.tasks.attn_translation import AttnTranslationConfig, AttnTranslationTask
 
 DIFFER = {(): {"a": 1.0}, ("a",): {"</s>": 0.52, "b": 0.48}}
@@ -96,6 +97,8 @@ def test_both_rules_agree_where_no_better_hypothesis_is_pending():
 def test_without_gnmt_alpha_fairseqs_rule_and_penalty_apply():
     _, _, generator = decode(DIFFER, alpha=None)
     assert not isinstance(generator, PaperBeamSearch)
+    with pytest.raises(ConfigError, match="--beam-stop t2t needs --gnmt-alpha"):
+        decode(DIFFER, alpha=None, beam_stop="t2t")
 
 
 def test_fairseq_generate_decodes_with_the_paper_rule_and_its_options(plugin_run, data_bin):

@@ -236,12 +236,40 @@ def recorded_train_command(path: Path) -> Optional[str]:
 
 
 # ---------------------------------------------------------------------------------------------- decoding
+BEAM_STOP_NAMES = {"t2t": "the paper's stopping rule (tensor2tensor's)", "fairseq": "fairseq's stopping rule"}
+
+
+def add_beam_stop_option(group):
+    group.add_argument("--beam-stop", choices=["t2t", "fairseq"],
+                       help="when beam search stops: t2t = as the paper's code did (tensor2tensor's stop_early, "
+                            "attn_plugin/beam_search.py; the default with the GNMT penalty); fairseq = fairseq's "
+                            "rule (the one rule with --length-penalty fairseq)")
+
+
+def beam_stop(args) -> str:
+    """The stopping rule the run's beam search uses (the plugin task's ``--beam-stop``)."""
+    gnmt = getattr(args, "length_penalty", "gnmt") == "gnmt"
+    rule = getattr(args, "beam_stop", None)
+    if rule == "t2t" and not gnmt:
+        raise UsageError("--beam-stop t2t needs --length-penalty gnmt: the paper's stopping rule bounds scores "
+                         "with its length penalty")
+    return rule or ("t2t" if gnmt else "fairseq")
+
+
 def length_penalty(args):
-    """(description, fairseq-generate flags) of the run's length penalty: GNMT's (Sec. 6.1,
-    ``--task attn_translation --gnmt-alpha``) or fairseq's ``--lenpen``."""
+    """(description, fairseq-generate flags) of the run's length penalty and stopping rule: GNMT's
+    (Sec. 6.1, ``--task attn_translation --gnmt-alpha``; the paper's stopping rule unless
+    ``--beam-stop fairseq``) or fairseq's ``--lenpen`` (with fairseq's rule)."""
     if getattr(args, "length_penalty", "gnmt") == "gnmt":
-        return f"GNMT alpha {args.alpha:g}", ["--gnmt-alpha", str(args.alpha)]
+        return f"GNMT alpha {args.alpha:g}", ["--gnmt-alpha", str(args.alpha), *beam_stop_flags(args)]
+    beam_stop(args)
     return f"fairseq lenpen {args.lenpen:g}", ["--lenpen", str(args.lenpen)]
+
+
+def beam_stop_flags(args) -> List[str]:
+    """What fairseq-generate needs besides ``--gnmt-alpha`` for the run's stopping rule (the paper's
+    is the task's default with that penalty)."""
+    return ["--beam-stop", "fairseq"] if beam_stop(args) == "fairseq" else []
 
 
 MAX_LEN_A = 1  # the longest output is MAX_LEN_A x input length + max_len_b
@@ -269,11 +297,13 @@ def write_run_card(workdir: Path, kind: str, checkpoint: Path, data_bin: Path, s
     rel = lambda path: str(Path(path).resolve().relative_to(workdir.resolve()))  # noqa: E731
     args = {"task": "attn_translation", "source_lang": src, "target_lang": tgt}
     generation = {"beam": int(beam), "max_len_a": MAX_LEN_A, "max_len_b": int(max_len_b)}
-    name, value = penalty_flags
-    if name == "--gnmt-alpha":
-        args["gnmt_alpha"] = float(value)
-    else:
-        generation["lenpen"] = float(value)
+    flags = dict(zip(penalty_flags[::2], penalty_flags[1::2]))
+    if "--gnmt-alpha" in flags:
+        args["gnmt_alpha"] = float(flags["--gnmt-alpha"])
+    if "--beam-stop" in flags:
+        args["beam_stop"] = flags["--beam-stop"]
+    if "--lenpen" in flags:
+        generation["lenpen"] = float(flags["--lenpen"])
     paths = [k for k, v in preprocessing.items() if k.endswith(("_codes", "_vocabulary")) and v]
     args.update({k: rel(v) if k in paths else v for k, v in preprocessing.items()})
     write_json_atomic(workdir / "inference.json", {

@@ -168,6 +168,7 @@ def add_training_options(p, cfg, B, S, P, resize: str = "--bundled/--smoke: "):
     g.add_argument("--alpha", type=float, help=f"GNMT length penalty alpha (default {P['alpha']:g}, Sec. 6.1)")
     g.add_argument("--lenpen", type=float, help=f"fairseq's --lenpen, with --length-penalty fairseq (default "
                                                 f"{P['lenpen']:g})")
+    common.add_beam_stop_option(g)
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -405,7 +406,8 @@ def stages(args):
               resumable=common.RESUMABLE_TRAIN_OPTIONS),
         Stage("average", average, f"average the last {args.average} checkpoints", inputs=[ckpt],
               outputs=[avg, averaged_info_path(avg)], options={"average": args.average}),
-        Stage("generate", generate, f"fairseq-generate, beam {args.beam}, {penalty}, on the test set",
+        Stage("generate", generate, f"fairseq-generate, beam {args.beam}, {penalty}, "
+                                    f"{common.BEAM_STOP_NAMES[common.beam_stop(args)]}, on the test set",
               inputs=[avg, *dicts, *(p for p in binary if ".test." in p.name)], outputs=[gen, W / "inference.json"],
               options={"beam": args.beam, "length_penalty": penalty}),
         Stage("score", score, "tokenized BLEU and sacreBLEU",
@@ -451,7 +453,7 @@ def write_results(args, src: str, tgt: str, penalty: str):
                 "test_reference": str(W / "raw" / f"test.{tgt}"),
                 "test_sentences": len(refs), "gpus": args.ngpus * args.nnodes, "nodes": args.nnodes,
                 "cpu_processes": args.cpu_procs if args.ngpus == 0 else 0, "beam": args.beam,
-                "length_penalty": penalty, "max_tokens": p.max_tokens, "update_freq": p.update_freq,
+                "length_penalty": penalty, "beam_stop": common.beam_stop(args), "max_tokens": p.max_tokens, "update_freq": p.update_freq,
                 "max_tokens_per_update": p.tokens_per_update})
     clean = W / "prep" / "clean.json"
     if clean.exists():

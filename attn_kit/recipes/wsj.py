@@ -274,6 +274,7 @@ def parse_args(argv=None):
     g = p.add_argument_group("decoding and scoring")
     g.add_argument("--beam", type=int, help=f"beam size (default {W['beam']}, Sec. 6.3)")
     g.add_argument("--alpha", type=float, help=f"GNMT length penalty alpha (default {W['alpha']:g}, Sec. 6.3)")
+    common.add_beam_stop_option(g)
     g.add_argument("--max-len-b", type=int, help=f"longest output = input length + this (default {W['max_len_b']})")
     g.add_argument("--evalb", type=Path, metavar="PATH",
                    help="score with the official EVALB binary at PATH (default: scripts/evalb.py, the same numbers)")
@@ -501,7 +502,8 @@ def write_results(args):
     out.update({
         "gpus": args.ngpus * args.nnodes, "max_tokens": p.max_tokens, "update_freq": p.update_freq,
         "max_tokens_per_update": p.tokens_per_update,
-        "decoding": {"beam": beam, "length_penalty": f"GNMT alpha {alpha:g}", "max_len": f"input + {args.max_len_b}"},
+        "decoding": {"beam": beam, "length_penalty": f"GNMT alpha {alpha:g}", "beam_stop": common.beam_stop(args),
+                     "max_len": f"input + {args.max_len_b}"},
     })
     if sel:
         tuned = json.loads((W / "tune" / "selected.json").read_text())
@@ -617,7 +619,8 @@ def decode_batch_size(args) -> int:
 
 def decode_command(args, data_bin: Path, checkpoint, split: str, beam, alpha):
     """fairseq-generate: beam search with GNMT's length penalty, outputs up to input + --max-len-b."""
-    return common.generate_command(args, data_bin, checkpoint, split, beam, ["--gnmt-alpha", str(alpha)],
+    return common.generate_command(args, data_bin, checkpoint, split, beam,
+                                   ["--gnmt-alpha", str(alpha), *common.beam_stop_flags(args)],
                                    args.max_len_b, decode_batch_size(args))
 
 
@@ -630,7 +633,7 @@ def write_run_card(args):
         (W / "checkpoint_avg.pt", args.beam, args.alpha)
     common.write_run_card(W, "parsing", checkpoint, W / "data-bin", SRC, TGT, {
         "tokenizer": "attn_treebank", "bpe": "attn_subword_nmt", "bpe_codes": W / "bpe" / "codes"},
-        beam, ["--gnmt-alpha", str(alpha)], args.max_len_b, decode_batch_size(args))
+        beam, ["--gnmt-alpha", str(alpha), *common.beam_stop_flags(args)], args.max_len_b, decode_batch_size(args))
 
 
 def stages(args):

@@ -48,6 +48,8 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from ..errors import ConfigError
+
 logger = logging.getLogger(__name__)
 
 
@@ -161,6 +163,9 @@ class AttnTranslationTask(TranslationTask):
         """The stopping rule beam search runs with for generation options ``args`` (see the module
         docstring); fairseq's searches other than beam search keep fairseq's rule."""
         rule = self.cfg.beam_stop or ("t2t" if self.cfg.gnmt_alpha is not None else "fairseq")
+        if rule == "t2t" and self.cfg.gnmt_alpha is None:
+            raise ConfigError("--beam-stop t2t needs --gnmt-alpha: the paper's stopping rule bounds scores with "
+                              "its length penalty (fairseq's --lenpen goes with --beam-stop fairseq)")
         if rule == "t2t":
             other = [flag for flag, on in [
                 ("--sampling", getattr(args, "sampling", False)),
