@@ -62,9 +62,10 @@ def _lines(stream: BinaryIO, name: str, errors: str) -> Iterator[str]:
         try:
             text = raw.decode("utf-8", errors)
         except UnicodeDecodeError as exc:
-            raise UserError(f"{name}: line {number + 1} is not UTF-8 (byte 0x{raw[exc.start]:02x} at byte "
-                            f"{exc.start + 1} of the line); fix the file, or pass --errors replace to read such "
-                            "bytes as U+FFFD") from None
+            before = re.split(rb"\r\n|\r", raw[:exc.start])  # lines a lone CR ended before the bad byte
+            raise UserError(f"{name}: line {number + len(before)} is not UTF-8 (byte 0x{raw[exc.start]:02x} at "
+                            f"byte {len(before[-1]) + 1} of the line); fix the file, or pass --errors replace to "
+                            "read such bytes as U+FFFD") from None
         parts = _LINE_END.split(text)
         if parts and parts[-1] == "":  # the line's own end
             parts.pop()

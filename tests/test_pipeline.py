@@ -4,12 +4,14 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from conftest import assert_one_error_line
 
 from attn_kit.cli import UserError
-from attn_kit.pipeline.stages import Pipeline, Stage
+from attn_kit.pipeline.stages import Context, Pipeline, Stage
 
 
 def counting_stages(calls, fail_at=None):
@@ -302,3 +304,29 @@ def test_tokenization_workers_end_on_sigterm_by_default_not_through_the_recipes_
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert (tmp_path / "out.txt").read_text().splitlines() == ["default ignore"] * 3
+
+
+# What fairseq-train and fairseq-generate do with their DataLoaders: a worker process fetches a batch,
+# and the program ends without shutting the worker down (multiprocessing ends it with SIGTERM).
+DATALOADER = """
+import glob, os, tempfile, torch
+batches = iter(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(8.)), num_workers=1))
+next(batches)
+print("pymp folders:", len(glob.glob(os.path.join(tempfile.gettempdir(), "pymp-*"))))
+"""
+
+
+def test_a_stage_command_leaves_no_multiprocessing_folder_in_tmp(tmp_path, monkeypatch):
+    """Each DataLoader worker makes a pymp-* folder in TMPDIR (multiprocessing's, for the file
+    descriptors of the tensors it sends) and, ended with SIGTERM, never removes it: three were left
+    in /tmp by every recipe run. A stage's command gets a TMPDIR of its own, removed when it ends."""
+    tmp = Path(tempfile.mkdtemp(dir="/tmp"))  # short: a socket path in it has 107 bytes (tmp_path's is too long)
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # this process's temp folder too
+    try:
+        Context(tmp_path / "w", dry_run=False, stage="generate").sh([sys.executable, "-c", DATALOADER])
+        assert "pymp folders: 1\n" in (tmp_path / "w" / "logs" / "generate.log").read_text()  # the worker made one
+        assert list(tmp.rglob("pymp-*")) == []
+        assert [p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_")] == []
+    finally:
+        shutil.rmtree(tmp)

@@ -1,7 +1,8 @@
 """recipes/parallel.sh: a user's own parallel corpus through the WMT14 recipe's stages. Its command
 line and its one-line errors for files that are missing, misaligned, empty-lined or not UTF-8, and
-for a language sacremoses has no rules for. (A whole run, under Slurm stand-ins:
-tests/test_slurm.py.)"""
+for a language sacremoses has no rules for; its warnings for a corpus that runs but is likely a
+mistake (a split whose two sides are the same text, splits that share sentence pairs). (A whole
+run, under Slurm stand-ins: tests/test_slurm.py; how the files are decoded: tests/test_text_policy.py.)"""
 import subprocess
 
 import pytest
@@ -15,7 +16,7 @@ def test_help_through_the_shell_script(tmp_path):
     proc = subprocess.run([*SH, "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: recipes/parallel.sh [options] [-- fairseq-train options]")
-    for option in ("--src", "--tgt", "--train", "--valid", "--test", "--bpe-merges", "--arch", "--layers",
+    for option in ("--src", "--tgt", "--train", "--valid", "--test", "--errors", "--bpe-merges", "--arch", "--layers",
                    "--ngpus", "--train-minutes", "--max-update", "--launcher", "--precision", "sacreBLEU"):
         assert option in proc.stdout, option
     assert "\n  --bundled" not in proc.stdout and "\n  --smoke" not in proc.stdout  # the WMT14 modes are not its
@@ -45,7 +46,8 @@ def test_dry_run_is_the_wmt14_pipeline_on_the_users_files(tmp_path):
      ["--train:", "train.en has 300 lines but", "train.de has 297"]),
     (lambda c: (c / "test.en").write_text("a\n\n b\n   \n" + "c\n" * 36),
      ["test.en line 2 is empty (2 empty lines in all)", "remove those pairs from both"]),
-    (lambda c: (c / "test.de").write_bytes(b"ok\n" * 5 + b"caf\xe9\n" + b"ok\n" * 34), ["test.de line 6 is not UTF-8"]),
+    (lambda c: (c / "test.de").write_bytes(b"ok\n" * 5 + b"caf\xe9\n" + b"ok\n" * 34),
+     ["test.de: line 6 is not UTF-8", "--errors replace"]),
 ])
 def test_bad_files_are_one_line_naming_the_file(tmp_path, damage, fragments):
     data = corpus(tmp_path / "c", sizes=(("train", 300), ("valid", 40), ("test", 40)))
@@ -64,3 +66,63 @@ def test_bad_files_are_one_line_naming_the_file(tmp_path, damage, fragments):
 def test_bad_languages_are_one_line(argv, message):
     proc = parallel(["--dry-run", *argv, "--train", "t", "--valid", "v", "--test", "t"])
     assert_one_error_line(proc, message)
+
+
+def check(tmp_path, train, valid, test):
+    """Run the check stage on these prefixes; (its process, whether the stage finished)."""
+    work = tmp_path / "w"
+    proc = parallel(["--src", "en", "--tgt", "de", "--train", train, "--valid", valid, "--test", test, "--workdir",
+                     work, "--ngpus", "0", "--stop-stage", "check"])
+    return proc, (work / ".stages" / "check.done").exists()
+
+
+def lines(path):
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def write(path, lines_):
+    path.write_text("".join(line + "\n" for line in lines_), encoding="utf-8")
+
+
+def test_a_split_whose_two_sides_are_the_same_text_is_a_warning(tmp_path):
+    data = corpus(tmp_path / "c", sizes=(("train", 300), ("valid", 40), ("test", 40)))
+    write(data / "valid.de", lines(data / "valid.en"))
+    proc, finished = check(tmp_path, data / "train", data / "valid", data / "test")
+    assert proc.returncode == 0 and finished, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"warning: --valid: {data / 'valid.en'} and {data / 'valid.de'} hold the same text (40 lines), where "
+        "valid.de should be the translation of valid.en; is one of them the wrong file?"]
+
+
+def test_the_same_files_for_train_valid_and_test_is_a_warning(tmp_path):
+    data = corpus(tmp_path / "c", sizes=(("train", 300),))
+    proc, finished = check(tmp_path, data / "train", data / "train", data / "train")
+    assert proc.returncode == 0 and finished, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"warning: --train, --valid and --test are the same files ({data / 'train'}.{{en,de}}): the validation "
+        "loss and the test score are measured on the training data"]
+
+
+def test_sentence_pairs_shared_between_splits_are_counted(tmp_path):
+    """--valid holds 2 training pairs; --test holds 3 validation pairs and 5 training pairs, one of them
+    twice, and a training sentence with a translation of its own (not the same pair: not counted)."""
+    data = corpus(tmp_path / "c", sizes=(("train", 300), ("valid", 40), ("test", 40)))
+    split = {name: {lang: lines(data / f"{name}.{lang}") for lang in ("en", "de")}
+             for name in ("train", "valid", "test")}
+    for lang in ("en", "de"):
+        train, valid, test = (split[name][lang] for name in ("train", "valid", "test"))
+        valid[0:2] = train[10:12]
+        test[0:9] = valid[5:8] + train[20:25] + train[20:21]
+    split["test"]["en"][9] = split["train"]["en"][30]
+    for name, sides in split.items():
+        for lang, text in sides.items():
+            write(data / f"{name}.{lang}", text)
+    proc, finished = check(tmp_path, data / "train", data / "valid", data / "test")
+    assert proc.returncode == 0 and finished, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "warning: 3 of the 40 sentence pairs of --test are also in --valid: the test score counts sentences of the "
+        "validation data",
+        "warning: 2 of the 40 sentence pairs of --valid are also in --train: the validation loss counts sentences of "
+        "the training data",
+        "warning: 6 of the 40 sentence pairs of --test are also in --train: the test score counts sentences of the "
+        "training data"]

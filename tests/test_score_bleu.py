@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from attn_kit.cli import UserError
 from attn_kit.metrics.bleu import (MultiBleuResult, ScoreError, compound_split, multi_bleu, read_lines,
                                    replace_unicode_punctuation, t2t_bleu, t2t_tokenize, words)
 
@@ -286,10 +287,14 @@ def test_same_line_as_installed_multi_bleu_perl(tmp_path, lc):
         assert out.splitlines()[0] == line(hyps, refs, lowercase=lc)
 
 
-def test_read_lines_splits_at_newlines_only(tmp_path):
+def test_read_lines_ends_lines_at_lf_crlf_and_cr_only(tmp_path):
+    """attn_kit.textio's lines: not at the other separators str.splitlines() knows; a byte that is
+    not UTF-8 is an error naming the file and line, or U+FFFD with errors="replace"."""
     path = tmp_path / "f"
-    path.write_bytes("a\x85b\u2028c\r\nd\x1ce\n\nlast".encode("utf-8") + b" \xff\n")
-    assert read_lines(str(path)) == ["a\x85b\u2028c\r", "d\x1ce", "", "last \udcff"]
+    path.write_bytes("a\x85b\u2028c\r\nd\x1ce\rf\n\nlast".encode("utf-8") + b" \xff\n")
+    with pytest.raises(UserError, match=rf"^{path}: line 5 is not UTF-8 \(byte 0xff at byte 6 of the line\)"):
+        read_lines(str(path))
+    assert read_lines(str(path), "replace") == ["a\x85b\u2028c", "d\x1ce", "f", "", "last \ufffd"]
 
 
 # ---------------------------------------------------------------- command line

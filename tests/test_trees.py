@@ -10,6 +10,7 @@ import zipfile
 import pytest
 from conftest import SHARED
 
+from attn_kit.cli import UserError
 from attn_kit.metrics import evalb
 from attn_kit.metrics.trees import (REPAIRS, TreeError, bare_label, delinearize, gold_tree, linearize,
                                     parse_trees, read_mrg, read_tree_lines, strip_tree)
@@ -71,6 +72,28 @@ def test_read_mrg_and_tree_lines(tmp_path):
     silver.write_text("(TOP (S (NN a)))\n(S (NP (NN b))\n")
     with pytest.raises(TreeError, match=r"silver.txt:2: the tree that starts here is never closed"):
         list(read_tree_lines(silver))
+
+
+def test_tree_files_are_read_by_the_text_policy(tmp_path):
+    """attn_kit.textio: a byte-order mark and CRLF or CR line ends read as plain lines (the line
+    numbers too); a byte that is not UTF-8 is one error naming the file and line (it was read
+    into a word as a lone surrogate)."""
+    plain, mrg = tmp_path / "plain.mrg", tmp_path / "wsj_0201.mrg"
+    plain.write_text(MRG, encoding="utf-8")
+    mrg.write_bytes(b"\xef\xbb\xbf" + MRG.replace("\n", "\r\n").encode())
+    assert read_mrg(mrg) == read_mrg(plain) and len(read_mrg(plain)) == 2
+    silver = tmp_path / "silver.txt"
+    silver.write_bytes("\ufeff(TOP (S (NN a)))\r\n\r(S (NN café))\r(S (NN c)) (S (NN d))\r".encode())
+    with pytest.raises(TreeError, match=r"silver.txt:4: 2 trees on one line"):
+        list(read_tree_lines(silver))
+    silver.write_bytes(silver.read_bytes().replace(b" (S (NN d))", b""))
+    assert [str(t) for t in read_tree_lines(silver)] == ["(TOP (S (NN a)))", "(S (NN café))", "(S (NN c))"]
+    for path, trees in ((silver, b"(S (NN a))\n(S (NN caf\xe9))\n"), (mrg, MRG.encode() + b"(S (NN caf\xe9))\n")):
+        path.write_bytes(trees)
+        line = trees.count(b"\n")
+        message = rf"^{path}: line {line} is not UTF-8 \(byte 0xe9 at byte 11 of the line\)"  # "(S (NN caf" + 1
+        with pytest.raises(UserError, match=message):
+            list(read_tree_lines(path)) if path == silver else read_mrg(path)
 
 
 # --------------------------------------------------------------------------- preprocessing

@@ -9,9 +9,12 @@ prints one line on stdout, e.g. (hyp "der 2-Euro-Job ist gut", ref "der 2-Euro-J
 
 Both files hold tokenized text, one segment a line (the Moses-tokenized
 hypotheses after BPE removal, the Moses-tokenized reference); "--hyp -" reads
-the hypotheses from stdin. The n-gram statistics come from sacreBLEU
-(tokenize "none", no smoothing); how they are combined and printed follows
-multi-bleu.perl:
+the hypotheses from stdin. Every input is read as all of this project's
+commands read text (attn_kit.textio): UTF-8, where a byte that is not is one
+error naming the file and line (--errors replace reads it as U+FFFD); a
+byte-order mark at the start is removed; CR, CRLF and LF each end a line. The
+n-gram statistics come from sacreBLEU (tokenize "none", no smoothing); how
+they are combined and printed follows multi-bleu.perl:
 
   * a line is split into words at runs of ASCII whitespace (space, tab, CR,
     LF, FF, VT: perl's \\s on the bytes multi-bleu.perl reads); a no-break
@@ -31,12 +34,14 @@ becomes "a ##AT##-##AT## b-c": the "b" is consumed by the first match; "é-è-ê
 is split twice, as perl consumes only the first byte of "è").
 
 Where this differs from multi-bleu.perl (inputs a WMT test set never has): an
-empty hypothesis file scores 0 instead of perl's division by zero; a file whose
-last line lacks its newline keeps that line's last character (the chop of
-multi-bleu.perl before 2018-07 drops it). An empty reference line counts as
-length 0, as in every multi-bleu.perl, with a warning; files of different line
-counts (for which perl adds 9999 to ref_len per missing reference line) or an
-empty reference (ref_len = 0) are errors.
+empty hypothesis file scores 0 instead of perl's division by zero; a file
+whose last line lacks its newline keeps that line's last character (the chop
+of multi-bleu.perl before 2018-07 drops it); text that is not UTF-8 is refused
+(perl scores its bytes), a leading byte-order mark is not part of the first
+word, and a lone CR ends a line (for perl it is a space inside one). An empty
+reference line counts as length 0, as in every multi-bleu.perl, with a
+warning; files of different line counts (for which perl adds 9999 to ref_len
+per missing reference line) or an empty reference (ref_len = 0) are errors.
 
 --protocol t2t scores raw (detokenized) text the way the paper's EN-DE
 numbers were made, tensor2tensor's get_ende_bleu.sh: Moses
@@ -66,6 +71,7 @@ from dataclasses import dataclass
 from typing import List, Sequence, Tuple, Union
 
 from attn_kit.cli import UserError
+from attn_kit.textio import add_errors_option, iter_lines
 
 MAX_ORDER = 4
 
@@ -336,19 +342,14 @@ def t2t_bleu(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence[s
 _split_compounds = compound_split  # t2t_bleu's argument of that name hides the function
 
 
-def read_lines(path: str) -> List[str]:
-    """The lines of ``path`` ("-": stdin) without their newline, split at "\\n" only
-    (not at the other separators str.splitlines() knows), bytes kept as they are."""
+def read_lines(path: str, errors: str = "strict") -> List[str]:
+    """The lines of ``path`` ("-": stdin) under attn_kit.textio's policy (``errors``: its
+    --errors): ending at LF, CRLF or CR only (not at the other separators str.splitlines()
+    knows); an OSError if the file cannot be opened."""
     if path == "-":
-        data = sys.stdin.buffer.read()
-    else:
-        with open(path, "rb") as f:
-            data = f.read()
-    text = data.decode("utf-8", errors="surrogateescape")
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return lines
+        return list(iter_lines(sys.stdin.buffer, "stdin", errors))
+    with open(path, "rb") as f:
+        return list(iter_lines(f, str(path), errors))
 
 
 def _lines(n: int) -> str:
@@ -373,12 +374,13 @@ def main(argv=None) -> int:
     parser.add_argument("--no-compound-split", dest="compound_split", action="store_false",
                         help="no compound split (--protocol t2t: the default for -l fr)")
     parser.add_argument("--lowercase", "-lc", action="store_true", help="lowercase ASCII letters (multi-bleu.perl -lc)")
+    add_errors_option(parser)
     args = parser.parse_args(argv)
 
     texts = {}
     for role, path in [("hypothesis", args.hyp)] + [("reference", r) for r in args.ref]:
         try:
-            texts[path] = read_lines(path)
+            texts[path] = read_lines(path, args.errors)
         except OSError as e:
             raise UserError(f"cannot read {role} file {path}: {e.strerror or e}") from None
     hyps = texts[args.hyp]

@@ -39,6 +39,16 @@ or brackets; a word outside a ``(TAG word)`` pair, ``(A b c)``, or a ``)``
 with nothing open makes the sentence an error sentence (EVALB loops on the
 first two until it gives up, and reads outside its stack on the third).
 QUOTE_LABEL (new.prm) is not supported: run the official binary with --evalb.
+
+The files are read as every command of this project reads text
+(attn_kit.textio), where EVALB reads bytes: UTF-8, a byte that is not is one
+error naming the file and line (``--errors replace`` reads it as U+FFFD, and
+a message quoting the word prints that); a byte-order mark at the start is
+removed (to EVALB, three bytes outside any bracket); CR, CRLF and LF each end
+a line (CRLF reads as EVALB reads it, the CR being a space; a lone CR is a
+space inside a line to EVALB). Valid UTF-8 with LF or CRLF line ends, as every
+treebank is, gives EVALB's report byte for byte. With ``--evalb`` the official
+program reads the files itself.
 """
 import argparse
 import os
@@ -49,6 +59,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
 from attn_kit.cli import UserError
+from attn_kit.textio import add_errors_option, read_lines
 
 # The settings of EVALB's COLLINS.prm, as a parameter file this script (and EVALB) reads.
 COLLINS_PRM = """\
@@ -361,15 +372,6 @@ HEADER = ("  Sent.                        Matched  Bracket   Cross        Correc
           + "=" * 76 + "\n")
 
 
-def _lines(data: bytes) -> List[str]:
-    """fgets() lines, as latin-1 text so that every byte compares and prints as itself."""
-    text = data.decode("latin-1")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
-
-
 def evaluate(gold_lines: List[str], test_lines: List[str], params: Params = COLLINS, out=None, err=None):
     """Score ``test_lines`` against ``gold_lines``; write EVALB's report to ``out``
     and its error messages to ``err`` (text streams, or None); return
@@ -451,12 +453,17 @@ def parse_summary(text: str) -> Dict[str, Dict[str, float]]:
 
 
 # --------------------------------------------------------------------------- command line
-def _read(path: str, what: str) -> bytes:
+def _open(path: str, what: str):
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return open(path, "rb")
     except OSError as exc:
         raise UserError(f"cannot read the {what} file {path}: {exc.strerror}") from None
+
+
+def _read_lines(path: str, what: str, errors: str) -> List[str]:
+    """The lines of a file under attn_kit.textio's policy; a file that cannot be opened is one error."""
+    with _open(path, what) as f:
+        return read_lines(f, path, errors)
 
 
 def run_official(binary: str, params_text: str, args) -> int:
@@ -465,8 +472,8 @@ def run_official(binary: str, params_text: str, args) -> int:
         raise UserError(f"--evalb {binary}: not an executable file (build EVALB with 'make' in its folder; "
                         "https://nlp.cs.nyu.edu/evalb/)")
     for path, what in ((args.gold, "gold"), (args.test, "test")):
-        _read(path, what)
-    with tempfile.NamedTemporaryFile("w", suffix=".prm", delete=False) as prm:
+        _open(path, what).close()
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".prm", delete=False) as prm:
         prm.write(params_text)
     try:
         cmd = [binary, "-p", prm.name]
@@ -492,8 +499,10 @@ def main(argv=None) -> int:
     p.add_argument("-c", dest="cutoff", type=int, help="length cut-off of the second section (default 40)")
     p.add_argument("--evalb", metavar="PATH", help="run the official EVALB binary at PATH with the same "
                                                    "parameters instead")
+    add_errors_option(p)
     args = p.parse_args(argv)
-    params_text = _read(args.prm, "parameter").decode("latin-1") if args.prm else COLLINS_PRM
+    params_text = ("".join(line + "\n" for line in _read_lines(args.prm, "parameter", args.errors)) if args.prm
+                   else COLLINS_PRM)
     params = parse_params(params_text, args.prm or "COLLINS.prm")
     if args.evalb:
         return run_official(args.evalb, params_text, args)
@@ -501,9 +510,9 @@ def main(argv=None) -> int:
         params.max_error = args.max_error
     if args.cutoff is not None:
         params.cutoff_len = args.cutoff
-    gold, test = _lines(_read(args.gold, "gold")), _lines(_read(args.test, "test"))
-    out = open(sys.stdout.fileno(), "w", encoding="latin-1", newline="\n", closefd=False)
-    err = open(sys.stderr.fileno(), "w", encoding="latin-1", newline="\n", closefd=False)
+    gold, test = _read_lines(args.gold, "gold", args.errors), _read_lines(args.test, "test", args.errors)
+    out = open(sys.stdout.fileno(), "w", encoding="utf-8", newline="\n", closefd=False)
+    err = open(sys.stderr.fileno(), "w", encoding="utf-8", newline="\n", closefd=False)
     try:
         try:
             evaluate(gold, test, params, out, err)  # TooManyErrors: one error line after EVALB's messages

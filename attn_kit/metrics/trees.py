@@ -5,7 +5,9 @@ with its inverse.
 Reading: ``.mrg`` files hold bracketed trees over several lines each, most of
 them wrapped in an unlabelled ``( ... )``; silver trees (``--extra-trees``)
 are one tree per line. A malformed tree is a :class:`TreeError` naming the
-file and line.
+file and line. Both are read as every command of this project reads text
+(attn_kit.textio: UTF-8, a byte that is not is one error naming the file and
+line; a leading byte-order mark removed; CR, CRLF and LF end a line alike).
 
 Preprocessing (:func:`strip_tree`): drop the empty elements (``-NONE-``
 words) and every constituent left without words, cut function tags and
@@ -34,6 +36,8 @@ the input words in their order.
 from collections import Counter
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
+
+from attn_kit.textio import iter_lines
 
 
 class TreeError(ValueError):
@@ -148,25 +152,26 @@ def parse_trees(text: str, source: str = "<string>", first_line: int = 1) -> Ite
                         f"({len(stack)} ')' missing at the end of the file)")
 
 
+def _open(path: Path):
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise TreeError(f"{path}: cannot read it ({exc.strerror})") from None
+
+
 def read_mrg(path: Path) -> List[Tree]:
     """All trees of a treebank ``.mrg`` file (trees over several lines)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError as exc:
-        raise TreeError(f"{path}: cannot read it ({exc.strerror})") from None
+    with _open(path) as f:
+        text = "".join(line + "\n" for line in iter_lines(f, str(path)))
     return [tree for tree, _ in parse_trees(text, str(path))]
 
 
 def read_tree_lines(path: Path) -> Iterator[Tree]:
     """Trees one per line (blank lines skipped), e.g. silver trees for --extra-trees."""
     path = Path(path)
-    try:
-        f = open(path, encoding="utf-8", errors="surrogateescape")
-    except OSError as exc:
-        raise TreeError(f"{path}: cannot read it ({exc.strerror})") from None
-    with f:
-        for n, line in enumerate(f, 1):
+    with _open(path) as f:
+        for n, line in enumerate(iter_lines(f, str(path)), 1):
             if not line.strip():
                 continue
             trees = list(parse_trees(line, str(path), n))

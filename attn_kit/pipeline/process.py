@@ -13,10 +13,14 @@ A command it starts dies with the process that started it
 was killed neither trains on alone nor lets a second run start while it does.
 """
 import ctypes
+import getpass
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Tuple
 
@@ -54,8 +58,17 @@ def stream(cmd: Sequence, on_line: Callable[[str], None], env: Optional[dict] = 
 
     Returns (exit status, its last non-empty output line without an ``error: ``
     prefix: the one-line errors of attn_kit's commands read as the reason).
-    Raises FileNotFoundError if the program does not exist."""
+    Raises FileNotFoundError if the program does not exist.
+
+    The command's TMPDIR is a folder of its own, removed when it ends, so that what its
+    tools leave there goes too: each DataLoader worker of fairseq-train and -generate
+    makes a ``pymp-*`` folder and is ended with SIGTERM, which leaves the folder behind."""
     cmd = [str(c) for c in cmd]
+    scratch = tempfile.mkdtemp(prefix="attn-")
+    env = dict(os.environ if env is None else env)
+    if len(scratch) <= _SOCKET_ROOM:
+        env["TMPDIR"] = scratch
+        env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache())  # compiled kernels outlive the command
     fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
     fout = open(stdout, "wb") if stdout else subprocess.PIPE
     try:
@@ -79,4 +92,20 @@ def stream(cmd: Sequence, on_line: Callable[[str], None], env: Optional[dict] = 
             fin.close()
         if stdout:
             fout.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     return rc, last.removeprefix("error: ")
+
+
+# The longest TMPDIR that has room for a DataLoader worker's socket, pymp-*/listener-*, in an AF_UNIX
+# path (107 bytes): in a longer one the worker cannot send a batch, and the command waits forever.
+_SOCKET_ROOM = 107 - len("/pymp-12345678/listener-12345678")
+
+
+def _inductor_cache() -> str:
+    """torch.compile's cache folder as torch picks it by default, in the usual TMPDIR
+    (torch._inductor.runtime.cache_dir_utils.default_cache_dir, without importing torch)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid_{os.getuid()}"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))

@@ -6,6 +6,10 @@ aggressive hyphen splitting, ``-a``, as fairseq's WMT14 scripts run it);
 cleaning follows Moses' clean-corpus-n.perl, which fairseq's scripts call with
 ``-ratio 1.5 ... 1 250``. Nothing here re-implements BPE or binarization:
 subword-nmt and fairseq-preprocess do that.
+
+A user's corpus (recipes/parallel.sh) is read under :mod:`attn_kit.textio`'s policy
+(:func:`copy_corpus`), and so are the recipes' own text files when they are tokenized;
+the WMT14 downloads keep their one-line-per-``\\n`` reading (:func:`concatenate`).
 """
 import gzip
 import io
@@ -17,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Iterable, Iterator, List, Tuple
 
+from ..textio import iter_lines
 from .stages import UserError
 
 # The recipes' Moses steps: punctuation normalization, then tokenization with -a
@@ -47,9 +52,11 @@ def moses_tokenizer_args() -> dict:
 def moses_tokenize(inp: Path, out: Path, lang: str, workers: int, progress=None):
     """Moses punctuation normalization and tokenization (sacremoses) of ``inp``
     into ``out``, streamed through ``workers`` processes (output order = input order);
-    ``progress`` (an :class:`attn_kit.pipeline.progress.Progress`) hears the lines done."""
+    ``progress`` (an :class:`attn_kit.pipeline.progress.Progress`) hears the lines done.
+    ``inp`` is read under :mod:`attn_kit.textio`'s policy."""
     fn = partial(_moses_line, lang)
-    with open(inp, encoding="utf-8", errors="replace") as fin, open(out, "w", encoding="utf-8") as fout:
+    fin = iter_lines(inp)
+    with open(out, "w", encoding="utf-8") as fout:
         if workers > 1:
             pool = multiprocessing.get_context("fork").Pool(workers, initializer=_pool_worker)
             try:
@@ -135,8 +142,21 @@ def extract_members(archive: Path, wanted: dict):
         raise UserError(f"{archive} has no member {next(iter(todo))}; is it the right archive?")
 
 
+def copy_corpus(inp: Path, out: Path, errors: str = "strict") -> int:
+    """A user's raw text file into ``out`` under :mod:`attn_kit.textio`'s policy (a byte that
+    is not UTF-8 is one error naming the file and line unless ``errors`` is "replace"; a leading
+    BOM is removed; CR, CRLF and LF end lines alike), whitespace normalized; return the number
+    of lines."""
+    n = 0
+    with open(out, "w", encoding="utf-8") as fout:
+        for n, line in enumerate(iter_lines(inp, errors=errors), 1):
+            fout.write(" ".join(line.split()) + "\n")
+    return n
+
+
 def concatenate(parts: Iterable[Path], out: Path) -> int:
-    """Concatenate text files into ``out``; return the number of lines."""
+    """Concatenate text files into ``out``; return the number of lines. For the WMT14
+    downloads: a line ends at ``\\n`` only, and a byte that is not UTF-8 is read as U+FFFD."""
     n = 0
     with open(out, "w", encoding="utf-8") as fout:
         for part in parts:

@@ -7,7 +7,9 @@ sentence per line, line N of one the translation of line N of the other. The
 stages are the WMT14 recipe's (attn_kit.recipes.wmt14), with the user's files
 in place of the downloads:
 
-  check      both sides of every split exist, are UTF-8, have as many lines, no empty line
+  check      both sides of every split exist, are UTF-8, have as many lines, no empty line;
+             a warning when a split's two sides are the same text, or when splits share
+             sentence pairs (--train = --valid, a test set inside the training data)
   copy       into WORKDIR/raw, whitespace normalized
   tokenize   Moses punctuation normalization and tokenization with -a (sacremoses; any
              language it has rules for: --src/--tgt are checked against them)
@@ -20,15 +22,25 @@ in place of the downloads:
   score      sacreBLEU on detokenized output, tokenized BLEU (multi-bleu), and
              tensor2tensor's protocol (the paper's); WORKDIR/results.json
 
+The files are read as every command of this project reads text (attn_kit.textio):
+UTF-8, a byte that is not is one error naming the file and line (--errors replace
+reads it as U+FFFD instead), a byte-order mark at the start is removed, and CR,
+CRLF and LF all end a line.
+
 Options after -- go to fairseq-train as they are. Each stage skips work whose
 complete output exists; use a fresh --workdir when the files change.
 """
 import argparse
+import hashlib
+import sys
+from collections import Counter
+from itertools import zip_longest
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional, Set
 
 from ..cli import UsageError, UserError, main_guard
 from ..sizes import PLUGIN_ARCHS
+from ..textio import add_errors_option, iter_lines
 from . import common, config, scale, wmt14
 from .common import REPO
 
@@ -49,41 +61,112 @@ def check_language(option: str, code: str):
                          f"{', '.join(known)}")
 
 
-def scan(path: Path):
-    """(lines, first empty line number or None, empty lines) of a text file; a UserError
-    names the line that is not UTF-8."""
-    lines, first_empty, empty = 0, None, 0
-    with open(path, "rb") as f:
-        for lines, raw in enumerate(f, 1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise UserError(f"{path} line {lines} is not UTF-8 text") from None
-            if not text.strip():
-                empty += 1
-                first_empty = first_empty or lines
-    return lines, first_empty, empty
+def warn(message: str):
+    """A warning: one line on stderr; the run goes on."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
-def check_files(files: Dict[str, Path], src: str, tgt: str):
-    """Every split's two files exist, are UTF-8, line-aligned (as many lines) and without empty
-    lines; one UserError naming the file (and both counts) otherwise."""
+class _Side:
+    """What the check learns of one file in one pass: its lines, empty lines, a digest of its text."""
+
+    def __init__(self, path: Path):
+        self.path, self.lines, self.first_empty, self.empty = path, 0, None, 0
+        self.hash = hashlib.blake2b(digest_size=16)
+
+    def add(self, line: str):
+        self.lines += 1
+        self.hash.update(line.encode("utf-8") + b"\n")
+        if not line.strip():
+            self.empty += 1
+            self.first_empty = self.first_empty or self.lines
+
+
+def _pair(source: str, target: str) -> bytes:
+    """A sentence pair's digest, whitespace normalized as the copy stage normalizes it."""
+    text = " ".join(source.split()) + "\n" + " ".join(target.split())
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+def _read_split(split: str, prefix: Path, src: str, tgt: str, errors: str, pairs: Optional[Counter],
+                held: Dict[str, Counter]) -> Dict[str, Set[bytes]]:
+    """One pass over a split's two files under attn_kit.textio's policy, with :func:`check_files`'s
+    errors. Each pair's digest is counted in ``pairs`` (if given); returned: for each split of
+    ``held``, the digests of this split's pairs that it holds too."""
+    paths = [Path(f"{prefix}.{lang}") for lang in (src, tgt)]
+    sides = [_Side(path) for path in paths]
+    matched = {name: set() for name in held}
+    for s, t in zip_longest(*(iter_lines(path, errors=errors) for path in paths)):
+        if s is not None:
+            sides[0].add(s)
+        if t is not None:
+            sides[1].add(t)
+        if s is not None and t is not None and (pairs is not None or held):
+            pair = _pair(s, t)
+            if pairs is not None:
+                pairs[pair] += 1
+            for name, other in held.items():
+                if pair in other:
+                    matched[name].add(pair)
+    (a, b), (sa, sb) = paths, sides
+    if sa.lines != sb.lines:
+        raise UserError(f"--{split}: {a} has {sa.lines} lines but {b} has {sb.lines}; the two sides must be "
+                        "line-aligned translations")
+    if sa.lines == 0:
+        raise UserError(f"--{split}: {a} and {b} are empty")
+    for side in sides:
+        if side.first_empty:
+            raise UserError(f"{side.path} line {side.first_empty} is empty ({side.empty} empty line"
+                            f"{'s' if side.empty > 1 else ''} in all); remove those pairs from both {a} and {b}")
+    if sa.hash.digest() == sb.hash.digest():
+        warn(f"--{split}: {a} and {b} hold the same text ({sa.lines} lines), where {b.name} should be the "
+             f"translation of {a.name}; is one of them the wrong file?")
+    return matched
+
+
+def _and(items) -> str:
+    return " and ".join(", ".join(items).rsplit(", ", 1))
+
+
+# What a split measures, and what it is made of, for the overlap warnings.
+_MEASURES = {"valid": "the validation loss", "test": "the test score"}
+_SOURCE = {"train": "the training data", "valid": "the validation data"}
+
+
+def check_files(files: Dict[str, Path], src: str, tgt: str, errors: str = "strict"):
+    """Every split's two files exist, are UTF-8 (attn_kit.textio's policy; ``errors``: its --errors),
+    line-aligned (as many lines) and without empty lines; one UserError naming the file (and both
+    counts) otherwise. One warning line each (the run goes on) when a split's two files hold the
+    same text, when splits are the same files, and when splits share sentence pairs (how many).
+    The held-out splits' pairs are kept as digests, and --train is streamed past them."""
+    paths = {split: [Path(f"{prefix}.{lang}") for lang in (src, tgt)] for split, prefix in files.items()}
     for split, prefix in files.items():
-        paths = [Path(f"{prefix}.{lang}") for lang in (src, tgt)]
-        for path in paths:
+        for path in paths[split]:
             if not path.is_file():
                 raise UserError(f"--{split} {prefix}: {path} not found (expected raw text files {prefix}.{src} and "
                                 f"{prefix}.{tgt}, one sentence per line)")
-        (n_src, empty_src, k_src), (n_tgt, empty_tgt, k_tgt) = (scan(p) for p in paths)
-        if n_src != n_tgt:
-            raise UserError(f"--{split}: {paths[0]} has {n_src} lines but {paths[1]} has {n_tgt}; the two sides "
-                            "must be line-aligned translations")
-        if n_src == 0:
-            raise UserError(f"--{split}: {paths[0]} and {paths[1]} are empty")
-        for path, first, count in ((paths[0], empty_src, k_src), (paths[1], empty_tgt, k_tgt)):
-            if first:
-                raise UserError(f"{path} line {first} is empty ({count} empty line{'s' if count > 1 else ''} in "
-                                f"all); remove those pairs from both {prefix}.{src} and {prefix}.{tgt}")
+    groups = {}  # splits given the same two files: read once, said once
+    for split in files:
+        groups.setdefault(tuple(path.resolve() for path in paths[split]), []).append(split)
+    for group in groups.values():
+        if len(group) > 1:
+            measured = [_MEASURES[split] for split in group[1:]]
+            warn(f"{_and(f'--{split}' for split in group)} are the same files ({files[group[0]]}.{{{src},{tgt}}}): "
+                 f"{_and(measured)} {'are' if len(measured) > 1 else 'is'} measured on {_SOURCE[group[0]]}")
+    read = [group[0] for group in groups.values()]
+    held, shared = {}, []
+    for split in sorted(read, key=lambda s: s == "train"):  # the held-out splits first; --train is large
+        pairs = None if split == "train" else Counter()
+        matched = _read_split(split, files[split], src, tgt, errors, pairs, dict(held))
+        for name, found in matched.items():  # the lines of the held-out split (the one read later, if neither)
+            inside = name if split == "train" else split
+            count = sum((held[inside] if inside in held else pairs)[digest] for digest in found)
+            if count:
+                shared.append((inside, name if inside == split else split, count))
+        if pairs is not None:
+            held[split] = pairs
+    for inside, outside, count in shared:
+        warn(f"{count} of the {sum(held[inside].values())} sentence pairs of --{inside} are also in --{outside}: "
+             f"{_MEASURES[inside]} counts sentences of {_SOURCE[outside]}")
 
 
 def parse_args(argv=None):
@@ -100,6 +183,7 @@ def parse_args(argv=None):
                        help=f"{what} pairs: raw text files PREFIX.SRC and PREFIX.TGT")
     g.add_argument("--bpe-merges", type=int, help=f"joint BPE merges (default {F['bpe_merges']}; fewer for a "
                                                   "small corpus)")
+    add_errors_option(g)
     wmt14.add_workers_option(g)
     common.add_run_options(p, "runs/parallel_<src>_<tgt>_<arch>")
     p.add_argument("--arch", default="attn_paper_base",

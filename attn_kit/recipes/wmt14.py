@@ -232,7 +232,7 @@ def stages(args):
             from .parallel import check_files
 
             ctx.step(f"check {', '.join(f'{prefix}.{{{src},{tgt}}}' for prefix in args.files.values())}: there, "
-                     "UTF-8, line counts equal, no empty line", check_files, args.files, src, tgt)
+                     "UTF-8, line counts equal, no empty line", check_files, args.files, src, tgt, args.errors)
             return
         if bundled:
             ctx.step(f"check the bundled Tatoeba EN-DE files in {BUNDLED_DATA} (sizes, sha256)", check_bundled,
@@ -265,12 +265,12 @@ def stages(args):
 
     def extract(ctx):
         if files:
-            from ..pipeline.text import concatenate
+            from ..pipeline.text import copy_corpus
 
             for split, prefix in args.files.items():
                 for lang in (src, tgt):
                     once(ctx, raw / f"{split}.{lang}", f"copy {prefix}.{lang} -> {raw / f'{split}.{lang}'} "
-                         "(whitespace normalized)", lambda out, p=f"{prefix}.{lang}": concatenate([Path(p)], out))
+                         "(whitespace normalized)", lambda out, p=f"{prefix}.{lang}": copy_corpus(p, out, args.errors))
             return
         if bundled:
             with ctx.output(raw) as tmp:
