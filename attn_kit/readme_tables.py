@@ -53,6 +53,21 @@ def minutes(seconds) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- the bundled run
+def t2t_scores(r: dict):
+    """(BLEU by t2t's get_ende_bleu.sh of 2017, the paper's; by its 2018 form) of a results.json;
+    None where a run was not scored that way. Runs scored before both were kept had only
+    ``bleu_t2t``, by the 2018 script (their protocol text names replace-unicode-punctuation first)."""
+    if "bleu_t2t_2018" in r:
+        return r.get("bleu_t2t"), r["bleu_t2t_2018"]
+    if r.get("bleu_t2t_protocol", "").startswith("tensor2tensor get_ende_bleu.sh: replace-unicode"):
+        return None, r.get("bleu_t2t")
+    return r.get("bleu_t2t"), None
+
+
+def fmt(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def bundled() -> str:
     """The main job, `--bundled`, over seeds: BLEU every way, updates, time per stage."""
     paths = sorted(glob.glob(str(RECIPES / "bundled_seed*.json")))
@@ -65,12 +80,14 @@ def bundled() -> str:
         quiet = run.get("quiet_machine", True)
         times = ([minutes(r.get("stage_seconds", {}).get("train")), minutes(r.get("total_seconds"))] if quiet
                  else ["(not timed: run side by side)", ""])
-        rows.append([r["seed"], f"{r['sacrebleu']:.2f}", f"{r.get('bleu_t2t', float('nan')):.2f}",
+        rows.append([r["seed"], f"{r['sacrebleu']:.2f}", *map(fmt, t2t_scores(r)),
                      f"{r.get('bleu_compound_split', float('nan')):.2f}", r["updates"], *times])
-    keys = ("sacrebleu", "bleu_t2t", "bleu_compound_split")
-    rows.append(["mean ± sd", *(mean_sd([run["result"].get(k) for run in runs]) for k in keys), "", "", ""])
-    head = ["seed", "sacreBLEU", "BLEU, paper's protocol (t2t)", "BLEU, fairseq's compound split", "updates",
-            "train", "all stages"]
+    columns = [[run["result"].get("sacrebleu") for run in runs],
+               *zip(*(t2t_scores(run["result"]) for run in runs)),
+               [run["result"].get("bleu_compound_split") for run in runs]]
+    rows.append(["mean ± sd", *(mean_sd(column) for column in columns), "", "", ""])
+    head = ["seed", "sacreBLEU", "BLEU, paper's protocol (t2t, 2017 script)", "t2t's 2018 script",
+            "BLEU, fairseq's compound split", "updates", "train", "all stages"]
     first = runs[0]
     note = (f"\n\nMachine: {first['machine']}; {first['result'].get('threads')} threads; "
             f"date {first['date']}, commit {first['commit'][:12]}.")
@@ -87,9 +104,11 @@ def bundled() -> str:
         m = load(path)
         r = m["result"]
         same = next((run["result"] for run in runs if run["result"]["seed"] == r["seed"]), None)
+        year = "2017" if t2t_scores(r)[0] is not None else "2018"
+        t2t = lambda run: fmt(t2t_scores(run)[0 if year == "2017" else 1])  # noqa: E731
         note += (f" The same command with seed {r['seed']} on {m['machine']} ({r.get('threads')} threads, commit "
-                 f"{m['commit'][:7]}): sacreBLEU {r['sacrebleu']:.2f}, t2t {r['bleu_t2t']:.2f}"
-                 + (f" (against {same['sacrebleu']:.2f} and {same['bleu_t2t']:.2f} above: another CPU type rounds "
+                 f"{m['commit'][:7]}): sacreBLEU {r['sacrebleu']:.2f}, t2t ({year} script) {t2t(r)}"
+                 + (f" (against {same['sacrebleu']:.2f} and {t2t(same)} above: another CPU type rounds "
                     "differently, within the seeds' spread)" if same else "") + ".")
     return table(head, rows) + note + source(*paths, *timings, *machines)
 
@@ -246,8 +265,10 @@ def table3() -> str:
     run = load(path)
     r = run["result"]
     base = r["base"]
+    scripts = {row.get("bleu_script", "2018") for row in r["rows"]}  # rows scored before 2017's was kept
     return (markdown(r) + f"\n\nBase of this scale: N={base['N']}, d_model={base['d_model']}, d_ff={base['d_ff']}, "
-            f"h={base['h']}; {r['max_update']} updates per row (big {3 * r['max_update']}); machine {run['machine']}, "
+            f"h={base['h']}; {r['max_update']} updates per row (big {3 * r['max_update']}); BLEU by tensor2tensor's "
+            f"get_ende_bleu.sh of {' and '.join(sorted(scripts))}; machine {run['machine']}, "
             f"date {run['date']}, commit {run['commit'][:7]}." + source(path))
 
 

@@ -400,8 +400,8 @@ def test_cli_help():
 
 # ---------------------------------------------------------------- the paper's protocol (t2t get_ende_bleu.sh)
 # Expected strings are worked out from the perl scripts' rules: replace-unicode-punctuation.perl's
-# substitution list, tokenizer.perl (2017, before its 2018-11 "split final dots unconditionally") with
-# its defaults (escaping on, no -a), and the compound-split one-liner.
+# substitution list (the 2018 script's first step), tokenizer.perl (2017, before its 2018-11 "split
+# final dots unconditionally") with its defaults (escaping on, no -a), and the compound-split one-liner.
 
 
 @pytest.mark.parametrize("raw,tokens", [
@@ -426,7 +426,33 @@ def test_cli_help():
     ("a\x1cb", "ab"),
 ])
 def test_t2t_tokenization_follows_the_perl_rules(raw, tokens):
-    assert t2t_tokenize(raw, "de") == tokens
+    assert t2t_tokenize(raw, "de", version="2018") == tokens
+
+
+@pytest.mark.parametrize("raw,tokens", [
+    # the 2017 script has no replace-unicode-punctuation step: “ ” ’ … and full-width signs stay, each
+    # split off as a symbol by tokenizer.perl (its rule: pad every non-alphanumeric character)
+    ("Er sagte: „Das ist gut“", "Er sagte : „ Das ist gut “"),
+    ("Das ist’s … gut", "Das ist ’ s … gut"),
+    ("a & \"b\"", "a &amp; &quot; b &quot;"),  # ASCII quotes are escaped by both
+])
+def test_t2t_2017_tokenization_keeps_unicode_punctuation(raw, tokens):
+    assert t2t_tokenize(raw, "de") == t2t_tokenize(raw, "de", version="2017") == tokens
+
+
+def test_the_2017_and_2018_scripts_score_by_hand(tmp_path):
+    """Hypothesis with ASCII quotes, reference with curly ones. 2018: both become &quot; (100).
+    2017: hyp "Er sagte &quot; ja &quot; ." against ref "Er sagte “ ja ” ." (6 tokens each):
+    1-grams 4/6 (Er sagte ja .), 2-grams 1/5 (Er sagte), 3-grams 0/4: BLEU 0, no smoothing."""
+    hyp, ref = 'Er sagte "ja".', "Er sagte “ja”."
+    assert t2t_bleu([hyp], [ref], version="2018").score == pytest.approx(100.0)
+    expected = "BLEU = 0.00, 66.7/20.0/0.0/0.0 (BP=1.000, ratio=1.000, hyp_len=6, ref_len=6)"
+    assert t2t_bleu([hyp], [ref]).format() == expected
+    (tmp_path / "h").write_text(hyp + "\n", encoding="utf-8")
+    (tmp_path / "r").write_text(ref + "\n", encoding="utf-8")
+    assert score("--protocol", "t2t", "--hyp", tmp_path / "h", "--ref", tmp_path / "r").stdout.strip() == expected
+    later = score("--protocol", "t2t-2018", "--hyp", tmp_path / "h", "--ref", tmp_path / "r").stdout
+    assert later.startswith("BLEU = 100.00")
 
 
 def test_replace_unicode_punctuation_is_the_scripts_table():
@@ -485,4 +511,4 @@ def test_t2t_matches_the_real_perl_pipeline_where_it_is_installed(tmp_path):
     perl = subprocess.run(f"perl {scripts}/tokenizer/replace-unicode-punctuation.perl < {raw} | "
                           f"perl {scripts}/tokenizer/tokenizer.perl -l de -q", shell=True, capture_output=True,
                           text=True).stdout.splitlines()
-    assert perl == [t2t_tokenize(x, "de") for x in lines]
+    assert perl == [t2t_tokenize(x, "de", version="2018") for x in lines]

@@ -44,11 +44,16 @@ warning; files of different line counts (for which perl adds 9999 to ref_len
 per missing reference line) or an empty reference (ref_len = 0) are errors.
 
 --protocol t2t scores raw (detokenized) text the way the paper's EN-DE
-numbers were made, tensor2tensor's get_ende_bleu.sh: Moses
-replace-unicode-punctuation.perl (its "-l de" is ignored by the script),
+numbers were made, tensor2tensor's get_ende_bleu.sh as it was in 2017:
 tokenizer.perl -l LANG with its defaults (escaping on, no -a), the compound
 split, then multi-bleu.perl. The reference goes through the same steps (the
-t2t script takes an already tokenized reference). The compound split is on by
+t2t script takes an already tokenized reference). --protocol t2t-2018 is the
+script from 2018-04-05 on, which first runs Moses'
+replace-unicode-punctuation.perl (its "-l de" is ignored by the script): curly
+double quotes, ’, … and full-width punctuation become ASCII before tokenizing.
+(The 2017 script as committed wrote the hypothesis's compound split to one
+file and scored another, a slip fixed the same day; its steps are clear and
+are what --protocol t2t runs.) The compound split is on by
 default for -l de only; EN-FR (-l fr) is scored by the same pipeline without
 it; --compound-split / --no-compound-split override. Only de and fr are
 supported. The Moses scripts are those of April 2018, when get_ende_bleu.sh got
@@ -59,6 +64,7 @@ does (so a line holding only a no-break space is one word for multi-bleu.perl):
 
     python scripts/score_bleu.py --protocol t2t --hyp out.detok.de --ref newstest2014.de
     python scripts/score_bleu.py --protocol t2t -l fr --hyp out.detok.fr --ref newstest2014.fr
+    python scripts/score_bleu.py --protocol t2t-2018 --hyp out.detok.de --ref newstest2014.de
 
 Importable: ``from attn_kit.metrics.bleu import compound_split, multi_bleu, t2t_bleu, t2t_tokenize``.
 """
@@ -207,6 +213,10 @@ def multi_bleu(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence
 # ---------------------------------------------------------------------------
 # The paper's protocol: tensor2tensor's get_ende_bleu.sh
 # ---------------------------------------------------------------------------
+# get_ende_bleu.sh of the paper's time (2017: tokenizer.perl, compound split, multi-bleu.perl) and
+# of 2018-04-05 on (replace-unicode-punctuation.perl first), by the year: T2T_VERSIONS.
+T2T_VERSIONS = ("2017", "2018")
+T2T_PROTOCOLS = {"t2t": "2017", "t2t-2018": "2018"}  # score_bleu.py --protocol
 # The Moses scripts are taken as they were when get_ende_bleu.sh got its final
 # form (t2t 2018-04-05, which added the replace-unicode-punctuation step; Moses
 # master of that day, ae7aa6a9d). Two later Moses changes are NOT followed:
@@ -288,8 +298,8 @@ def _moses_tokenizer(lang: str):
     return tok
 
 
-def t2t_tokenize(line: str, lang: str = "de") -> str:
-    """replace-unicode-punctuation.perl, then tokenizer.perl -l ``lang`` with its
+def t2t_tokenize(line: str, lang: str = "de", version: str = "2017") -> str:
+    """(``version`` "2018": replace-unicode-punctuation.perl, then) tokenizer.perl -l ``lang`` with its
     defaults: escaping on (& < > ' " | [ ] become &amp; &lt; &gt; &apos; &quot;
     &#124; &#91; &#93;), no -a (a hyphen between letters stays inside the word),
     the final-dot rule of 2018 (a word ending in "." keeps it when it is a
@@ -312,7 +322,9 @@ def t2t_tokenize(line: str, lang: str = "de") -> str:
     except UnicodeEncodeError:
         # perl (5.36) stops on malformed UTF-8 ("Malformed UTF-8 character (fatal)")
         raise ScoreError(f"not valid UTF-8: {line.encode('utf-8', 'surrogateescape')[:80]!r}") from None
-    text = replace_unicode_punctuation(line)
+    if version not in T2T_VERSIONS:
+        raise ScoreError(f"get_ende_bleu.sh versions: {', '.join(T2T_VERSIONS)}, not {version!r}")
+    text = replace_unicode_punctuation(line) if version == "2018" else line
     if _PERL_BLANK_LINE.fullmatch(text):
         return text  # tokenizer.perl: if (/^\s*$/) { print $_ } (no tokenizing, no trimming)
     tok = _moses_tokenizer(lang)
@@ -323,16 +335,17 @@ def t2t_tokenize(line: str, lang: str = "de") -> str:
 
 
 def t2t_bleu(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence[str]]], lang: str = "de",
-             compound_split: Union[bool, None] = None) -> MultiBleuResult:
+             compound_split: Union[bool, None] = None, version: str = "2017") -> MultiBleuResult:
     """BLEU of raw (detokenized) ``hyps`` against raw ``refs`` as tensor2tensor's
-    get_ende_bleu.sh computes it (the paper's Table 2 for EN-DE): both sides
+    get_ende_bleu.sh computes it (``version`` "2017": the paper's Table 2 for EN-DE; "2018":
+    with replace-unicode-punctuation.perl first): both sides
     through :func:`t2t_tokenize`, the compound split (``compound_split``: None =
     on for German only), multi-bleu.perl. ``refs`` as for :func:`multi_bleu`.
     Returns multi_bleu's result: ``.score``, ``.format()`` = multi-bleu.perl's line."""
     if compound_split is None:
         compound_split = lang == "de"
-    hyp_tok = [t2t_tokenize(h, lang) for h in hyps]
-    ref_tok = [[t2t_tokenize(r, lang) for r in stream] for stream in _as_streams(refs)]
+    hyp_tok = [t2t_tokenize(h, lang, version) for h in hyps]
+    ref_tok = [[t2t_tokenize(r, lang, version) for r in stream] for stream in _as_streams(refs)]
     if compound_split:
         hyp_tok = [_split_compounds(h) for h in hyp_tok]
         ref_tok = [[_split_compounds(r) for r in stream] for stream in ref_tok]
@@ -360,9 +373,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--protocol", choices=["tokenized", "t2t"], default="tokenized",
+    parser.add_argument("--protocol", choices=["tokenized", *T2T_PROTOCOLS], default="tokenized",
                         help="tokenized (default): the files are tokenized already; t2t: the files are raw text, "
-                             "scored as tensor2tensor's get_ende_bleu.sh (the paper's EN-DE protocol)")
+                             "scored as tensor2tensor's get_ende_bleu.sh of 2017 (the paper's EN-DE protocol); "
+                             "t2t-2018: the same script from 2018-04-05 on (replace-unicode-punctuation.perl first)")
     parser.add_argument("-l", "--lang", default="de", choices=T2T_LANGS,
                         help="--protocol t2t: the Moses tokenizer's language (default de; fr for EN-FR)")
     parser.add_argument("--hyp", required=True, metavar="H", help="hypotheses, one a line ('-': stdin)")
@@ -390,12 +404,12 @@ def main(argv=None) -> int:
             hyp_name = "stdin" if args.hyp == "-" else args.hyp
             raise UserError(f"hypothesis file {hyp_name} has {_lines(len(hyps))} but reference file {path} has "
                             f"{_lines(len(stream))}")
-    if args.protocol == "t2t":
+    if args.protocol in T2T_PROTOCOLS:
         roles = {path: "reference" for path in args.ref}
         roles[args.hyp] = "hypothesis"
         for path, role in roles.items():  # each file once, also when it is given twice
             try:
-                texts[path] = [t2t_tokenize(line, args.lang) for line in texts[path]]
+                texts[path] = [t2t_tokenize(line, args.lang, T2T_PROTOCOLS[args.protocol]) for line in texts[path]]
             except ScoreError as e:
                 raise UserError(f"{role} file {'stdin' if path == '-' else path}: {e}") from None
         hyps = texts[args.hyp]

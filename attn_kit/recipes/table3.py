@@ -196,7 +196,7 @@ def score_dev(data_w: Path, gen_out: Path) -> dict:
     refs = read_lines(data_w / "raw" / "valid.de")
     detok = MosesDetokenizer(lang="de")
     hyps = [detok.detokenize(h.split()) for h in common.read_hypotheses(gen_out, len(refs))]
-    return {"bleu": round(t2t_bleu(hyps, refs, lang="de").score, 2),
+    return {"bleu": round(t2t_bleu(hyps, refs, lang="de").score, 2), "bleu_script": "2017",
             "sacrebleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2), "dev_sentences": len(refs)}
 
 

@@ -47,11 +47,11 @@ BUNDLED_DATA = REPO / "data" / "tatoeba-en-de"
 SPLITS = ("train", "valid", "test")
 VOCABULARY_THRESHOLD = 50  # apply-bpe --vocabulary-threshold, as fairseq's WMT scripts
 MAX_LEN_B, BATCH_SIZE = 50, 128  # decoding: output up to input + 50 tokens (Sec. 6.1); sentences per batch
-T2T_PROTOCOL = {
-    True: "tensor2tensor get_ende_bleu.sh: replace-unicode-punctuation, tokenizer.perl -l de (no -a), "
-          "compound split, multi-bleu.perl (the paper's Table 2)",
-    False: "replace-unicode-punctuation, tokenizer.perl (no -a), multi-bleu.perl (t2t's pipeline without the "
-           "compound split)",
+T2T_PROTOCOL = {  # results.json's bleu_t2t_protocol, by whether the target is German
+    True: "tensor2tensor get_ende_bleu.sh of 2017: tokenizer.perl -l de (no -a), compound split, multi-bleu.perl "
+          "(the paper's Table 2); bleu_t2t_2018: the 2018 script, replace-unicode-punctuation first",
+    False: "tokenizer.perl (no -a), multi-bleu.perl (t2t's 2017 pipeline without the compound split); "
+           "bleu_t2t_2018: replace-unicode-punctuation first",
 }
 
 
@@ -438,8 +438,10 @@ def write_results(args, src: str, tgt: str, penalty: str):
     (W / "gen" / f"test.tok.{tgt}").write_text("\n".join(hyps_tok) + "\n", encoding="utf-8")
     bleu = sacrebleu.metrics.BLEU()
     result = bleu.corpus_score(hyps, [refs])
-    paper = t2t_bleu(hyps, refs, lang=tgt)  # the paper's protocol (tensor2tensor's get_ende_bleu.sh)
-    out = {"bleu_t2t": round(paper.score, 2), "bleu_t2t_protocol": T2T_PROTOCOL[tgt == "de"],
+    paper = t2t_bleu(hyps, refs, lang=tgt)  # the paper's protocol (tensor2tensor's get_ende_bleu.sh of 2017)
+    later = t2t_bleu(hyps, refs, lang=tgt, version="2018")
+    out = {"bleu_t2t": round(paper.score, 2), "bleu_t2t_2018": round(later.score, 2),
+           "bleu_t2t_protocol": T2T_PROTOCOL[tgt == "de"],
            "mode": args.mode, "pair": f"{src}-{tgt}", "arch": args.arch,
            "model_overrides": args.model, "model_size": dataclasses.asdict(args.size) if args.size else None,
            "sacrebleu": round(result.score, 2), "sacrebleu_signature": str(bleu.get_signature()),
@@ -475,6 +477,8 @@ def report(r: dict):
     rows = []
     if "bleu_t2t" in r:
         rows.append(("BLEU, the paper's protocol (t2t; compare with Table 2)", f"{r['bleu_t2t']:.2f}"))
+    if "bleu_t2t_2018" in r:
+        rows.append(("BLEU, t2t's 2018 script (replace-unicode-punctuation first)", f"{r['bleu_t2t_2018']:.2f}"))
     if "bleu_compound_split" in r:
         rows.append(("BLEU, fairseq's protocol (-a tokens + compound split)", f"{r['bleu_compound_split']:.2f}"))
     if "bleu_tokenized" in r:
