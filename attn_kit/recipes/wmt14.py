@@ -421,34 +421,47 @@ STAGE_ALIASES = {"prepare": ("extract", "bpe")}
 
 
 # ---------------------------------------------------------------------------------------------- scoring
-def write_results(args, src: str, tgt: str, penalty: str):
-    """Score the test output every way the paper and fairseq report it; write results.json."""
+def test_scores(hyps_tok, refs, tgt: str, tok_refs=None) -> dict:
+    """BLEU of fairseq-generate's hypotheses (Moses -a tokens, BPE removed) against the raw references
+    every way the paper and fairseq report it. ``tok_refs``: the references as the recipe tokenized
+    them (default: tokenized here the same way). ``detokenized``: the hypotheses as raw text."""
     import sacrebleu
     from sacremoses import MosesDetokenizer
 
-    from ..metrics.bleu import compound_split, multi_bleu, read_lines, t2t_bleu
+    from ..metrics.bleu import compound_split, multi_bleu, t2t_bleu
+    from ..pipeline.text import _moses_line
 
-    W = args.workdir
-    refs = read_lines(W / "raw" / f"test.{tgt}")  # split at \n only, as multi-bleu.perl does
-    tok_refs = read_lines(W / "tok" / f"test.{tgt}")
-    hyps_tok = common.read_hypotheses(W / "gen" / "test.out", len(refs))
+    if tok_refs is None:
+        tok_refs = [_moses_line(tgt, r) for r in refs]
     detok = MosesDetokenizer(lang=tgt)
     hyps = [detok.detokenize(h.split()) for h in hyps_tok]
-    (W / "gen" / f"test.detok.{tgt}").write_text("\n".join(hyps) + "\n", encoding="utf-8")
-    (W / "gen" / f"test.tok.{tgt}").write_text("\n".join(hyps_tok) + "\n", encoding="utf-8")
     bleu = sacrebleu.metrics.BLEU()
     result = bleu.corpus_score(hyps, [refs])
     paper = t2t_bleu(hyps, refs, lang=tgt)  # the paper's protocol (tensor2tensor's get_ende_bleu.sh of 2017)
     later = t2t_bleu(hyps, refs, lang=tgt, version="2018")
     out = {"bleu_t2t": round(paper.score, 2), "bleu_t2t_2018": round(later.score, 2),
            "bleu_t2t_protocol": T2T_PROTOCOL[tgt == "de"],
-           "mode": args.mode, "pair": f"{src}-{tgt}", "arch": args.arch,
-           "model_overrides": args.model, "model_size": dataclasses.asdict(args.size) if args.size else None,
            "sacrebleu": round(result.score, 2), "sacrebleu_signature": str(bleu.get_signature()),
-           "bleu_tokenized": round(multi_bleu(hyps_tok, tok_refs).score, 2)}
+           "bleu_tokenized": round(multi_bleu(hyps_tok, tok_refs).score, 2), "detokenized": hyps}
     if tgt == "de":
         split = multi_bleu([compound_split(h) for h in hyps_tok], [compound_split(r) for r in tok_refs])
         out["bleu_compound_split"] = round(split.score, 2)
+    return out
+
+
+def write_results(args, src: str, tgt: str, penalty: str):
+    """Score the test output every way the paper and fairseq report it; write results.json."""
+    from ..metrics.bleu import read_lines
+
+    W = args.workdir
+    refs = read_lines(W / "raw" / f"test.{tgt}")  # split at \n only, as multi-bleu.perl does
+    hyps_tok = common.read_hypotheses(W / "gen" / "test.out", len(refs))
+    out = test_scores(hyps_tok, refs, tgt, tok_refs=read_lines(W / "tok" / f"test.{tgt}"))
+    hyps = out.pop("detokenized")
+    (W / "gen" / f"test.detok.{tgt}").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    (W / "gen" / f"test.tok.{tgt}").write_text("\n".join(hyps_tok) + "\n", encoding="utf-8")
+    out.update({"mode": args.mode, "pair": f"{src}-{tgt}", "arch": args.arch, "model_overrides": args.model,
+                "model_size": dataclasses.asdict(args.size) if args.size else None})
     out.update(common.run_record(args, W / "logs" / "train.log", W / "checkpoint_avg.pt", W / "train_command.json"))
     p = common.plan(args)
     out.update({"test_source": str(W / "raw" / f"test.{src}"), "test_output": str(W / "gen" / f"test.detok.{tgt}"),
