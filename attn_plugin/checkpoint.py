@@ -55,22 +55,35 @@ def allow_fairseq_checkpoint_types():
 LEGACY_TORCH_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa85019")  # how torch's pre-1.6 format begins
 
 
+def not_a_checkpoint(path) -> Optional[str]:
+    """Why the file ``path`` cannot be a checkpoint ``torch.save`` wrote, judged by its size and
+    first bytes only (cheap), or None. Checked before ``torch.load`` sees a file: torch reads
+    anything else as a raw pickle, with a warning of its own before the refusal."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(LEGACY_TORCH_MAGIC))
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if not head:
+        return "is empty (0 bytes): it was created but never written"
+    if head != LEGACY_TORCH_MAGIC and not head.startswith(b"PK"):
+        return f"is not a PyTorch checkpoint: it begins with {head[:8]!r}, not the zip archive torch.save writes"
+    return None
+
+
 def damaged(path) -> Optional[str]:
     """Why the file ``path`` is not a complete checkpoint as ``torch.save`` writes it (a zip
     archive holding ``data.pkl``, each member passing its CRC check), in words, or None if it
     is one. Reads the file but unpickles nothing. Files in torch's legacy format cannot be
     checked without loading them and count as complete."""
+    what = not_a_checkpoint(path)
+    if what:
+        return what
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
-            head = f.read(len(LEGACY_TORCH_MAGIC))
-        if size == 0:
-            return "is empty (0 bytes): it was created but never written"
-        if head == LEGACY_TORCH_MAGIC:
-            return None
-        if not head.startswith(b"PK"):
-            return (f"is not a PyTorch checkpoint: it begins with {head[:8]!r}, not the zip archive torch.save "
-                    "writes")
+            if f.read(len(LEGACY_TORCH_MAGIC)) == LEGACY_TORCH_MAGIC:
+                return None
         with zipfile.ZipFile(path) as archive:
             if not any(name == "data.pkl" or name.endswith("/data.pkl") for name in archive.namelist()):
                 return "is a zip archive but not a PyTorch checkpoint (no data.pkl in it)"
@@ -130,6 +143,9 @@ def load_checkpoint(path, mmap: bool = False) -> dict:
     """``torch.load`` a fairseq checkpoint safely; raise CheckpointError if it is not one.
     ``mmap``: map the tensors instead of reading them (cheap when only metadata is wanted)."""
     allow_fairseq_checkpoint_types()
+    what = not_a_checkpoint(path) if os.path.isfile(path) else None
+    if what:
+        raise CheckpointError(f"{path} {what}")
     try:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)

@@ -117,7 +117,7 @@ from typing import Mapping, Optional
 import torch
 
 from .checkpoint import (allow_fairseq_checkpoint_types, broadcast_state_globals, describe_load_error,
-                         describe_model_error)
+                         describe_model_error, not_a_checkpoint)
 from .errors import AttnPluginError, CheckpointError, ConfigError, excepthook
 
 _MARK = "_attn_plugin"  # set on each wrapper, so a second install() leaves it alone
@@ -150,6 +150,10 @@ def _patch_checkpoint_loader():
 
     @functools.wraps(original)
     def load_checkpoint_to_cpu(path, *args, **kwargs):
+        if os.path.isfile(path):  # refuse on the first bytes, before torch reads a raw pickle (with a warning)
+            why = not_a_checkpoint(path)
+            if why:
+                raise CheckpointError(f"{path} {why}")
         try:
             return original(path, *args, **kwargs)
         except CheckpointError:

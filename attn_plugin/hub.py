@@ -16,6 +16,10 @@ turned raw text into model input and decoded it::
      "generation": {"beam": 4, "max_len_a": 1, "max_len_b": 50},
      "batch_size": 128}
 
+A run directory may come from anyone, so the card is data, never code: it is checked against
+its schema (:mod:`attn_plugin.run_cards`: known keys and types only, no ``user_dir``, every file
+it names inside RUN_DIR and of the right kind) before anything of it is used.
+
 ``AttnTransformerModel.from_pretrained(RUN_DIR)`` reads it and returns
 fairseq's hub interface (:class:`AttnHubInterface`), whose ``translate`` runs
 the same tokenizer, BPE, checkpoint and decoding settings as the recipe's test
@@ -24,46 +28,17 @@ set; keyword arguments override any of them (``beam=5``, ``gnmt_alpha=1.0``,
 text that is already tokenized). :func:`interactive_command` is the
 fairseq-interactive command line that does the same.
 """
-import json
 import os
 from pathlib import Path
 from typing import List, Optional
 
-from fairseq.hub_utils import GeneratorHubInterface, from_pretrained as fairseq_from_pretrained
+from fairseq.hub_utils import GeneratorHubInterface
 
-from .errors import ConfigError
+from .checkpoint import not_a_checkpoint
+from .errors import CheckpointError
+from .run_cards import RUN_CARD, read_run_card, resolved_args  # noqa: F401 -- the card's schema and reader
 
-RUN_CARD = "inference.json"
 USER_DIR = str(Path(__file__).resolve().parent)
-
-
-def read_run_card(run_dir) -> dict:
-    """``RUN_DIR/inference.json``, or a one-line :class:`ConfigError` saying what is missing."""
-    run_dir = Path(run_dir)
-    card = run_dir / RUN_CARD
-    if not run_dir.is_dir():
-        raise ConfigError(f"{run_dir}: no such run directory (give the --workdir of a recipe run)")
-    if not card.is_file():
-        raise ConfigError(f"{run_dir} has no {RUN_CARD}: it is written when a recipe run has averaged its "
-                          "checkpoints (the average stage); finish the run first")
-    try:
-        info = json.loads(card.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read {card}: {exc}") from None
-    checkpoint = run_dir / info["checkpoint"]
-    if not checkpoint.is_file():
-        raise ConfigError(f"{checkpoint} is missing: the run has not averaged its checkpoints yet (or it was "
-                          "deleted); run the recipe's average stage")
-    return info
-
-
-def resolved_args(run_dir, info: dict) -> dict:
-    """The card's fairseq options, with the files it names made absolute paths in ``run_dir``."""
-    args = dict(info["args"])
-    for name in info.get("paths", []):
-        if args.get(name):
-            args[name] = str(Path(run_dir).resolve() / args[name])
-    return args
 
 
 class AttnHubInterface(GeneratorHubInterface):
@@ -79,22 +54,34 @@ def from_pretrained(run_dir, checkpoint_file: Optional[str] = None, data_name_or
     """Load RUN_DIR's evaluated model with its pre-processing and decoding settings
     (see the module docstring); ``overrides`` are fairseq options (``beam``,
     ``gnmt_alpha``, ``lenpen``, ``max_len_b``, ``tokenizer``, ``bpe``, ``cpu``, ...)."""
+    from fairseq import checkpoint_utils
+
     info = read_run_card(run_dir)
     run_dir = Path(run_dir).resolve()
-    generation = dict(info.get("generation", {}))
+    generation = dict(info["generation"])
     for key in list(overrides):
         if key in ("beam", "max_len_a", "max_len_b", "lenpen", "nbest", "sampling", "unkpen"):
             generation[key] = overrides.pop(key)
     kwargs = {**resolved_args(run_dir, info), **overrides}
     if "lenpen" in generation and "gnmt_alpha" not in overrides:
         kwargs["gnmt_alpha"] = None  # fairseq's --lenpen asked for: the GNMT penalty steps aside
-    if info.get("batch_size"):
+    if info["batch_size"]:
         kwargs.setdefault("batch_size", info["batch_size"])
         kwargs.setdefault("max_tokens", None)
-    loaded = fairseq_from_pretrained(
-        str(run_dir), checkpoint_file=checkpoint_file or info["checkpoint"],
-        data_name_or_path=data_name_or_path or str(run_dir / info["data"]), generation_args=generation, **kwargs)
-    return AttnHubInterface(loaded["args"], loaded["task"], loaded["models"])
+    checkpoint = run_dir / (checkpoint_file or info["checkpoint"])
+    if checkpoint_file:  # the card's own was checked with the card; torch never sees a raw pickle
+        if not checkpoint.is_file():
+            raise CheckpointError(f"checkpoint not found: {checkpoint}")
+        what = not_a_checkpoint(checkpoint)
+        if what:
+            raise CheckpointError(f"{checkpoint} {what}")
+    kwargs["data"] = data_name_or_path or str(run_dir / info["data"])
+    # what fairseq's hub_utils.from_pretrained does, without what it adds: importing a --user-dir,
+    # taking BPE files found in the folder (code, bpecodes, ...) over the card's, archives and URLs
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides=kwargs)
+    for key, value in generation.items():
+        setattr(cfg["generation"], key, value)
+    return AttnHubInterface(cfg, task, models)
 
 
 def _flag(name: str, value) -> List[str]:
@@ -115,9 +102,9 @@ def interactive_command(run_dir) -> List[str]:
            "--path", str(run_dir / info["checkpoint"])]
     for name, value in args.items():
         cmd += _flag(name, value)
-    for name, value in info.get("generation", {}).items():
+    for name, value in info["generation"].items():
         cmd += _flag(name, value)
-    batch = str(info.get("batch_size") or 32)
+    batch = str(info["batch_size"] or 32)
     return cmd + ["--buffer-size", batch, "--batch-size", batch] + ([] if _cuda() else ["--cpu"])
 
 

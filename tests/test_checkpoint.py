@@ -1,5 +1,6 @@
 """Safe checkpoint loading and checkpoint averaging, through the real CLIs."""
 import os
+import pickle
 import subprocess
 import sys
 
@@ -47,6 +48,20 @@ def test_checkpoint_that_would_run_code_is_refused(data_bin, plugin_run, tmp_pat
     line = last_line(proc)
     assert line.startswith("error: refused to load") and str(evil) in line and "system" in line
     assert "Traceback" not in proc.stderr
+
+
+def test_a_raw_pickle_is_refused_before_torch_reads_it(tmp_path, recwarn):
+    """A plain pickle named .pt (not torch.save's zip): torch warned about its pickle protocol before the
+    refusal, two lines ahead of the project's one. Now it is refused on its first bytes, torch never sees it."""
+    from attn_plugin.checkpoint import load_checkpoint
+    from attn_plugin.errors import CheckpointError
+
+    marker = tmp_path / "code-ran"
+    raw = tmp_path / "raw.pt"
+    raw.write_bytes(pickle.dumps({"model": RunsCode(marker)}, protocol=4))
+    with pytest.raises(CheckpointError, match="raw.pt is not a PyTorch checkpoint: it begins with"):
+        load_checkpoint(raw)
+    assert [str(w.message) for w in recwarn if "pickle" in str(w.message)] == [] and not marker.exists()
 
 
 @pytest.mark.parametrize("damage", ["truncated", "foreign"])

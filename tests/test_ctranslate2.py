@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import REPO, assert_one_error_line
+from test_translate import add_noise, copy_run
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -34,13 +35,6 @@ def run(cmd, *args, stdin=None, env=None, timeout=300):
 
 def lines(path):
     return path.read_text(encoding="utf-8").split("\n")[:-1]
-
-
-def copy_run(smoke_run, dst):
-    """A copy of the smoke run with what from_pretrained and the export read (no training data)."""
-    shutil.copytree(smoke_run, dst, ignore=shutil.ignore_patterns("checkpoints", "*.bin", "*.idx", "mirror",
-                                                                  "downloads", "orig", "prep", "tok", "logs"))
-    return dst
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +56,7 @@ def hub(smoke_run):
 @pytest.fixture(scope="module")
 def noisy(smoke_run, tmp_path_factory):
     """(run dir, export): the smoke run's weights plus N(0, 1) noise (seeded), exported in-process."""
-    work = copy_run(smoke_run, tmp_path_factory.mktemp("noisy") / "w")
-    ckpt = load_checkpoint(work / "checkpoint_avg.pt")  # weights_only=True with fairseq's types allowed
-    g = torch.Generator().manual_seed(0)
-    for name, value in ckpt["model"].items():
-        if value.dtype.is_floating_point and "norm" not in name:
-            ckpt["model"][name] = value + torch.randn(value.shape, generator=g)
-    torch.save(ckpt, work / "checkpoint_avg.pt")
+    work = add_noise(copy_run(smoke_run, tmp_path_factory.mktemp("noisy") / "w"))
     engine.export(work, work.parent / "ct2")
     return work, work.parent / "ct2"
 
@@ -194,7 +182,8 @@ def fairseq_and_engine(run_dir, out_dir, n, options, batch_size):
     from attn_plugin.models.attn_transformer import AttnTransformerModel
 
     raw = lines(run_dir / "raw" / "test.en")[:n]
-    hub = AttnTransformerModel.from_pretrained(str(run_dir), batch_size=batch_size, **options)
+    # CTranslate2's own beam search stops as fairseq's rule does, not as the paper's (attn_plugin.beam_search)
+    hub = AttnTransformerModel.from_pretrained(str(run_dir), batch_size=batch_size, beam_stop="fairseq", **options)
     fairseq = hub.generate([hub.encode(s) for s in raw], beam=hub.cfg.generation.beam)
     ct2 = engine.CT2Translator(out_dir, dict(options))
     sources = [ct2.encode(s) for s in raw]
@@ -320,6 +309,43 @@ def test_missing_inputs_and_ctranslate2_are_one_line(smoke_run, exported, tmp_pa
                  run(TRANSLATE, "--engine", "ctranslate2", exported, stdin="x\n", env=env)):
         assert_one_error_line(proc, "CTranslate2 is not installed", "pip install attn_plugin[ct2]",
                               "pip install ctranslate2")
+
+
+@pytest.mark.parametrize("damage,key", [("args", "'args'"), ("paths", "'paths'"), ("bpe", "'args.bpe'")])
+def test_a_damaged_card_is_one_line_naming_the_key(exported, tmp_path, damage, key):
+    """A card without its pre-processing translated, exit 0, with BPE left in the output; now the
+    schema (attn_plugin.run_cards.CT2) names the missing key before anything loads."""
+    out = tmp_path / "ct2"
+    shutil.copytree(exported, out)
+    card = json.loads((out / engine.CARD).read_text())
+    del (card["args"] if damage == "bpe" else card)[damage]
+    (out / engine.CARD).write_text(json.dumps(card))
+    proc = run(TRANSLATE, "--engine", "ctranslate2", out, stdin="Tom is here.\n")
+    assert_one_error_line(proc, str(out / engine.CARD), f"has no {key}", "export the run again")
+    assert proc.stdout == ""
+
+
+def test_the_export_copies_no_file_from_outside_the_run(smoke_run, tmp_path):
+    """inference.json's bpe_vocabulary pointing at a file outside RUN_DIR (here the original run's):
+    refused in one line naming the key and where it points, before the export writes anything."""
+    work = copy_run(smoke_run, tmp_path / "w")
+    card = json.loads((work / "inference.json").read_text())
+    card["args"]["bpe_vocabulary"] = str(smoke_run / "bpe" / "vocab.en")
+    (work / "inference.json").write_text(json.dumps(card))
+    proc = run(EXPORT, work, tmp_path / "out")
+    assert_one_error_line(proc, "'args.bpe_vocabulary' points outside", str(smoke_run / "bpe" / "vocab.en"))
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+def test_an_earlier_export_is_replaced_only_with_force(smoke_run, exported, tmp_path):
+    out = tmp_path / "ct2"
+    shutil.copytree(exported, out)
+    (out / "model.bin").write_bytes(b"mine")
+    assert_one_error_line(run(EXPORT, smoke_run, out), "OUT_DIR", "exists", "--force")
+    assert (out / "model.bin").read_bytes() == b"mine"
+    proc = run(EXPORT, smoke_run, out, "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "model.bin").read_bytes() == (exported / "model.bin").read_bytes()
 
 
 def test_a_parsing_run_gives_the_fairseq_engines_trees(smoke_run, exported, tmp_path):

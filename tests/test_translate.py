@@ -1,7 +1,9 @@
 """Using a trained run: scripts/translate.py, from_pretrained and fairseq-interactive translate
 raw text exactly as the recipe translated its test set (the WMT14 --smoke run of conftest.smoke_run;
 the WSJ parser's in tests/test_recipe_wsj.py)."""
+import io
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -9,18 +11,64 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, assert_one_error_line, cli
+from conftest import BIN, REPO, assert_one_error_line
 
 TRANSLATE = [sys.executable, str(REPO / "scripts" / "translate.py")]
 
 
-def run(*args, stdin=None, timeout=300):
-    return subprocess.run([*TRANSLATE, *map(str, args)], input=stdin, capture_output=True, text=True,
-                          timeout=timeout)
+def start(cmd, stdin=None, env=None):
+    """Start ``cmd`` with ``stdin`` (text, or bytes as they are; a few lines) written at once."""
+    proc = subprocess.Popen([str(c) for c in cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    try:
+        proc.stdin.write(stdin.encode() if isinstance(stdin, str) else stdin or b"")
+        proc.stdin.close()
+    except BrokenPipeError:  # it ended before reading
+        pass
+    proc.stdin = None  # written and closed: communicate() only reads
+    return proc
+
+
+def finish(*procs, timeout=300):
+    """The CompletedProcess of each started command (output as text), in order."""
+    done = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out.decode(), err.decode()))
+    return done
+
+
+def run(*args, stdin=None, timeout=300, env=None):
+    """scripts/translate.py ARGS with ``stdin``; its output as text."""
+    return finish(start([*TRANSLATE, *args], stdin, env), timeout=timeout)[0]
 
 
 def lines(path):
     return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def copy_run(smoke_run, dst):
+    """A copy of the smoke run with what from_pretrained, the export and --check-test-set read (no
+    training data); its results.json names the copy's files, as if the copy had been scored."""
+    shutil.copytree(smoke_run, dst, ignore=shutil.ignore_patterns("checkpoints", "*.bin", "*.idx", "mirror",
+                                                                  "downloads", "orig", "prep", "tok", "logs"))
+    results = dst / "results.json"
+    results.write_text(results.read_text(encoding="utf-8").replace(str(smoke_run), str(dst)), encoding="utf-8")
+    return dst
+
+
+def add_noise(run_dir):
+    """N(0, 1) noise (seeded) on the weights of ``run_dir``'s checkpoint_avg.pt: a model whose output
+    changes with its input (the smoke model answers nearly everything with the same few tokens)."""
+    from attn_plugin.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(run_dir / "checkpoint_avg.pt")  # weights_only=True with fairseq's types allowed
+    g = torch.Generator().manual_seed(0)
+    for name, value in ckpt["model"].items():
+        if value.dtype.is_floating_point and "norm" not in name:
+            ckpt["model"][name] = value + torch.randn(value.shape, generator=g)
+    torch.save(ckpt, run_dir / "checkpoint_avg.pt")
+    return run_dir
 
 
 @pytest.fixture(scope="module")
@@ -85,17 +133,26 @@ def test_stdin_to_stdout_keeps_order_and_empty_lines(smoke_run, hub):
     assert proc.stderr == ""  # no progress lines for stdin
 
 
-def test_fairseq_interactive_with_the_plugins_encoders_matches(smoke_run, tmp_path):
-    proc = run(smoke_run, "--print-interactive-command")
-    assert proc.returncode == 0, proc.stderr
-    cmd = shlex.split(proc.stdout.strip())
-    assert cmd[0] == "fairseq-interactive" and "--tokenizer" in cmd and "--bpe-vocabulary" in cmd
-    raw = "".join(line + "\n" for line in lines(smoke_run / "raw" / "test.en")[:40])
-    inter = subprocess.run([cli("fairseq-interactive"), *cmd[1:]], input=raw, capture_output=True, text=True,
-                           timeout=300)
-    assert inter.returncode == 0, inter.stderr[-2000:]
-    got = [line.split("\t")[2] for line in inter.stdout.splitlines() if line.startswith("D-")]
-    assert got == lines(smoke_run / "gen" / "test.detok.de")[:40]
+def test_fairseq_interactive_with_the_plugins_encoders_matches(smoke_run, tmp_path, capsys):
+    """README's usage line, run by bash as written, on a copy of the run whose path has a space: the
+    printed command is shell-quoted and the usage evaluates it, so fairseq-interactive gets the run's
+    files and the plugin's encoders, and translates as the recipe did."""
+    from attn_kit.inference.translate import main
+
+    work = copy_run(smoke_run, tmp_path / "my run")
+    assert main([str(work), "--print-interactive-command"]) == 0
+    cmd = shlex.split(capsys.readouterr().out)
+    assert cmd[0] == "fairseq-interactive" and cmd.count("--user-dir") == 1
+    assert "--tokenizer" in cmd and "--bpe-vocabulary" in cmd and str(work / "bpe" / "codes") in cmd
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    usage, = [line for line in readme.splitlines() if "--print-interactive-command)" in line]
+    (tmp_path / "my.en").write_text("".join(line + "\n" for line in lines(smoke_run / "raw" / "test.en")[:40]))
+    command = (usage.replace("python scripts/translate.py", shlex.join(TRANSLATE))
+               .replace("runs/wmt14_en_de_bundled", shlex.quote(str(work))))
+    proc = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == lines(smoke_run / "gen" / "test.detok.de")[:40]
 
 
 def test_overrides_change_the_decoding(smoke_run, hub):
@@ -175,3 +232,79 @@ def test_check_test_set_compares_with_the_recipes_output(smoke_run):
     report = json.loads(proc.stdout)
     assert report["sentences"] == 200 and report["identical_lines"] >= 198
     assert abs(report["sacrebleu_translate"] - report["sacrebleu_recipe"]) <= 0.1
+
+
+# --------------------------------------------------------------------------- text in, files out
+def stdin_of(monkeypatch, data: bytes):
+    """``data`` as the standard input of a command run in this process."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+
+def test_bytes_that_are_not_utf8_are_one_line_naming_the_input_and_line(smoke_run, tmp_path, monkeypatch, capsys):
+    """Strict decoding (attn_kit.textio) for stdin, whatever the locale says (here Python's own
+    strict decoding, which was a UnicodeDecodeError traceback), and for --input, which replaced the
+    bytes silently; --errors replace reads them as U+FFFD."""
+    from attn_kit.cli import UserError
+    from attn_kit.inference.translate import main
+
+    text = b"Tom is here.\nWhere \xff are you?\n"
+    proc = run(smoke_run, stdin=text, env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    assert_one_error_line(proc, "standard input: line 2 is not UTF-8", "--errors replace")
+    (tmp_path / "in.en").write_bytes(text)
+    with pytest.raises(UserError, match=f"--input {tmp_path / 'in.en'}: line 2 is not UTF-8"):
+        main([str(smoke_run), "--input", str(tmp_path / "in.en")])
+    stdin_of(monkeypatch, text)
+    assert main([str(smoke_run), "--errors", "replace"]) == 0
+    assert len(capsys.readouterr().out.split("\n")[:-1]) == 2
+
+
+def test_a_byte_order_mark_does_not_change_the_translation(smoke_run, tmp_path, monkeypatch, capsys):
+    """A UTF-8 BOM before line 1 (what Windows editors write) is removed: kept, it became <unk> in the
+    model's input and changed line 1's translation (the noisy model shows it)."""
+    from attn_kit.inference.translate import main
+
+    work = add_noise(copy_run(smoke_run, tmp_path / "noisy"))
+    text = "Tom is here.\nWhere are you?\n".encode()
+    (tmp_path / "bom.en").write_bytes(b"\xef\xbb\xbf" + text)
+    outputs = []
+    for data, argv in ((text, []), (b"\xef\xbb\xbf" + text, []), (b"", ["--input", str(tmp_path / "bom.en")])):
+        stdin_of(monkeypatch, data)
+        assert main([str(work), "--quiet", "--max-len-b", "5", *argv]) == 0  # short: the noisy model rambles
+        outputs.append(capsys.readouterr().out)
+    assert outputs[1] == outputs[2] == outputs[0] and len(outputs[0].split("\n")[:-1]) == 2
+
+
+def test_an_existing_folder_given_as_output_is_left_alone(smoke_run, tmp_path):
+    """--output DIR (and plot_attention.py's --out/--dump DIR) is one line before any work (no
+    progress line, nothing translated) and touches nothing; an existing file is replaced only with --force."""
+    folder, figures = tmp_path / "mine", tmp_path / "fig.png"
+    folder.mkdir()
+    figures.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    (tmp_path / "in.en").write_text("Hello.\n")
+    source = ["--input", tmp_path / "in.en"]  # progress lines on stderr while it translates
+    for proc in finish(*(start(cmd) for cmd in (
+            [*TRANSLATE, smoke_run, *source, "--output", folder],
+            [*TRANSLATE, smoke_run, *source, "--output", folder, "--force"],
+            [*PLOT, smoke_run, "--sentence", "Hello.", "--dump", folder],
+            [*PLOT, smoke_run, "--sentence", "Hello.", "--out", figures, "--force"]))):
+        assert_one_error_line(proc, "is a folder")
+        assert proc.stdout == ""  # plot_attention.py prints the translation once it has one
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"] and (folder / "notes.txt").read_text() == "keep me"
+    assert not any(figures.iterdir())
+    mine = tmp_path / "mine.de"
+    mine.write_text("mine\n")
+    assert_one_error_line(run(smoke_run, "--output", mine, stdin="Hello.\n"), "exists", "--force")
+    assert mine.read_text() == "mine\n"
+    replaced = run(smoke_run, "--output", mine, "--force", stdin="Hello.\n")
+    assert replaced.returncode == 0, replaced.stderr
+    assert mine.read_text() != "mine\n" and len(lines(mine)) == 1
+
+
+def test_an_output_that_cannot_be_written_fails_before_any_translation(smoke_run, tmp_path):
+    """--output /proc/x: one line naming --output before the input is even looked at (here its
+    line 2 is too long for the model, which translating would report first)."""
+    (tmp_path / "in.en").write_text("Hello.\n" + " ".join(["Tom"] * 1100) + "\n")
+    proc = run(smoke_run, "--input", tmp_path / "in.en", "--output", "/proc/x")
+    assert_one_error_line(proc, "--output /proc/x", "cannot write in /proc")
+    assert proc.stdout == ""

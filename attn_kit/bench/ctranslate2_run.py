@@ -44,27 +44,40 @@ FAIRSEQ = "fairseq-generate"
 
 
 def _card(run_dir: Path):
+    """RUN_DIR's inference.json, with its results.json under ``results``, checked (attn_plugin.run_cards)."""
     from ..plugin import load
 
-    hub = load("attn_plugin.hub")
+    run_cards = load("attn_plugin.run_cards")
     try:
-        info = hub.read_run_card(run_dir)
-    except Exception as exc:  # the hub's ConfigError: one line that says what is missing
+        info = run_cards.read_run_card(run_dir)
+        info["results"] = run_cards.read_results(run_dir)
+    except Exception as exc:  # the schema's ConfigError: one line that names the file and the key
         raise UserError(str(exc)) from None
-    if info.get("kind", "translation") != "translation":
+    if info["kind"] != "translation":
         raise UserError(f"--run {run_dir}: a {info.get('kind')} run; the benchmark times translation runs "
                         "(the WMT14 recipes' or recipes/parallel.sh's)")
+    gen = info["generation"]
+    needed = [f"generation.{k}" for k in ("beam", "max_len_b") if k not in gen] + \
+        ([] if info["batch_size"] else ["batch_size"]) + \
+        ([] if "lenpen" in gen or info["args"].get("gnmt_alpha") is not None else ["generation.lenpen"])
+    if needed:
+        raise UserError(f"{run_dir / run_cards.RUN_CARD} has no '{needed[0]}': the benchmark repeats the recipe's "
+                        "fairseq-generate, which needs the run's decoding settings")
     return info
 
 
-def generate_command(run_dir: Path, info: dict, gpu: bool, batch_size: int) -> list:
+def generate_command(run_dir: Path, info: dict, gpu: bool, batch_size: int, beam_stop=None) -> list:
     """The recipe's fairseq-generate command for the run's test split (attn_kit.recipes.common),
-    ``batch_size`` sentences a batch."""
+    ``batch_size`` sentences a batch; ``beam_stop``: another stopping rule than the run's (with the
+    GNMT penalty; CTranslate2's own search stops as fairseq's rule does)."""
     from ..recipes.common import generate_command as recipe_command
 
-    gen = info.get("generation", {})
-    penalty = ["--lenpen", str(gen["lenpen"])] if "lenpen" in gen else \
-        ["--gnmt-alpha", str(info["args"]["gnmt_alpha"])]
+    gen, alpha = info["generation"], info["args"].get("gnmt_alpha")
+    penalty = ["--gnmt-alpha", str(alpha)] if alpha is not None and "lenpen" not in gen else \
+        ["--lenpen", str(gen["lenpen"])]
+    beam_stop = beam_stop or info["args"].get("beam_stop")
+    if penalty[0] == "--gnmt-alpha" and beam_stop:
+        penalty += ["--beam-stop", beam_stop]
     cmd = recipe_command(SimpleNamespace(ngpus=1 if gpu else 0), run_dir / info["data"], run_dir / info["checkpoint"],
                          "test", gen["beam"], penalty, gen["max_len_b"], batch_size)
     from ..pipeline.process import console_script
@@ -114,7 +127,8 @@ def remove_bpe(tokens) -> str:
 
 
 def bench_run(run_dir: Path, info: dict, args, log) -> dict:
-    """The trials of every engine on ``run_dir``'s test set (``info``: its inference.json)."""
+    """The trials of every engine on ``run_dir``'s test set (``info``: its inference.json as :func:`_card`
+    checked it, with its results.json under ``results``)."""
     import torch
 
     from ..inference.ctranslate2 import CT2Translator, export, fairseq_batches
@@ -122,13 +136,11 @@ def bench_run(run_dir: Path, info: dict, args, log) -> dict:
 
     import sacrebleu
 
-    from ..cli import read_json
-
-    results = read_json(run_dir / "results.json", "results file (finish the run first)")
+    results = info["results"]
     gpu = args.device == "cuda"
     threads = torch.get_num_threads()
     batch = int(args.batch_size or info["batch_size"])
-    cmd = generate_command(run_dir, info, gpu, batch)
+    cmd = generate_command(run_dir, info, gpu, batch, beam_stop="fairseq")  # the rule CTranslate2's search has
     sources = test_sources(run_dir, info)
     batches = fairseq_batches([len(s) + 1 for s in sources], batch)
     outputs, runs = {}, {}

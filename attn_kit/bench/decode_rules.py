@@ -96,7 +96,8 @@ def main(argv=None) -> int:
     own = dict(info["generation"], gnmt_alpha=info["args"].get("gnmt_alpha"), beam_stop=info["args"].get("beam_stop"))
     base = generate_command(run_dir, info, gpu=False, batch_size=info["batch_size"])
     penalty_at = next(i for i, a in enumerate(base) if a in ("--gnmt-alpha", "--lenpen"))
-    without_penalty = base[:penalty_at] + base[penalty_at + 2:]  # the run's command, decoding flags aside
+    end = penalty_at + (4 if base[penalty_at + 2:penalty_at + 3] == ["--beam-stop"] else 2)
+    without_penalty = base[:penalty_at] + base[end:]  # the run's command, decoding flags aside
     every = {"the run's own": base, **{k: without_penalty + v for k, v in DECODINGS.items()},
              "paper, t2t stop, --print-alignment": without_penalty + DECODINGS["paper, t2t stop"] + ["--print-alignment"]}
     asked = [d.strip() for d in args.decodings.split(",") if d.strip()]

@@ -18,13 +18,16 @@ plain decoding never compute them) gives every layer's encoder self-attention
 analysis (numpy arrays: ``encoder_self_attention`` [layers, heads, S, S],
 ``encoder_decoder_attention`` [layers, heads, T, S], ``source_tokens``,
 ``target_tokens``, ``translation``).
+
+Both outputs are checked before any work and written whole or not at all: never over a
+folder, over an existing file only with ``--force``.
 """
 import argparse
 import sys
 from pathlib import Path
 from typing import List, Optional
 
-from ..cli import UsageError, UserError, atomic_output, log
+from ..cli import UsageError, UserError, add_force_option, atomic_output, check_output, log
 
 
 def parse_args(argv=None):
@@ -40,11 +43,17 @@ def parse_args(argv=None):
     p.add_argument("--style", choices=("both", "lines", "heatmap"), default="both",
                    help="Fig. 3's lines, heatmaps, or both (default)")
     p.add_argument("--min-weight", type=float, default=0.05, help="lines below this weight are not drawn (0.05)")
+    add_force_option(p, "the --out and --dump files")
     args = p.parse_args(argv)
     if not args.out and not args.dump:
         raise UsageError("give --out FIG.png, --dump WEIGHTS.npz or both")
     if args.out and args.out.suffix.lower() not in (".png", ".pdf", ".svg"):
         raise UsageError(f"--out {args.out}: give a .png, .pdf or .svg file")
+    if args.out and args.dump and args.out.resolve() == args.dump.resolve():
+        raise UsageError("--out and --dump name the same file: give two")
+    for option, path in (("--out", args.out), ("--dump", args.dump)):  # before any work
+        if path:
+            check_output(path, option, args.force)
     return args
 
 

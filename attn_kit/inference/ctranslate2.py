@@ -74,6 +74,13 @@ length: the power of |Y| closest to GNMT's penalty there. It matters only when
 more than ``beam`` hypotheses finish in the same step and CTranslate2 keeps
 ``beam`` of them by its own ranking.)
 
+When beam search stops: CTranslate2's search ends a sentence once ``beam``
+hypotheses have finished, as fairseq's rule does (``--beam-stop fairseq``); the
+paper's rule (tensor2tensor's stop_early, the plugin's default with the GNMT
+penalty: attn_plugin/beam_search.py) is not available in it, so the engine decodes
+as fairseq-generate with ``--beam-stop fairseq``, and that is what its tests and
+benchmark compare it with.
+
 Two places where CTranslate2 scores differently, both repaired so that the
 scores are fairseq's (log P under the full softmax):
 
@@ -116,7 +123,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from ..cli import UsageError, UserError, atomic_output, log
+from ..cli import UsageError, UserError, add_force_option, atomic_output, check_output, log
 
 CARD = "ct2_card.json"
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
@@ -302,9 +309,9 @@ def export(run_dir, out_dir, quantization: Optional[str] = None, checkpoint: Opt
     from ..plugin import load, quiet_inference
 
     quiet_inference()
-    hub_module = load("attn_plugin.hub")
+    run_cards = load("attn_plugin.run_cards")
     run_dir = Path(run_dir)
-    info = hub_module.read_run_card(run_dir)
+    info = run_cards.read_run_card(run_dir)  # checked (every file it names in RUN_DIR) before anything loads
     AttnTransformerModel = load("attn_plugin.models.attn_transformer").AttnTransformerModel
     hub = AttnTransformerModel.from_pretrained(str(run_dir), checkpoint_file=checkpoint)
     model = hub.models[0]
@@ -312,24 +319,25 @@ def export(run_dir, out_dir, quantization: Optional[str] = None, checkpoint: Opt
     cfg = hub.cfg.model
     spec = build_spec(model, hub.task.source_dictionary, hub.task.target_dictionary)
 
-    args = hub_module.resolved_args(run_dir, info)
+    args = run_cards.resolved_args(run_dir, info)
     for kind in ("tokenizer", "bpe"):  # one the engine cannot run is refused now, not at translation time
         _encoder(kind, args.get(kind), args)
     files = {}
-    kept = {}
+    kept = {"tokenizer": None, "bpe": None}  # always in the card (null: none), so that none is ever lost
     for name, value in args.items():
-        if name in info.get("paths", []) and value:
-            files[name] = Path(value)
+        if name in run_cards.PATH_ARGS:
+            if value:
+                files[name] = Path(value)  # in RUN_DIR and of the right kind: read_run_card checked
         elif name in _ENCODER_OPTIONS or name.startswith(("moses_", "bpe_", "subword_", "sentencepiece_")):
             kept[name] = value
     card = {
-        "engine": "ctranslate2", "ctranslate2": ct2.__version__, "kind": info.get("kind", "translation"),
+        "engine": "ctranslate2", "ctranslate2": ct2.__version__, "kind": info["kind"],
         "exported_from": str(run_dir.resolve()),
         "checkpoint": str(checkpoint or info["checkpoint"]),
         "quantization": quantization or "float32",
         "args": kept, "paths": sorted(files),
-        "generation": dict(info.get("generation", {})),
-        "batch_size": info.get("batch_size"),
+        "generation": dict(info["generation"]),
+        "batch_size": info["batch_size"],
         "max_source_positions": int(model.encoder.max_positions()),
         "max_target_positions": int(model.decoder.max_positions()),
         "model": {"d_model": cfg.encoder_embed_dim, "heads": cfg.encoder_attention_heads,
@@ -340,8 +348,6 @@ def export(run_dir, out_dir, quantization: Optional[str] = None, checkpoint: Opt
     with atomic_output(out_dir) as tmp:
         save_spec(spec, tmp, quantization)
         for name, path in files.items():
-            if not path.is_file():
-                raise UserError(f"{path} ({name} of {run_dir / hub_module.RUN_CARD}) is missing")
             shutil.copyfile(path, Path(tmp) / name)
             card["args"][name] = name  # relative to OUT_DIR
         (Path(tmp) / CARD).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
@@ -359,10 +365,9 @@ def read_card(out_dir) -> dict:
             raise UserError(f"{out_dir} is a recipe run, not a CTranslate2 model: export it first with python "
                             f"scripts/export_ctranslate2.py {out_dir} OUT_DIR, then give OUT_DIR")
         raise UserError(f"{out_dir} has no {CARD}: give the OUT_DIR that scripts/export_ctranslate2.py wrote")
-    try:
-        return json.loads(card.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read {card}: {exc}") from None
+    from ..plugin import load
+
+    return load("attn_plugin.run_cards").read_ct2_card(card)  # its schema; every file it names in OUT_DIR
 
 
 def _encoder(kind: str, name: Optional[str], args: dict):
@@ -415,12 +420,11 @@ class CT2Translator:
         if options.pop("checkpoint_file", None):
             raise UserError("--checkpoint does not apply to an exported model: export that checkpoint with "
                             "scripts/export_ctranslate2.py RUN_DIR OUT_DIR --checkpoint FILE")
-        self.parsing = card.get("kind") == "parsing"
-        args = dict(card.get("args", {}))
-        for name in card.get("paths", []):
-            if args.get(name):
-                args[name] = str(out_dir.resolve() / args[name])
-        generation = dict(card.get("generation", {}))
+        from ..plugin import load
+
+        self.parsing = card["kind"] == "parsing"
+        args = load("attn_plugin.run_cards").resolved_args(out_dir, card)
+        generation = dict(card["generation"])
         self.beam = int(options.get("beam") or generation.get("beam", 5))
         self.max_len_a = float(generation.get("max_len_a", 0))
         self.max_len_b = int(options["max_len_b"] if options.get("max_len_b") is not None
@@ -610,20 +614,23 @@ def parse_args(argv=None):
         description="Export a recipe run's evaluated model to CTranslate2 (then: python scripts/translate.py "
                     "--engine ctranslate2 OUT_DIR).")
     p.add_argument("run_dir", type=Path, help="a recipe's --workdir (holds inference.json)")
-    p.add_argument("out_dir", type=Path, help="the folder to write (a new one, or an earlier export, which is "
-                                              "replaced)")
+    p.add_argument("out_dir", type=Path, help="the folder to write (a new one, or with --force an earlier export, "
+                                              "which is replaced)")
     p.add_argument("--quantization", choices=QUANTIZATIONS,
                    help="weight type: int8 (CPU, fastest), int8_float32, float16 / int8_float16 (GPU), ... "
                         "(default: float32, the exact weights)")
     p.add_argument("--checkpoint", type=Path, help="another checkpoint of the run (default: the one the recipe "
                                                    "evaluated)")
+    add_force_option(p, "an earlier export in OUT_DIR")
     args = p.parse_args(argv)
     if args.out_dir.resolve() == args.run_dir.resolve():
         raise UsageError("OUT_DIR must differ from RUN_DIR")
     out = args.out_dir
-    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / CARD).is_file())):
+    empty = out.is_dir() and not out.is_symlink() and not any(out.iterdir())
+    if (out.exists() or out.is_symlink()) and not (empty or (out.is_dir() and (out / CARD).is_file())):
         raise UsageError(f"{out} exists and is not an earlier export (no {CARD}), which the export would replace: "
                          "give a new folder")
+    check_output(out, "OUT_DIR", force=args.force or empty, folder=True)  # before any work
     return args
 
 

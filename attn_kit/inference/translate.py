@@ -10,6 +10,12 @@ An empty line gives an empty line. For a parsing run (WSJ) the output is a
 bracketed tree over the sentence's words, repaired as the recipe's trees stage
 repairs it (:func:`attn_kit.metrics.trees.delinearize`); POS tags are the
 model's (``XX`` unless it was trained with ``--pos-tags keep``).
+
+The run directory is checked before any work (:mod:`attn_plugin.run_cards`: its cards are
+data, never code), the input is read under the one text policy (:mod:`attn_kit.textio`:
+strict UTF-8 unless ``--errors replace``, a byte-order mark removed), and ``--output`` is
+checked before anything is translated and written whole or not at all (never over a folder,
+over a file only with ``--force``).
 """
 import argparse
 import json
@@ -17,8 +23,9 @@ import sys
 from pathlib import Path
 from typing import Iterable, List, Optional
 
-from ..cli import UsageError, UserError, log
+from ..cli import UsageError, UserError, add_force_option, check_output, log
 from ..pipeline.progress import Progress
+from ..textio import add_errors_option, read_lines
 
 ENGINES = ("fairseq", "ctranslate2")
 
@@ -30,8 +37,11 @@ def parse_args(argv=None):
                "the same with fairseq-interactive: --print-interactive-command.")
     p.add_argument("run_dir", type=Path, help="a recipe's --workdir (holds inference.json), or with --engine "
                                               "ctranslate2 the folder scripts/export_ctranslate2.py wrote")
-    p.add_argument("-i", "--input", type=Path, help="raw sentences, one per line (default: stdin)")
-    p.add_argument("-o", "--output", type=Path, help="where the translations go (default: stdout)")
+    p.add_argument("-i", "--input", type=Path, help="raw sentences, one per line, UTF-8 (default: stdin)")
+    p.add_argument("-o", "--output", type=Path, help="where the translations go (default: stdout); an existing "
+                                                     "file only with --force, never a folder")
+    add_force_option(p, "the --output file")
+    add_errors_option(p)
     p.add_argument("--beam", type=int, help="beam size (default: the run's, e.g. 4)")
     p.add_argument("--gnmt-alpha", type=float, help="GNMT length penalty alpha (default: the run's, e.g. 0.6)")
     p.add_argument("--lenpen", type=float, help="fairseq's length penalty |Y|^lenpen instead of GNMT's")
@@ -58,19 +68,21 @@ def parse_args(argv=None):
         raise UsageError("--batch-size and --beam must be >= 1")
     if args.gnmt_alpha is not None and args.lenpen is not None:
         raise UsageError("give --gnmt-alpha or --lenpen, not both")
+    if args.checkpoint and args.engine == "fairseq" and not args.checkpoint.is_file():
+        raise UsageError(f"--checkpoint {args.checkpoint}: no such file")
+    if args.output and not (args.print_interactive_command or args.check_test_set):  # before any work
+        check_output(args.output, "--output", args.force)
     return args
 
 
-def read_input(path: Optional[Path]) -> List[str]:
-    if path is None:
-        return [line.rstrip("\n") for line in sys.stdin]
+def read_input(path: Optional[Path], name: Optional[str] = None, errors: str = "strict") -> List[str]:
+    """The input's lines under the one text policy (:mod:`attn_kit.textio`): ``path``, or stdin if None;
+    ``name`` is what an error line calls it (default ``--input PATH`` or standard input)."""
+    source, name = (sys.stdin.buffer, name or "standard input") if path is None else (path, name or f"--input {path}")
     try:
-        with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
-            return [line.rstrip("\n") for line in f]
-    except FileNotFoundError:
-        raise UserError(f"--input {path}: no such file") from None
+        return read_lines(source, name, errors)
     except OSError as exc:
-        raise UserError(f"--input {path}: cannot read it ({exc.strerror})") from None
+        raise UserError(f"{name}: cannot read it ({exc.strerror or exc})") from None
 
 
 def overrides(args) -> dict:
@@ -93,10 +105,9 @@ class Translator:
         from ..plugin import load, quiet_inference
 
         quiet_inference()
-        read_run_card = load("attn_plugin.hub").read_run_card
+        self.card = load("attn_plugin.run_cards").read_run_card(run_dir)  # checked before anything loads
         AttnTransformerModel = load("attn_plugin.models.attn_transformer").AttnTransformerModel
-        self.card = read_run_card(run_dir)
-        self.parsing = self.card.get("kind") == "parsing"
+        self.parsing = self.card["kind"] == "parsing"
         checkpoint = options.pop("checkpoint_file", None)
         self.hub = AttnTransformerModel.from_pretrained(str(run_dir), checkpoint_file=checkpoint, **options)
         self.hub.eval()
@@ -146,22 +157,27 @@ class Translator:
 
 def main(argv=None):
     args = parse_args(argv)
+    from ..plugin import load
+
+    run_cards = load("attn_plugin.run_cards")
     if args.print_interactive_command:
         import shlex
 
-        from ..plugin import load
-
         print(shlex.join(load("attn_plugin.hub").interactive_command(args.run_dir)))
         return 0
-    if args.check_test_set:
-        from ..cli import read_json
+    # everything the command reads is checked before any work: the run's cards, then the input
+    if args.engine == "ctranslate2":
+        from .ctranslate2 import read_card
 
-        results = read_json(args.run_dir / "results.json", "results file (finish the run first)")
-        if "test_source" not in results:
-            raise UserError(f"{args.run_dir / 'results.json'} names no test_source: it was scored by an older "
-                            "version; rerun the recipe's score stage")
+        read_card(args.run_dir)
+    else:
+        run_cards.read_run_card(args.run_dir)
+    name = None
+    if args.check_test_set:
+        results = run_cards.read_results(args.run_dir, required=("test_source", "test_output"))
         args.input, args.tokenized = Path(results["test_source"]), results.get("test_source_tokenized", False)
-    lines = read_input(args.input)
+        name = f"{args.input} (test_source of {args.run_dir / run_cards.RESULTS})"
+    lines = read_input(args.input, name, args.errors)
     if args.threads:
         import torch
 
@@ -180,22 +196,24 @@ def main(argv=None):
     if progress:
         progress.finish()
     if args.check_test_set:
-        print(json.dumps(compare_with_test_output(results, hyps, translator.parsing)), flush=True)
+        print(json.dumps(compare_with_test_output(results, hyps, translator.parsing, args.errors)), flush=True)
         return 0
     write_output(args.output, hyps)
     return 0
 
 
-def compare_with_test_output(results: dict, hyps: List[str], parsing: bool) -> dict:
-    """Identical lines (and sacreBLEU of both, for translation) of ``hyps`` and the recipe's test output."""
-    recipe = read_input(Path(results["test_output"]))
+def compare_with_test_output(results: dict, hyps: List[str], parsing: bool, errors: str = "strict") -> dict:
+    """Identical lines (and sacreBLEU of both, for translation) of ``hyps`` and the recipe's test output
+    (``results``: results.json as :func:`attn_plugin.run_cards.read_results` checked it)."""
+    recipe = read_input(Path(results["test_output"]), f"{results['test_output']} (test_output of results.json)",
+                        errors)
     out = {"test_source": results["test_source"], "test_output": results["test_output"], "sentences": len(recipe),
            "identical_lines": sum(a == b for a, b in zip(hyps, recipe))}
     ref = results.get("test_reference")
     if not parsing and ref:
         import sacrebleu
 
-        refs = read_input(Path(ref))
+        refs = read_input(Path(ref), f"{ref} (test_reference of results.json)", errors)
         out.update(sacrebleu_translate=round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
                    sacrebleu_recipe=round(sacrebleu.corpus_bleu(recipe, [refs]).score, 2))
     return out
