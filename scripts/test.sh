@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Run attn_plugin's test suite (sets up ./.venv first if no suitable environment is active).
-#   bash scripts/test.sh            # everything
-#   bash scripts/test.sh -k parity  # extra arguments go to pytest
+#   bash scripts/test.sh                        # everything
+#   bash scripts/test.sh --quick                # the quick tier: no test that trains a model
+#   bash scripts/test.sh -k parity              # extra arguments go to pytest
+#   bash scripts/test.sh tests/test_model.py    # named files or tests instead of the whole suite
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/env.sh
-exec "$ATTN_PY" -m pytest -q -p no:cacheprovider tests "$@"
+where=(tests)
+for arg in "$@"; do
+  case "$arg" in tests/*|./tests/*) where=() ;; esac
+done
+exec "$ATTN_PY" -m pytest -q -p no:cacheprovider "${where[@]}" "$@"

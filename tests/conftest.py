@@ -50,6 +50,31 @@ def last_line(proc):
     return lines[-1] if lines else ""
 
 
+# The quick tier (bash scripts/test.sh --quick): every test but those that train or decode with a
+# trained model, i.e. that use one of these fixtures or are marked slow (pytest.mark.slow).
+SLOW_FIXTURES = {"plugin_run", "smoke_run", "stock_checkpoint", "smoke", "smoke_tune"}  # smoke*: WSJ runs
+
+
+def pytest_addoption(parser):
+    parser.addoption("--quick", action="store_true",
+                     help="the quick tier: leave out the tests that train models (fixtures " + ", ".join(
+                         sorted(SLOW_FIXTURES)) + ", or marked slow)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: trains a model (left out by --quick)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--quick"):
+        return
+    slow = [item for item in items
+            if item.get_closest_marker("slow") or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item not in slow]
+
+
 # Small model flags on top of --arch attn_paper_base (or a stock fairseq arch).
 TINY_MODEL = SIZES["tiny"].flags()
 

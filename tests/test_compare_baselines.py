@@ -164,8 +164,8 @@ def test_precision_is_what_runs():
         assert ("--fp16" in cmd) == (used == "fp16") and ("--bf16-autocast" in cmd) == (used == "bf16")
         assert "--bf16" not in cmd and "--cpu" not in cmd
         assert cmd[cmd.index("-m") + 1] == commands.WORKER and "--nproc-per-node" in cmd
-        gen = commands.generate_command(args, REPO, REPO / "c.pt", "test")
-        assert ("--fp16" in gen) == (used == "fp16") and "--cpu" not in gen
+        gen = commands.generate_command(args, REPO, REPO / "c.pt", "test")  # evaluation in fp32, whatever trained
+        assert "--fp16" not in gen and "--bf16-autocast" not in gen and "--cpu" not in gen
     assert device_label(args) == "8 GPU(s), fp32"
     args.precision = "fp16"
     assert device_label(args) == "8 GPU(s), fp16 mixed precision"
@@ -174,6 +174,7 @@ def test_precision_is_what_runs():
 # ---------------------------------------------------------------------------
 # The script end to end, and its errors
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_tiny_comparison_prints_the_table_and_writes_json_and_png(data_bin, tmp_path):
     sizes = ["--layers", "2", "--d-model", "32", "--d-ff", "64", "--heads", "4"]
     proc = run([sys.executable, SCRIPT, data_bin, "--max-update", "12", *sizes, "--max-tokens", "400",

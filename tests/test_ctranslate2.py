@@ -371,6 +371,7 @@ def test_a_parsing_run_gives_the_fairseq_engines_trees(smoke_run, exported, tmp_
     assert ours[0].startswith("(TOP") and "n't" in ours[0] and "-LRB-" in ours[0] and ours[1] == ""
 
 
+@pytest.mark.slow
 def test_benchmark_ctranslate2_rows(tmp_path):
     """benchmarks/generate_throughput.py --ctranslate2: the plugin and CTranslate2 rows, in the JSON too."""
     out = tmp_path / "bench.json"

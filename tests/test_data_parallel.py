@@ -9,6 +9,8 @@ from conftest import USER_DIR, run, train_cmd
 
 from attn_kit.pipeline.launch import launcher
 
+pytestmark = pytest.mark.slow  # trains models (left out by scripts/test.sh --quick)
+
 DETERMINISTIC = ["--user-dir", USER_DIR, "--arch", "attn_paper_base", "--dropout", "0", "--attention-dropout", "0"]
 SCHEDULE = ["--lr", "1", "--lr-scheduler", "attn_inverse_sqrt", "--warmup-updates", "4", "--lr-scale", "2",
             "--criterion", "attn_label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-update", "5",

@@ -162,6 +162,7 @@ print("exit statuses:", [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pi
 """
 
 
+@pytest.mark.slow
 def test_eight_trainings_on_one_checkpoint_directory_one_trains_the_others_are_refused(data_bin, tmp_path):
     save = tmp_path / "checkpoints"
     cmd = train_cmd(data_bin, save, TINY_TRAINING, ["--max-update", "12", "--no-epoch-checkpoints"])

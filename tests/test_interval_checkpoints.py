@@ -11,6 +11,8 @@ from conftest import REPO, USER_DIR, assert_one_error_line, run, train_cmd
 from attn_kit import checkpoints
 from attn_kit.cli import UserError
 
+pytestmark = pytest.mark.slow  # trains models (left out by scripts/test.sh --quick)
+
 # At --max-tokens 2000 the tiny corpus is a few updates per epoch, so epochs end on interval updates.
 TRAIN = ["--user-dir", USER_DIR, "--arch", "attn_paper_base"]
 

@@ -126,6 +126,7 @@ def _wait_for(path_glob, root: Path, proc, timeout=300):
     return False
 
 
+@pytest.mark.slow
 def test_smoke_en_de_kill_resume_two_cpu_processes_and_idempotent_rerun(tmp_path):
     work = tmp_path / "w"
     args = ["--pair", "en-de", "--smoke", "--workdir", work, "--cpu-procs", "2"]
@@ -172,6 +173,7 @@ def test_smoke_en_de_kill_resume_two_cpu_processes_and_idempotent_rerun(tmp_path
     assert json.loads((work / "results.json").read_text())["sacrebleu"] == results["sacrebleu"]
 
 
+@pytest.mark.slow
 def test_smoke_en_fr_reads_un_and_gzipped_giga_fren(tmp_path):
     work = tmp_path / "w"
     proc = recipe("--pair", "en-fr", "--smoke", "--workdir", work, "--max-update", "20", "--save-interval-updates",

@@ -101,6 +101,7 @@ def parallel(argv, env=None, cwd=None, timeout=900):
                           cwd=cwd, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path):
     data, work = corpus(tmp_path / "corpus"), tmp_path / "w"
     argv = ["--src", "en", "--tgt", "de", "--train", data / "train", "--valid", data / "valid", "--test",
