@@ -62,27 +62,75 @@ class Terminated(KeyboardInterrupt):
 
 
 _GUARDED = []  # the pid that installed the SIGTERM handler (forked workers inherit the handler, not the role)
+_SIGNALLED = []  # the Ctrl-C and SIGTERM main_guard's handlers received
 
 
 def _terminate(signum, frame):
     if _GUARDED and os.getpid() != _GUARDED[0]:  # a forked process that has not reset the handler yet: just end
         os._exit(128 + signal.SIGTERM)
+    _SIGNALLED.append(signum)
     raise Terminated()
+
+
+def _interrupt(signum, frame):
+    _SIGNALLED.append(signum)
+    raise KeyboardInterrupt()
+
+
+def raise_if_signalled():
+    """Raise again a Ctrl-C or SIGTERM that this command received and lost on the way: Python
+    drops an exception raised in a finalizer (``__del__``), and a C extension interrupted inside
+    may report its own error instead (matplotlib's "Invalid bounding box"). A loop that would go
+    on after it calls this (:func:`attn_kit.pipeline.process.stream` at each line)."""
+    if _SIGNALLED:
+        raise Terminated() if _SIGNALLED[0] == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _interrupted_line(signum: int, interrupted: str) -> str:
+    return error_line(interrupted.replace("interrupted", "terminated (SIGTERM)", 1) if signum == signal.SIGTERM
+                      else interrupted)
+
+
+def _exit_on_signal(interrupted: Optional[str]):
+    """Once ``main`` has returned or failed: a Ctrl-C or SIGTERM ends the process at once with
+    exit 130 or 143 and, unless ``interrupted`` is None (the one line is printed already), its line;
+    nothing unwinds, so nothing on the way out prints a traceback."""
+    def leave(signum, frame):
+        if interrupted is not None:
+            os.write(2, (_interrupted_line(signum, interrupted) + "\n").encode())
+        try:
+            sys.stdout.flush()
+        except Exception:  # noqa: BLE001 -- the signal came in the middle of a write: what is buffered is lost
+            pass
+        os._exit(128 + signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) in (_interrupt, _terminate):
+            signal.signal(sig, leave)
 
 
 def main_guard(main: Callable[..., Optional[int]], *args, interrupted: str = "interrupted"):
     """Run ``main(*args)`` and exit with its return value; a user error, an
-    ``OSError`` (a missing or unwritable file), Ctrl-C or SIGTERM becomes one ``error:`` line."""
+    ``OSError`` (a missing or unwritable file), Ctrl-C or SIGTERM becomes one ``error:`` line.
+
+    A signal at any moment is its one line and exit 130 (Ctrl-C) or 143 (SIGTERM), whatever it
+    leaves behind: an error in cleanup after it (a module whose import it cut short, imported
+    again), a C extension's own error, or nothing (lost in a finalizer, whose message is not shown)."""
     _GUARDED[:] = [os.getpid()]
+    _SIGNALLED.clear()
     signal.signal(signal.SIGTERM, _terminate)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where Ctrl-C is ignored (nohup, &)
+        signal.signal(signal.SIGINT, _interrupt)
+    unraisable = sys.unraisablehook
+    sys.unraisablehook = lambda u: None if issubclass(u.exc_type, KeyboardInterrupt) else unraisable(u)
     try:
         status = main(*args)
-    except KeyboardInterrupt as exc:
-        terminated = isinstance(exc, Terminated)
-        print(error_line(interrupted.replace("interrupted", "terminated (SIGTERM)", 1) if terminated
-                         else interrupted), file=sys.stderr, flush=True)
-        sys.exit(143 if terminated else 130)
-    except Exception as exc:  # noqa: BLE001 -- user errors become one line; anything else is a bug: traceback
+    except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 -- user errors become one line; bugs: traceback
+        _exit_on_signal(None)
+        if _SIGNALLED or isinstance(exc, KeyboardInterrupt):
+            signum = _SIGNALLED[0] if _SIGNALLED else signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+            print(_interrupted_line(signum, interrupted), file=sys.stderr, flush=True)
+            sys.exit(128 + signum)
         if _user_error(exc):
             print(error_line(exc), file=sys.stderr, flush=True)
             sys.exit(getattr(exc, "exit_status", 1))
@@ -90,6 +138,10 @@ def main_guard(main: Callable[..., Optional[int]], *args, interrupted: str = "in
             print(error_line(exc), file=sys.stderr, flush=True)
             sys.exit(1)
         raise
+    _exit_on_signal(None if _SIGNALLED else interrupted)
+    if _SIGNALLED:  # received, then lost on the way: the command did not stop when asked
+        print(_interrupted_line(_SIGNALLED[0], interrupted), file=sys.stderr, flush=True)
+        sys.exit(128 + _SIGNALLED[0])
     sys.exit(status or 0)
 
 

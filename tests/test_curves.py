@@ -1,11 +1,13 @@
 """Training curves (attn_kit.pipeline.curves) from fairseq-train's simple log format, and the
 progress lines with an ETA of the long stages (attn_kit.pipeline.progress)."""
+import contextlib
 import csv
 import io
 import time
 
 import pytest
 
+from attn_kit.cli import Terminated, UserError
 from attn_kit.pipeline import curves, progress
 
 # Two runs of one training, as the train stage's log holds them: the first killed after update 30
@@ -40,6 +42,19 @@ def test_parse_keeps_each_update_once_and_adds_up_training_time():
     assert resumed["bleu"] == 12.5 and points[1]["lr"] == 0.002
 
 
+def test_a_training_killed_before_its_first_checkpoint_starts_its_curves_over():
+    """Killed after logging updates 10 and 20 but before any checkpoint: the rerun trains from
+    update 0 (fairseq: "No existing checkpoint found"), so the killed run's points are dropped."""
+    lines = LOG.splitlines(keepends=True)
+    killed = lines[:4]
+    rerun = [lines[0], "2026-01-01 10:05:00 | INFO | fairseq.trainer | No existing checkpoint found "
+                       "/w/checkpoints/checkpoint_last.pt\n",
+             lines[2].replace("10:00:10", "10:05:10").replace("loss=9.5", "loss=9.4"),
+             lines[3].replace("10:00:20", "10:05:20")]
+    points = curves.parse(killed + rerun)
+    assert [(p["split"], p["update"], p["loss"]) for p in points] == [("train", 10, 9.4), ("train", 20, 8.5)]
+
+
 def test_write_makes_csv_and_png_and_the_writer_refreshes_at_validation(tmp_path):
     log = tmp_path / "train.log"
     lines = LOG.splitlines(keepends=True)
@@ -56,6 +71,24 @@ def test_write_makes_csv_and_png_and_the_writer_refreshes_at_validation(tmp_path
     writer.finish()  # training ended
     rows = list(csv.DictReader(io.StringIO((tmp_path / "curves.csv").read_text())))
     assert list(rows[0]) == list(curves.COLUMNS) and len(rows) == 5 and echoed == lines[3:5]
+
+
+@pytest.mark.parametrize("ending,written", [(None, True), (UserError, True), (KeyboardInterrupt, False),
+                                            (Terminated, False)], ids=["ended", "failed", "ctrl-c", "sigterm"])
+def test_the_writer_writes_the_curves_when_training_ends_or_fails_but_not_after_a_signal(tmp_path, ending, written):
+    """Training's block ends: the curves are written once more (a failed training's too: they show
+    how it went); not after Ctrl-C or SIGTERM (Terminated), which must stop at once: a signal that
+    cut a refresh's import of matplotlib short would have it imported again half-loaded."""
+    log = tmp_path / "train.log"
+    log.write_text(LOG)
+    with pytest.raises(ending) if ending else contextlib.nullcontext():
+        with curves.CurveWriter(log, tmp_path, None) as writer:
+            if ending:
+                raise ending("stopped")
+    assert (tmp_path / "curves.csv").exists() == (tmp_path / "curves.png").exists() == writer.written == written
+    with curves.CurveWriter(log, tmp_path / "dry", None, final=False):  # --dry-run: nothing trained, nothing written
+        pass
+    assert not (tmp_path / "dry").exists()
 
 
 def test_progress_line_has_the_rate_and_an_eta():

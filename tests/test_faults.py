@@ -3,6 +3,7 @@ and what must come out of it. Every case of attn_kit.faults.CASES (README's "Wha
 things go wrong") is a test here; the recipe cases run on the WMT14 --smoke recipe, copying one
 finished run (conftest.smoke_run) and comparing with it: same BLEU, the same averaged model bit
 for bit, the same translations."""
+import csv
 import json
 import os
 import re
@@ -24,21 +25,38 @@ from attn_kit.pipeline.lock import workdir_lock
 INJECT = [sys.executable, str(REPO / "tests" / "faults" / "inject.py")]
 ENOSPC_SHIM = REPO / "tests" / "faults" / "enospc"
 STAGES = ["download", "extract", "tokenize", "bpe", "binarize", "train", "average", "generate", "score"]
-# where in each stage the signal comes (tests/faults/inject.py): mid-command or between steps. Training is
-# killed when it saves its first checkpoint (SIGTERM) and, in the run after, when it has loaded the checkpoint
-# it resumes from (SIGKILL): the console may read fairseq's lines late, after more checkpoints, even all of them.
-TRIGGERS = {"download": "step:2", "extract": "step:1", "tokenize": "step:1", "bpe": "step:1",
-            "binarize": r"line:train\.en: \d+ sents", "average": "line:^averaging", "generate": "line:loading model",
-            "score": "step:1", "train": {"SIGTERM": "line:Saved checkpoint", "SIGKILL": "line:Loaded checkpoint"}}
+# The chain of signals (tests/faults/inject.py), in order: each run is stopped at one point and the next resumes
+# from there. Every stage gets SIGTERM in the middle of it (mid-command or between steps), then SIGKILL. Training,
+# where the recipe does most of its own work while a command runs, gets a signal at each kind of moment of it;
+# SIGNAL@group goes to the recipe's whole process group, as Ctrl-C in a terminal does (fairseq-train gets it too).
+KILLS = [(stage, sig, trigger) for stage, trigger in (
+    ("download", "step:2"), ("extract", "step:1"), ("tokenize", "step:1"), ("bpe", "step:1"),
+    ("binarize", r"line:train\.en: \d+ sents")) for sig in ("SIGTERM", "SIGKILL")] + [
+    ("train", "SIGINT@group", r"line:dictionary: \d+ types"),  # fairseq-train starting up
+    ("train", "SIGTERM", "import:matplotlib.rcsetup"),  # the first curves refresh, halfway through import matplotlib
+    ("train", "SIGINT@group", "import:matplotlib.rcsetup"),  # the same, Ctrl-C
+    ("train", "SIGTERM", "line:Saved checkpoint"),  # a checkpoint written
+    ("train", "SIGKILL", "line:Loaded checkpoint"),  # training resumed from it
+    ("train", "SIGINT@group", "import:torch._C"),  # the next run reading the checkpoints first (importing torch)
+    ("train", "SIGTERM", "line:done training"),  # fairseq-train's last line: the final curves and the stamp to come
+    ("train", "SIGINT@group", "import:matplotlib.rcsetup"),  # nothing left to train: the final curves refresh
+] + [(stage, sig, trigger) for stage, trigger in (
+    ("average", "line:^averaging"), ("generate", "line:loading model"), ("score", "step:1"))
+    for sig in ("SIGTERM", "SIGKILL")] + [
+    ("score", "SIGINT@group", "report"),  # every stage done: the final report
+]
+EXIT = {"SIGTERM": (143, "terminated (SIGTERM); finished stages are kept, run the same command again to resume"),
+        "SIGINT": (130, "interrupted; finished stages are kept, run the same command again to resume")}
 
 
 def env(**extra):
     return dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", **extra)
 
 
-def recipe(work, *extra, prefix=RECIPE, environ=None, timeout=900):
+def recipe(work, *extra, prefix=RECIPE, environ=None, timeout=900, session=False):
+    """The smoke recipe on ``work``; ``session``: in a process group of its own (for SIGNAL@group)."""
     return subprocess.run([*prefix, *SMOKE_RUN, "--workdir", str(work), *map(str, extra)], capture_output=True,
-                          text=True, env=environ or env(), timeout=timeout)
+                          text=True, env=environ or env(), timeout=timeout, start_new_session=session)
 
 
 def copy_of(smoke_run, tmp_path) -> Path:
@@ -64,37 +82,101 @@ def partial_files(work: Path):
 
 # --------------------------------------------------------------------------- kills
 def test_sigterm_then_sigkill_in_every_stage_then_rerun(smoke_run, tmp_path):
-    """In every stage in turn: SIGTERM in the middle of it, the same command again and SIGKILL in
-    the middle of it (resumed), then the same command again, which resumes it and goes on to the
-    next stage's signals. The last run (no signal) must end exactly as the uninterrupted
-    reference run."""
+    """The chain of KILLS: SIGTERM, SIGKILL and Ctrl-C (SIGINT to the process group) at its point
+    of a stage, each run resuming what the one before was stopped in. A signal it can handle ends
+    a run with exactly one line and exit 143 (SIGTERM) or 130 (Ctrl-C), whatever the recipe was
+    doing: reading a command's output, importing a module, refreshing the curves, reporting. The
+    last run (no signal) must end exactly as the uninterrupted reference run: the same scores,
+    translations, averaged model (bit for bit) and training curves (each update once)."""
     work = tmp_path / "w"
-    for i, stage in enumerate(STAGES):
-        for sig in ("SIGTERM", "SIGKILL"):
-            trigger = TRIGGERS[stage][sig] if isinstance(TRIGGERS[stage], dict) else TRIGGERS[stage]
-            proc = recipe(work, prefix=[*INJECT, stage, sig, trigger, "--"])
-            where = (stage, sig, proc.stdout[-3000:], proc.stderr[-2000:])
-            assert f"stage {i + 1}/9 {stage}: " in proc.stdout, where
-            if sig == "SIGTERM":
-                assert proc.returncode == 143, where
-                assert_one_error_line(proc, "terminated (SIGTERM); finished stages are kept")
-                assert partial_files(work) == [], where  # temporary files removed on the way out
-            else:
-                assert proc.returncode == -signal.SIGKILL, where
-            done = {s for s in STAGES if (work / ".stages" / f"{s}.done").exists()}
-            assert done == set(STAGES[:i]), where  # the stage it was killed in is not marked done
+    before = None
+    for stage, sig, trigger in KILLS:
+        i = STAGES.index(stage)
+        proc = recipe(work, prefix=[*INJECT, stage, sig, trigger, "--"], session=True)
+        where = (stage, sig, trigger, proc.stdout[-3000:], proc.stderr[-2000:])
+        assert f"stage {i + 1}/9 {stage}: " in proc.stdout, where
+        name = sig.split("@")[0]
+        if name == "SIGKILL":
+            assert proc.returncode == -signal.SIGKILL, where
+        else:
+            assert proc.returncode == EXIT[name][0], where
+            assert_one_error_line(proc, EXIT[name][1])
+            assert partial_files(work) == [], where  # temporary files removed on the way out
+        done = {s for s in STAGES if (work / ".stages" / f"{s}.done").exists()}
+        if trigger == "report":
+            assert done == set(STAGES) and "sacreBLEU = " not in proc.stdout, where
+        else:
+            assert done == set(STAGES[:i]), where  # the stage it was stopped in is not marked done
             assert (work / ".stages" / f"{stage}.started").exists(), where
-            resumed = (stage, i + 1) if sig == "SIGKILL" else (STAGES[i - 1], i) if i else None
-            if resumed:  # the run resumed the stage the one before it was killed in
-                assert f"stage {resumed[1]}/9 {resumed[0]}: an earlier run stopped during this stage; resuming it" \
-                    in proc.stdout, where
-            if sig == "SIGTERM" and i > 0:  # the lock the SIGKILLed run left was taken over, saying so
+        if before:  # the run resumed the stage the one before it was stopped in
+            j = STAGES.index(before[0])
+            assert f"stage {j + 1}/9 {before[0]}: an earlier run stopped during this stage; resuming it" \
+                in proc.stdout, where
+            if before[1] == "SIGKILL":  # the lock the SIGKILLed run left was taken over, saying so
                 assert "stopped without releasing it; taking over" in proc.stdout, where
+        before = (stage, sig)
     final = recipe(work)
     assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-2000:]
-    assert "stage 9/9 score: an earlier run stopped during this stage; resuming it" in final.stdout
+    assert final.stdout.count("done already, skipping") == len(STAGES) and "sacreBLEU = " in final.stdout
     assert partial_files(work) == []  # what a kill left half-written was removed or finished by the reruns
     assert_same_results(work, smoke_run)
+    assert curve_points(work) == curve_points(smoke_run)
+
+
+def curve_points(work: Path):
+    """curves.csv without what depends on the clock (hours, tokens/s)."""
+    with open(work / "curves.csv", encoding="utf-8") as f:
+        return [{k: v for k, v in row.items() if k not in ("hours", "tokens_per_s")} for row in csv.DictReader(f)]
+
+
+SIGNALLED = """import os, signal, sys
+from attn_kit.cli import UserError, main_guard
+from attn_kit.pipeline.process import stream
+
+class Lost:  # the signal comes while Python finalizes an object: the exception it raises there is dropped
+    def __del__(self):
+        os.kill(os.getpid(), signal.{sig})
+
+def main():
+    {body}
+
+main_guard(main, interrupted="interrupted; finished stages are kept")
+"""
+# A package like matplotlib: the signal comes while it imports its second submodule, once; the first
+# stays loaded, bound to the package whose import was cut short, so importing it again fails.
+HALFWAY = {"__init__.py": "from . import first, second\ndef data_path():\n    return 'here'\nfirst.check()\n",
+           "first.py": "import halfway\ndef check():\n    return halfway.data_path()\n",
+           "second.py": "import os, signal\nif not os.path.exists('sent'):\n    open('sent', 'w').close()\n"
+                        "    os.kill(os.getpid(), signal.{sig})\n"}
+MOMENTS = {
+    # the cleanup after the signal imports the half-loaded package again, as the train stage's final
+    # curves refresh did with matplotlib: an AttributeError on the way out
+    "import": "try:\n        import halfway\n    finally:\n        import halfway",
+    # lost in a finalizer; what the recipe saw next was its command's end (killed by the same signal)
+    "finalizer": "Lost()\n    raise UserError('stage train failed (exit -15)')",
+    # lost while a command runs: the command is stopped at its next line (it would write "late")
+    "command": "stream([sys.executable, '-c', 'import time; print(1, flush=True); time.sleep(2); print(2, flush=True); "
+               "open(\"late\", \"w\")'], lambda line: Lost())",
+    # the work is done and main has returned: the signal comes while Python exits
+    "exit": "import atexit, time\n    atexit.register(lambda: (os.kill(os.getpid(), signal.{sig}), time.sleep(5)))",
+}
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_a_signal_at_any_moment_is_one_line_and_its_exit_status(tmp_path, name, moment):
+    """main_guard's promise at the moments the recipe chain cannot aim at: whatever a signal leaves
+    behind (an error on the way out, nothing at all), one line and exit 143 or 130."""
+    (tmp_path / "halfway").mkdir()
+    for file, text in HALFWAY.items():
+        (tmp_path / "halfway" / file).write_text(text.format(sig=name))
+    program = SIGNALLED.format(sig=name, body=MOMENTS[moment].format(sig=name))
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=tmp_path,
+                          env=env(), timeout=60)
+    status, line = EXIT[name]
+    assert proc.returncode == status, proc.stderr
+    assert_one_error_line(proc, line.split(";")[0] + "; finished stages are kept")
+    assert not (tmp_path / "late").exists()
 
 
 # --------------------------------------------------------------------------- the lock

@@ -17,7 +17,8 @@ log again and writes, next to the checkpoints' workdir:
 
 A resumed training repeats the updates after its last checkpoint; the points
 the killed run logged past that checkpoint (fairseq's "Loaded checkpoint ...
-(epoch E @ U updates)") are dropped, so every update appears once.
+(epoch E @ U updates)") are dropped, so every update appears once; all of them
+when it was killed before its first checkpoint ("No existing checkpoint found").
 
     python -m attn_kit.pipeline.curves LOG [OUT_DIR]    # the same for any fairseq-train log
 """
@@ -34,7 +35,7 @@ from ..cli import UsageError, atomic_output, log, main_guard, write_text_atomic
 COLUMNS = ("split", "update", "hours", "loss", "nll_loss", "ppl", "lr", "tokens_per_s", "bleu")
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| ")
 _PAIRS = re.compile(r"(\w+)(?:=| )(-?[\d.]+(?:e-?\d+)?)(?=,|\s|$)")
-_LOADED = re.compile(r"Loaded checkpoint \S+ \(epoch \d+ @ (\d+) updates\)")
+_LOADED = re.compile(r"Loaded checkpoint \S+ \(epoch \d+ @ (\d+) updates\)|No existing checkpoint found ")
 _FIELDS = {"loss": "loss", "nll_loss": "nll_loss", "ppl": "ppl", "lr": "lr", "wps": "tokens_per_s", "bleu": "bleu"}
 
 
@@ -58,8 +59,8 @@ def parse(lines: Iterable[str]) -> List[dict]:
         run_start = run_start or stamp
         last_stamp = stamp
         loaded = _LOADED.search(line)
-        if loaded:
-            points = [p for p in points if p["update"] <= int(loaded.group(1))]
+        if loaded:  # training goes on from that update (0: from the start)
+            points = [p for p in points if p["update"] <= int(loaded.group(1) or 0)]
             continue
         split = "train" if "| train_inner |" in line else "valid" if "| valid |" in line else None
         if split is None:
@@ -142,11 +143,26 @@ class CurveWriter:
     """A ``tail`` filter for :meth:`Context.sh` wrapped around another (``tail``, e.g.
     :class:`attn_kit.pipeline.stages.TrainProgress`): at every validation line it
     rewrites the curves from ``log_path`` into ``out_dir``; :meth:`finish` writes them
-    once more when training has ended."""
+    once more when training has ended.
 
-    def __init__(self, log_path: Path, out_dir: Path, tail, title: str = ""):
+    As a context manager around the training (``final``: False with --dry-run), it calls
+    :meth:`finish` when the block ends, also when training failed (the curves up to the
+    failure show how it went), but not after Ctrl-C or SIGTERM: a signal means stop now, and
+    one that cut short a refresh's ``import matplotlib`` would have it imported again half-loaded
+    (tracebacks instead of one line). The rerun writes the curves."""
+
+    def __init__(self, log_path: Path, out_dir: Path, tail, title: str = "", final: bool = True):
         self.log_path, self.out_dir, self.tail, self.title = Path(log_path), Path(out_dir), tail, title
+        self.final = final
         self.written = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, traceback):
+        if self.final and not (kind and issubclass(kind, KeyboardInterrupt)):
+            self.finish()
+        return False
 
     def __call__(self, line: str) -> bool:
         echo = self.tail(line) if callable(self.tail) else False

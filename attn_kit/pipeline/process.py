@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Tuple
 
+from ..cli import raise_if_signalled
 from .lock import inherited_fds
 
 try:  # Linux: prctl(PR_SET_PDEATHSIG, SIGTERM), looked up before any fork
@@ -82,6 +83,8 @@ def stream(cmd: Sequence, on_line: Callable[[str], None], env: Optional[dict] = 
                 if line.strip():
                     last = line.strip()
                 on_line(line)
+                raise_if_signalled()  # a Ctrl-C or SIGTERM that on_line's work lost (a finalizer, C code)
+            raise_if_signalled()
             rc = proc.wait()
         except BaseException:  # Ctrl-C (or SIGTERM made KeyboardInterrupt): stop the child, then go on
             proc.terminate()
