@@ -78,12 +78,14 @@ class PaperBeamSearch(SequenceGenerator):
                "tokens": torch.full((bsz, K, max_len + 2), pad, dtype=torch.long, device=device),
                "token_logp": torch.zeros(bsz, K, max_len + 1, device=device),
                "length": torch.zeros(bsz, K, dtype=torch.long, device=device)}
-        first_row = (torch.arange(bsz, device=device) * K).unsqueeze(1)
         lowest_possible_penalty = self.length_penalty(max_len)
+        active = list(range(bsz))  # the sentences still searched, in the order of the rows
+        done = [None] * bsz
 
         steps = 0
         for step in range(max_len):
-            steps = step + 1
+            steps, n = step + 1, len(active)
+            first_row = (torch.arange(n, device=device) * K).unsqueeze(1)
             lprobs, avg_attn = self.model.forward_decoder(tokens[:, :step + 1], encoder_outs, incremental_states,
                                                           self.temperature)
             lprobs[lprobs != lprobs] = -math.inf
@@ -94,15 +96,15 @@ class PaperBeamSearch(SequenceGenerator):
             if self.token_indices_to_suppress is not None:
                 lprobs[:, self.token_indices_to_suppress] = -math.inf
             if self.repeat_ngram_blocker is not None:
-                lprobs = self.repeat_ngram_blocker(tokens, lprobs, bsz, K, step)
+                lprobs = self.repeat_ngram_blocker(tokens, lprobs, n, K, step)
             if avg_attn is not None:
                 if attn is None:
-                    attn = torch.zeros(bsz * K, avg_attn.size(1), max_len + 2, device=device)
-                    fin["attn"] = torch.zeros(bsz, K, avg_attn.size(1), max_len + 2, device=device)
+                    attn = torch.zeros(n * K, avg_attn.size(1), max_len + 2, device=device)
+                    fin["attn"] = torch.zeros(n, K, avg_attn.size(1), max_len + 2, device=device)
                 attn[:, :, step + 1] = avg_attn
 
             # The 2 x beam best extensions (same penalty for all at one step: rank by log P).
-            cand_logp, cand = (lprobs.view(bsz, K, V) + alive_logp.unsqueeze(2)).view(bsz, K * V).topk(2 * K, dim=1)
+            cand_logp, cand = (lprobs.view(n, K, V) + alive_logp.unsqueeze(2)).view(n, K * V).topk(2 * K, dim=1)
             cand_rows = first_row + torch.div(cand, V, rounding_mode="floor")  # rows the extensions grow from
             cand_token = cand % V
             ends = cand_token.eq(eos)
@@ -111,17 +113,17 @@ class PaperBeamSearch(SequenceGenerator):
                 scores = (cand_logp / self.length_penalty(step + 1)).masked_fill(~ends, -math.inf)
                 rows = cand_rows.view(-1)
                 new = {"score": scores,
-                       "tokens": tokens[rows].view(bsz, 2 * K, -1).clone(),
-                       "token_logp": token_logp[rows].view(bsz, 2 * K, -1).clone(),
-                       "length": torch.full((bsz, 2 * K), step + 1, dtype=torch.long, device=device)}
+                       "tokens": tokens[rows].view(n, 2 * K, -1).clone(),
+                       "token_logp": token_logp[rows].view(n, 2 * K, -1).clone(),
+                       "length": torch.full((n, 2 * K), step + 1, dtype=torch.long, device=device)}
                 new["tokens"][:, :, step + 1] = eos
-                new["token_logp"][:, :, step] = lprobs[rows, eos].view(bsz, 2 * K)
+                new["token_logp"][:, :, step] = lprobs[rows, eos].view(n, 2 * K)
                 if attn is not None:
-                    new["attn"] = attn[rows].view(bsz, 2 * K, *attn.shape[1:])
+                    new["attn"] = attn[rows].view(n, 2 * K, *attn.shape[1:])
                 best = torch.cat([fin["score"], new["score"]], dim=1).topk(K, dim=1).indices
                 for key in fin:
                     both = torch.cat([fin[key], new[key]], dim=1)
-                    index = best.view(bsz, K, *([1] * (both.dim() - 2))).expand(bsz, K, *both.shape[2:])
+                    index = best.view(n, K, *([1] * (both.dim() - 2))).expand(n, K, *both.shape[2:])
                     fin[key] = both.gather(1, index)
 
             # Alive: the best K extensions that do not end.
@@ -135,16 +137,35 @@ class PaperBeamSearch(SequenceGenerator):
             if attn is not None:
                 attn = attn[rows]
 
-            # tensor2tensor's _is_finished (stop_early=True)
+            # tensor2tensor's _is_finished (stop_early=True): the bound met for every sentence
             finished = fin["score"] > -math.inf
             lowest = fin["score"].masked_fill(~finished, math.inf).min(dim=1).values
             lowest = lowest.masked_fill(~finished.any(dim=1), -math.inf)
-            if bool((lowest > alive_logp[:, 0] / lowest_possible_penalty).all()):
+            met = lowest > alive_logp[:, 0] / lowest_possible_penalty
+            if bool(met.all()):
                 break
+            # A sentence whose bound is met and whose K finished slots are full can gain nothing more:
+            # later hypotheses score below the bound (log P only falls, and lp(max_len) is the largest
+            # penalty), hence below every finished one. It leaves the batch, as in fairseq's search;
+            # tensor2tensor decodes it on with the batch, to the same result.
+            leave = met & finished.all(dim=1)
+            if bool(leave.any()):
+                for i in leave.nonzero().view(-1).tolist():
+                    done[active[i]] = self._hypotheses(i, fin, tokens, token_logp, attn, alive_logp, steps)
+                keep = (~leave).nonzero().view(-1)
+                active = [active[i] for i in keep.tolist()]
+                keep_rows = (keep.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
+                alive_logp, rows, tokens, token_logp = alive_logp[keep], rows[keep_rows], tokens[keep_rows], \
+                    token_logp[keep_rows]
+                fin = {key: value[keep] for key, value in fin.items()}
+                if attn is not None:
+                    attn = attn[keep_rows]
             self.model.reorder_incremental_state(incremental_states, rows)
             encoder_outs = self.model.reorder_encoder_out(encoder_outs, rows)
 
-        return [self._hypotheses(b, fin, tokens, token_logp, attn, alive_logp, steps) for b in range(bsz)]
+        for i, b in enumerate(active):
+            done[b] = self._hypotheses(i, fin, tokens, token_logp, attn, alive_logp, steps)
+        return done
 
     def _hypotheses(self, b, fin, tokens, token_logp, attn, alive_logp, steps):
         """Sentence ``b``'s K hypotheses in fairseq's format: the finished ones (best first), then
