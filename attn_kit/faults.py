@@ -17,10 +17,28 @@ class Case:
 SAME = "the same BLEU, translations and averaged model (bit for bit) as an uninterrupted run"
 
 CASES = [
-    Case("SIGTERM (a scheduler, `kill`) in the middle of any stage",
+    Case("SIGTERM (a scheduler, `kill`) at any moment of any stage: mid-command, between steps, halfway through "
+         "an import (`import matplotlib` in the first curves refresh), after fairseq-train ended, in the final report",
          "one line `error: terminated (SIGTERM); finished stages are kept, ...`, exit 143; the running command is "
-         "stopped and temporary files removed; the same command resumes that stage and ends with " + SAME,
+         "stopped and temporary files removed; the same command resumes that stage and ends with " + SAME
+         + ", and the same training curves",
          "test_sigterm_then_sigkill_in_every_stage_then_rerun"),
+    Case("Ctrl-C (SIGINT to the recipe's process group, fairseq-train included) at any moment, the first curves "
+         "refresh and the final report included",
+         "one line `error: interrupted; finished stages are kept, run the same command again to resume`, exit 130; "
+         "the rerun as after SIGTERM",
+         "test_sigterm_then_sigkill_in_every_stage_then_rerun"),
+    Case("a signal after fairseq-train ended, before the train stage finished",
+         "the rerun does not start fairseq-train again (it would train one more update); it writes the curves and "
+         "finishes the stage; the run ends with " + SAME,
+         "test_sigterm_then_sigkill_in_every_stage_then_rerun"),
+    Case("a signal whose exception is lost or replaced (raised in a finalizer, inside C code that reports its own "
+         "error, in cleanup that imports a half-loaded module again) or that comes while Python exits",
+         "still one line and exit 143 or 130, no traceback; a command then running is stopped at its next output line",
+         "test_a_signal_at_any_moment_is_one_line_and_its_exit_status"),
+    Case("a training killed before its first checkpoint",
+         "the rerun trains from update 0 and `curves.csv` drops the killed run's points (each update once)",
+         "tests/test_curves.py::test_a_training_killed_before_its_first_checkpoint_starts_its_curves_over"),
     Case("SIGKILL of the recipe in the middle of any stage",
          "the commands it started get SIGTERM from the kernel and hold the work directory's lock until they exit; "
          "the same command then takes the lock over (one line says so), resumes the stage (training from its last "
@@ -72,6 +90,70 @@ CASES = [
     Case("averaging into a folder the user may not write", "one line before any checkpoint is read; nothing written "
          "(skipped when the tests run as root, who may write anywhere)",
          "test_averaging_into_an_unwritable_folder_is_refused_before_reading"),
+    Case("averaging a directory whose last checkpoints are not every --save-interval-updates (one removed, or "
+         "an interval that ended an epoch, which fairseq alone does not keep)",
+         "one line naming the missing updates, before anything is averaged (the plugin keeps every interval "
+         "checkpoint: patch 7)",
+         "tests/test_interval_checkpoints.py::test_averaging_refuses_checkpoints_that_are_not_evenly_spaced"),
+    # -- what you load and what you write (issue 25)
+    Case("a run's `inference.json` (or an export's `ct2_card.json`) with `user_dir` or another key the schema does "
+         "not know",
+         "refused in one line naming the file and the key before anything is imported or loaded (translate, "
+         "plot_attention, export, `--print-interactive-command`, `from_pretrained`); the code it names never runs",
+         "tests/test_run_cards.py::test_a_user_dir_in_the_run_card_is_refused_and_never_imported"),
+    Case("a damaged run card: `checkpoint`, `args` or `data` missing, a list instead of an object, a value of the "
+         "wrong type", "one line naming the file and the key, exit 1",
+         "tests/test_run_cards.py::test_a_damaged_or_foreign_run_card_is_one_error_naming_file_and_key"),
+    Case("a path in a run card that is missing, outside the run directory, or not the file its key expects (BPE "
+         "codes, vocabulary, checkpoint)",
+         "one line naming the key and the file (never subword-nmt's message echoing the file); the export copies "
+         "nothing from outside",
+         "tests/test_run_cards.py::test_a_file_that_is_not_bpe_codes_is_named_not_echoed"),
+    Case("`results.json` without `test_output`, holding a list, or naming a test file that is gone or outside the "
+         "run (`--check-test-set`)",
+         "one line naming `results.json` and the key, before anything is translated",
+         "tests/test_run_cards.py::test_check_test_set_checks_results_json_before_translating"),
+    Case("an export's `ct2_card.json` without `args`, `paths` or `args.bpe`",
+         "one line naming the key (it used to translate, exit 0, with BPE left in the output)",
+         "tests/test_ctranslate2.py::test_a_damaged_card_is_one_line_naming_the_key"),
+    Case("a checkpoint that is a raw pickle, not torch.save's archive",
+         "refused on its first bytes in one line, before torch reads it (no torch warning); nothing in it runs",
+         "tests/test_run_cards.py::test_a_raw_pickle_checkpoint_is_the_projects_one_line_only"),
+    Case("an existing folder given as `translate.py --output` or `plot_attention.py --out/--dump`",
+         "one line before any work; the folder and all it holds untouched (an existing file is replaced only with "
+         "`--force`)", "tests/test_translate.py::test_an_existing_folder_given_as_output_is_left_alone"),
+    Case("an output that cannot be written (`--output /proc/x`)",
+         "one line naming `--output` before the input is read or anything translated",
+         "tests/test_translate.py::test_an_output_that_cannot_be_written_fails_before_any_translation"),
+    Case("bytes that are not UTF-8 in text a command reads (`translate.py`'s stdin or `--input`, score_bleu, "
+         "evalb, `recipes/parallel.sh`'s corpus)",
+         "one line naming the input, the line and the byte, whatever the locale; `--errors replace` reads them as "
+         "U+FFFD", "tests/test_text_policy.py::test_score_bleu_refuses_bytes_that_are_not_utf8_in_one_line"),
+    Case("a UTF-8 byte-order mark, CRLF or lone-CR line ends (translate's input, a `parallel.sh` corpus, score_bleu's "
+         "and evalb's files)",
+         "read as plain lines: the BOM removed (never a token, the same translation), every line end ends a line",
+         "tests/test_text_policy.py::test_parallel_reads_a_bom_and_every_line_end_as_plain_lines"),
+    Case("source and target files of a split with the same content, `--train` = `--valid` = `--test`, or sentence "
+         "pairs shared between splits (`recipes/parallel.sh`)",
+         "one `warning:` line each (with how many pairs are shared); the run goes on",
+         "tests/test_recipe_parallel.py::test_sentence_pairs_shared_between_splits_are_counted"),
+    Case("the temporary folders a stage's tools leave (the pymp-* folder of each fairseq data-loading worker)",
+         "removed with the command's own TMPDIR when it ends; nothing is left in /tmp",
+         "tests/test_pipeline.py::test_a_stage_command_leaves_no_multiprocessing_folder_in_tmp"),
+    # -- devices (issue 25)
+    Case("a --ngpus the machine cannot provide (the default 8 where no GPU is visible, or fewer GPUs than asked)",
+         "one line before the first stage naming what is visible and what to pass (--ngpus 0 or N, --cpu-procs N), "
+         "exit 2, nothing written; --dry-run prints the plan with the line as a note; --launcher slurm submits from "
+         "a host without GPUs and the job checks on its node",
+         "tests/test_devices.py::test_the_default_8_gpus_on_a_machine_without_gpus_is_one_line_before_the_first_stage"),
+    Case("torchrun or srun starting fairseq-train processes that would each train alone (no GPU, --cpu, more "
+         "processes than GPUs, world size 1)",
+         "each process: one error line before training, exit 1; nothing written to --save-dir",
+         "tests/test_devices.py::test_a_torchrun_process_without_gpus_refuses_to_train_alone"),
+    Case("eight trainings started on one checkpoint directory",
+         "the first trains to the end undisturbed; each of the others is refused in one line naming the first "
+         "(pid, host, start, command), exit 1",
+         "tests/test_devices.py::test_eight_trainings_on_one_checkpoint_directory_one_trains_the_others_are_refused"),
     Case("averaging onto a full disk",
          "one line, no temporary file, nothing else on stderr (no \"Please install tensorboardX\")",
          "test_averaging_on_a_full_disk_is_one_line_and_leaves_nothing"),
