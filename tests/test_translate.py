@@ -196,8 +196,8 @@ def test_plot_attention_draws_the_figure_and_dumps_every_weight(smoke_run, hub, 
 
     sentence = "The law will never be perfect, but its application should be just."
     proc = subprocess.run([*PLOT, smoke_run, "--sentence", sentence, "--out", tmp_path / "fig.png",
-                           "--dump", tmp_path / "w.npz", "--heads", "1,3"], capture_output=True, text=True,
-                          timeout=300)
+                           "--dump", tmp_path / "w.npz", "--heads", "1,3", "--query", "its"], capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     w = np.load(tmp_path / "w.npz")
@@ -211,7 +211,17 @@ def test_plot_attention_draws_the_figure_and_dumps_every_weight(smoke_run, hub, 
         assert np.allclose(w[name].sum(-1), 1.0, atol=1e-5) and (w[name] >= 0).all()
 
 
+def test_query_finds_every_bpe_piece_of_every_occurrence():
+    from attn_kit.inference.attention import word_positions
+
+    tokens = ["The", "mak@@", "ing", "of", "mak@@", "ing", "its", ".", "</s>"]
+    assert word_positions(tokens, "making") == [1, 2, 4, 5]
+    assert word_positions(tokens, "its") == [6]
+    assert word_positions(tokens, "mak") == [] and word_positions(tokens, "ing") == []  # pieces are not words
+
+
 @pytest.mark.parametrize("argv,message", [
+    (["--query", "zebra"], "--query 'zebra' is not a word of the sentence as the model reads it: Hello . </s>"),
     (["--layer", "3"], "--layer 3: the encoder has layers 1..2"),
     (["--heads", "5"], "--heads '5': the model has heads 1..4"),
     (["--out", "fig.jpg"], "give a .png, .pdf or .svg file"),

@@ -11,6 +11,8 @@ plain decoding never compute them) gives every layer's encoder self-attention
   in the paper's figures) in the line style of Fig. 3: the sentence twice,
   each token on the left joined to the tokens it attends to on the right,
   darker for more weight, one colour per head (``--heads`` picks some);
+  ``--query WORD`` draws only the lines of that word (each of its BPE pieces),
+  as Figs. 3 and 4 show "making" and "its" across heads;
 - the same weights as heatmaps, one per head;
 - the encoder-decoder attention of the translation (last layer, mean over heads).
 
@@ -43,6 +45,9 @@ def parse_args(argv=None):
     p.add_argument("--style", choices=("both", "lines", "heatmap"), default="both",
                    help="Fig. 3's lines, heatmaps, or both (default)")
     p.add_argument("--min-weight", type=float, default=0.05, help="lines below this weight are not drawn (0.05)")
+    p.add_argument("--query", metavar="WORD",
+                   help="draw only the lines from this word of the sentence, as tokenized (all its BPE pieces; "
+                        "every occurrence), as the paper's Figs. 3 and 4 do for 'making' and 'its'")
     add_force_option(p, "the --out and --dump files")
     args = p.parse_args(argv)
     if not args.out and not args.dump:
@@ -71,6 +76,21 @@ def parse_heads(spec: Optional[str], h: int) -> List[int]:
     return heads
 
 
+def word_positions(tokens: List[str], word: str, separator: str = "@@") -> List[int]:
+    """The positions of the BPE pieces of every occurrence of ``word`` in ``tokens`` (a piece
+    ending in ``separator`` continues into the next one, as subword-nmt writes them)."""
+    spans, span = [], []
+    for i, token in enumerate(tokens):
+        span.append(i)
+        if not token.endswith(separator):
+            spans.append(span)
+            span = []
+    if span:
+        spans.append(span)
+    text = lambda span: "".join(tokens[i].removesuffix(separator) for i in span)  # noqa: E731
+    return [i for span in spans if text(span) == word for i in span]
+
+
 def attention_of(translator, sentence: str) -> dict:
     """Translate ``sentence`` and compute every attention weight of the pass that scores it."""
     import torch
@@ -94,7 +114,8 @@ def attention_of(translator, sentence: str) -> dict:
     }
 
 
-def draw(weights: dict, layer: int, heads: List[int], style: str, min_weight: float, out: Path):
+def draw(weights: dict, layer: int, heads: List[int], style: str, min_weight: float, out: Path,
+         query: Optional[List[int]] = None, query_word: str = ""):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -117,7 +138,7 @@ def draw(weights: dict, layer: int, heads: List[int], style: str, min_weight: fl
             ax.text(0, -i, tok, ha="right", va="center", fontsize=9)
             ax.text(1, -i, tok, ha="left", va="center", fontsize=9)
         for k, head in enumerate(heads):
-            for i in range(n):
+            for i in (query if query else range(n)):
                 for j in range(n):
                     w = float(enc[head, i, j])
                     if w >= min_weight:
@@ -127,7 +148,8 @@ def draw(weights: dict, layer: int, heads: List[int], style: str, min_weight: fl
         ax.set_ylim(-n, 1)
         ax.axis("off")
         ax.legend(loc="upper right", fontsize=8, ncol=min(len(heads), 8))
-        ax.set_title(f"encoder self-attention, layer {layer + 1} of {len(weights['encoder_self_attention'])}")
+        ax.set_title(f"encoder self-attention, layer {layer + 1} of {len(weights['encoder_self_attention'])}"
+                     + (f": attention of '{query_word}'" if query else ""))
     for k, head in enumerate(heads[:n_maps]):
         ax = fig.add_subplot(grid[top + k // cols, k % cols])
         ax.imshow(enc[head], cmap="Blues", vmin=0, vmax=1)
@@ -164,11 +186,18 @@ def main(argv=None):
     if not 0 <= layer < n_layers:
         raise UsageError(f"--layer {args.layer}: the encoder has layers 1..{n_layers}")
     heads = parse_heads(args.heads, h)
+    query = None
+    if args.query is not None:
+        query = word_positions(weights["source_tokens"], args.query)
+        if not query:
+            words = "".join(t.removesuffix("@@") if t.endswith("@@") else t + " " for t in weights["source_tokens"])
+            raise UsageError(f"--query {args.query!r} is not a word of the sentence as the model reads it: "
+                             f"{' '.join(words.split())}")
     print(weights["translation"], flush=True)
     if args.dump:
         dump(weights, args.dump)
         log(f"weights: {args.dump}", stream=sys.stderr)
     if args.out:
-        draw(weights, layer, heads, args.style, args.min_weight, args.out)
+        draw(weights, layer, heads, args.style, args.min_weight, args.out, query, args.query or "")
         log(f"figure: {args.out}", stream=sys.stderr)
     return 0
