@@ -31,6 +31,14 @@ def load(path: Path) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+def filed(path: Path):
+    """(the results file, its result) if ``path`` is filed, else None."""
+    if not path.exists():
+        return None
+    run = load(path)
+    return run, run["result"]
+
+
 def table(header, rows) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
@@ -240,10 +248,9 @@ def gpu_recipe_path() -> str:
 def decode_rules() -> str:
     """The paper's and fairseq's beam-search stopping rules on the bundled model (benchmarks/decode_rules.py)."""
     path = BENCH / "cpu2core_decode_rules_bundled_seed1.json"
-    if not path.exists():
+    if not filed(path):
         return "(not measured yet)"
-    run = load(path)
-    r = run["result"]
+    run, r = filed(path)
     rows, notes = [], []
     for name, t in r["test_sets"].items():
         for decoding, d in t["decodings"].items():
@@ -299,10 +306,9 @@ def table3() -> str:
     from .recipes.table3 import markdown
 
     path = RECIPES / "table3_bundled.json"
-    if not path.exists():
+    if not filed(path):
         return "(not filed yet)"
-    run = load(path)
-    r = run["result"]
+    run, r = filed(path)
     base = r["base"]
     scripts = {row.get("bleu_script", "2018") for row in r["rows"]}  # rows scored before 2017's was kept
     return (markdown(r) + f"\n\nBase of this scale: N={base['N']}, d_model={base['d_model']}, d_ff={base['d_ff']}, "
