@@ -272,7 +272,18 @@ def decode_rules() -> str:
             + f"\n\nThe run's own decoding: beam {own['beam']}, {own_text}, fairseq's rule; the paper's: beam 4, "
               f"GNMT alpha 0.6, input + 50. " + ". ".join(notes) + f". {run['machine']}, {r['threads']} threads, "
               f"median of {r['trials']} alternating trials (fairseq's own timer), date {run['date']}."
-            + source(path))
+            + parsing_rules() + source(path, RECIPES / "wsj_smoke_beam_stop.json"))
+
+
+def parsing_rules() -> str:
+    """The WSJ smoke run decoded with each stopping rule (recipes/results/wsj_smoke_beam_stop.json)."""
+    if not filed(RECIPES / "wsj_smoke_beam_stop.json"):
+        return ""
+    _, r = filed(RECIPES / "wsj_smoke_beam_stop.json")
+    return (f" The WSJ parsing smoke run (beam {r['t2t']['decoding']['beam']}, GNMT alpha 0.3): dev/test F1 "
+            f"{r['t2t']['dev_f1']:.2f}/{r['t2t']['test_f1']:.2f} with the paper's rule, "
+            f"{r['fairseq']['dev_f1']:.2f}/{r['fairseq']['test_f1']:.2f} with fairseq's, the same parses of the "
+            f"test sentences ({r['same_test_outputs']}).")
 
 
 def training_cost() -> str:

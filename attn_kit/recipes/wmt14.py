@@ -409,7 +409,7 @@ def stages(args):
         Stage("generate", generate, f"fairseq-generate, beam {args.beam}, {penalty}, "
                                     f"{common.BEAM_STOP_NAMES[common.beam_stop(args)]}, on the test set",
               inputs=[avg, *dicts, *(p for p in binary if ".test." in p.name)], outputs=[gen, W / "inference.json"],
-              options={"beam": args.beam, "length_penalty": penalty}),
+              options={"beam": args.beam, "length_penalty": penalty, "beam_stop": common.beam_stop(args)}),
         Stage("score", score, "tokenized BLEU and sacreBLEU",
               inputs=[gen, raw / f"test.{tgt}", tok / f"test.{tgt}", averaged_info_path(avg)],
               outputs=[W / "results.json"]),

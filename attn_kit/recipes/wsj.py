@@ -826,7 +826,7 @@ def stages(args):
                   outputs=[W / "tune" / "selected.json"]),
             Stage("generate", generate_selected, "fairseq-generate on test with the selected setting",
                   inputs=[W / "tune" / "selected.json", data_bin / f"test.{SRC}-{TGT}.{SRC}.bin"],
-                  outputs=[gen / "valid.out", gen / "test.out"]),
+                  outputs=[gen / "valid.out", gen / "test.out"], options={"beam_stop": common.beam_stop(args)}),
             *scoring,
         ]
     return [
@@ -838,8 +838,11 @@ def stages(args):
               resumable=common.RESUMABLE_TRAIN_OPTIONS),
         Stage("average", average, f"average the last {args.average} checkpoints", inputs=[ckpt], outputs=[avg]),
         Stage("generate", generate, f"fairseq-generate on dev and test: beam {args.beam}, GNMT alpha "
-                                    f"{args.alpha:g}, max length input + {args.max_len_b}",
-              inputs=[avg, data_bin / f"test.{SRC}-{TGT}.{SRC}.bin"], outputs=[gen / "valid.out", gen / "test.out"]),
+                                    f"{args.alpha:g}, max length input + {args.max_len_b}, "
+                                    f"{common.BEAM_STOP_NAMES[common.beam_stop(args)]}",
+              inputs=[avg, data_bin / f"test.{SRC}-{TGT}.{SRC}.bin"], outputs=[gen / "valid.out", gen / "test.out"],
+              options={"beam": args.beam, "alpha": args.alpha, "max_len_b": args.max_len_b,
+                       "beam_stop": common.beam_stop(args)}),
         *scoring,
     ]
 
