@@ -38,7 +38,7 @@ import re
 import shutil
 from typing import Optional
 
-from .cli import UsageError, UserError, atomic_output, log, write_text_atomic
+from .cli import UsageError, UserError, add_force_option, atomic_output, check_output, log, write_text_atomic
 
 UPDATE_CHECKPOINT = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")  # fairseq's checkpoint_{epoch}_{update}.pt
 
@@ -232,19 +232,8 @@ def parse_args(argv=None):
     parser.add_argument("--info-json", metavar="FILE",
                         help="also write FILE: the averaged paths and, with --num-update-checkpoints, their "
                              "update numbers (ascending; the last is the run's final update)")
+    add_force_option(parser, "--output and --info-json")
     return parser.parse_args(argv)
-
-
-def check_output(output: str):
-    """Raise a one-line error now, before any averaging, if ``output`` cannot be written."""
-    if os.path.isdir(output):
-        raise UsageError(f"--output {output} is a directory; give the file to write, e.g. "
-                         f"{os.path.join(output, 'checkpoint_avg.pt')}")
-    parent = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(parent):
-        raise UsageError(f"--output {output}: {parent} {'is not a directory' if os.path.exists(parent) else 'does not exist'}")
-    if not os.access(parent, os.W_OK):
-        raise UserError(f"--output {output}: cannot write in {parent} (permission denied)")
 
 
 def main(argv=None) -> int:
@@ -254,7 +243,9 @@ def main(argv=None) -> int:
     for flag in ("num_epoch_checkpoints", "num_update_checkpoints"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1 (got {getattr(args, flag)})")
-    check_output(args.output)
+    check_output(args.output, "--output", args.force)
+    if args.info_json:
+        check_output(args.info_json, "--info-json", args.force)
     n = args.num_epoch_checkpoints if args.num_epoch_checkpoints is not None else args.num_update_checkpoints
     updates = None
     if n is not None:

@@ -202,9 +202,12 @@ def check_output(path, option: str = "--output", force: bool = False, folder: bo
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise UsageError(f"{option} {path}: the folder {parent} does not exist")
+        what = "is a file, not a folder" if parent.exists() else "does not exist"
+        raise UsageError(f"{option} {path}: the folder {parent} {what}")
     if path.is_dir() and not folder:
         raise UsageError(f"{option} {path} is a folder; give a file path (nothing in the folder is touched)")
+    if folder and path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {path} is a file; give a folder (the file is not touched)")
     if (path.exists() or path.is_symlink()) and not force:
         kind = "folder" if path.is_dir() else "file"
         raise UsageError(f"{option} {path}: the {kind} exists; pass --force to replace it, or choose another path")

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from .cli import UserError, read_json, write_json_atomic
+from .cli import UserError, add_force_option, check_output, read_json, write_json_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,11 +87,13 @@ def record_main(argv=None):
     p.add_argument("output", type=Path, help="the results file to write (JSON)")
     p.add_argument("--copy", type=Path, metavar="JSON", help="file this JSON output instead of running anything")
     p.add_argument("--note", help="a sentence saying what the numbers are")
+    add_force_option(p, "the results file")
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
     args, cmd = p.parse_args(argv[:split]), argv[split + 1:]
     if not cmd:
         p.error("give the command after -- (with --copy: the command that made the file)")
+    check_output(args.output, "output", args.force)  # before the command runs
     extra = {"note": args.note} if args.note else {}
     if args.copy:
         result = read_json(args.copy, "JSON output")

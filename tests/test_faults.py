@@ -424,8 +424,9 @@ def test_averaging_checks_every_input_before_writing(two_checkpoints, change, me
 @pytest.mark.parametrize("argv,usage,message", [
     (["--num-update-checkpoints", "0"], True, "--num-update-checkpoints must be >= 1 (got 0)"),
     (["--num-update-checkpoints", "-1"], True, "--num-update-checkpoints must be >= 1 (got -1)"),
-    (["--output", "{tmp}"], True, "is a directory; give the file to write"),
-    (["--output", "{tmp}/a.pt/avg.pt"], True, "a.pt is not a directory"),
+    (["--output", "{tmp}"], True, "is a folder; give a file path"),
+    (["--output", "{tmp}/a.pt/avg.pt"], True, "a.pt is a file, not a folder"),
+    (["--output", "{tmp}/a.pt"], True, "the file exists; pass --force to replace it"),
 ])
 def test_averaging_refuses_a_bad_command_line_before_reading(two_checkpoints, argv, usage, message):
     state, tmp = two_checkpoints
@@ -445,7 +446,7 @@ def test_averaging_into_an_unwritable_folder_is_refused_before_reading(two_check
     state, tmp = two_checkpoints
     torch.save(state, tmp / "a.pt")
     (tmp / "ro").mkdir(mode=0o500)
-    with pytest.raises(UserError, match=r"--output .*ro/avg.pt: cannot write in .*ro \(permission denied\)"):
+    with pytest.raises(UserError, match=r"(?i)--output .*ro/avg.pt: cannot write in .*ro \(permission denied\)"):
         average("--inputs", tmp / "a.pt", "--output", tmp / "ro" / "avg.pt")
     assert list((tmp / "ro").iterdir()) == []
 

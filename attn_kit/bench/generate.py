@@ -70,8 +70,8 @@ def parse_args(argv=None):
     args = harness.check_common_args(args, default_repeats_cpu=9)
     if args.beam < 1 or args.warmup < 0:
         raise UsageError("--beam must be >= 1 and --warmup >= 0")
-    args.out = args.out or harness.default_out("generate_throughput" + ("_ctranslate2" if args.ctranslate2 else "")
-                                               + ("_run" if args.run else ""), args)
+    args.out = harness.resolve_out(args, "generate_throughput" + ("_ctranslate2" if args.ctranslate2 else "")
+                                   + ("_run" if args.run else ""))
     return args
 
 

@@ -7,7 +7,7 @@ import platform
 import sys
 from pathlib import Path
 
-from ..cli import UsageError, log, write_json_atomic
+from ..cli import UsageError, add_force_option, check_output, log, write_json_atomic
 from ..results import REPO, provenance
 from .models import SHAPES
 
@@ -32,7 +32,8 @@ def base_parser(description: str, default_out: str) -> argparse.ArgumentParser:
                                                "generation, whose short trials vary more)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--seed", type=int, default=1, help="seed for weights and the synthetic batch (default 1)")
-    p.add_argument("--out", type=Path, help=f"JSON output path (default {default_out})")
+    p.add_argument("--out", type=Path, help=f"JSON output path (default {default_out}, which a rerun replaces)")
+    add_force_option(p, "an --out file")
     return p
 
 
@@ -120,6 +121,16 @@ def progress(message: str):
 
 def default_out(name: str, args) -> Path:
     return REPO / "runs" / "benchmarks" / f"{name}_{args.device}_{args.dtype}.json"
+
+
+def resolve_out(args, name: str) -> Path:
+    """``--out``, checked before any work (an existing file is replaced only with ``--force``); without
+    it the benchmark's own file in runs/benchmarks/ (:func:`default_out`), which a rerun replaces."""
+    if args.out is None:
+        path = default_out(name, args)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+    return check_output(args.out, "--out", args.force)
 
 
 def table_header(unit: str) -> list:

@@ -61,7 +61,7 @@ def parse_args(argv=None):
     args.warmup = args.warmup if args.warmup is not None else (3 if cuda else 1)
     if args.steps < 1 or args.warmup < 0:
         raise UsageError("--steps must be >= 1 and --warmup >= 0")
-    args.out = args.out or harness.default_out("train_throughput", args)
+    args.out = harness.resolve_out(args, "train_throughput")
     return args
 
 

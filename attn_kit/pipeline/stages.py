@@ -472,7 +472,7 @@ def average_checkpoints(ctx: Context, ckpt_dir: Path, output: Path, n: int):
                 log(f"only {have} update checkpoints; averaging those")
                 n = have
         ctx.sh([sys.executable, "-m", "attn_kit.checkpoints", "--inputs", ckpt_dir, "--num-update-checkpoints", n, "--output", tmp,
-                "--info-json", info])
+                "--info-json", info, "--force"])  # the stage's own files: a killed run's are replaced
 
 
 def averaged_info_path(output: Path) -> Path:

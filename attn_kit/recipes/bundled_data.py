@@ -19,6 +19,8 @@ import random
 from collections import OrderedDict
 from pathlib import Path
 
+from ..cli import add_force_option, check_output
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -32,7 +34,9 @@ def main():
     p.add_argument("--valid", type=int, default=1000, help="valid pairs (default 1000)")
     p.add_argument("--train", type=int, default=None, help="keep at most this many train pairs (default all)")
     p.add_argument("--lang", default="de", help="the non-English language, for file names (default de)")
+    add_force_option(p, "the --out folder's files")
     args = p.parse_args()
+    check_output(args.out, "--out", args.force, folder=True)
 
     groups = OrderedDict()
     with open(args.source, encoding="utf-8") as f:

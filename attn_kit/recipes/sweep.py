@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..cli import UserError, log, write_json_atomic
+from ..cli import UserError, add_force_option, check_output, log, write_json_atomic
 from ..pipeline.lock import workdir_lock
 from ..results import provenance
 from .common import REPO, read_hypotheses
@@ -116,8 +116,11 @@ def main(argv=None):
     p.add_argument("--max-update", type=int, default=1000, help="updates each configuration trains (default 1000)")
     p.add_argument("--curve-every", type=int, default=100,
                    help="valid BLEU of the 5-checkpoint average ending every N updates from half-way on")
+    add_force_option(p, "the results files")
     args = p.parse_args(argv)
     configs = dict(c.split("=", 1) for c in args.config) if args.config else DEFAULT_CONFIGS
+    for name in configs:  # every results file checked before anything trains
+        check_output(args.output.with_name(f"{args.output.stem}.{name}.json"), "--output", args.force)
     for name, flags in configs.items():
         out_path = args.output.with_name(f"{args.output.stem}.{name}.json")
         argv = shlex.split(flags)
