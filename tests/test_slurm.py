@@ -1,17 +1,22 @@
 """Slurm (--launcher slurm, attn_kit.pipeline.slurm), the fairseq-train options passed after "--"
 and the recipes' training extras, end to end: with stand-in sbatch, srun, scontrol and squeue on
 PATH (small scripts that do on this machine what Slurm does on a cluster), recipes/parallel.sh
-prepares the data, writes and submits WORKDIR/train.sbatch, and the job trains two CPU processes
+writes and submits WORKDIR/prepare.sbatch (a CPU job that prepares the data) and WORKDIR/train.sbatch
+(submitted to start once the first ended well), and the training job trains two CPU processes
 together under srun (fairseq's own Slurm discovery, gloo), in bf16, with a flag passed through,
-writing its curves, then averages, translates and scores."""
+writing its curves, then averages, translates and scores. A job's script, run by bash with the
+stand-ins: USR1 (Slurm's signal before the time limit) stops the recipe and requeues the job with
+scontrol; SIGTERM only stops it."""
 import csv
 import io
 import json
 import os
 import random
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,21 +44,37 @@ procs = [subprocess.Popen(args, env=dict(os.environ, SLURM_PROCID=str(r), SLURM_
 sys.exit(max(p.wait() for p in procs))
 '''
 SCONTROL = r'''
-import sys
+"""scontrol show hostnames: this machine; scontrol requeue JOB: a line of scontrol.log beside this file."""
+import os, sys
+if sys.argv[1:2] == ["requeue"]:
+    with open(os.path.join(os.path.dirname(__file__), "scontrol.log"), "a") as f:
+        f.write(" ".join(sys.argv[1:]) + "\n")
+    sys.exit(0)
 assert sys.argv[1:3] == ["show", "hostnames"], sys.argv
 print("localhost")
 '''
 SBATCH = r'''
-"""sbatch SCRIPT: runs the job now, its output into #SBATCH --output (%j = the job id)."""
-import os, random, re, subprocess, sys
-script = open(sys.argv[1]).read()
+"""sbatch [--dependency=afterok:JOB --kill-on-invalid-dep=yes] SCRIPT: runs the job now, unless
+FAKE_SBATCH_RUN=0, and after JOB only if JOB ended well; its output is appended to #SBATCH --output
+(%j = the job id). Each submission is a line of jobs.jsonl beside this file."""
+import json, os, random, re, subprocess, sys
+*options, path = sys.argv[1:]
+script = open(path).read()
+log = os.path.join(os.path.dirname(__file__), "jobs.jsonl")
+ended = {j["job"]: j["rc"] for j in map(json.loads, open(log))} if os.path.exists(log) else {}
 job = str(random.randint(10000, 99999))
-out = re.search(r"^#SBATCH --output=(.*)$", script, re.M).group(1).replace("%j", job)
-os.makedirs(os.path.dirname(out), exist_ok=True)
-with open(out, "w") as f:
-    rc = subprocess.call(["bash", sys.argv[1]], stdout=f, stderr=subprocess.STDOUT,
-                         env=dict(os.environ, SLURM_JOB_ID=job, SLURM_JOB_NODELIST="localhost", SLURM_NNODES="1"))
-open(os.path.join(os.path.dirname(out), "job_exit_status"), "w").write(str(rc))
+after = [o.split(":", 1)[1] for o in options if o.startswith("--dependency=afterok:")]
+cpus = re.search(r"^#SBATCH --cpus-per-task=(\d+)$", script, re.M)
+rc = None
+if os.environ.get("FAKE_SBATCH_RUN") != "0" and all(ended[a] == 0 for a in after):
+    out = re.search(r"^#SBATCH --output=(.*)$", script, re.M).group(1).replace("%j", job)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "a") as f:
+        rc = subprocess.call(["bash", path], stdout=f, stderr=subprocess.STDOUT,
+                             env=dict(os.environ, SLURM_JOB_ID=job, SLURM_JOB_NODELIST="localhost", SLURM_NNODES="1",
+                                      **({"SLURM_CPUS_PER_TASK": cpus.group(1)} if cpus else {})))
+with open(log, "a") as f:
+    f.write(json.dumps({"job": job, "script": path, "options": options, "rc": rc}) + "\n")
 print(f"Submitted batch job {job}")
 '''
 SQUEUE = r'''
@@ -64,7 +85,8 @@ print(os.environ.get("FAKE_SQUEUE_STATE", ""))
 
 @pytest.fixture
 def slurm_path(tmp_path):
-    """A PATH whose sbatch, srun, scontrol and squeue are the stand-ins above."""
+    """A PATH whose sbatch, srun, scontrol and squeue are the stand-ins above (what they were
+    asked: :func:`submitted`, tmp_path / "slurm-bin" / "scontrol.log")."""
     bin_dir = tmp_path / "slurm-bin"
     bin_dir.mkdir()
     for name, code in (("srun", SRUN), ("scontrol", SCONTROL), ("sbatch", SBATCH), ("squeue", SQUEUE)):
@@ -72,6 +94,22 @@ def slurm_path(tmp_path):
         path.write_text(f"#!{sys.executable}\n{code}")
         path.chmod(0o755)
     return f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+
+
+def submitted(tmp_path) -> list:
+    """The jobs the stand-in sbatch was given, in order: job id, script, options, exit status (None: not run)."""
+    log = tmp_path / "slurm-bin" / "jobs.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def job_command(script: str) -> list:
+    """The recipe command line a job's script runs."""
+    line = next(line for line in script.splitlines() if " -m attn_kit.recipes." in line)
+    return shlex.split(line.removeprefix("exec ").removesuffix(" &"))
+
+
+def directives(script: str) -> list:
+    return [line.split(" ", 1)[1] for line in script.splitlines() if line.startswith("#SBATCH ")]
 
 
 def corpus(root: Path, sizes=(("train", 1500), ("valid", 40), ("test", 40))):
@@ -101,6 +139,7 @@ def parallel(argv, env=None, cwd=None, timeout=900):
                           cwd=cwd, timeout=timeout)
 
 
+
 @pytest.mark.slow
 def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path):
     data, work = corpus(tmp_path / "corpus"), tmp_path / "w"
@@ -110,27 +149,41 @@ def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path)
             "--", "--log-interval", "2", "--validate-interval-updates", "4", "--clip-norm", "0.5"]
     proc = parallel(argv, env={"PATH": slurm_path})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    job_out = next((work / "logs").glob("slurm-*.out"))
-    assert (work / "logs" / "job_exit_status").read_text() == "0", job_out.read_text()[-3000:]
-    # here: the data stages ran, then the script was written and submitted
-    assert "stage 5/9 binarize: finished" in proc.stdout and "stage 6/9 train" not in proc.stdout
-    job_id = json.loads((work / "slurm_job.json").read_text())["job_id"]
-    assert f"submitted Slurm job {job_id}" in proc.stdout and job_out.name == f"slurm-{job_id}.out"
-    script = (work / "train.sbatch").read_text()
+    # two jobs: the data job, then the training job, submitted to start once the data job ended well
+    prep, train = submitted(tmp_path)
+    prep_out, job_out = ((work / "logs" / f"slurm-{j['job']}.out").read_text() for j in (prep, train))
+    assert (prep["script"], train["script"]) == (str(work / "prepare.sbatch"), str(work / "train.sbatch"))
+    assert prep["options"] == [] and prep["rc"] == 0, prep_out[-3000:]
+    assert train["options"] == [f"--dependency=afterok:{prep['job']}", "--kill-on-invalid-dep=yes"]
+    assert train["rc"] == 0, job_out[-3000:]
+    record = json.loads((work / "slurm_job.json").read_text())["jobs"]
+    assert [(j["job_id"], j.get("after")) for j in record] == [(prep["job"], None), (train["job"], prep["job"])]
+    assert f"submitted Slurm job {train['job']}" in proc.stdout
+    # nothing ran here: the data job ran the stages before training, the training job the rest
+    assert "stage 1/9" not in proc.stdout
+    assert "stage 5/9 binarize: finished" in prep_out and "stage 6/9" not in prep_out
+    assert "stage 6/9 train" in job_out and "stage 5/9" not in job_out
+    script, prep_script = (work / "train.sbatch").read_text(), (work / "prepare.sbatch").read_text()
     for directive in ("--nodes=1", "--ntasks-per-node=2", "--partition=cpu", "--time=0:30:00", "--account=nmt",
-                      "--cpus-per-task=1", f"--output={work}/logs/slurm-%j.out"):
-        assert f"#SBATCH {directive}\n" in script, directive
-    assert "--gpus-per-node" not in script
-    job = shlex.split(script.splitlines()[-1])
-    assert job[:4] == ["exec", sys.executable, "-m", "attn_kit.recipes.parallel"]
-    assert job[job.index("--launcher") + 1] == "srun" and job.count("--launcher") == 1
-    assert job[job.index("--stage") + 1] == "train" and job[job.index("--stop-stage") + 1] == "score"
-    assert job[job.index("--") + 1:] == ["--log-interval", "2", "--validate-interval-updates", "4", "--clip-norm", "0.5"]
+                      "--cpus-per-task=2", "--mem=0", "--requeue", "--signal=B:USR1@300",
+                      f"--output={work}/logs/slurm-%j.out"):
+        assert directive in directives(script), directive
+    for directive in ("--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=1", "--mem=32G", "--partition=cpu",
+                      "--time=0:30:00", "--account=nmt", "--requeue", f"--output={work}/logs/slurm-%j.out"):
+        assert directive in directives(prep_script), directive
+    assert "--gpus-per-node" not in script + prep_script
+    for text, first, last in ((prep_script, "check", "binarize"), (script, "train", "score")):
+        job = job_command(text)
+        assert job[:3] == [sys.executable, "-m", "attn_kit.recipes.parallel"]
+        assert job[job.index("--launcher") + 1] == "srun" and job.count("--launcher") == 1
+        assert job[job.index("--stage") + 1] == first and job[job.index("--stop-stage") + 1] == last
+        assert job[job.index("--") + 1:] == ["--log-interval", "2", "--validate-interval-updates", "4",
+                                             "--clip-norm", "0.5"]
 
     # the job: srun started two fairseq-train tasks that found each other through Slurm's variables
     train_log = (work / "logs" / "train.log").read_text()
     assert " srun --nodes 1 --ntasks-per-node 2 --kill-on-bad-exit=1 " in train_log
-    port = 20000 + int(job_id) % 20000
+    port = 20000 + int(train["job"]) % 20000
     assert f"--distributed-world-size 2 --distributed-port {port} --distributed-backend gloo" in train_log
     assert f"distributed init (rank 0): tcp://localhost:{port}" in train_log
     assert f"distributed init (rank 1): tcp://localhost:{port}" in train_log
@@ -142,7 +195,7 @@ def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path)
     assert results["train_command"].endswith("--clip-norm 0.5") and results["test_sentences"] == 40
     for key in ("sacrebleu", "bleu_tokenized", "bleu_t2t"):
         assert 0 <= results[key] <= 100
-    assert "training precision: bf16" in job_out.read_text()
+    assert "training precision: bf16" in job_out
     # curves: train points every 2 updates, valid every 4, with rising training time
     rows = list(csv.DictReader(io.StringIO((work / "curves.csv").read_text())))
     assert [int(r["update"]) for r in rows if r["split"] == "train"] == [2, 4, 6, 8, 10, 12]
@@ -151,26 +204,197 @@ def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path)
     hours = [float(r["hours"]) for r in rows]
     assert hours == sorted(hours) and (work / "curves.png").stat().st_size > 10000
 
-    # while the job is queued or running, the same command submits nothing
+    # the data is prepared: the same command submits the training job alone
+    again = parallel(argv, env={"PATH": slurm_path, "FAKE_SBATCH_RUN": "0"})
+    assert again.returncode == 0, again.stderr
+    assert "stages check..binarize are done already: no data job" in again.stdout
+    third = submitted(tmp_path)[2:]
+    assert [(j["script"], j["options"]) for j in third] == [(str(work / "train.sbatch"), [])]
+    # while a job is queued or running, the same command submits nothing
     again = parallel(argv, env={"PATH": slurm_path, "FAKE_SQUEUE_STATE": "RUNNING"})
-    assert_one_error_line(again, f"Slurm job {job_id} of this workdir is still RUNNING", f"scancel {job_id}")
+    assert_one_error_line(again, f"Slurm job {third[0]['job']} of this workdir is still RUNNING",
+                          f"scancel {third[0]['job']}")
+    assert len(submitted(tmp_path)) == 3
 
 
-def test_dry_run_prints_the_sbatch_script_and_what_the_job_runs(tmp_path):
+def test_data_job_first_then_the_training_job_after_it(tmp_path, slurm_path):
+    data, work = corpus(tmp_path / "corpus", sizes=(("train", 20), ("valid", 5), ("test", 5))), tmp_path / "w"
+    argv = ["--src", "en", "--tgt", "de", "--train", data / "train", "--valid", data / "valid", "--test",
+            data / "test", "--workdir", work, "--ngpus", "2", "--workers", "3", "--launcher", "slurm",
+            "--partition", "gpu", "--prep-partition", "cpu", "--prep-time", "4:00:00", "--time", "1-00:00:00"]
+    proc = parallel(argv, env={"PATH": slurm_path, "FAKE_SBATCH_RUN": "0"})
+    assert proc.returncode == 0, proc.stderr
+    prep, train = submitted(tmp_path)
+    assert prep["script"] == str(work / slurm.PREP_SCRIPT) and prep["options"] == []
+    assert train["script"] == str(work / slurm.SCRIPT)
+    assert train["options"] == [f"--dependency=afterok:{prep['job']}", "--kill-on-invalid-dep=yes"]
+    assert [j["job_id"] for j in json.loads((work / slurm.RECORD).read_text())["jobs"]] == [prep["job"], train["job"]]
+    assert not (work / ".stages").exists()  # nothing ran here
+    # the data job: one CPU task with --workers CPUs, on its own partition and time
+    prep_script = (work / slurm.PREP_SCRIPT).read_text()
+    assert [d for d in directives(prep_script) if d.split("=")[0] in ("--ntasks-per-node", "--cpus-per-task",
+                                                                       "--partition", "--time", "--mem")] == \
+        ["--ntasks-per-node=1", "--cpus-per-task=3", "--mem=32G", "--partition=cpu", "--time=4:00:00"]
+    assert "--gpus-per-node" not in prep_script
+    job = job_command(prep_script)
+    assert job[job.index("--stage") + 1:job.index("--stage") + 4] == ["check", "--stop-stage", "binarize"]
+    assert job[job.index("--workers") + 1] == "3"
+    assert "--gpus-per-node=2" in directives((work / slurm.SCRIPT).read_text())
+
+
+def test_prepare_here_runs_the_data_stages_here_and_submits_training_alone(tmp_path, slurm_path):
+    data, work = corpus(tmp_path / "corpus", sizes=(("train", 60), ("valid", 5), ("test", 5))), tmp_path / "w"
+    argv = ["--src", "en", "--tgt", "de", "--train", data / "train", "--valid", data / "valid", "--test",
+            data / "test", "--workdir", work, *TINY, "--launcher", "slurm", "--prepare-here"]
+    proc = parallel(argv, env={"PATH": slurm_path, "FAKE_SBATCH_RUN": "0"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    assert "stage 5/9 binarize: finished" in proc.stdout and "stage 6/9" not in proc.stdout
+    assert (work / ".stages" / "binarize.done").exists() and not (work / slurm.PREP_SCRIPT).exists()
+    [train] = submitted(tmp_path)
+    assert train["script"] == str(work / slurm.SCRIPT) and train["options"] == []
+
+
+def run_job_script(tmp_path, slurm_path, send, save: bool, signal_seconds=300):
+    """Run a job's script with bash as Slurm would (SLURM_JOB_ID 4242, 3 CPUs per task), its recipe a
+    stand-in that saves a checkpoint if ``save`` and waits to be stopped; ``send`` it a signal once the
+    stand-in is running. Returns (exit status, output, what the stand-in saw, scontrol's calls)."""
+    work = tmp_path / "w"
+    recipe = tmp_path / "recipe.py"
+    recipe.write_text(RECIPE)
+    text = slurm.sbatch_script([sys.executable, recipe, work, "save" if save else "wait"], work, cpus_per_task=3,
+                               signal_seconds=signal_seconds, cwd=tmp_path)
+    script = tmp_path / "job.sbatch"
+    script.write_text(text)
+    proc = subprocess.Popen(["bash", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, PATH=slurm_path, SLURM_JOB_ID="4242", SLURM_CPUS_PER_TASK="3"))
+    deadline = time.time() + 60
+    while not (work / "ready").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(send)
+    out, _ = proc.communicate(timeout=60)
+    log = tmp_path / "slurm-bin" / "scontrol.log"
+    seen = {f.name: f.read_text() for f in work.iterdir() if f.is_file()}
+    return proc.returncode, out, seen, log.read_text() if log.exists() else ""
+
+
+# A recipe as a job's script runs it: ready (with the CPUs srun would give its tasks), a checkpoint saved
+# if asked, then training until SIGTERM, which it records and exits on with 143 as a recipe does.
+RECIPE = r'''
+import os, pathlib, signal, sys, time
+work = pathlib.Path(sys.argv[1])
+def stop(signum, frame):
+    (work / "stopped").write_text(signal.Signals(signum).name)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+if sys.argv[2] == "save":
+    (work / "checkpoints").mkdir(parents=True, exist_ok=True)
+    (work / "checkpoints" / "checkpoint_last.pt").write_text("state")
+(work / "ready").write_text(os.environ.get("SRUN_CPUS_PER_TASK", ""))
+time.sleep(60)
+'''
+
+
+def test_usr1_before_the_time_limit_stops_the_recipe_and_requeues_the_job(tmp_path, slurm_path):
+    rc, out, seen, requeued = run_job_script(tmp_path, slurm_path, signal.SIGUSR1, save=True)
+    assert seen["stopped"] == "SIGTERM" and rc == 143, out  # the recipe was stopped; its exit status is the job's
+    assert requeued == "requeue 4242\n", out
+    assert seen["ready"] == "3"  # srun gives each task the job's --cpus-per-task
+    assert "requeueing job 4242" in out
+    assert not list((tmp_path / "w" / "logs").glob(".slurm-*"))  # the job's start mark is removed
+
+
+def test_usr1_does_not_requeue_a_job_that_saved_nothing(tmp_path, slurm_path):
+    rc, out, seen, requeued = run_job_script(tmp_path, slurm_path, signal.SIGUSR1, save=False)
+    assert seen["stopped"] == "SIGTERM" and rc == 143 and requeued == ""
+    assert "not requeued: the job saved no checkpoint and finished no stage; give a longer --time" in out
+
+
+def test_sigterm_stops_the_recipe_without_requeueing(tmp_path, slurm_path):
+    rc, out, seen, requeued = run_job_script(tmp_path, slurm_path, signal.SIGTERM, save=True)
+    assert seen["stopped"] == "SIGTERM" and rc == 143 and requeued == ""
+
+
+def test_without_signal_seconds_the_job_runs_the_recipe_itself(tmp_path, slurm_path):
+    # --signal-seconds 0: the recipe is the job's process (exec): no requeue, Slurm's signals reach it directly
+    rc, out, seen, requeued = run_job_script(tmp_path, slurm_path, signal.SIGTERM, save=True, signal_seconds=0)
+    assert seen["stopped"] == "SIGTERM" and rc == 143 and requeued == ""
+    script = (tmp_path / "job.sbatch").read_text()
+    assert "--no-requeue" in directives(script) and "--signal" not in script
+
+
+def dry_run_scripts(argv, tmp_path) -> dict:
+    """--dry-run of the WMT14 recipe with --launcher slurm: {script name: its #SBATCH directives}."""
+    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.wmt14", "--dry-run", "--launcher", "slurm",
+                           "--workdir", tmp_path / "w", *argv], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    scripts, name = {}, None
+    for line in proc.stdout.splitlines():
+        if line.startswith("  # ") and line.endswith(".sbatch:"):
+            name = Path(line[4:-1]).name
+            scripts[name] = []
+        elif line.startswith("  | #SBATCH "):
+            scripts[name].append(line[len("  | #SBATCH "):])
+    return scripts
+
+
+@pytest.mark.parametrize("argv,train,prep", [
+    # defaults: all of each GPU node's memory, 4 CPUs per GPU task; the data job: --workers CPUs, 32G
+    ([], ["--gpus-per-node=8", "--cpus-per-task=4", "--mem=0", "--requeue", "--signal=B:USR1@300"],
+     ["--cpus-per-task=8", "--mem=32G", "--requeue", "--signal=B:USR1@300"]),
+    (["--threads", "6"], ["--cpus-per-task=7"], ["--cpus-per-task=8"]),
+    (["--mem", "200G", "--cpus-per-task", "12", "--prep-mem", "8G", "--workers", "4", "--signal-seconds", "900",
+      "--partition", "gpu", "--prep-partition", "cpu"],
+     ["--cpus-per-task=12", "--mem=200G", "--partition=gpu", "--signal=B:USR1@900"],
+     ["--cpus-per-task=4", "--mem=8G", "--partition=cpu", "--signal=B:USR1@900"]),
+    (["--signal-seconds", "0"], ["--no-requeue"], ["--no-requeue"]),
+])
+def test_memory_cpus_and_signal_of_both_jobs(tmp_path, argv, train, prep):
+    scripts = dry_run_scripts(["--ngpus", "8", "--workers", "8", *argv], tmp_path)
+    assert list(scripts) == [slurm.PREP_SCRIPT, slurm.SCRIPT]
+    for directive in train:
+        assert directive in scripts[slurm.SCRIPT], directive
+    for directive in prep:
+        assert directive in scripts[slurm.PREP_SCRIPT], directive
+    assert not any(d.startswith("--gpus-per-node") for d in scripts[slurm.PREP_SCRIPT])
+    if train == ["--no-requeue"]:  # --signal-seconds 0
+        assert not any(d.startswith("--signal") for d in scripts[slurm.SCRIPT] + scripts[slurm.PREP_SCRIPT])
+
+
+def test_dry_run_prints_both_scripts_and_what_the_jobs_run(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.wmt14", "--dry-run", "--ngpus", "8", "--nnodes",
                            "4", "--launcher", "slurm", "--time", "2-00:00:00", "--workdir", tmp_path / "w", "--",
                            "--tensorboard-logdir", "tb"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for line in ("  | #SBATCH --nodes=4", "  | #SBATCH --ntasks-per-node=8", "  | #SBATCH --gpus-per-node=8",
-                 "  | #SBATCH --time=2-00:00:00", f"  $ sbatch {tmp_path / 'w' / 'train.sbatch'}"):
+                 "  | #SBATCH --time=2-00:00:00", f"  $ sbatch {tmp_path / 'w' / 'prepare.sbatch'}",
+                 "  $ sbatch --dependency=afterok:<job id of prepare.sbatch> --kill-on-invalid-dep=yes "
+                 f"{tmp_path / 'w' / 'train.sbatch'}"):
         assert line + "\n" in out, line
+    assert out.index("prepare.sbatch:") < out.index("train.sbatch:")
     assert "#SBATCH --partition" not in out and "#SBATCH --account" not in out
-    # the job's train stage: 32 tasks, 28000 tokens per update (875 x 32), fairseq's Slurm discovery
+    # the data job's stages, then the training job's: 32 tasks, 28000 tokens per update (875 x 32)
+    assert out.index("stage 5/9 binarize") < out.index("the job of train.sbatch runs") < out.index("stage 6/9 train")
+    assert "$ fairseq-preprocess " in out
     assert "$ srun --nodes 4 --ntasks-per-node 8 --kill-on-bad-exit=1 " in out
     assert "--distributed-world-size 32 --distributed-port" in out and "--max-tokens 875 --update-freq 1" in out
-    assert "--bf16-autocast" in out and out.count("--tensorboard-logdir tb") == 2  # the script's and the job's
+    assert "--bf16-autocast" in out and out.count("--tensorboard-logdir tb") == 3  # the two scripts', the job's
     assert "torchrun" not in out and not (tmp_path / "w").exists()
+
+
+def test_table3_prepares_the_en_de_data_as_its_data_job(tmp_path):
+    # Table 3's rows train on the EN-DE recipe's data, in that recipe's work directory
+    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.table3", "--smoke", "--rows", "base", "--dry-run",
+                           "--launcher", "slurm", "--workdir", tmp_path / "t3", "--data-workdir", tmp_path / "data"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    prep = job_command(out[out.index("prepare.sbatch:"):out.index("train.sbatch:")].replace("  | ", ""))
+    assert prep[prep.index("-m") + 1] == "attn_kit.recipes.wmt14" and "--dry-run" not in prep
+    assert prep[prep.index("--workdir") + 1] == str(tmp_path / "data") and "--stop-stage" in prep
+    assert f"  $ sbatch --dependency=afterok:<job id of prepare.sbatch> --kill-on-invalid-dep=yes " \
+           f"{tmp_path / 't3' / 'train.sbatch'}\n" in out
+    assert not (tmp_path / "t3").exists() and not (tmp_path / "data").exists()
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -181,6 +405,11 @@ def test_dry_run_prints_the_sbatch_script_and_what_the_job_runs(tmp_path):
     (["--", "--log-format", "json"], "--log-format after --: the recipe reads fairseq's simple log format"),
     (["--", "--keep-interval-updates", "1"], "averaging needs the last --average checkpoints"),
     (["--partition", "gpu"], "--partition is an sbatch option: it needs --launcher slurm"),
+    (["--mem", "0"], "--mem is an sbatch option: it needs --launcher slurm"),
+    (["--prepare-here"], "--prepare-here is an sbatch option: it needs --launcher slurm"),
+    (["--launcher", "slurm", "--mem", "64GB"], "--mem 64GB: give a size as sbatch takes it: 64G, 64000M, or 0"),
+    (["--launcher", "slurm", "--signal-seconds", "-1"], "--signal-seconds must be in 0..65535"),
+    (["--launcher", "slurm", "--cpus-per-task", "0"], "--cpus-per-task must be >= 1"),
     (["--nnodes", "2", "--ngpus", "8"], "--nnodes > 1 needs --master-addr"),
     (["--gpu", "Z80"], "unknown --gpu 'Z80'"),
 ])
@@ -202,8 +431,21 @@ def test_passed_through_options_end_the_training_command_of_every_recipe(tmp_pat
         assert shlex.split(train)[-4:] == extra, module
 
 
-def test_submission_without_sbatch_writes_the_script(tmp_path, monkeypatch):
+def test_submission_without_sbatch_writes_the_scripts(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(slurm.shutil, "which", lambda name: None)
-    assert slurm.submit("#!/bin/bash\necho hi\n", tmp_path, dry_run=False) is None
-    assert (tmp_path / slurm.SCRIPT).read_text() == "#!/bin/bash\necho hi\n"
+    scripts = [(slurm.PREP_SCRIPT, "#!/bin/bash\necho prepare\n"), (slurm.SCRIPT, "#!/bin/bash\necho train\n")]
+    assert slurm.submit(scripts, tmp_path, dry_run=False) == [None, None]
+    assert [(tmp_path / name).read_text() for name, _ in scripts] == [text for _, text in scripts]
     assert not (tmp_path / slurm.RECORD).exists()
+    assert (f"sbatch {tmp_path / slurm.PREP_SCRIPT}; then sbatch --dependency=afterok:<job id of prepare.sbatch> "
+            f"--kill-on-invalid-dep=yes {tmp_path / slurm.SCRIPT}") in capsys.readouterr().out
+
+
+def test_a_queued_job_of_either_record_blocks_a_new_submission(tmp_path, monkeypatch):
+    monkeypatch.setattr(slurm, "job_state", lambda job: {"11": None, "12": "PENDING", "7": "RUNNING"}[job])
+    (tmp_path / slurm.RECORD).write_text(json.dumps({"jobs": [{"job_id": "11"}, {"job_id": "12", "after": "11"}]}))
+    with pytest.raises(slurm.UserError, match=r"^Slurm job 12 of this workdir is still PENDING .*scancel 12"):
+        slurm.check_no_job(tmp_path)
+    (tmp_path / slurm.RECORD).write_text(json.dumps({"job_id": "7"}))  # written before the data job had its own
+    with pytest.raises(slurm.UserError, match=r"^Slurm job 7 of this workdir is still RUNNING"):
+        slurm.check_no_job(tmp_path)

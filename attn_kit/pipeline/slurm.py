@@ -1,21 +1,53 @@
-"""Training as a Slurm job: the sbatch script a recipe writes for ``--launcher slurm``.
+"""Recipes as Slurm jobs: the sbatch scripts a recipe writes for ``--launcher slurm``.
 
-``--launcher slurm`` runs the stages that prepare the data where the recipe is
-started (a login node), then writes ``WORKDIR/train.sbatch`` and submits it
-with ``sbatch`` (where the command exists; the script is written either way).
-The job runs the same recipe from its first training stage to the end
-(train, average, generate, score) on the first node of its allocation, with
-``--launcher srun``: its train stage starts ``srun`` with one fairseq-train task
-per GPU on every node (:func:`attn_kit.pipeline.launch.srun_launcher`), and
-fairseq's own Slurm discovery sets up the process group. ``--precision auto``
-is resolved there, on the GPUs the job got, and ``--ngpus`` is checked there
-against them (:func:`attn_kit.recipes.scale.check_devices`), not on the host
-that submits, which may have none.
+``--launcher slurm`` submits two jobs, each the same recipe over a span of its stages:
 
-Running the same command again after the job ended resubmits it: finished
-stages are skipped and training resumes from ``checkpoint_last.pt`` (after a
-time limit, say). While the job recorded in ``WORKDIR/slurm_job.json`` is still
-queued or running, the recipe refuses to submit a second one.
+- ``WORKDIR/prepare.sbatch``: the stages before training (download, tokenize, BPE,
+  binarize) on one CPU-only task (``--prep-partition``, ``--cpus-per-task`` = the
+  recipe's ``--workers``, ``--prep-mem``). Not submitted when those stages are done
+  already; ``--prepare-here`` runs them where the command is typed instead (a cluster
+  without a CPU partition).
+- ``WORKDIR/train.sbatch``: from the first training stage to the end (train, average,
+  generate, score) on the first node of an allocation of ``--nnodes`` x ``--ngpus``,
+  submitted with ``--dependency=afterok:<prepare job>`` (and ``--kill-on-invalid-dep``:
+  a failed preparation cancels it rather than leaving it queued forever). Its train
+  stage starts ``srun`` with one fairseq-train task per GPU on every node
+  (:func:`attn_kit.pipeline.launch.srun_launcher`), and fairseq's own Slurm discovery
+  sets up the process group. ``--precision auto`` is resolved there, on the GPUs the job
+  got, and ``--ngpus`` is checked there against them
+  (:func:`attn_kit.recipes.scale.check_devices`), not on the host that submits.
+
+The training job asks for the recipe's ``--mem`` and ``--cpus-per-task``, the data job
+for ``--prep-mem`` and ``--workers`` CPUs (the options' help says the defaults and why);
+each script exports ``SRUN_CPUS_PER_TASK``: from Slurm 22.05 srun no longer passes the
+job's ``--cpus-per-task`` on to its tasks, which would leave each fairseq-train one CPU.
+
+Time limits and preemption (``--signal-seconds N``, default 300; 0 turns it off).
+The script runs the recipe in the background and waits for it, so that bash can
+act on signals:
+
+- ``#SBATCH --signal=B:USR1@N``: N seconds before the time limit Slurm sends USR1
+  to the script; it stops the recipe with SIGTERM (the recipe stops fairseq-train,
+  keeps every finished stage and exits; :func:`attn_kit.cli.main_guard`), then
+  ``scontrol requeue $SLURM_JOB_ID``: the job (same id) goes back to the queue and,
+  when it runs again, the recipe skips the finished stages and training resumes from
+  ``checkpoint_last.pt``. It requeues only if the job saved something (a
+  ``checkpoint_last.pt`` or a finished stage's stamp newer than the job's start), so
+  that a ``--time`` too short to reach one checkpoint cannot requeue forever.
+- SIGTERM (``scancel``, preemption, the limit itself) is passed on to the recipe and
+  does not requeue: ``scancel`` must end the job. ``#SBATCH --requeue`` lets a cluster
+  whose PreemptMode is REQUEUE put a preempted job back in the queue itself.
+
+What it cannot do: make fairseq-train save on the signal. fairseq 0.12 has no such
+hook, and a save that all ranks of a data-parallel job agree on would need a
+collective at every update; so the work since the last ``--save-interval-updates``
+checkpoint (the paper's 10 minutes at the default) is lost at a time limit or a
+preemption, as it would be at a crash. The stage that was cut off runs again: a
+training stage from its checkpoint, any other from its start.
+
+Running the same command again after the jobs ended submits them again (finished
+stages are skipped). While a job recorded in ``WORKDIR/slurm_job.json`` is still
+queued or running, the recipe refuses to submit more.
 """
 import json
 import os
@@ -25,39 +57,79 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence, Tuple
 
 from ..cli import UserError, log, write_json_atomic, write_text_atomic
 
-SCRIPT = "train.sbatch"
+PREP_SCRIPT = "prepare.sbatch"  # the data job's
+SCRIPT = "train.sbatch"  # the training job's
 RECORD = "slurm_job.json"
 
 
-def sbatch_script(job_command: List[str], workdir: Path, nnodes: int, tasks_per_node: int, gpus_per_node: int,
-                  partition: Optional[str] = None, time_limit: Optional[str] = None, account: Optional[str] = None,
-                  cpus_per_task: Optional[int] = None, env: Optional[dict] = None, cwd: Optional[Path] = None,
-                  job_name: Optional[str] = None) -> str:
-    """The text of an sbatch script that runs ``job_command`` once, on the first node of an
-    allocation of ``nnodes`` x ``tasks_per_node`` tasks (``gpus_per_node`` GPUs each node)."""
-    directives = [("job-name", job_name or f"attn-{workdir.name}"), ("nodes", nnodes),
+def _quote(args: Sequence) -> str:
+    return " ".join(shlex.quote(str(a)) for a in args)
+
+
+def sbatch_script(job_command: List[str], workdir: Path, script: str = SCRIPT, nnodes: int = 1,
+                  tasks_per_node: int = 1, gpus_per_node: int = 0, cpus_per_task: Optional[int] = None,
+                  mem: Optional[str] = None, partition: Optional[str] = None, time_limit: Optional[str] = None,
+                  account: Optional[str] = None, signal_seconds: int = 0, env: Optional[dict] = None,
+                  cwd: Optional[Path] = None, watch: Optional[Path] = None) -> str:
+    """The text of WORKDIR/``script``: an sbatch script that runs ``job_command`` once, on the first
+    node of an allocation of ``nnodes`` x ``tasks_per_node`` tasks (``gpus_per_node`` GPUs each node).
+    ``signal_seconds`` > 0: stop and requeue that long before the time limit (see the module's
+    docstring), if ``watch`` (default ``workdir``, the folder the job works in) shows progress."""
+    directives = [("job-name", f"attn-{workdir.name}-{Path(script).stem}"), ("nodes", nnodes),
                   ("ntasks-per-node", tasks_per_node)]
-    if gpus_per_node:
-        directives.append(("gpus-per-node", gpus_per_node))
-    if cpus_per_task:
-        directives.append(("cpus-per-task", cpus_per_task))
-    for key, value in (("partition", partition), ("time", time_limit), ("account", account)):
-        if value:
+    for key, value in (("gpus-per-node", gpus_per_node), ("cpus-per-task", cpus_per_task), ("mem", mem),
+                       ("partition", partition), ("time", time_limit), ("account", account)):
+        if value:  # mem is a string: "0" (all of a node's memory) is written
             directives.append((key, value))
-    directives.append(("output", workdir / "logs" / "slurm-%j.out"))
+    logs = workdir / "logs"
+    directives += [("requeue", None), ("signal", f"B:USR1@{signal_seconds}")] if signal_seconds else \
+        [("no-requeue", None)]
+    directives += [("open-mode", "append"), ("output", logs / "slurm-%j.out")]  # a requeued run adds to its log
     lines = ["#!/bin/bash",
-             "# Written by the attn_plugin recipe (--launcher slurm); the job runs the recipe's",
-             "# training stages on its first node; their train stage starts one fairseq-train",
-             "# task per device with srun. Submit it with: sbatch " + shlex.quote(str(workdir / SCRIPT)),
-             *(f"#SBATCH --{key}={value}" for key, value in directives),
+             "# Written by the attn_plugin recipe (--launcher slurm): it runs the recipe's stages named by",
+             "# --stage/--stop-stage below on the job's first node (a training stage starts one",
+             "# fairseq-train task per device with srun). Submit it with: sbatch " + shlex.quote(str(workdir / script)),
+             *(f"#SBATCH --{key}" + ("" if value is None else f"={value}") for key, value in directives),
              "set -euo pipefail",
              f"cd {shlex.quote(str(cwd or Path.cwd()))}"]
     lines += [f"export {k}={shlex.quote(str(v))}" for k, v in (env or {}).items()]
-    lines.append("exec " + " ".join(shlex.quote(str(c)) for c in job_command))
+    if cpus_per_task:
+        lines.append(f"export SRUN_CPUS_PER_TASK={cpus_per_task}  # srun (Slurm >= 22.05) does not pass "
+                     "--cpus-per-task on by itself")
+    if not signal_seconds:
+        return "\n".join([*lines, "exec " + _quote(job_command)]) + "\n"
+    started = shlex.quote(str(logs)) + '/.slurm-"${SLURM_JOB_ID:-0}".started'
+    lines += [
+        f"# USR1, {signal_seconds} s before the time limit: stop the recipe (SIGTERM: it stops fairseq-train and keeps",
+        "# finished stages), then requeue this job, whose recipe resumes from checkpoint_last.pt; the work since",
+        "# the last saved checkpoint is lost. Requeued only if the job saved something, so that a --time too",
+        "# short for one checkpoint does not loop. SIGTERM (scancel, preemption): passed on, no requeue.",
+        "set +e  # the recipe's exit status is the job's, after the requeue below",
+        f"mkdir -p {shlex.quote(str(logs))} && touch {started}",
+        'requeue=0 recipe=""',
+        'stop() { if [ -n "$recipe" ]; then kill -TERM "$recipe" 2>/dev/null; fi; }',
+        "trap 'requeue=1; echo \"[attn] USR1: the time limit is near; stopping the recipe\"; stop' USR1",
+        "trap stop TERM",
+        _quote(job_command) + " &",
+        "recipe=$!",
+        'while kill -0 "$recipe" 2>/dev/null; do wait "$recipe"; done  # a trapped signal ends wait early',
+        'wait "$recipe"; status=$?  # the recipe\'s exit status (bash keeps it)',
+        'if [ "$requeue" = 1 ] && [ -n "${SLURM_JOB_ID:-}" ]; then',
+        f"  if [ -n \"$(find {shlex.quote(str(watch or workdir))} -newer {started} \\( -name checkpoint_last.pt "
+        "-o -path '*/.stages/*.done' \\) -print -quit)\" ]; then",
+        '    echo "[attn] requeueing job $SLURM_JOB_ID: finished stages are kept, training resumes from '
+        'checkpoint_last.pt"',
+        '    scontrol requeue "$SLURM_JOB_ID"',
+        "  else",
+        '    echo "[attn] not requeued: the job saved no checkpoint and finished no stage; give a longer --time"',
+        "  fi",
+        "fi",
+        f"rm -f {started}",
+        'exit "$status"']
     return "\n".join(lines) + "\n"
 
 
@@ -74,42 +146,72 @@ def job_state(job_id: str) -> Optional[str]:
     return out.splitlines()[0] if out else None
 
 
-def submit(script: str, workdir: Path, dry_run: bool) -> Optional[str]:
-    """Write ``script`` to WORKDIR/train.sbatch and submit it with sbatch where that exists;
-    --dry-run prints it instead. Returns the job id (None when not submitted)."""
-    path = workdir / SCRIPT
-    if dry_run:
-        print(f"  # {path}:", flush=True)
-        for line in script.splitlines():
-            print(f"  | {line}", flush=True)
-        print(f"  $ sbatch {shlex.quote(str(path))}", flush=True)
-        return None
-    record = workdir / RECORD
-    if record.exists():
-        try:
-            previous = json.loads(record.read_text())
-        except (OSError, ValueError):
-            previous = {}
-        state = job_state(previous.get("job_id", "")) if previous.get("job_id") else None
+def recorded_jobs(workdir: Path) -> List[dict]:
+    """The jobs WORKDIR/slurm_job.json records (``job_id``, ``script``), oldest first; a record
+    from before the preparation job had its own (one ``job_id``) reads as one job."""
+    try:
+        record = json.loads((workdir / RECORD).read_text())
+    except (OSError, ValueError):
+        return []
+    return record.get("jobs", [record] if record.get("job_id") else [])
+
+
+def check_no_job(workdir: Path):
+    """Refuse, in one line, while a job this work directory recorded is queued or running."""
+    for job in recorded_jobs(workdir):
+        state = job_state(job["job_id"])
         if state:
-            raise UserError(f"Slurm job {previous['job_id']} of this workdir is still {state} "
-                            f"({record}); wait for it or cancel it (scancel {previous['job_id']}), then run again")
-    write_text_atomic(path, script)
-    path.chmod(0o755)
+            raise UserError(f"Slurm job {job['job_id']} of this workdir is still {state} "
+                            f"({workdir / RECORD}); wait for it or cancel it (scancel {job['job_id']}), "
+                            "then run again")
+
+
+def sbatch_command(path: Path, after: Optional[str] = None) -> str:
+    """The sbatch command line of the script ``path``; ``after``: the job it waits for: it starts
+    only once that one ended well, and is cancelled if that one failed."""
+    deps = f"--dependency=afterok:{after} --kill-on-invalid-dep=yes " if after else ""
+    return f"sbatch {deps}{shlex.quote(str(path))}"
+
+
+def submit(scripts: List[Tuple[str, str]], workdir: Path, dry_run: bool) -> List[Optional[str]]:
+    """Write each (file name, text) of ``scripts`` to WORKDIR and submit them in order with sbatch
+    where that exists, each after the one before it (:func:`sbatch_command`); --dry-run prints
+    them instead. Returns the job ids (None where not submitted)."""
+    paths = [workdir / name for name, _ in scripts]
+    placeholders = [None, *(f"<job id of {path.name}>" for path in paths[:-1])]
+    if dry_run:
+        for path, (_, text), after in zip(paths, scripts, placeholders):
+            print(f"  # {path}:", flush=True)
+            for line in text.splitlines():
+                print(f"  | {line}", flush=True)
+            print(f"  $ {sbatch_command(path, after)}", flush=True)
+        return [None] * len(scripts)
+    check_no_job(workdir)
+    for path, (_, text) in zip(paths, scripts):
+        write_text_atomic(path, text)
+        path.chmod(0o755)
     if not shutil.which("sbatch"):
-        log(f"wrote {path}; sbatch is not on this machine's PATH: submit it on the cluster with "
-            f"sbatch {shlex.quote(str(path))}")
-        return None
-    proc = subprocess.run(["sbatch", str(path)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        reason = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-        raise UserError(f"sbatch {path} failed (exit {proc.returncode}): {reason[-1] if reason else 'no message'}")
-    m = re.search(r"(\d+)", proc.stdout)
-    job_id = m.group(1) if m else proc.stdout.strip()
-    write_json_atomic(record, {"job_id": job_id, "script": str(path), "submitted": time.strftime("%Y-%m-%d %H:%M:%S")})
-    log(f"submitted Slurm job {job_id} ({path}); it trains and evaluates, then writes {workdir / 'results.json'}; "
-        f"its output: {workdir / 'logs' / f'slurm-{job_id}.out'}")
-    return job_id
+        how = "; then ".join(sbatch_command(path, after) for path, after in zip(paths, placeholders))
+        log(f"wrote {', '.join(map(str, paths))}; sbatch is not on this machine's PATH: submit on the cluster: {how}")
+        return [None] * len(scripts)
+    jobs: List[dict] = []
+    for path in paths:
+        after = jobs[-1]["job_id"] if jobs else None
+        proc = subprocess.run(shlex.split(sbatch_command(path, after)), capture_output=True, text=True)
+        if proc.returncode != 0:
+            reason = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+            before = (f"; job {after} ({Path(jobs[-1]['script']).name}) was submitted before it: cancel it "
+                      f"(scancel {after}) or let it run, then run again") if after else ""
+            raise UserError(f"sbatch {path} failed (exit {proc.returncode}): "
+                            f"{reason[-1] if reason else 'no message'}{before}")
+        m = re.search(r"(\d+)", proc.stdout)
+        job_id = m.group(1) if m else proc.stdout.strip()
+        jobs.append({"job_id": job_id, "script": str(path), **({"after": after} if after else {})})
+        write_json_atomic(workdir / RECORD, {"jobs": jobs, "submitted": time.strftime("%Y-%m-%d %H:%M:%S")})
+        log(f"submitted Slurm job {job_id} ({path})" + (f", to start once job {after} has ended well"
+                                                        if after else "")
+            + f"; its output: {workdir / 'logs' / f'slurm-{job_id}.out'}")
+    return [job["job_id"] for job in jobs]
 
 
 def job_environment() -> dict:

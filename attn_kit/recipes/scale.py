@@ -3,8 +3,10 @@ Slurm, fairseq-train flags passed through after ``--``, and the cost up front.
 
 - ``--precision auto|bf16|fp16|fp32`` (:func:`attn_kit.pipeline.launch.used_precision`):
   bf16 is the plugin task's ``--bf16-autocast``; ``results.json`` records what ran.
-- ``--launcher slurm`` (:mod:`attn_kit.pipeline.slurm`): the stages before training
-  run here, the rest as a Slurm job that trains with srun (``--launcher srun``).
+- ``--launcher slurm`` (:mod:`attn_kit.pipeline.slurm`): the stages before training as
+  a CPU job (or here, ``--prepare-here``), the rest as a job that starts after it and
+  trains with srun (``--launcher srun``); ``--mem``, ``--cpus-per-task``, and a stop and
+  requeue before the time limit (``--signal-seconds``).
 - ``RECIPE [options] -- [fairseq-train options]``: the options after ``--`` are
   appended to the training command (:func:`split_passthrough`); those that would
   break what the recipe keeps track of are refused (:data:`REFUSED`).
@@ -15,6 +17,7 @@ Slurm, fairseq-train flags passed through after ``--``, and the cost up front.
 """
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
@@ -51,18 +54,60 @@ REFUSED = {
 
 
 # ---------------------------------------------------------------------------------------------- options
+# --launcher slurm's defaults (their help says why)
+TRAIN_MEM = "0"
+PREP_MEM = "32G"
+GPU_TASK_CPUS = 4
+SIGNAL_SECONDS = 300
+# the options that only mean something to sbatch (dest: the option), refused with --launcher torchrun
+SBATCH_OPTIONS = {"partition": "--partition", "time_limit": "--time", "account": "--account", "mem": "--mem",
+                  "cpus_per_task": "--cpus-per-task", "signal_seconds": "--signal-seconds",
+                  "prepare_here": "--prepare-here", "prep_partition": "--prep-partition", "prep_time": "--prep-time",
+                  "prep_mem": "--prep-mem"}
+
+
 def add_options(g):
     """The options of this module, in a recipe's training group."""
     g.add_argument("--launcher", default="torchrun", choices=LAUNCHERS,
                    help="torchrun (default: fairseq-train, torchrun for several GPUs or nodes, our gloo launcher "
-                        "for --cpu-procs); slurm: prepare the data here, then write WORKDIR/train.sbatch and submit "
-                        "it with sbatch (--dry-run prints it): the job trains --nnodes x --ngpus with srun and "
-                        "evaluates; srun: train with srun inside a Slurm allocation you hold (the job uses it)")
+                        "for --cpu-procs); slurm: write WORKDIR/prepare.sbatch (the data stages, a CPU job) and "
+                        "WORKDIR/train.sbatch (the rest: trains --nnodes x --ngpus with srun and evaluates) and "
+                        "submit them with sbatch, the second after the first ended well (--dry-run prints them); "
+                        "srun: train with srun inside a Slurm allocation you hold (the jobs use it)")
     g.add_argument("--partition", help="--launcher slurm: the Slurm partition (sbatch --partition)")
     g.add_argument("--time", dest="time_limit", metavar="TIME",
-                   help="--launcher slurm: the job's time limit, e.g. 3-12:00:00 (sbatch --time); a job that "
-                        "runs out resumes from its last checkpoint when you run the same command again")
+                   help="--launcher slurm: the jobs' time limit, e.g. 3-12:00:00 (sbatch --time); near it the "
+                        "training job stops and requeues itself (--signal-seconds)")
     g.add_argument("--account", help="--launcher slurm: the account charged (sbatch --account)")
+    g.add_argument("--mem", metavar="SIZE",
+                   help=f"--launcher slurm: memory per node of the training job, as sbatch takes it (64G, "
+                        f"64000M; default {TRAIN_MEM}: all of each node's memory, the usual request for GPU nodes "
+                        "given whole: what fairseq-train's processes and data-loader workers need grows with the "
+                        "data set and is not known ahead, and running out kills the job; give a size where nodes "
+                        "are shared)")
+    g.add_argument("--cpus-per-task", type=int, metavar="N",
+                   help=f"--launcher slurm: CPUs of each training task, one task per GPU (sbatch --cpus-per-task; "
+                        f"default {GPU_TASK_CPUS} on GPUs: the training process, fairseq's data-loader worker "
+                        "(--num-workers 1) and torch's helper threads; with --ngpus 0, --threads + 1; at least "
+                        "--threads + 1 either way). --threads still sets each process's OMP threads")
+    g.add_argument("--signal-seconds", type=int, metavar="N",
+                   help=f"--launcher slurm: N seconds before --time runs out (default {SIGNAL_SECONDS}: Slurm may "
+                        "signal up to a minute early, and stopping takes seconds), Slurm signals the job, which "
+                        "stops the recipe and requeues itself; run again, it resumes from checkpoint_last.pt. "
+                        "fairseq-train does not save on the signal: the updates since the last "
+                        "--save-interval-updates checkpoint are lost, at a time limit and a preemption alike. "
+                        "Not requeued when the job saved nothing (a --time too short for one checkpoint). "
+                        "0: no signal, no requeue (run the same command again after the limit)")
+    g.add_argument("--prepare-here", action="store_true",
+                   help="--launcher slurm: run the data stages here, where the command is typed, then submit the "
+                        "training job alone (for clusters without a CPU partition; default: a job of their own)")
+    g.add_argument("--prep-partition", metavar="PARTITION",
+                   help="--launcher slurm: the partition of the data job (CPUs only; default: --partition)")
+    g.add_argument("--prep-time", metavar="TIME", help="--launcher slurm: the data job's time limit (default: --time)")
+    g.add_argument("--prep-mem", metavar="SIZE",
+                   help=f"--launcher slurm: the data job's memory (default {PREP_MEM}: an estimate with room for "
+                        "learning BPE on the WMT14 EN-FR corpus, which holds the corpus's word counts in memory; "
+                        "not measured). Its CPUs: --workers")
     g.add_argument("--gpu", metavar="NAME",
                    help="the GPU for --dry-run's wall-time estimate, by name (its dense bf16/fp16/fp32 peak, "
                         "python scripts/training_cost.py --gpus lists them)")
@@ -86,10 +131,17 @@ def check(args):
         raise UsageError("--nnodes > 1 needs --master-addr (the address of node 0) with torchrun; or use "
                          "--launcher slurm")
     if args.launcher == "torchrun":
-        for name in ("partition", "time_limit", "account"):
-            if getattr(args, name):
-                raise UsageError(f"--{'time' if name == 'time_limit' else name} is an sbatch option: it needs "
-                                 "--launcher slurm")
+        for name, option in SBATCH_OPTIONS.items():
+            if getattr(args, name) not in (None, False):
+                raise UsageError(f"{option} is an sbatch option: it needs --launcher slurm")
+    for option, size in (("--mem", args.mem), ("--prep-mem", args.prep_mem)):
+        if size is not None and not re.fullmatch(r"\d+[KMGT]?", size, re.I):
+            raise UsageError(f"{option} {size}: give a size as sbatch takes it: 64G, 64000M, or 0 (all of a node's "
+                             "memory)")
+    if args.cpus_per_task is not None and args.cpus_per_task < 1:
+        raise UsageError("--cpus-per-task must be >= 1")
+    if args.signal_seconds is not None and not 0 <= args.signal_seconds <= 65535:
+        raise UsageError("--signal-seconds must be in 0..65535 (Slurm's limit)")
     if args.gpu_tflops is not None and args.gpu_tflops <= 0:
         raise UsageError("--gpu-tflops must be > 0")
     if args.utilization is not None and not 0 < args.utilization <= 1:
@@ -191,32 +243,51 @@ def parse(parser: argparse.ArgumentParser, argv=None):
 
 # ---------------------------------------------------------------------------------------------- Slurm
 def run(args, stages, report, aliases=None, first_training: Optional[str] = None):
-    """Run the recipe's ``stages``: all of them here, or with ``--launcher slurm`` those before
-    the first training stage (``first_training``; default: the first stage named train or
-    tune-*) here and the rest as a Slurm job."""
+    """Run the recipe's ``stages``: all of them here, or with ``--launcher slurm`` as two Slurm
+    jobs (:mod:`attn_kit.pipeline.slurm`): the stages before the first training stage
+    (``first_training``; default: the first :func:`is_training` stage) as a CPU job, unless they
+    are done or ``--prepare-here`` runs them here, and the rest as a job that starts after it."""
+    from ..pipeline import slurm
     from ..pipeline.stages import Pipeline, run_recipe
 
     check_devices(args, stages, aliases)
     if args.launcher != "slurm":
         return run_recipe(args, stages, report, aliases)
+    if not args.dry_run:
+        slurm.check_no_job(args.workdir)  # before anything runs here (--prepare-here)
     first_training = first_training or next(s.name for s in stages if is_training(s))
     cut = [s.name for s in stages].index(first_training) + 1  # the 1-based number of the job's first stage
     span = Pipeline(args.workdir, stages, True, args.stage, args.stop_stage, aliases)  # checks the range
+    jobs = []  # (script name and text, first stage, last stage) of each job
     if span.first < cut:
-        here = argparse.Namespace(**vars(args))
-        here.stage, here.stop_stage = span.first, min(span.last, cut - 1)
-        run_recipe(here, stages, report, aliases)
+        data = stages[span.first - 1:min(span.last, cut - 1)]
+        if args.prepare_here:
+            here = argparse.Namespace(**vars(args))
+            here.stage, here.stop_stage = data[0].name, data[-1].name
+            run_recipe(here, stages, report, aliases)
+        elif all_done(span, data):
+            log(f"stages {data[0].name}..{data[-1].name} are done already: no data job")
+        else:
+            first, last = data[0].name, data[-1].name
+            command = job_command(args, first, last, workers=args.workers)
+            jobs.append((prep_script(args, command, args.workers, f"stages {first}..{last}"), first, last))
     if span.last >= cut:
         first, last = stages[max(span.first, cut) - 1].name, stages[span.last - 1].name
-        submit_job(args, first, last)
-        if args.dry_run:  # what the job will run, as its own dry run would print it
-            log("the job runs (--launcher srun, on the first node of its allocation):")
-            args.launcher, args.stage, args.stop_stage = "srun", first, last
+        jobs.append((train_script(args, first, last), first, last))
+    if jobs:
+        slurm.submit([script for script, _, _ in jobs], args.workdir, args.dry_run)
+    if args.dry_run:  # what each job will run, as its own dry run would print it
+        for (name, _), first, last in jobs:
+            log(f"the job of {name} runs (--launcher srun, on the first node of its allocation):")
+            args.launcher, args.stage, args.stop_stage = "srun", first, last  # the stages hold args itself
             run_recipe(args, stages, report, aliases)
 
 
-# Recipe options the job's command line sets itself (the rest of the command line is passed on as given).
-JOB_SETS = {"--dry-run": 0, "--launcher": 1, "--workdir": 1, "--stage": 1, "--stop-stage": 1}
+def all_done(pipeline, stages=None) -> bool:
+    """Whether a run of ``pipeline`` would skip each of ``stages`` (default: its selected ones): each
+    finished, with its inputs, options and outputs as it recorded them."""
+    stages = pipeline.stages[pipeline.first - 1:pipeline.last] if stages is None else stages
+    return all(pipeline.status(stage)[0] in ("skip", "adopt") for stage in stages)
 
 
 def without(argv: Sequence[str], options: dict) -> List[str]:
@@ -232,22 +303,51 @@ def without(argv: Sequence[str], options: dict) -> List[str]:
     return out
 
 
-def submit_job(args, first: str, last: str):
-    """Write (and submit) the sbatch script that runs stages ``first``..``last`` of this recipe."""
+def job_command(args, first: str, last: str, workers: Optional[int] = None) -> List[str]:
+    """This recipe's command line as a Slurm job runs it: stages ``first``..``last`` with ``--launcher
+    srun`` (and ``--workers``, where given, set to what the job asked for); the rest as typed."""
+    sets = {"--launcher": "srun", "--workdir": args.workdir, "--stage": first, "--stop-stage": last,
+            **({"--workers": workers} if workers else {})}
+    typed = without(args.recipe_argv, {"--dry-run": 0, **{name: 1 for name in sets}})
+    command = [sys.executable, "-m", args.recipe_module, *typed, *(str(x) for item in sets.items() for x in item)]
+    return command + (["--", *args.fairseq_extra] if args.fairseq_extra else [])
+
+
+def task_cpus(args) -> int:
+    """--cpus-per-task of the training job (see its help)."""
+    need = (args.threads or 1) + 1  # the compute threads and fairseq's data-loader worker
+    return args.cpus_per_task or (max(GPU_TASK_CPUS, need) if args.ngpus else need)
+
+
+def _signal_seconds(args) -> int:
+    return SIGNAL_SECONDS if args.signal_seconds is None else args.signal_seconds
+
+
+def prep_script(args, command: List[str], workers: int, what: str, watch: Optional[Path] = None) -> Tuple[str, str]:
+    """(file name, text) of the data job: ``command`` (which runs ``what``, in words) on one CPU task
+    of ``workers`` CPUs; ``watch``: the folder it works in (default WORKDIR)."""
     from ..pipeline import slurm
 
-    command = [sys.executable, "-m", args.recipe_module, *without(args.recipe_argv, JOB_SETS),
-               "--launcher", "srun", "--workdir", str(args.workdir), "--stage", first, "--stop-stage", last]
-    if args.fairseq_extra:
-        command += ["--", *args.fairseq_extra]
+    log(f"Slurm data job: {what} on {workers} CPU(s)")
+    return slurm.PREP_SCRIPT, slurm.sbatch_script(
+        command, args.workdir, slurm.PREP_SCRIPT, cpus_per_task=workers, mem=args.prep_mem or PREP_MEM,
+        partition=args.prep_partition or args.partition, time_limit=args.prep_time or args.time_limit,
+        account=args.account, signal_seconds=_signal_seconds(args), env=slurm.job_environment(), cwd=Path.cwd(),
+        watch=watch)
+
+
+def train_script(args, first: str, last: str) -> Tuple[str, str]:
+    """(file name, text) of the training job: stages ``first``..``last`` on --nnodes x (--ngpus or
+    --cpu-procs) tasks."""
+    from ..pipeline import slurm
+
     per_node = args.ngpus if args.ngpus else args.cpu_procs
-    script = slurm.sbatch_script(command, args.workdir, args.nnodes, per_node, args.ngpus, args.partition,
-                                 args.time_limit, args.account, cpus_per_task=args.threads,
-                                 env=slurm.job_environment(), cwd=Path.cwd())
-    log(f"Slurm job: stages {first}..{last} on {args.nnodes} node(s) x "
-        f"{f'{args.ngpus} GPU(s)' if args.ngpus else f'{args.cpu_procs} CPU task(s)'}"
-        + (" (dry run)" if args.dry_run else ""))
-    slurm.submit(script, args.workdir, args.dry_run)
+    log(f"Slurm training job: stages {first}..{last} on {args.nnodes} node(s) x "
+        f"{f'{args.ngpus} GPU(s)' if args.ngpus else f'{args.cpu_procs} CPU task(s)'} of {task_cpus(args)} CPUs")
+    return slurm.SCRIPT, slurm.sbatch_script(
+        job_command(args, first, last), args.workdir, slurm.SCRIPT, args.nnodes, per_node, args.ngpus,
+        task_cpus(args), args.mem or TRAIN_MEM, args.partition, args.time_limit, args.account,
+        _signal_seconds(args), env=slurm.job_environment(), cwd=Path.cwd())
 
 
 # ---------------------------------------------------------------------------------------------- cost

@@ -35,6 +35,7 @@ from typing import List, Optional
 
 from ..cli import UsageError, UserError, log, main_guard, write_json_atomic, write_text_atomic
 from ..paper import BASE, EN_DE_VOCAB, TABLE3, Table3Row
+from ..pipeline import slurm
 from ..pipeline.lock import workdir_lock
 from ..pipeline.process import stream
 from ..pipeline.stages import Pipeline, Stage
@@ -348,17 +349,41 @@ def stages(args) -> List[Stage]:
     return [*rows, table]
 
 
+def data_job(args):
+    """--launcher slurm: (script name, text) of a job that prepares the EN-DE data, or None when it
+    is prepared already (the EN-DE recipe would skip every data stage)."""
+    from . import wmt14
+
+    command = [c for c in data_command(args) if c != "--dry-run"]
+    data = wmt14.parse_args(command[3:])
+    span = Pipeline(data.workdir, wmt14.stages(data), True, data.stage, data.stop_stage, wmt14.STAGE_ALIASES)
+    if scale.all_done(span):
+        log(f"the EN-DE data in {data.workdir} is prepared already: no data job")
+        return None
+    return scale.prep_script(args, [*command, "--workers", str(data.workers)], data.workers,
+                             f"the EN-DE data stages in {data.workdir}", watch=data.workdir)
+
+
 def main(argv=None):
     args = parse_args(argv)
     pipeline_stages = stages(args)
     scale.check_devices(args, pipeline_stages, training=lambda stage: stage.name != "table")  # every row trains
-    if not args.dry_run:
+    prep = None
+    if args.launcher == "slurm" and not args.dry_run:
+        slurm.check_no_job(args.workdir)
+    if args.launcher == "slurm" and not args.prepare_here:
+        prep = data_job(args)
+    elif not args.dry_run:
         with workdir_lock(args.workdir):
             prepare_data(args)
     else:
         prepare_data(args)
     if args.launcher == "slurm":
-        scale.submit_job(args, pipeline_stages[0].name, "table")
+        train = scale.train_script(args, pipeline_stages[0].name, "table")
+        slurm.submit([job for job in (prep, train) if job], args.workdir, args.dry_run)
+        if args.dry_run and prep:
+            log(f"the job of {prep[0]} runs:")
+            prepare_data(args)
         return 0
     pipeline = Pipeline(args.workdir, pipeline_stages, args.dry_run, args.stage, args.stop_stage)
     if args.dry_run:

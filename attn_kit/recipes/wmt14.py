@@ -17,8 +17,9 @@ recipes/parallel.sh runs the same stages on your own parallel corpus
 
 Options after -- go to fairseq-train as they are (--tensorboard-logdir DIR,
 --eval-bleu ... --best-checkpoint-metric bleu --patience N, ...); results.json
-records them. --launcher slurm prepares the data here and submits the training
-and evaluation as a Slurm job (WORKDIR/train.sbatch). --dry-run also prints the
+records them. --launcher slurm submits the data stages as a CPU job and the training
+and evaluation as a job that starts after it (WORKDIR/prepare.sbatch, WORKDIR/train.sbatch;
+--prepare-here prepares the data here instead). --dry-run also prints the
 run's training FLOPs beside the paper's Table 2 cost and an estimated wall time.
 Each stage skips work whose complete output exists; --dry-run prints the
 commands; a killed run resumes where it stopped (training from its last
