@@ -3,7 +3,10 @@
 A config file is a mapping of named sections, each a mapping of settings (recipe
 option names with underscores). :func:`settings` merges the sections a run uses
 in order (later ones win); the recipe's command-line options then override the
-result (:func:`attn_kit.recipes.common.apply_settings`).
+result (:func:`attn_kit.recipes.common.apply_settings`). A section whose ``preset``
+key names an entry of the file's ``presets`` section is that preset's settings
+with the section's own on top (one fact in one place: ``bundled`` is ``presets.small``
+on the bundled corpus).
 """
 from functools import lru_cache
 from pathlib import Path
@@ -32,15 +35,28 @@ def load(recipe: str) -> dict:
     return data
 
 
+def section(recipe: str, name: str) -> dict:
+    """The settings of one section of ``recipe``'s config (``"archs.NAME"`` picks one entry of a
+    nested section), a ``preset`` it names expanded (the preset's settings, then its own)."""
+    found = load(recipe)
+    for part in name.split("."):
+        if not isinstance(found, dict) or part not in found:
+            raise UserError(f"{CONFIG_DIR / (recipe + '.yaml')}: no section {name!r}")
+        found = found[part]
+    own = dict(found or {})
+    preset = own.pop("preset", None)
+    return {**section(recipe, f"presets.{preset}"), **own} if preset else own
+
+
 def settings(recipe: str, *sections: Optional[str]) -> dict:
     """The merged settings of ``sections`` (``None`` entries skipped; ``"archs.NAME"``
     picks one entry of a nested section) of ``recipe``'s config."""
-    cfg, out = load(recipe), {}
+    out = {}
     for name in filter(None, sections):
-        section = cfg
-        for part in name.split("."):
-            if not isinstance(section, dict) or part not in section:
-                raise UserError(f"{CONFIG_DIR / (recipe + '.yaml')}: no section {name!r}")
-            section = section[part]
-        out.update(section or {})
+        out.update(section(recipe, name))
     return out
+
+
+def presets(recipe: str) -> dict:
+    """``recipe``'s presets by name (``paper``, the recipe's own defaults, is none of them)."""
+    return {name: section(recipe, f"presets.{name}") for name in load(recipe).get("presets", {})}

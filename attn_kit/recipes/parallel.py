@@ -16,7 +16,9 @@ in place of the downloads:
   bpe        joint BPE (subword-nmt, --bpe-merges), then clean-corpus-n on the training pairs
   binarize   fairseq-preprocess --joined-dictionary
   train      the paper's model (--arch; --layers, --d-model, ... resize it), optimizer,
-             schedule and batch (Sec. 5), on --ngpus GPUs, --nnodes, --launcher slurm, ...
+             schedule and batch (Sec. 5), on --ngpus GPUs, --nnodes, --launcher slurm, ...;
+             --preset small: a small model, batch and schedule for a corpus of roughly
+             10K-1M pairs on a CPU or one GPU
   average    the last checkpoints (Sec. 6.1)
   generate   beam search on the test split (beam 4, GNMT length penalty 0.6)
   score      sacreBLEU on detokenized output, tokenized BLEU (multi-bleu), and
@@ -28,7 +30,9 @@ reads it as U+FFFD instead), a byte-order mark at the start is removed, and CR,
 CRLF and LF all end a line.
 
 Options after -- go to fairseq-train as they are. Each stage skips work whose
-complete output exists; use a fresh --workdir when the files change.
+complete output exists; use a fresh --workdir when the files change. --data-workdir DIR
+prepares the data (check..binarize) in DIR, for runs of several models to share (the
+same files and --bpe-merges; other ones are refused there).
 """
 import argparse
 import hashlib
@@ -169,6 +173,29 @@ def check_files(files: Dict[str, Path], src: str, tgt: str, errors: str = "stric
              f"{_MEASURES[inside]} counts sentences of {_SOURCE[outside]}")
 
 
+PRESETS = ("paper", *config.presets("wmt14"))
+# what each preset is for (its settings: presets: in recipes/configs/wmt14.yaml)
+PRESET_USES = {"small": "a corpus of roughly 10K-1M sentence pairs on a CPU or one GPU (--bundled of "
+                        "recipes/wmt14_en_de.sh is this preset on the bundled corpus)"}
+
+
+def preset_help() -> str:
+    """--preset's help: what each preset is for and sets, from recipes/configs/wmt14.yaml."""
+    words = {"size": lambda v: f"the model {common.SIZES[v].describe()} (size {v!r})",
+             "ngpus": lambda v: f"--ngpus {v}" + (" (CPU)" if v == 0 else ""),
+             "validate_interval_updates": lambda v: f"a validation every {v} updates",
+             "log_interval": lambda v: f"a log line every {v} updates",
+             "train_flags": lambda v: f"fairseq-train {' '.join(map(str, v))}"}
+
+    def setting(key, v):
+        return words[key](v) if key in words else f"--{key.replace('_', '-')} {v}"
+
+    return ("settings for a kind of corpus and machine; options given on the command line win. paper (default): "
+            "the paper's model, batch and schedule (a WMT-sized corpus on GPUs; the defaults below). "
+            + ". ".join(f"{name}: {PRESET_USES.get(name, '')}; sets " + ", ".join(setting(k, v) for k, v in sets.items())
+                        for name, sets in config.presets("wmt14").items()))
+
+
 def parse_args(argv=None):
     cfg = config.load("wmt14")
     P, F = config.settings("wmt14", "paper"), config.settings("wmt14", "paper", "files")
@@ -185,10 +212,13 @@ def parse_args(argv=None):
                                                   "small corpus)")
     add_errors_option(g)
     wmt14.add_workers_option(g)
+    wmt14.add_data_workdir_option(g, "the work directory: the corpus is yours, so its prepared copy is shared only "
+                                     "where you say, e.g. by the runs of two --arch")
     common.add_run_options(p, "runs/parallel_<src>_<tgt>_<arch>")
     p.add_argument("--arch", default="attn_paper_base",
                    help=f"model architecture registered by attn_plugin: {', '.join(PLUGIN_ARCHS)} (default "
                         "attn_paper_base); --layers, --d-model, --d-ff, --h, --p-drop resize it")
+    p.add_argument("--preset", default="paper", choices=PRESETS, help=preset_help())
     wmt14.add_training_options(p, cfg, None, None, P, resize="resize --arch: ")
     args = scale.parse(p, argv)
 
@@ -205,9 +235,13 @@ def parse_args(argv=None):
     args.pair, args.mode = f"{args.src}-{args.tgt}", "files"
     args.files = {split: getattr(args, split).expanduser().resolve() for split in SPLITS}
     short = args.arch.replace("attn_paper_", "")
+    if args.preset != "paper":
+        short = args.preset if short == "base" else f"{short}_{args.preset}"
     args.workdir = (args.workdir or REPO / "runs" / f"parallel_{args.src}_{args.tgt}_{short}").resolve()
+    wmt14.set_data_workdir(args, None)
     arch = args.arch if args.arch in cfg["archs"] else "attn_paper_base"
-    settings = config.settings("wmt14", "paper", f"archs.{arch}", "files")
+    settings = config.settings("wmt14", "paper", f"archs.{arch}", "files",
+                               None if args.preset == "paper" else f"presets.{args.preset}")
     args.size = common.model_size(settings, wmt14.size_overrides(args), resize_arch=args.arch)
     args.model = args.size.flags() if args.size else []
     common.apply_settings(args, settings)
