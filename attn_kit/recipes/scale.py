@@ -206,6 +206,26 @@ def check_devices(args, stages, aliases=None, training=is_training):
         raise UsageError(problem)
 
 
+def schedule_notes(args, budget: bool = True) -> List[str]:
+    """What the run's schedule cannot do, as far as it is known before anything runs: a warm-up
+    longer than the run (eq. 3's rate never reaches its peak) and, with ``budget``, that how
+    far --train-minutes reaches is unknown until a rate is measured (the canary measures it and
+    warns: attn_kit.recipes.canary.schedule_warnings). ``scale.run`` prints them as ``note:`` lines
+    (the budget's under --dry-run only)."""
+    warmup, updates, minutes = (getattr(args, k, None) for k in ("warmup_updates", "max_update", "train_minutes"))
+    notes = []
+    if warmup and updates and warmup > updates:
+        notes.append(f"--warmup-updates {warmup} is longer than --max-update {updates}: training ends "
+                     f"{updates / warmup:.0%} of the way through eq. 3's warm-up, before the learning rate reaches "
+                     "its peak; give a --warmup-updates below --max-update")
+    if budget and minutes:
+        notes.append(f"--train-minutes {minutes:g}: how many of the {updates} updates"
+                     + (f" (and of the {warmup}-update warm-up)" if warmup else "")
+                     + " fit in the budget is unknown until the rate is measured; --canary measures it and says "
+                       "what does not fit")
+    return notes
+
+
 # ---------------------------------------------------------------------------------------------- after "--"
 def split_passthrough(argv: Optional[Sequence[str]]) -> Tuple[List[str], List[str]]:
     """(recipe options, fairseq-train options): ``argv`` split at its first ``--``."""
@@ -251,6 +271,8 @@ def run(args, stages, report, aliases=None, first_training: Optional[str] = None
     from ..pipeline.stages import Pipeline, run_recipe
 
     check_devices(args, stages, aliases)
+    for note in schedule_notes(args, budget=args.dry_run):
+        log(f"note: {note}")
     if args.launcher != "slurm":
         return run_recipe(args, stages, report, aliases)
     if not args.dry_run:
