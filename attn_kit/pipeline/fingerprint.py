@@ -10,9 +10,12 @@ the same bytes (a stage run again after a kill) keeps its fingerprint, so what
 was made from it stays valid.
 
 Paths inside the work directory are recorded relative to it, so a copied work
-directory compares equal to the original.
+directory compares equal to the original; so are paths in the folders named ``near``
+(a run's prepared data folder, ``--data-workdir``: ``../wmt14_en_de_data/data-bin/...``),
+so that a run copied together with its data folder does too.
 """
 import json
+import os
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
@@ -23,8 +26,9 @@ from .download import sha256_of
 class Fingerprints:
     """Fingerprints of paths under ``root``, cached in ``cache``."""
 
-    def __init__(self, root: Path, cache: Path):
+    def __init__(self, root: Path, cache: Path, near: Sequence[Path] = ()):
         self.root, self.cache_path = Path(root), Path(cache)
+        self.near = [Path(folder) for folder in near if Path(folder) != self.root]
         try:
             self.cache: Dict[str, dict] = json.loads(self.cache_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -32,12 +36,16 @@ class Fingerprints:
         self.dirty = False
 
     def key(self, path) -> str:
-        """``path`` relative to the root when it is inside it, else absolute."""
+        """``path`` relative to the root when it is inside it or in a ``near`` folder
+        (``../DATA/...``), else absolute."""
         path = Path(path)
         try:
             return path.relative_to(self.root).as_posix()
         except ValueError:
-            return str(path)
+            pass
+        if any(path == folder or folder in path.parents for folder in self.near):
+            return Path(os.path.relpath(path, self.root)).as_posix()
+        return str(path)
 
     def _file(self, path: Path) -> dict:
         st = path.stat()

@@ -21,6 +21,10 @@ notice their parent is gone), up to a minute. On a file system without
 flock (some network mounts) the pid and host in the file decide: a live pid on
 this host holds it, a dead one is taken over, another host's is refused with a
 hint to remove the file.
+
+A folder several runs share (the prepared data of ``--data-workdir``) is locked with
+``wait=True``: a second run waits, saying for whom, until the first has finished with it,
+then finds its stages done.
 """
 import errno
 import fcntl
@@ -86,11 +90,12 @@ def describe(info: dict) -> str:
 
 
 @contextmanager
-def workdir_lock(workdir, option: str = "--workdir"):
+def workdir_lock(workdir, option: str = "--workdir", wait: bool = False):
     """Hold the lock of ``workdir`` (created if needed) while the block runs.
 
     Re-entrant within a process. Raises :class:`UserError` (one line) when another
-    run holds it, or when ``workdir`` cannot be created or written (naming ``option``)."""
+    run holds it (``wait``: waits for that run to release it instead), or when ``workdir``
+    cannot be created or written (naming ``option``)."""
     workdir = Path(workdir).resolve()
     if workdir in _HELD:
         yield
@@ -102,6 +107,8 @@ def workdir_lock(workdir, option: str = "--workdir"):
         raise UserError(f"{option} {workdir}: cannot {'create' if not workdir.is_dir() else 'write in'} it "
                         f"({exc.strerror or exc})") from None
     try:
+        if wait:
+            _wait_for_owner(fd, workdir)
         _take(fd, workdir)
     except BaseException:
         os.close(fd)
@@ -139,6 +146,31 @@ def _take(fd: int, workdir: Path):
         log(f"{workdir}: the run that held it ({describe(previous)}) stopped without releasing it; "
             "taking over")
     _write(fd)
+
+
+def _wait_for_owner(fd: int, workdir: Path, poll: float = 1.0):
+    """Block until no live run holds ``workdir``'s lock (the lock is then taken: a flock, or the
+    file's pid on a file system without flock). Whoever holds it is named once."""
+    said = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            owner = _read(fd)
+            if not (owner.get("pid") and (_alive(owner) or owner.get("host") != socket.gethostname())):
+                return  # leftovers of an ended run: _take waits for them, as for any lock
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            owner = _read(fd)
+            if not (owner.get("pid") and owner.get("host") == socket.gethostname() and _alive(owner)
+                    and int(owner["pid"]) != os.getpid()):
+                return  # _take decides (another host's pid is refused there)
+        if not said:
+            log(f"{workdir} is in use by another run ({describe(owner)}); waiting for it to finish")
+            said = True
+        time.sleep(poll)
 
 
 def _wait_for_leftovers(fd: int, workdir: Path, owner: dict):

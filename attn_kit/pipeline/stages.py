@@ -28,6 +28,12 @@ A recipe is a list of :class:`Stage` objects run in order by :class:`Pipeline`:
   itself, with a message that knows what they are).
 - one run per work directory: :func:`run_recipe` holds
   :func:`attn_kit.pipeline.lock.workdir_lock` for the whole run.
+- stages that live in another folder (``Stage.home``: the data stages in a
+  ``--data-workdir`` that several runs share) keep their stamps, logs and set-aside
+  outputs there, and run holding that folder's lock (a second run waits for it, then
+  finds them done). Such a folder is never started over: a stage there whose inputs
+  or options differ from those it was done with is refused in one line, since other
+  runs may be reading what it made.
 
 A failing command is reported as one line naming the stage, the exit status,
 the last line the command printed and its log file; the recipe exits non-zero.
@@ -39,6 +45,7 @@ import shlex
 import shutil
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -62,7 +69,10 @@ class Stage:
     whose change runs it again on top of its outputs rather than from scratch.
     ``scratch``: more of what it leaves (partial work, logs) that goes aside with
     its outputs when it starts over. ``check()`` raises a UserError if the
-    outputs are incomplete; it runs before the stamp is written.
+    outputs are incomplete; it runs before the stamp is written. ``home``: the
+    folder that holds its stamp, logs and lock when it is not the pipeline's work
+    directory (a shared data folder: see the module docstring); ``home_option``: the
+    option that names it, for messages.
     """
 
     name: str
@@ -74,6 +84,8 @@ class Stage:
     resumable: Sequence[str] = ()
     scratch: Sequence[Path] = ()
     check: Optional[Callable[[], None]] = None
+    home: Optional[Path] = None
+    home_option: str = "--data-workdir"
 
 
 @dataclass
@@ -181,13 +193,34 @@ class Pipeline:
         if not 1 <= self.first <= self.last <= len(stages):
             raise UserError(f"--stage/--stop-stage must satisfy 1 <= stage <= stop-stage <= {len(stages)} "
                               f"(stages: {self.names()})")
-        self._fingerprints = None
+        self._fingerprints: Dict[Path, Fingerprints] = {}
+
+    def home(self, stage: Stage) -> Path:
+        """The folder of ``stage``'s stamp, logs and set-aside outputs: its ``home`` or the work directory."""
+        return Path(stage.home) if stage.home is not None else self.workdir
+
+    def shared(self, stage: Stage) -> bool:
+        """Whether ``stage`` lives in a folder of its own (:attr:`Stage.home`), which other runs may share."""
+        return stage.home is not None
+
+    def _homes(self) -> List[Path]:
+        return [self.workdir, *dict.fromkeys(Path(s.home) for s in self.stages if s.home is not None)]
+
+    def fingerprints_of(self, stage: Optional[Stage] = None) -> Fingerprints:
+        """The fingerprints of ``stage``'s home (default: the work directory), cached in its .stages/;
+        paths in the pipeline's other homes are keyed relative to it (``../DATA/...``)."""
+        root = self.home(stage) if stage is not None else self.workdir
+        if root not in self._fingerprints:
+            self._fingerprints[root] = Fingerprints(root, root / ".stages" / "fingerprints.json", near=self._homes())
+        return self._fingerprints[root]
 
     @property
     def fingerprints(self) -> Fingerprints:
-        if self._fingerprints is None:
-            self._fingerprints = Fingerprints(self.workdir, self.workdir / ".stages" / "fingerprints.json")
-        return self._fingerprints
+        return self.fingerprints_of()
+
+    def _save_fingerprints(self):
+        for fingerprints in self._fingerprints.values():
+            fingerprints.save()
 
     def names(self) -> str:
         return ", ".join(f"{i} {s.name}" for i, s in enumerate(self.stages, 1))
@@ -204,10 +237,10 @@ class Pipeline:
         raise UserError(f"unknown stage {value!r}; stages: {self.names()}")
 
     def stamp(self, stage: Stage) -> Path:
-        return self.workdir / ".stages" / f"{stage.name}.done"
+        return self.home(stage) / ".stages" / f"{stage.name}.done"
 
     def started(self, stage: Stage) -> Path:
-        return self.workdir / ".stages" / f"{stage.name}.started"
+        return self.home(stage) / ".stages" / f"{stage.name}.started"
 
     def is_done(self, stage: Stage) -> bool:
         """Stamped, and every declared output still there (see :meth:`status` for the full check)."""
@@ -223,13 +256,20 @@ class Pipeline:
                 return f"option {name} changed ({before[name]} -> {now[name]})"
         if resumable:
             return None
-        inputs = record.get("inputs", {})
-        for path in stage.inputs:
-            key = self.fingerprints.key(path)
+        inputs, fingerprints = record.get("inputs", {}), self.fingerprints_of(stage)
+        keys = [fingerprints.key(path) for path in stage.inputs]
+        for path, key in zip(stage.inputs, keys):
             if key in inputs and Path(path).exists():  # a missing input is reported when the stage must run
-                change = difference(key, inputs[key], self.fingerprints.of(path), "since the stage ran")
+                change = difference(key, inputs[key], fingerprints.of(path), "since the stage ran")
                 if change:
                     return f"input {change}"
+        # inputs read from another place than before (another --data-workdir): the same files, or a change
+        moved = [(path, key) for path, key in zip(stage.inputs, keys) if key not in inputs]
+        before = [(key, value) for key, value in inputs.items() if key not in keys]
+        if moved and len(moved) == len(before):
+            for (path, key), (old, value) in zip(moved, before):
+                if Path(path).exists() and fingerprints.of(path) != value:
+                    return f"input {key} differs from {old}, which the stage read when it ran"
         return None
 
     def status(self, stage: Stage) -> Tuple[str, str, List[Path]]:
@@ -248,15 +288,15 @@ class Pipeline:
         if "inputs" not in done:
             missing = [p for p in stage.outputs if not Path(p).exists()]
             if missing:
-                return "redo", f"output {self.fingerprints.key(missing[0])} is missing", []
+                return "redo", f"output {self.fingerprints_of(stage).key(missing[0])} is missing", []
             return "adopt", "", []
         why = self._changed(stage, done)
         if why:
             return "over", why, []
-        outputs, damaged, reason = done.get("outputs", {}), [], ""
+        outputs, damaged, reason, fingerprints = done.get("outputs", {}), [], "", self.fingerprints_of(stage)
         for path in stage.outputs:
-            key = self.fingerprints.key(path)
-            now = self.fingerprints.of(path)
+            key = fingerprints.key(path)
+            now = fingerprints.of(path)
             change = difference(key, outputs[key], now, "since the stage made it") if key in outputs else (
                 None if now is not None else f"{key} is missing")
             if change:
@@ -273,51 +313,62 @@ class Pipeline:
         existing = [Path(p) for p in paths if Path(p).exists() or Path(p).is_symlink()]
         if not existing:
             return ""
-        aside = self.workdir / "stale" / stage.name
+        aside = self.home(stage) / "stale" / stage.name
         if aside.exists():
             shutil.rmtree(aside)
         for path in existing:
-            key = self.fingerprints.key(path)
-            target = aside / (key if not Path(key).is_absolute() else path.name)
+            key = self.fingerprints_of(stage).key(path)
+            target = aside / (key if not (Path(key).is_absolute() or key.startswith("../")) else path.name)
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(path, target)
         return f"{aside}/"
 
-    def _inside(self, path) -> bool:
-        return not Path(self.fingerprints.key(path)).is_absolute()
+    def _inside(self, path, stage: Optional[Stage] = None) -> bool:
+        """Whether ``path`` is in the pipeline's folders (its work directory, a stage's home)."""
+        return not Path(self.fingerprints_of(stage).key(path)).is_absolute()
 
     def _record(self, stage: Stage, outputs: bool) -> dict:
-        record = {"options": _plain(stage.options), "inputs": self.fingerprints.record(stage.inputs)}
+        fingerprints = self.fingerprints_of(stage)
+        record = {"options": _plain(stage.options), "inputs": fingerprints.record(stage.inputs)}
         if outputs:
-            record["outputs"] = self.fingerprints.record(stage.outputs)
+            record["outputs"] = fingerprints.record(stage.outputs)
         return record
 
     def note_rewritten(self, path: Path):
         """``path``, an output of a finished stage, was rewritten on purpose (run_recipe adds
         the stage times to results.json): record its new fingerprint in that stage's stamp."""
-        key = self.fingerprints.key(path)
         for stage in self.stages:
+            key = self.fingerprints_of(stage).key(path)
             done = _read_json(self.stamp(stage)) or {}
             if key in done.get("outputs", {}):
-                done["outputs"][key] = self.fingerprints.of(path)
+                done["outputs"][key] = self.fingerprints_of(stage).of(path)
                 write_json_atomic(self.stamp(stage), done)
-        self.fingerprints.save()
+        self._save_fingerprints()
 
     # ------------------------------------------------------------------ running
     def run(self) -> dict:
         """Run the selected stages; return {stage name: seconds} of those that ran now."""
         ctx = Context(self.workdir, self.dry_run)
         n = len(self.stages)
-        for i, stage in enumerate(self.stages, 1):
-            tag = f"stage {i}/{n} {stage.name}"
-            if not self.first <= i <= self.last:
-                continue
-            if self.dry_run:
-                log(f"{tag}: {stage.help} (dry run)")
-                ctx.stage = stage.name
-                stage.run(ctx)
-                continue
-            self._run_one(ctx, stage, i, tag)
+        with ExitStack() as held:
+            locked = None  # the home (other than the work directory) whose lock is held now
+            for i, stage in enumerate(self.stages, 1):
+                tag = f"stage {i}/{n} {stage.name}"
+                if not self.first <= i <= self.last:
+                    continue
+                ctx.stage, ctx.log_dir = stage.name, self.home(stage) / "logs"
+                if self.dry_run:
+                    log(f"{tag}: {stage.help} (dry run{f', in {stage.home}' if stage.home is not None else ''})")
+                    stage.run(ctx)
+                    continue
+                if stage.home is not None and Path(stage.home) != locked:
+                    held.close()  # one home at a time: its stages are consecutive
+                    held.enter_context(workdir_lock(stage.home, stage.home_option, wait=True))
+                    locked = Path(stage.home)
+                elif stage.home is None and locked is not None:
+                    held.close()
+                    locked = None
+                self._run_one(ctx, stage, i, tag)
         return ctx.timings
 
     def _run_one(self, ctx: "Context", stage: Stage, i: int, tag: str):
@@ -326,9 +377,13 @@ class Pipeline:
             if action == "adopt":  # finished before stamps held fingerprints: trust it, record them now
                 done = _read_json(self.stamp(stage)) or {}
                 write_json_atomic(self.stamp(stage), {**done, **self._record(stage, outputs=True)})
-                self.fingerprints.save()
-            log(f"{tag}: done already, skipping")
+                self._save_fingerprints()
+            log(f"{tag}: done already, skipping" + (f" (in {stage.home})" if stage.home is not None else ""))
             return
+        if action == "over" and self.shared(stage):  # other runs may read what it made: never redone under them
+            raise UserError(f"{stage.home_option} {stage.home} was prepared with other settings (stage {stage.name}: "
+                            f"{why}) and other runs may use it: give another {stage.home_option} for these "
+                            f"settings, or remove {stage.home} to prepare it again")
         if action == "over":
             moved = self._set_aside(stage, [*stage.outputs, *stage.scratch])
             log(f"{tag}: {why}; starting it over" + (f" (its old outputs moved to {moved})" if moved else ""))
@@ -342,13 +397,13 @@ class Pipeline:
         self.stamp(stage).unlink(missing_ok=True)
         log(f"{tag}: {stage.help}")
         # inputs an earlier stage makes (in the work directory); the stage checks the user's own files itself
-        missing = [str(p) for p in stage.inputs if not Path(p).exists() and self._inside(p)]
+        missing = [str(p) for p in stage.inputs if not Path(p).exists() and self._inside(p, stage)]
         if missing:
             earlier = " (run the earlier stages first)" if i > 1 else ""
             raise UserError(f"stage {stage.name}: missing input {missing[0]}{earlier}")
         self.started(stage).parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.started(stage), self._record(stage, outputs=False))
-        self.fingerprints.save()
+        self._save_fingerprints()
         ctx.stage = stage.name
         start = time.time()
         try:
@@ -369,7 +424,7 @@ class Pipeline:
         write_json_atomic(self.stamp(stage), {"seconds": seconds, "finished": time.time(),
                                               **self._record(stage, outputs=True)})
         self.started(stage).unlink(missing_ok=True)
-        self.fingerprints.save()
+        self._save_fingerprints()
         ctx.timings[stage.name] = seconds
         log(f"{tag}: finished in {seconds:.0f}s")
 
