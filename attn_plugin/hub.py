@@ -12,13 +12,16 @@ turned raw text into model input and decoded it::
               "tokenizer": "attn_moses", "bpe": "attn_subword_nmt",
               "bpe_codes": "bpe/codes", "bpe_vocabulary": "bpe/vocab.en",
               "bpe_vocabulary_threshold": 50, "gnmt_alpha": 0.6},
-     "paths": ["bpe_codes", "bpe_vocabulary"],   # args that name files in RUN_DIR
+     "paths": ["bpe_codes", "bpe_vocabulary"],   # args that name files (relative to RUN_DIR)
      "generation": {"beam": 4, "max_len_a": 1, "max_len_b": 50},
      "batch_size": 128}
 
 A run directory may come from anyone, so the card is data, never code: it is checked against
 its schema (:mod:`attn_plugin.run_cards`: known keys and types only, no ``user_dir``, every file
-it names inside RUN_DIR and of the right kind) before anything of it is used.
+it names inside RUN_DIR and of the right kind) before anything of it is used. A run whose data
+was prepared in a shared ``--data-workdir`` names that folder as ``"data_workdir":
+"../wmt14_en_de_data"`` and its data and BPE files in it (``"../wmt14_en_de_data/data-bin"``):
+relative to RUN_DIR, so that a run copied with its data folder beside it loads where it lands.
 
 ``AttnTransformerModel.from_pretrained(RUN_DIR)`` reads it and returns
 fairseq's hub interface (:class:`AttnHubInterface`), whose ``translate`` runs

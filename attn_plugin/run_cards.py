@@ -14,8 +14,11 @@ before any of it is used:
 
 The rules: a card is a JSON object of known keys with values of known types; an option that
 makes fairseq import Python code (:data:`IMPORT_HOOKS`: ``user_dir``) is refused wherever it
-appears, before anything is imported; every path a card names must lie in the card's own
-folder (symbolic links resolved), exist, and be the kind of file its key expects (a PyTorch
+appears, before anything is imported; every path a card names is relative to the card's own
+folder (an absolute one, from cards written before, is read as it is) and must lie in that
+folder (symbolic links resolved) or in the prepared data folder the card names as
+``data_workdir`` (a run of the WMT recipes with ``--data-workdir``: ``../wmt14_en_de_data``,
+which must exist and hold a recipe's ``.stages/``), exist, and be the kind of file its key expects (a PyTorch
 checkpoint, the binarized data folder, subword-nmt BPE codes or vocabulary), checked here so
 that no third-party reader reports it in its own words. Every failure is one
 :class:`~attn_plugin.errors.ConfigError` line naming the file and the key.
@@ -84,6 +87,7 @@ INFERENCE = {
     "kind": Key(STR, "what the model does", choices=KINDS),
     "checkpoint": Key(STR, "the checkpoint the recipe evaluated", required=True, file="checkpoint"),
     "data": Key(STR, "the binarized data folder with the dictionaries", required=True, file="data"),
+    "data_workdir": Key(STR, "the prepared data folder the run shares (--data-workdir), relative to the run"),
     "args": Key((dict,), "the task and pre-processing options", required=True, keys=ARGS),
     "paths": Key((list,), "the options that name files", items=PATH_ARGS),
     "generation": Key((dict,), "the decoding options", keys=GENERATION),
@@ -110,6 +114,7 @@ CT2 = {
     "model": Key((dict,), "the model's sizes (a record; never read)"),
 }
 RESULTS_KEYS = {  # the keys of results.json that commands read; the rest is the run's record
+    "data_workdir": INFERENCE["data_workdir"],
     "test_source": Key(STR, "the raw test source", file="text"),
     "test_source_tokenized": Key(BOOL, "whether test_source is already tokenized"),
     "test_output": Key(STR, "the recipe's translations of test_source", file="text"),
@@ -137,14 +142,15 @@ def read_run_card(run_dir) -> dict:
     card = _checked(_load(path, _REWRITE), INFERENCE, path, _REWRITE)
     card = {"kind": "translation", "paths": [], "generation": {}, "batch_size": None, **card}
     _check_bpe(card["args"], path, _REWRITE)
-    checkpoint = _inside(run_dir, card["checkpoint"], path, "checkpoint", _REWRITE)
+    roots = _roots(run_dir, card, path)
+    checkpoint = _inside(run_dir, card["checkpoint"], path, "checkpoint", _REWRITE, roots)
     if not checkpoint.is_file():
         raise ConfigError(f"{checkpoint} is missing ('checkpoint' of {path}): the run has not averaged its "
                           "checkpoints yet (or it was deleted); run the recipe's average stage")
-    _check_file(run_dir, card["checkpoint"], "checkpoint", "checkpoint", path, _REWRITE)
+    _check_file(run_dir, card["checkpoint"], "checkpoint", "checkpoint", path, _REWRITE, roots=roots)
     _check_file(run_dir, card["data"], "data", "data", path, _REWRITE,
-                langs=(card["args"]["source_lang"], card["args"]["target_lang"]))
-    _check_path_args(run_dir, card["args"], path, _REWRITE)
+                langs=(card["args"]["source_lang"], card["args"]["target_lang"]), roots=roots)
+    _check_path_args(run_dir, card["args"], path, _REWRITE, roots)
     return card
 
 
@@ -160,7 +166,7 @@ def read_ct2_card(path) -> dict:
 
 def read_results(run_dir, required: Sequence[str] = ()) -> dict:
     """``RUN_DIR/results.json``: the keys of :data:`RESULTS_KEYS` it holds checked (``required``
-    ones must be there), the files they name made absolute paths in RUN_DIR."""
+    ones must be there), the files they name made absolute paths (in RUN_DIR or its ``data_workdir``)."""
     run_dir = Path(run_dir)
     path = run_dir / RESULTS
     if not path.is_file():
@@ -174,9 +180,12 @@ def read_results(run_dir, required: Sequence[str] = ()) -> dict:
                               f"version or damaged; {_RESCORE}")
     known = {k: v for k, v in results.items() if k in RESULTS_KEYS}
     _checked(known, RESULTS_KEYS, path, _RESCORE)
+    roots = _roots(run_dir, known, path)
     for name, key in RESULTS_KEYS.items():
         if key.file and known.get(name) is not None:
-            results[name] = str(_check_file(run_dir, known[name], name, key.file, path, _RESCORE))
+            results[name] = str(_check_file(run_dir, known[name], name, key.file, path, _RESCORE, roots=roots))
+    if "data_workdir" in known:
+        results["data_workdir"] = str(roots[-1])
     return results
 
 
@@ -271,10 +280,10 @@ def _check_bpe(args: dict, path: Path, remedy: str):
                           f"{remedy}")
 
 
-def _check_path_args(folder: Path, args: dict, path: Path, remedy: str):
+def _check_path_args(folder: Path, args: dict, path: Path, remedy: str, roots: Sequence[Path] = ()):
     for name in PATH_ARGS:
         if args.get(name) is not None:
-            _check_file(folder, args[name], f"args.{name}", ARGS[name].file, path, remedy)
+            _check_file(folder, args[name], f"args.{name}", ARGS[name].file, path, remedy, roots=roots)
 
 
 # ------------------------------------------------------------------------------------------- the files
@@ -282,20 +291,42 @@ def _resolve(folder: Path, value: str) -> Path:
     return Path(os.path.realpath(folder / value))
 
 
-def _inside(folder: Path, value: str, path: Path, name: str, remedy: str) -> Path:
-    """``value`` (a card's path) as a real absolute path, if it lies in ``folder``."""
-    target, root = _resolve(folder, value), Path(os.path.realpath(folder))
-    if target != root and root not in target.parents:
-        raise ConfigError(f"{path}: '{name}' points outside {folder} (to {target}); a card names files in its own "
-                          f"folder only: refused; was the folder moved or copied? {remedy}")
+def _roots(folder: Path, card: dict, path: Path) -> list:
+    """The real folders the card ``path`` (in ``folder``) may name files in: its own, and the prepared
+    data folder of its ``data_workdir`` (relative to ``folder``), which must be there: a run copied
+    without it is one error naming it, never a read of where the run was made."""
+    roots = [Path(os.path.realpath(folder))]
+    value = card.get("data_workdir")
+    if value is None:
+        return roots
+    target = _resolve(folder, value)
+    if not target.is_dir():
+        raise ConfigError(f"{path}: 'data_workdir' names {target}, which does not exist (the prepared data folder "
+                          f"the run reads, {value} relative to it): copy that folder along with the run, to there")
+    if not (target / ".stages").is_dir():
+        raise ConfigError(f"{path}: 'data_workdir' names {target}, which is not a folder a recipe prepared data in "
+                          "(it has no .stages/): refused")
+    return [*roots, target]
+
+
+def _inside(folder: Path, value: str, path: Path, name: str, remedy: str, roots: Sequence[Path] = ()) -> Path:
+    """``value`` (a card's path, relative to ``folder``) as a real absolute path, if it lies in
+    ``folder`` or in one of ``roots`` (:func:`_roots`)."""
+    target = _resolve(folder, value)
+    roots = roots or [Path(os.path.realpath(folder))]
+    if not any(target == root or root in target.parents for root in roots):
+        where = f"{folder}" + (f" and its data_workdir {roots[-1]}" if len(roots) > 1 else "")
+        raise ConfigError(f"{path}: '{name}' points outside {where} (to {target}); a card names files in its own "
+                          f"folder (or the data folder it names) only: refused; was the folder moved or copied? "
+                          f"{remedy}")
     return target
 
 
 def _check_file(folder: Path, value: str, name: str, kind: str, path: Path, remedy: str,
-                langs: Sequence[str] = ()) -> Path:
+                langs: Sequence[str] = (), roots: Sequence[Path] = ()) -> Path:
     """The real path of the file ``value`` that key ``name`` of card ``path`` names, if it lies in
-    ``folder`` and is a file of ``kind`` (:data:`_FILE_KINDS`); else a ConfigError naming the key."""
-    target = _inside(folder, value, path, name, remedy)
+    ``folder`` (or ``roots``) and is a file of ``kind`` (:data:`_FILE_KINDS`); else a ConfigError naming the key."""
+    target = _inside(folder, value, path, name, remedy, roots)
     expected = _FILE_KINDS[kind]
     if not target.exists():
         raise ConfigError(f"{path}: '{name}' names {target}, which does not exist ({expected} expected); "

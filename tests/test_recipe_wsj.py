@@ -294,8 +294,8 @@ def test_translate_parses_the_test_words_as_the_recipe_did(smoke):
     fairseq-generate output (with the model's own XX tags: raw text has no gold tags)."""
     work, _ = smoke
     r = json.loads((work / "results.json").read_text())
-    assert r["test_source_tokenized"] and r["test_output"] == str(work / "eval" / "test.trees")
-    proc = translate(work, "--tokenized", "--input", r["test_source"])
+    assert r["test_source_tokenized"] and r["test_output"] == "eval/test.trees"  # relative to the run
+    proc = translate(work, "--tokenized", "--input", work / r["test_source"])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == (work / "eval" / "test.trees").read_text().splitlines()
     gold_tagged = (work / "eval" / "test.parsed").read_text().splitlines()
@@ -352,7 +352,7 @@ def test_smoke_tune_selects_on_dev_and_scores_test_once(smoke_tune):
     assert isinstance(r["test_f1"], float) and 0 <= r["test_f1"] <= 100
     assert (r["dropout"], r["attention_dropout"], r["lr_scale"]) == (best["dropout"], best["attention_dropout"], 0.25)
     assert r["decoding"]["beam"] == best["beam"] and r["decoding"]["length_penalty"] == f"GNMT alpha {best['alpha']:g}"
-    assert r["checkpoint"] == str(work / "tune" / best["stage"][len("tune-"):] / "checkpoint_avg.pt")
+    assert r["checkpoint"] == f"tune/{best['stage'][len('tune-'):]}/checkpoint_avg.pt"
     if "averaged_updates" in r:
         assert r["averaged_updates"] == best["averaged_updates"]
     # section 23 was decoded once, with the selected setting, and not by any trial

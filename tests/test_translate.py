@@ -98,12 +98,12 @@ def test_raw_text_reaches_the_model_as_the_recipes_test_set_did(smoke_run, hub):
 
 def test_translate_reproduces_the_recipes_test_output(smoke_run, tmp_path):
     results = json.loads((smoke_run / "results.json").read_text())
-    proc = run(smoke_run, "--input", results["test_source"], "--output", tmp_path / "out.de")
+    proc = run(smoke_run, "--input", smoke_run / results["test_source"], "--output", tmp_path / "out.de")
     assert proc.returncode == 0, proc.stderr
     assert "translate: 200 sentences in" in proc.stderr  # progress on stderr, nothing else there
     assert "INFO" not in proc.stderr and "Warning" not in proc.stderr
     ours, recipe = lines(tmp_path / "out.de"), lines(smoke_run / "gen" / "test.detok.de")
-    assert results["test_output"] == str(smoke_run / "gen" / "test.detok.de")
+    assert results["test_output"] == "gen/test.detok.de"  # relative to the run: a copy works where it lands
     assert len(ours) == len(recipe) == 200
     assert sum(a == b for a, b in zip(ours, recipe)) >= 0.99 * len(recipe)
 

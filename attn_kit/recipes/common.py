@@ -8,6 +8,7 @@ Every recipe trains with the paper's optimizer, schedule and criterion (Sec. 5.3
 """
 import argparse
 import json
+import os
 import shlex
 from pathlib import Path
 from typing import Iterable, List, Optional
@@ -287,14 +288,24 @@ def generate_command(args, data_bin: Path, checkpoint, subset: str, beam, penalt
             "--required-batch-size-multiple", "1", "--remove-bpe", *([] if gpu else ["--cpu"])]
 
 
+def run_path(workdir: Path, path: Path) -> str:
+    """``path`` relative to the run directory ``workdir`` (``../DATA/...`` for a shared data folder
+    beside it), as results.json and inference.json name files: a run copied elsewhere (with its
+    data folder, where it has one) still finds them, and never the old location."""
+    return Path(os.path.relpath(Path(path).resolve(), Path(workdir).resolve())).as_posix()
+
+
 def write_run_card(workdir: Path, kind: str, checkpoint: Path, data_bin: Path, src: str, tgt: str,
-                   preprocessing: dict, beam, penalty_flags: List[str], max_len_b: int, batch_size: int):
+                   preprocessing: dict, beam, penalty_flags: List[str], max_len_b: int, batch_size: int,
+                   data_workdir: Optional[Path] = None):
     """``WORKDIR/inference.json`` (:mod:`attn_plugin.hub`): how raw text reaches the model
     evaluated in ``workdir`` and how it decodes, as fairseq options, so that
     scripts/translate.py, ``from_pretrained`` and fairseq-interactive translate new text
     exactly as :func:`generate_command` translated the test set. ``preprocessing``: the
-    tokenizer and BPE options; those ending in ``_codes``/``_vocabulary`` are files in ``workdir``."""
-    rel = lambda path: str(Path(path).resolve().relative_to(workdir.resolve()))  # noqa: E731
+    tokenizer and BPE options; those ending in ``_codes``/``_vocabulary`` are files in ``workdir``
+    or in ``data_workdir``, the run's prepared data folder (--data-workdir), which the card then
+    names as ``data_workdir``. Every path is relative to ``workdir`` (:func:`run_path`)."""
+    rel = lambda path: run_path(workdir, path)  # noqa: E731
     args = {"task": "attn_translation", "source_lang": src, "target_lang": tgt}
     generation = {"beam": int(beam), "max_len_a": MAX_LEN_A, "max_len_b": int(max_len_b)}
     flags = dict(zip(penalty_flags[::2], penalty_flags[1::2]))
@@ -306,8 +317,10 @@ def write_run_card(workdir: Path, kind: str, checkpoint: Path, data_bin: Path, s
         generation["lenpen"] = float(flags["--lenpen"])
     paths = [k for k, v in preprocessing.items() if k.endswith(("_codes", "_vocabulary")) and v]
     args.update({k: rel(v) if k in paths else v for k, v in preprocessing.items()})
+    shared = {"data_workdir": rel(data_workdir)} if data_workdir and Path(data_workdir).resolve() != \
+        Path(workdir).resolve() else {}
     write_json_atomic(workdir / "inference.json", {
-        "kind": kind, "checkpoint": rel(checkpoint), "data": rel(data_bin), "args": args, "paths": paths,
+        "kind": kind, "checkpoint": rel(checkpoint), "data": rel(data_bin), **shared, "args": args, "paths": paths,
         "generation": generation, "batch_size": int(batch_size)})
 
 
@@ -331,16 +344,20 @@ def last_update(train_log: Path) -> Optional[int]:
     return train_log_summary(train_log).get("updates")
 
 
-def averaged_record(avg: Path) -> dict:
-    """What was averaged into ``avg``: the checkpoints' paths and update numbers (ascending;
-    the last is the run's final update), as the average stage recorded them."""
+def averaged_record(avg: Path, workdir: Optional[Path] = None) -> dict:
+    """What was averaged into ``avg``: the checkpoints' paths (relative to ``workdir`` if given)
+    and update numbers (ascending; the last is the run's final update), as the average stage recorded them."""
     info = read_averaged(avg) or {}
-    return {"averaged_checkpoints": info.get("paths"), "averaged_updates": info.get("updates")}
+    paths = info.get("paths")
+    if paths and workdir is not None:
+        paths = [run_path(workdir, p) for p in paths]
+    return {"averaged_checkpoints": paths, "averaged_updates": info.get("updates")}
 
 
 def run_record(args, train_log: Path, avg: Path, command: Path) -> dict:
     """What a reader needs to repeat the run: the exact training command, seed, threads,
-    updates, the real tokens per update (from the training log) and what was averaged."""
+    updates, the real tokens per update (from the training log) and what was averaged (the
+    checkpoints relative to the run directory; the command as it ran)."""
     record = {"seed": args.seed, "threads": args.threads, "max_update": args.max_update,
               "train_minutes": args.train_minutes}
     line = recorded_train_command(command)
@@ -348,8 +365,8 @@ def run_record(args, train_log: Path, avg: Path, command: Path) -> dict:
         record["train_command"] = line
     record.update(training_record(command))
     record.update(train_log_summary(train_log))
-    record["checkpoint"] = str(avg)
-    record.update(averaged_record(avg))
+    record["checkpoint"] = run_path(args.workdir, avg)
+    record.update(averaged_record(avg, args.workdir))
     return record
 
 

@@ -480,8 +480,9 @@ def write_results(args):
     if args.mode in TABLE4_F1:
         out["paper_test_f1"] = TABLE4_F1[args.mode]
     # what scripts/translate.py RUN_DIR --tokenized reproduces: the test words in, the trees out (model's tags)
-    out.update({"test_source": str(W / "prep" / f"test.{SRC}"), "test_source_tokenized": True,
-                "test_output": str(W / "eval" / "test.trees")})
+    # relative to the run directory (attn_plugin.run_cards resolves them there): a copied run works
+    out.update({"test_source": common.run_path(W, W / "prep" / f"test.{SRC}"), "test_source_tokenized": True,
+                "test_output": common.run_path(W, W / "eval" / "test.trees")})
     out["data"] = json.loads((W / "prep" / "stats.json").read_text())
     vocab = common.dictionary_size(W / "data-bin" / f"dict.{SRC}.txt")
     if vocab:
