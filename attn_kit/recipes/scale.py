@@ -292,7 +292,10 @@ def run(args, stages, report, aliases=None, first_training: Optional[str] = None
         else:
             first, last = data[0].name, data[-1].name
             command = job_command(args, first, last, workers=args.workers)
-            jobs.append((prep_script(args, command, args.workers, f"stages {first}..{last}"), first, last))
+            where = getattr(args, "data_workdir", None)  # the data stages' folder (--data-workdir)
+            jobs.append((prep_script(args, command, args.workers, f"stages {first}..{last}"
+                                     + (f" in {where}" if where and where != args.workdir else ""), watch=where),
+                         first, last))
     if span.last >= cut:
         first, last = stages[max(span.first, cut) - 1].name, stages[span.last - 1].name
         jobs.append((train_script(args, first, last), first, last))

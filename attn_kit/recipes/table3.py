@@ -115,9 +115,10 @@ def parse_args(argv=None):
     p.add_argument("--rows", default="all", help="groups (base, A, B, C, D, E, big) and rows (A2, C5, ...), "
                                                 "comma-separated (default all)")
     p.add_argument("--data-workdir", type=Path,
-                   help="the EN-DE recipe's work directory whose prepared data the rows train on; its data "
-                        "stages run there first, skipping what is done (default: that recipe's own for the "
-                        "mode: runs/wmt14_en_de_base, _bundled or _smoke)")
+                   help="the prepared EN-DE data the rows train on: the EN-DE recipe's --data-workdir; its data "
+                        "stages run there first, skipping what is done (default: the folder that recipe "
+                        "prepares for the mode: wmt14_en_de_data beside the work directory, shared with the "
+                        "base and big runs; --bundled, --smoke: runs/wmt14_en_de_bundled, _smoke)")
     g = p.add_argument_group("training")
     common.add_device_options(g)
     g.add_argument("--max-update", type=int, help=f"updates of every row but big, which trains 3x as many "
@@ -132,8 +133,7 @@ def parse_args(argv=None):
     args.mode = "bundled" if args.bundled else "smoke" if args.smoke else "paper"
     args.rows = select_rows(args.rows)
     args.workdir = (args.workdir or REPO / "runs" / f"table3_{args.mode}").resolve()
-    data_mode = {"paper": "base"}.get(args.mode, args.mode)
-    args.data_workdir = (args.data_workdir or REPO / "runs" / f"wmt14_en_de_{data_mode}").resolve()
+    args.data_workdir = (args.data_workdir or default_data_workdir(args)).resolve()
     # the EN-DE recipe's training set-up for this mode, then Table 3's own settings
     training = config.settings("wmt14", "paper", "archs.attn_paper_base", None if args.mode == "paper" else args.mode)
     table3 = config.settings("table3", args.mode)
@@ -151,6 +151,21 @@ def parse_args(argv=None):
     args.vocab_estimate = (common.dictionary_size(dictionary), " (the EN-DE data's dictionary)") \
         if dictionary.exists() else (training.get("bpe_merges") or EN_DE_VOCAB, " (until the EN-DE data is prepared)")
     return args
+
+
+def default_data_workdir(args) -> Path:
+    """Where the EN-DE recipe prepares this mode's data by default (attn_kit.recipes.wmt14.set_data_workdir):
+    the shared wmt14_en_de_data beside the work directory; --bundled, --smoke: that recipe's work
+    directory. Data an earlier version prepared in runs/wmt14_en_de_base (this option's default then)
+    is used while the shared folder has nothing."""
+    if args.mode != "paper":
+        return REPO / "runs" / f"wmt14_en_de_{args.mode}"
+    folder, old = args.workdir.parent / "wmt14_en_de_data", REPO / "runs" / "wmt14_en_de_base"
+    if not (folder / ".stages").is_dir() and (old / ".stages" / "binarize.done").is_file():
+        log(f"{old} holds EN-DE data prepared by an earlier version: using it (--data-workdir {folder} shares one "
+            "copy with the base and big runs)")
+        return old
+    return folder
 
 
 # ---------------------------------------------------------------------------------------------- a row
@@ -325,10 +340,12 @@ def draw(info: dict, path: Path):
 
 # ---------------------------------------------------------------------------------------------- running
 def data_command(args) -> list:
-    """The EN-DE recipe's data stages in its work directory (skipping what is done)."""
+    """The EN-DE recipe's data stages in --data-workdir (skipping what is done): given as that recipe's
+    --data-workdir, so that data prepared there with other options is refused, never redone."""
     mode = {"bundled": ["--bundled"], "smoke": ["--smoke"]}.get(args.mode, [])
     return [sys.executable, "-m", "attn_kit.recipes.wmt14", "--pair", "en-de", *mode, "--workdir",
-            str(args.data_workdir), "--stop-stage", "binarize", *(["--dry-run"] if args.dry_run else [])]
+            str(args.data_workdir), "--data-workdir", str(args.data_workdir), "--stop-stage", "binarize",
+            *(["--dry-run"] if args.dry_run else [])]
 
 
 def prepare_data(args):

@@ -25,6 +25,16 @@ Each stage skips work whose complete output exists; --dry-run prints the
 commands; a killed run resumes where it stopped (training from its last
 checkpoint) when the same command is run again. Settings of every mode:
 recipes/configs/wmt14.yaml.
+
+Prepare once, train many: the data stages (download..binarize) run in --data-workdir,
+by default wmt14_<pair>_data beside the work directory (runs/wmt14_en_de_data), so
+that base, big and Table 3 (recipes/table3.sh) share one prepared copy; a second run
+finds them done, or waits while another run prepares them. A data folder prepared
+with other data options (--bpe-merges, the pair, the mode) is refused, never redone
+under the runs that use it. --bundled and --smoke keep their data in the work
+directory unless --data-workdir is given. results.json and inference.json name files
+relative to the work directory (../wmt14_en_de_data/... for the data folder), so a
+run copied together with its data folder works where it lands.
 """
 import argparse
 import dataclasses
@@ -32,6 +42,7 @@ import json
 import lzma
 import os
 from pathlib import Path
+from typing import Optional
 
 from ..cli import UsageError, UserError, log, main_guard, write_json_atomic
 from ..paper import TABLE2_BLEU
@@ -79,6 +90,8 @@ def parse_args(argv=None):
                                                   f"the paper's 37000 / 32000 shared tokens; --bundled "
                                                   f"{B['bpe_merges']})")
     add_workers_option(g)
+    add_data_workdir_option(g, "wmt14_<pair>_data beside the work directory (runs/wmt14_en_de_data), shared "
+                               "by base, big and recipes/table3.sh; --bundled, --smoke: the work directory")
     add_training_options(p, cfg, B, S, P)
     args = scale.parse(p, argv)
 
@@ -90,6 +103,8 @@ def parse_args(argv=None):
         args.arch = "attn_paper_big_en_fr"  # Sec. 6.1: P_drop 0.1 for EN-FR big
     args.mode = "bundled" if args.bundled else "smoke" if args.smoke else args.arch.replace("attn_paper_", "")
     args.workdir = (args.workdir or REPO / "runs" / f"wmt14_{args.pair.replace('-', '_')}_{args.mode}").resolve()
+    set_data_workdir(args, f"wmt14_{args.pair.replace('-', '_')}_data" if args.mode not in ("bundled", "smoke")
+                     else None)
     arch = args.arch if args.arch in cfg["archs"] else "attn_paper_base"
     settings = config.settings("wmt14", "paper", f"archs.{arch}", args.mode if args.mode in cfg else None)
     settings["bpe_merges"] = settings["bpe_merges"] or PAIRS[args.pair].bpe_merges
@@ -115,6 +130,34 @@ def vocabulary_estimate(args):
     if args.mode not in ("bundled", "smoke", "files") and args.pair in PAIRS:
         return PAIRS[args.pair].paper_vocab, " (the paper's; the binarize stage prints the real one)"
     return args.bpe_merges, " (about --bpe-merges, until the binarize stage made the dictionary)"
+
+
+def add_data_workdir_option(g, default: str):
+    g.add_argument("--data-workdir", type=Path,
+                   help="where the data stages (download..binarize) prepare the data, for several runs to "
+                        "share; the training stages stay in --workdir. A folder prepared with other data "
+                        f"options is refused (default: {default})")
+
+
+def set_data_workdir(args, shared: Optional[str]):
+    """``args.data_workdir``: --data-workdir, else the folder ``shared`` beside the work directory (None:
+    the work directory itself); ``args.data_home``: the data stages' own folder (:attr:`Stage.home`:
+    shared, locked while they run, never redone with other options), None when they live in the
+    work directory. A work directory that holds its own prepared data (an earlier version's layout)
+    keeps using it when the shared folder has nothing yet."""
+    given = args.data_workdir is not None
+    if given:
+        folder = args.data_workdir.expanduser().resolve()
+    elif shared:
+        folder = args.workdir.parent / shared
+        if not (folder / ".stages").is_dir() and (args.workdir / ".stages" / "binarize.done").is_file():
+            log(f"{args.workdir} holds its own prepared data (the layout before --data-workdir): using it; "
+                f"--data-workdir {folder} would share one copy with other runs")
+            folder = args.workdir
+    else:
+        folder = args.workdir
+    args.data_workdir = folder
+    args.data_home = folder if given or folder != args.workdir else None
 
 
 def add_workers_option(g):
@@ -220,9 +263,10 @@ def stages(args):
     """The recipe's stages; the modes differ only in where the text comes from and in numbers."""
     files = args.data == "files"
     W, pair = args.workdir, None if files else PAIRS[args.pair]
+    D, home = getattr(args, "data_workdir", None) or W, getattr(args, "data_home", None)  # the data's folder
     src, tgt = args.src, args.tgt
-    dl, orig, raw, tok, bpe, prep = (W / d for d in ("downloads", "orig", "raw", "tok", "bpe", "prep"))
-    data_bin, ckpt, avg, gen = W / "data-bin", W / "checkpoints", W / "checkpoint_avg.pt", W / "gen" / "test.out"
+    dl, orig, raw, tok, bpe, prep = (D / d for d in ("downloads", "orig", "raw", "tok", "bpe", "prep"))
+    data_bin, ckpt, avg, gen = D / "data-bin", W / "checkpoints", W / "checkpoint_avg.pt", W / "gen" / "test.out"
     texts = [f"{split}.{lang}" for split in SPLITS for lang in (src, tgt)]
     binarize_from = prep if args.clean else bpe
     keys = [] if files else files_for(args.pair)
@@ -243,17 +287,17 @@ def stages(args):
 
         manifest, mirror, stop = dict(FILES), args.mirror, None
         if args.data == "smoke-mirror" and not mirror:
-            ctx.step(f"build the smoke archives in {W / 'mirror'} and serve them on 127.0.0.1", lambda: None)
+            ctx.step(f"build the smoke archives in {D / 'mirror'} and serve them on 127.0.0.1", lambda: None)
             if not ctx.dry_run:
                 from ..pipeline.mirror import serve
                 from .wmt14_smoke import build_mirror
 
-                manifest.update(build_mirror(W / "mirror", args.pair))
-                mirror, stop = serve(W / "mirror")
+                manifest.update(build_mirror(D / "mirror", args.pair))
+                mirror, stop = serve(D / "mirror")
         elif args.data == "smoke-mirror":  # a user-given mirror of smoke archives: their checksums come from ours
             from .wmt14_smoke import build_mirror
 
-            manifest.update(build_mirror(W / "mirror-expected", args.pair)) if not ctx.dry_run else None
+            manifest.update(build_mirror(D / "mirror-expected", args.pair)) if not ctx.dry_run else None
         try:
             for key in keys:
                 rf = manifest[key]
@@ -360,7 +404,7 @@ def stages(args):
                  common.write_run_card, W, "translation", avg, data_bin, src, tgt, {
                      **moses_tokenizer_args(), "bpe": "attn_subword_nmt", "bpe_codes": bpe / "codes",
                      "bpe_vocabulary": bpe / f"vocab.{src}", "bpe_vocabulary_threshold": VOCABULARY_THRESHOLD},
-                 args.beam, penalty_flags, MAX_LEN_B, BATCH_SIZE)
+                 args.beam, penalty_flags, MAX_LEN_B, BATCH_SIZE, data_workdir=D)
 
     def score(ctx):
         ctx.step(f"BLEU: tokenized{' and compound-split' if tgt == 'de' else ''} (multi-bleu) against "
@@ -386,21 +430,21 @@ def stages(args):
     dicts = [data_bin / f"dict.{src}.txt", data_bin / f"dict.{tgt}.txt"]
     return [
         Stage("check" if files else "download", download, where, inputs=[] if downloads else sources,
-              outputs=downloads, options={"data": args.data, "files": keys}),
+              outputs=downloads, options={"data": args.data, "files": keys}, home=home),
         Stage("copy" if files else "extract", extract, "unpack the corpora into one text file per split and language",
               inputs=sources, outputs=[raw / t for t in texts], scratch=[orig], options={"pair": f"{src}-{tgt}"},
-              check=lambda: verify.parallel_text(pairs(raw))),
+              check=lambda: verify.parallel_text(pairs(raw)), home=home),
         Stage("tokenize", tokenize, "Moses normalization and tokenization (sacremoses)",
               inputs=[raw / t for t in texts], outputs=[tok / t for t in texts],
-              check=lambda: verify.parallel_text(pairs(tok))),
+              check=lambda: verify.parallel_text(pairs(tok)), home=home),
         Stage("bpe", learn_apply_bpe, f"joint BPE, {args.bpe_merges} merges (subword-nmt)"
               + (", then clean-corpus-n" if args.clean else ""),
               inputs=[tok / t for t in texts], outputs=bpe_out,
               options={"bpe_merges": args.bpe_merges, "clean": args.clean},
-              check=lambda: verify.parallel_text(pairs(bpe) + (pairs(prep) if args.clean else []))),
+              check=lambda: verify.parallel_text(pairs(bpe) + (pairs(prep) if args.clean else [])), home=home),
         Stage("binarize", binarize_stage, "fairseq-preprocess --joined-dictionary",
               inputs=[binarize_from / t for t in texts], outputs=[*dicts, *binary],
-              check=lambda: verify.binarized(data_bin, src, tgt, SPLITS)),
+              check=lambda: verify.binarized(data_bin, src, tgt, SPLITS), home=home),
         Stage("train", train, f"fairseq-train --arch {args.arch}{size}, {common.train_budget(args)}",
               inputs=[*dicts, *(p for p in binary if ".test." not in p.name)], outputs=[ckpt / "checkpoint_last.pt"],
               scratch=[ckpt, *common.train_records(args)], options=common.train_options(args, args.model),
@@ -455,9 +499,10 @@ def write_results(args, src: str, tgt: str, penalty: str):
     from ..metrics.bleu import read_lines
 
     W = args.workdir
-    refs = read_lines(W / "raw" / f"test.{tgt}")  # split at \n only, as multi-bleu.perl does
+    D = getattr(args, "data_workdir", None) or W  # the prepared data (--data-workdir)
+    refs = read_lines(D / "raw" / f"test.{tgt}")  # split at \n only, as multi-bleu.perl does
     hyps_tok = common.read_hypotheses(W / "gen" / "test.out", len(refs))
-    out = test_scores(hyps_tok, refs, tgt, tok_refs=read_lines(W / "tok" / f"test.{tgt}"))
+    out = test_scores(hyps_tok, refs, tgt, tok_refs=read_lines(D / "tok" / f"test.{tgt}"))
     hyps = out.pop("detokenized")
     (W / "gen" / f"test.detok.{tgt}").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     (W / "gen" / f"test.tok.{tgt}").write_text("\n".join(hyps_tok) + "\n", encoding="utf-8")
@@ -465,16 +510,19 @@ def write_results(args, src: str, tgt: str, penalty: str):
                 "model_size": dataclasses.asdict(args.size) if args.size else None})
     out.update(common.run_record(args, W / "logs" / "train.log", W / "checkpoint_avg.pt", W / "train_command.json"))
     p = common.plan(args)
-    out.update({"test_source": str(W / "raw" / f"test.{src}"), "test_output": str(W / "gen" / f"test.detok.{tgt}"),
-                "test_reference": str(W / "raw" / f"test.{tgt}"),
+    rel = lambda path: common.run_path(W, path)  # noqa: E731 -- relative to the run: it may be copied elsewhere
+    if D != W:
+        out["data_workdir"] = rel(D)
+    out.update({"test_source": rel(D / "raw" / f"test.{src}"), "test_output": rel(W / "gen" / f"test.detok.{tgt}"),
+                "test_reference": rel(D / "raw" / f"test.{tgt}"),
                 "test_sentences": len(refs), "gpus": args.ngpus * args.nnodes, "nodes": args.nnodes,
                 "cpu_processes": args.cpu_procs if args.ngpus == 0 else 0, "beam": args.beam,
                 "length_penalty": penalty, "beam_stop": common.beam_stop(args), "max_tokens": p.max_tokens, "update_freq": p.update_freq,
                 "max_tokens_per_update": p.tokens_per_update})
-    clean = W / "prep" / "clean.json"
+    clean = D / "prep" / "clean.json"
     if clean.exists():
         out["train_pairs"] = json.loads(clean.read_text())
-    vocab = common.dictionary_size(W / "data-bin" / f"dict.{src}.txt")
+    vocab = common.dictionary_size(D / "data-bin" / f"dict.{src}.txt")
     if vocab:
         out["vocabulary"] = vocab
     write_json_atomic(W / "results.json", out)
