@@ -66,6 +66,7 @@ ARGS = {
     "target_lang": Key(STR, "the target language", required=True),
     "gnmt_alpha": Key(NUM + NONE, "GNMT's length penalty alpha"),
     "beam_stop": Key(STR + NONE, "when beam search stops", choices=("t2t", "fairseq", None)),
+    "bf16_inference": Key(BOOL, "decode under bf16 autocast (the recipes decode in fp32: false)"),
     "tokenizer": Key(STR + NONE, "the tokenizer", choices=("attn_moses", "attn_treebank", None)),
     "moses_no_normalize": Key(BOOL, "attn_moses: no punctuation normalization"),
     "moses_escape": Key(BOOL, "attn_moses: escape special characters"),
@@ -93,7 +94,7 @@ INFERENCE = {
     "generation": Key((dict,), "the decoding options", keys=GENERATION),
     "batch_size": Key(INT + NONE, "sentences a batch", minimum=1),
 }
-_CT2_ARGS = {**{k: v for k, v in ARGS.items() if k != "task"},
+_CT2_ARGS = {**{k: v for k, v in ARGS.items() if k not in ("task", "bf16_inference")},
              "source_lang": replace(ARGS["source_lang"], required=False),
              "target_lang": replace(ARGS["target_lang"], required=False),
              "tokenizer": replace(ARGS["tokenizer"], required=True),  # null when there is none, never left out

@@ -168,3 +168,17 @@ def test_a_sound_card_is_read_as_written(work):
     (work / "inference.json").write_text(json.dumps(minimal))
     assert read_run_card(work) == {**minimal, "kind": "translation", "paths": [], "generation": {},
                                    "batch_size": None}
+
+
+def test_the_card_records_the_inference_precision_and_loading_follows_it(work):
+    """The recipe decoded the test set in fp32 and its card says so (bf16_inference false, issue 26);
+    a card asking for bf16 inference gets it in the task that from_pretrained builds."""
+    from attn_plugin.hub import from_pretrained
+
+    assert json.loads((work / "inference.json").read_text())["args"]["bf16_inference"] is False
+    assert from_pretrained(work).task.cfg.bf16_inference is False
+    edit_card(work, lambda card: card["args"].update(bf16_inference=True))
+    assert from_pretrained(work).task.cfg.bf16_inference is True
+    edit_card(work, lambda card: card["args"].update(bf16_inference="yes"))
+    with pytest.raises(ConfigError, match="bf16_inference"):
+        read_run_card(work)

@@ -306,7 +306,9 @@ def write_run_card(workdir: Path, kind: str, checkpoint: Path, data_bin: Path, s
     or in ``data_workdir``, the run's prepared data folder (--data-workdir), which the card then
     names as ``data_workdir``. Every path is relative to ``workdir`` (:func:`run_path`)."""
     rel = lambda path: run_path(workdir, path)  # noqa: E731
-    args = {"task": "attn_translation", "source_lang": src, "target_lang": tgt}
+    # the precision generate_command decoded in (fp32: the plugin task's bf16_inference off), whatever
+    # the training's; translate.py and from_pretrained decode as the card says
+    args = {"task": "attn_translation", "source_lang": src, "target_lang": tgt, "bf16_inference": False}
     generation = {"beam": int(beam), "max_len_a": MAX_LEN_A, "max_len_b": int(max_len_b)}
     flags = dict(zip(penalty_flags[::2], penalty_flags[1::2]))
     if "--gnmt-alpha" in flags:
