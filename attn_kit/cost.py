@@ -97,6 +97,23 @@ class Shape:
             text += f" (decoder: d_model {d.d_model}, d_ff {d.d_ff}, h {d.h}, d_k {d.d_k}, d_v {d.d_v})"
         return text + f", vocabulary {self.vocab}"
 
+    def parameters(self) -> int:
+        """Trainable parameters of attn_plugin's model of this shape: one shared embedding and
+        pre-softmax matrix (Sec. 3.4; sinusoidal positions have none), per layer the attentions'
+        W^Q, W^K, W^V, W^O with biases, the FFN's two linear maps with biases (eq. 2) and a layer
+        norm (gain and bias) after each sub-layer (Sec. 3.1)."""
+        e, d = self.encoder, self.decoder
+
+        def attention(s: Side, width_kv: int) -> int:
+            return (s.d_model + 1) * s.h * s.d_k + (width_kv + 1) * s.h * (s.d_k + s.d_v) + (s.h * s.d_v + 1) * s.d_model
+
+        def ffn(s: Side) -> int:
+            return (s.d_model + 1) * s.d_ff + (s.d_ff + 1) * s.d_model
+
+        encoder = e.layers * (attention(e, e.d_model) + ffn(e) + 2 * 2 * e.d_model)
+        decoder = d.layers * (attention(d, d.d_model) + attention(d, e.d_model) + ffn(d) + 3 * 2 * d.d_model)
+        return self.vocab * e.d_model + encoder + decoder
+
 
 def forward_flops(shape: Shape, src_tokens: float, tgt_tokens: float, src_len: float, tgt_len: float) -> float:
     """Forward FLOPs for ``src_tokens`` source and ``tgt_tokens`` target positions in sentences
@@ -257,10 +274,30 @@ def hours_text(seconds: float) -> str:
     return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} days"
 
 
+# Bytes a parameter takes in a fairseq checkpoint: fp32 weights and Adam's two fp32 moments (exp_avg,
+# exp_avg_sq); an averaged checkpoint keeps the weights only.
+CHECKPOINT_BYTES_PER_PARAMETER, AVERAGED_BYTES_PER_PARAMETER = 12, 4
+
+
+def checkpoint_lines(shape: Shape, average: int) -> List[str]:
+    """The disk the run's checkpoints take: ``average`` interval checkpoints, checkpoint_last.pt,
+    checkpoint_best.pt, and the average."""
+    n = shape.parameters()
+    each, avg = n * CHECKPOINT_BYTES_PER_PARAMETER, n * AVERAGED_BYTES_PER_PARAMETER
+    kept = (average + 2) * each + avg
+    return [f"checkpoints: {each / 1e9:.2f} GB each ({n / 1e6:.1f}M parameters x {CHECKPOINT_BYTES_PER_PARAMETER} "
+            f"bytes: fp32 weights and Adam's two moments); the run keeps {average + 2} (--average {average}, "
+            f"checkpoint_last.pt, checkpoint_best.pt) and the average ({avg / 1e9:.2f} GB): {kept / 1e9:.1f} GB"]
+
+
 def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, gpus: int, precision: str,
                  gpu_name: Optional[str] = None, gpu_tflops: Optional[float] = None, utilization: Optional[float] = None,
-                 vocab_note: str = "", mean_length: float = MEAN_LENGTH) -> List[str]:
-    """The cost lines of a run: analytic FLOPs, the paper's Table 2 cost, estimated wall time."""
+                 vocab_note: str = "", mean_length: float = MEAN_LENGTH, average: Optional[int] = None) -> List[str]:
+    """The cost lines of a run, the same for scripts/training_cost.py and a recipe's --dry-run:
+    analytic FLOPs, the paper's Table 2 cost, the compute-only wall time, the checkpoints' disk
+    (``average``: the checkpoints averaged), and where the whole run's time comes from (the canary).
+    ``tokens_per_update``: padded positions per update, fairseq's --max-tokens x devices x --update-freq,
+    the recipes' --tokens-per-update."""
     per_update = train_flops_per_update(shape, tokens_per_update, mean_length)
     total = per_update * updates
     lines = [f"training cost (analytic, attn_kit.cost): {per_update:.3g} FLOPs per update (forward + backward = "
@@ -283,13 +320,18 @@ def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, 
             lines.append(f"{gpu_name} has no {precision} units: choose --precision fp16 for it")
         elif devices:
             name = f"{gpu_name} ({peak:g} TFLOPS dense {precision})" if not gpu_tflops else f"{peak:g} TFLOPS"
-            lines.append(f"estimated wall time on {devices} x {name} at {u:.0%} of it (--utilization): "
+            lines.append(f"compute-only wall time on {devices} x {name} at {u:.0%} of it (--utilization): "
                          f"{hours_text(total / (devices * peak * 1e12 * u))}")
     elif gpus:
         times = [f"{name} {hours_text(total / (gpus * g.peak(precision) * 1e12 * u))}"
                  for name, g in GPUS.items() if g.peak(precision)]
-        lines.append(f"estimated wall time on {gpus} GPUs at {u:.0%} of the dense {precision} peak (--utilization): "
+        lines.append(f"compute-only wall time on {gpus} GPUs at {u:.0%} of the dense {precision} peak (--utilization): "
                      f"{', '.join(times)} (--gpu NAME or --gpu-tflops X for one)")
+    if average:
+        lines += checkpoint_lines(shape, average)
+    lines.append("compute only: the training's matmuls at an assumed utilization; the whole run adds data "
+                 "preparation, validations, checkpoint writes, averaging and generation: the recipe's --canary "
+                 "measures them on your machine and predicts each")
     return lines
 
 
@@ -299,8 +341,15 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", default="attn_paper_base", help="any fairseq Transformer arch (default attn_paper_base)")
     p.add_argument("--max-update", type=int, help="updates (default: the paper's for base and big, 100000 / 300000)")
-    p.add_argument("--tokens-per-update", type=int, default=25000,
-                   help="source (and as many target) positions per update (default 25000, Sec. 5.1)")
+    from .recipes import config  # the WMT14 recipes' defaults: this script and their --dry-run plan the same run
+
+    paper, archs = config.settings("wmt14", "paper"), config.load("wmt14")["archs"]
+    p.add_argument("--tokens-per-update", type=int, default=paper["tokens_per_update"],
+                   help="padded positions per update, fairseq's --max-tokens x devices x --update-freq: the "
+                        f"recipes' --tokens-per-update (default {paper['tokens_per_update']}, theirs: ~25000 real "
+                        "source and ~25000 target tokens on WMT-like lengths, Sec. 5.1)")
+    p.add_argument("--average", type=int, help="checkpoints averaged, for the disk they take (default: the recipes', "
+                                               + ", ".join(f"{a} {v['average']}" for a, v in archs.items()) + ")")
     p.add_argument("--vocab", type=int, default=EN_DE_VOCAB, help=f"vocabulary (default {EN_DE_VOCAB}, Sec. 5.1)")
     p.add_argument("--mean-length", type=float, default=MEAN_LENGTH,
                    help=f"tokens per sentence, for the attention terms (default {MEAN_LENGTH})")
@@ -329,8 +378,10 @@ def main(argv=None):
         raise UsageError(f"give --max-update for --arch {args.arch} (the paper's steps are known for base and big)")
     shape = model_shape(args.arch, flags, args.vocab)
     print()
+    average = args.average or archs.get(args.arch, {}).get("average")
     for line in describe_run(shape, args.arch, args.tokens_per_update, updates, args.ngpus, args.precision,
-                             args.gpu, args.gpu_tflops, args.utilization, mean_length=args.mean_length):
+                             args.gpu, args.gpu_tflops, args.utilization, mean_length=args.mean_length,
+                             average=average):
         print(line)
 
 

@@ -407,6 +407,36 @@ def ctranslate2_run() -> str:
 
 
 # ---------------------------------------------------------------------------------------------- faults
+def canary_check() -> str:
+    """The canary's prediction of the whole --bundled run beside that run's measured stage times, on one
+    machine (a canary before the run, the run, a canary after it): attn_kit.recipes.canary."""
+    path = RECIPES / "canary_bundled_check.json"
+    if not path.exists():
+        return "(not filed yet: recipes/results/canary_bundled_check.json)"
+    r = load(path)
+    before, after, full = r["result"]["canary_before"], r["result"]["canary_after"], r["result"]["full_run"]
+    seconds = full["stage_seconds"]
+    data = ("download", "extract", "tokenize", "bpe", "binarize")
+    measured = {"data preparation": sum(seconds.get(s, 0.0) for s in data),
+                "training, validations, checkpoint writes": seconds["train"], "averaging": seconds["average"],
+                "generation and scoring": seconds["generate"] + seconds["score"], "total": sum(seconds.values())}
+
+    def parts(c):
+        p = c["predicted_seconds"]
+        return {"data preparation": p["data_preparation"],
+                "training, validations, checkpoint writes": p["training"] + p["validations"] + p["checkpoint_writes"],
+                "averaging": p["averaging"], "generation and scoring": p["generation"], "total": p["total"]}
+
+    b, a = parts(before), parts(after)
+    rows = [[k, minutes(b[k]), minutes(a[k]), minutes(v), f"{b[k] / v - 1:+.1%}", f"{a[k] / v - 1:+.1%}"]
+            for k, v in measured.items()]
+    return (table(["part of the run", "canary before the run", "canary after it", "the run, measured",
+                   "error before", "error after"], rows)
+            + f"\n\n{r['machine']}; each canary trained {before['canary_minutes']:g} minutes "
+              f"({before['updates']} and {after['updates']} of the run's {before['plan']['max_update']} updates)."
+            + source(path))
+
+
 def faults() -> str:
     """What happens when things go wrong: the cases of attn_kit.faults, each with its test."""
     from .faults import CASES
@@ -418,7 +448,7 @@ def faults() -> str:
 TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "tokens_per_update": tokens_per_update,
           "cpu_benchmarks": cpu_benchmarks, "gpu_benchmarks": gpu_benchmarks, "training_cost": training_cost,
           "faults": faults, "gpu_recipe_path": gpu_recipe_path, "decode_rules": decode_rules, "table3": table3, "translate_consistency": translate_consistency,
-          "ctranslate2": ctranslate2, "ctranslate2_run": ctranslate2_run}
+          "ctranslate2": ctranslate2, "ctranslate2_run": ctranslate2_run, "canary_check": canary_check}
 
 
 def render(text: str) -> str:

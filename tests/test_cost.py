@@ -90,10 +90,10 @@ def test_wall_time_and_unknown_gpu():
                               utilization=0.25)
     total = cost.train_flops_per_update(shape, 25000) * 100000
     hours = total / (8 * 989e12 * 0.25) / 3600
-    assert f"{hours * 60:.0f} min" in lines[-1] and "989 TFLOPS dense bf16" in lines[-1]
+    assert f"{hours * 60:.0f} min" in lines[2] and "989 TFLOPS dense bf16" in lines[2]
     assert "3.3e+18" in lines[1] and f"{total / 3.3e18:.0%}" in lines[1]
     v100 = cost.describe_run(shape, "attn_paper_base", 25000, 100000, 8, "bf16", gpu_name="V100")
-    assert "V100 has no bf16 units" in v100[-1]
+    assert "V100 has no bf16 units" in v100[2]
     with pytest.raises(UsageError, match="unknown --gpu 'Z80'; known: H200, H100"):
         cost.gpu("Z80")
 
@@ -104,7 +104,7 @@ def test_the_script_prints_table2_and_an_estimate():
     assert proc.returncode == 0, proc.stderr
     assert "| attn_paper_base | 12 hours x 8 P100 x 9.5 TFLOPS | 3.28e+18 | 3.3e+18 |" in proc.stdout
     assert "| attn_paper_big | 3.5 days x 8 P100 x 9.5 TFLOPS | 2.30e+19 | 2.3e+19 |" in proc.stdout
-    assert "x 300000 updates" in proc.stdout and "estimated wall time on 8 x A100 (312 TFLOPS dense bf16)" \
+    assert "x 300000 updates" in proc.stdout and "compute-only wall time on 8 x A100 (312 TFLOPS dense bf16)" \
         in proc.stdout
 
 
@@ -117,4 +117,33 @@ def test_recipe_dry_run_prints_the_cost():
     total = cost.train_flops_per_update(shape, 28000) * 300000  # the recipe's 28000 padded tokens, 300K updates
     assert f"x 300000 updates = {total:.2e} FLOPs" in proc.stdout
     assert "the paper's Table 2 for attn_paper_big: 2.3e+19 FLOPs" in proc.stdout
-    assert "estimated wall time on 8 x H100 (989 TFLOPS dense bf16) at 26% of it" in proc.stdout
+    assert "compute-only wall time on 8 x H100 (989 TFLOPS dense bf16) at 26% of it" in proc.stdout
+
+
+def test_the_script_and_the_recipes_dry_run_print_the_same_cost():
+    """One cost model (issue 27): for the same run, scripts/training_cost.py and the recipe's --dry-run
+    print the same lines (one meaning of tokens per update: the recipe's padded 28000)."""
+    for arch in ("attn_paper_base", "attn_paper_big"):
+        script = subprocess.run([sys.executable, SCRIPT, "--arch", arch, "--gpu", "H100", "--ngpus", "8"],
+                                capture_output=True, text=True, check=True).stdout
+        recipe = subprocess.run([sys.executable, "-m", "attn_kit.recipes.wmt14", "--dry-run", "--ngpus", "8",
+                                 "--arch", arch, "--gpu", "H100", "--workdir", "/tmp/never-created-cost",
+                                 "--stage", "train", "--stop-stage", "train"], capture_output=True, text=True,
+                                check=True).stdout
+        ours = [line.removeprefix("  # ") for line in recipe.splitlines() if line.startswith("  # ")]
+        ours = [line.replace(" (the paper's; the binarize stage prints the real one)", "") for line in ours]
+        theirs = script.split("\n\n", 1)[1].strip().splitlines()
+        assert theirs == ours[-len(theirs):] and len(theirs) == 5, (theirs, ours)
+        assert any(line.startswith("checkpoints:") for line in theirs)
+
+
+@pytest.mark.parametrize("arch,flags", [("attn_paper_base", []), ("attn_paper_big", []),
+                                        ("attn_paper_base", ["--attention-key-dim", "16", "--decoder-layers", "3",
+                                                             "--encoder-ffn-embed-dim", "512"])])
+def test_parameters_counted_from_the_shape_are_the_built_models(arch, flags):
+    """The checkpoint disk estimate's parameter count (Shape.parameters) is the count of the model
+    attn_plugin builds (shared embeddings counted once)."""
+    from attn_kit.build import build_model, plugin_flags
+
+    model = build_model(plugin_flags(*flags, arch=arch), vocab_size=1000)
+    assert cost.model_shape(arch, flags, 1000).parameters() == sum(p.numel() for p in set(model.parameters()))

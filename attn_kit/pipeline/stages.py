@@ -556,11 +556,12 @@ def run_recipe(args, stages: List[Stage], report: Callable[[dict], None], aliase
         return
     with workdir_lock(args.workdir):
         pipeline.run()
-        path = args.workdir / "results.json"
+        canary = getattr(args, "canary", False)  # a canary's results are its canary.json (attn_kit.recipes.canary)
+        path = args.workdir / ("canary/canary.json" if canary else "results.json")
         if not path.exists():
             return
         results, seconds = json.loads(path.read_text()), pipeline.stage_seconds()
-        if seconds and results.get("stage_seconds") != seconds:
+        if seconds and results.get("stage_seconds") != seconds and not canary:
             results.update(stage_seconds=seconds, total_seconds=round(sum(seconds.values()), 1))
             write_json_atomic(path, results)
             pipeline.note_rewritten(path)

@@ -18,7 +18,7 @@ from ..pipeline.curves import CurveWriter
 from ..pipeline.launch import PRECISIONS, batch_plan, flags_for, launcher, paper_optimization, precision_of
 from ..pipeline.stages import TrainProgress, read_averaged, train_log_summary
 from ..sizes import ARCH_SIZES, SIZES
-from . import scale
+from . import canary, scale
 
 REPO = Path(__file__).resolve().parents[2]
 USER_DIR = REPO / "attn_plugin"
@@ -58,6 +58,7 @@ def add_device_options(g):
                         "stops at --max-update or the budget, whichever comes first, so the result depends on "
                         "the machine's speed. Default: none, a fixed number of updates")
     scale.add_options(g)
+    canary.add_options(g)
 
 
 def apply_settings(args, settings: dict):
@@ -85,6 +86,7 @@ def apply_settings(args, settings: dict):
     if not 0 <= args.node_rank < args.nnodes:
         raise UsageError(f"--node-rank must be in 0..{args.nnodes - 1}")
     scale.check(args)
+    canary.check(args)
 
 
 def model_size(settings: dict, overrides: dict, resize_arch: Optional[str] = None):
@@ -176,11 +178,13 @@ def train_records(args, record: Optional[Path] = None) -> list:
     return [args.workdir / "logs" / "train.log", record, record.parent / "curves.csv", record.parent / "curves.png"]
 
 
-def run_training(ctx, args, cmd: list, tail=None, record: Optional[Path] = None, model: Iterable[str] = ()):
+def run_training(ctx, args, cmd: list, tail=None, record: Optional[Path] = None, model: Iterable[str] = (),
+                 env: Optional[dict] = None):
     """Run ``cmd`` (from :func:`train_command`) showing updates done / total and an ETA,
     writing curves.csv / curves.png next to ``record`` at each validation; record the exact
     command and the options given after ``--`` in ``record`` (default WORKDIR/train_command.json;
     :func:`training_record` reads the precision back from the command). --dry-run also prints the run's cost (``model``: the size flags).
+    ``env``: more environment for the training processes (the canary's ATTN_RUN_STATS).
     A damaged or missing checkpoint_last.pt is replaced by the newest intact checkpoint first
     (:func:`attn_kit.checkpoints.recover_last`), so that training resumes from there."""
     p = plan(args)
@@ -201,7 +205,7 @@ def run_training(ctx, args, cmd: list, tail=None, record: Optional[Path] = None,
         if reached and reached >= int(cmd[cmd.index("--max-update") + 1]):  # fairseq-train would add an update
             log(f"{last} is at update {reached} already (a run stopped after training ended): nothing to train")
         else:
-            ctx.sh(cmd, tail=curves, env=thread_env(args))
+            ctx.sh(cmd, tail=curves, env={**(thread_env(args) or {}), **(env or {})} or None)
     if ctx.dry_run:
         vocab, note = vocabulary_estimate(args)
         scale.print_cost(args, model, vocab, note)

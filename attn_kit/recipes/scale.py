@@ -163,8 +163,8 @@ def check(args):
 
 # ---------------------------------------------------------------------------------------------- devices
 def is_training(stage) -> bool:
-    """Whether a recipe stage runs fairseq-train: ``train``, and the WSJ recipe's ``tune-*`` trials."""
-    return stage.name == "train" or stage.name.startswith("tune-")
+    """Whether a recipe stage runs fairseq-train: ``train``, ``canary`` and the WSJ recipe's ``tune-*`` trials."""
+    return stage.name in ("train", "canary") or stage.name.startswith("tune-")
 
 
 def device_problem(args, visible: int) -> Optional[str]:
@@ -383,6 +383,7 @@ def print_cost(args, model_flags: Sequence[str], vocab: int, vocab_note: str):
     shape = cost.model_shape(args.arch, [*model_flags, *args.fairseq_extra], vocab)
     lines = cost.describe_run(shape, args.arch, args.tokens_per_update, args.max_update,
                               gpus=args.ngpus * args.nnodes, precision=args.precision_used, gpu_name=args.gpu,
-                              gpu_tflops=args.gpu_tflops, utilization=args.utilization, vocab_note=vocab_note)
+                              gpu_tflops=args.gpu_tflops, utilization=args.utilization, vocab_note=vocab_note,
+                              average=getattr(args, "average", None))
     for line in lines:
         print(f"  # {line}", flush=True)

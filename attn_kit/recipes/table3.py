@@ -39,7 +39,7 @@ from ..pipeline import slurm
 from ..pipeline.lock import workdir_lock
 from ..pipeline.process import stream
 from ..pipeline.stages import Pipeline, Stage
-from . import common, config, scale
+from . import canary, common, config, scale
 from .common import REPO, USER_DIR
 
 GROUPS = ("base", "A", "B", "C", "D", "E", "big")
@@ -357,7 +357,45 @@ def prepare_data(args):
         raise UserError(f"preparing the EN-DE data in {args.data_workdir} failed: {last}")
 
 
+def canary_stage(args, row: Table3Row) -> Stage:
+    """The canary of one row (attn_kit.recipes.canary): its training for --canary-minutes, then
+    its predicted cost (training, validations, checkpoint writes, the dev decoding)."""
+    r = row_args(args, row)
+    s = scaled_settings(row, args.base)
+    flags, data_bin, bpe = model_flags(s), args.data_workdir / "data-bin", args.data_workdir / "bpe"
+    inputs = [data_bin / f"dict.{lang}.txt" for lang in ("en", "de")]
+    return canary.stage(
+        r, data_bin, [], lambda c, save_dir: common.train_command(c, data_bin, save_dir, flags, label_smoothing=s["eps_ls"]),
+        lambda checkpoint: common.generate_command(r, data_bin, checkpoint, "valid", BEAM, ["--gnmt-alpha", str(ALPHA)],
+                                                   MAX_LEN_B, 128),
+        [(bpe / "valid.en", bpe / "valid.de")], flags, inputs, name=f"canary-{row.name}", averages=False)
+
+
+def write_canary_table(args):
+    """WORKDIR/canary.json: each row's predicted wall time, the EN-DE data preparation once, and the total."""
+    from .wmt14 import STAGE_NAMES
+
+    rows = {}
+    for row in args.rows:
+        c = json.loads((args.workdir / "rows" / row.name / "canary" / "canary.json").read_text())
+        rows[row.name] = c["predicted_seconds"]["total"]
+    data = canary.data_seconds(args.data_workdir, STAGE_NAMES)
+    total = sum(rows.values()) + (data or 0.0)
+    write_json_atomic(args.workdir / "canary.json", {"rows_predicted_seconds": rows, "data_preparation": data,
+                                                      "total": round(total, 1)})
+    print("\npredicted wall time of Table 3 (each row's canary, attn_kit.recipes.canary):")
+    for name, seconds in [*rows.items(), ("EN-DE data preparation (as it ran)", data), ("all rows", total)]:
+        print(f"  {name:<36} {canary.clock(seconds)}")
+
+
 def stages(args) -> List[Stage]:
+    if args.canary:
+        rows = [canary_stage(args, r) for r in args.rows]
+        return [*rows, Stage("canary-table", lambda ctx: ctx.step(f"write {args.workdir / 'canary.json'}",
+                                                                   write_canary_table, args),
+                             "the rows' predicted wall times, summed",
+                             inputs=[args.workdir / "rows" / r.name / "canary" / "canary.json" for r in args.rows],
+                             outputs=[args.workdir / "canary.json"])]
     rows = [row_stage(args, r) for r in args.rows]
     table = Stage("table", lambda ctx: ctx.step(f"write {args.workdir}/table3.{{md,json,png}}", write_table, args),
                   "Table 3: ours beside the paper's, with rank correlations",
@@ -384,7 +422,7 @@ def data_job(args):
 def main(argv=None):
     args = parse_args(argv)
     pipeline_stages = stages(args)
-    scale.check_devices(args, pipeline_stages, training=lambda stage: stage.name != "table")  # every row trains
+    scale.check_devices(args, pipeline_stages, training=lambda stage: not stage.name.startswith(("table", "canary-t")))
     prep = None
     if args.launcher == "slurm" and not args.dry_run:
         slurm.check_no_job(args.workdir)
@@ -408,6 +446,8 @@ def main(argv=None):
         return 0
     with workdir_lock(args.workdir):
         pipeline.run()
+    if args.canary:
+        return 0  # the canary-table stage printed the predictions
     print("\n" + (args.workdir / "table3.md").read_text(encoding="utf-8")
           + f"table: {args.workdir / 'table3.md'}, {args.workdir / 'table3.json'}, {args.workdir / 'table3.png'}")
     return 0

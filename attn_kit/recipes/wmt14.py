@@ -50,7 +50,7 @@ from ..pipeline import verify
 from ..pipeline.progress import Progress, watch_output
 from ..pipeline.stages import Stage, average_checkpoints, averaged_info_path, binarize
 from ..pipeline.text import count_lines, moses_tokenize, moses_tokenizer_args
-from . import common, config, scale
+from . import canary, common, config, scale
 from ..sizes import PLUGIN_ARCHS
 from .common import REPO
 from .wmt14_data import BUNDLED, FILES, PAIRS, files_for
@@ -428,7 +428,7 @@ def stages(args):
     binary = [data_bin / f"{split}.{src}-{tgt}.{lang}.{ext}" for split in SPLITS for lang in (src, tgt)
               for ext in ("bin", "idx")]
     dicts = [data_bin / f"dict.{src}.txt", data_bin / f"dict.{tgt}.txt"]
-    return [
+    data_stages = [
         Stage("check" if files else "download", download, where, inputs=[] if downloads else sources,
               outputs=downloads, options={"data": args.data, "files": keys}, home=home),
         Stage("copy" if files else "extract", extract, "unpack the corpora into one text file per split and language",
@@ -445,8 +445,18 @@ def stages(args):
         Stage("binarize", binarize_stage, "fairseq-preprocess --joined-dictionary",
               inputs=[binarize_from / t for t in texts], outputs=[*dicts, *binary],
               check=lambda: verify.binarized(data_bin, src, tgt, SPLITS), home=home),
+    ]
+    train_inputs = [*dicts, *(p for p in binary if ".test." not in p.name)]
+    if args.canary:
+        return data_stages + [canary.stage(
+            args, data_bin, [s.name for s in data_stages],
+            lambda c, save_dir: common.train_command(c, data_bin, save_dir, args.model),
+            lambda checkpoint: common.generate_command(args, data_bin, checkpoint, "test", args.beam, penalty_flags,
+                                                       MAX_LEN_B, BATCH_SIZE),
+            [(binarize_from / f"test.{src}", binarize_from / f"test.{tgt}")], args.model, train_inputs)]
+    return data_stages + [
         Stage("train", train, f"fairseq-train --arch {args.arch}{size}, {common.train_budget(args)}",
-              inputs=[*dicts, *(p for p in binary if ".test." not in p.name)], outputs=[ckpt / "checkpoint_last.pt"],
+              inputs=train_inputs, outputs=[ckpt / "checkpoint_last.pt"],
               scratch=[ckpt, *common.train_records(args)], options=common.train_options(args, args.model),
               resumable=common.RESUMABLE_TRAIN_OPTIONS),
         Stage("average", average, f"average the last {args.average} checkpoints", inputs=[ckpt],
@@ -461,6 +471,8 @@ def stages(args):
     ]
 
 
+# The data stages of every mode (the first two are named check and copy for recipes/parallel.sh).
+STAGE_NAMES = ("download", "extract", "tokenize", "bpe", "binarize")
 # The stages that were one 'prepare' stage (WMT14) before the stage list was shared by every mode.
 STAGE_ALIASES = {"prepare": ("extract", "bpe")}
 
@@ -557,7 +569,7 @@ def report(r: dict):
 
 def main(argv=None):
     args = parse_args(argv)
-    scale.run(args, stages(args), report, aliases=STAGE_ALIASES)
+    scale.run(args, stages(args), canary.report if args.canary else report, aliases=STAGE_ALIASES)
 
 
 if __name__ == "__main__":

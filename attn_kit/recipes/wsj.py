@@ -67,7 +67,7 @@ from ..pipeline import verify
 from ..pipeline.lock import workdir_lock
 from ..pipeline.progress import watch_output
 from ..pipeline.stages import Stage, average_checkpoints, binarize
-from . import common, config, scale
+from . import canary, common, config, scale
 from .common import REPO
 
 SMOKE_PTB = REPO / "data" / "wsj-smoke"
@@ -312,6 +312,9 @@ def parse_args(argv=None):
         if getattr(args, name) is not None and not 0 <= getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be in [0, 1)")
     args.tune = args.tune or args.tune_grid is not None
+    if args.canary and args.tune:
+        raise UsageError("--canary checks one training run; each --tune trial is a run like it: run the canary "
+                         "without --tune (its prediction times one trial)")
     if args.tune_grid is not None:
         args.tune_grid = parse_tune_grid(args.tune_grid)
     args.grid = tune_grid(args, given, default_grid) if args.tune else None
@@ -818,6 +821,14 @@ def stages(args):
               inputs=[ev / "valid.parsed", ev / "test.parsed", prep / "valid.gold", prep / "test.gold"],
               outputs=[W / "results.json"]),
     ]
+    if args.canary:
+        return [*data, canary.stage(
+            args, data_bin, [s.name for s in data],
+            lambda c, save_dir: common.train_command(c, data_bin, save_dir,
+                                                     model_flags(args, args.dropout, args.attention_dropout)),
+            lambda checkpoint: decode_command(args, data_bin, checkpoint, "test", args.beam, args.alpha),
+            [(bpe / f"{split}.{SRC}", bpe / f"{split}.{TGT}") for split in ("valid", "test")], model_flags(args),
+            train_data)]
     if args.tune:
         trials = tune_trials(args)
         return [
@@ -871,13 +882,14 @@ def report(r: dict):
 
 def main(argv=None):
     args = parse_args(argv)
+    report_ = canary.report if args.canary else report
     if args.dry_run:
-        scale.run(args, stages(args), report)
+        scale.run(args, stages(args), report_)
         return
     scale.check_devices(args, stages(args))  # scale.run checks too; here it comes before anything is written
     with workdir_lock(args.workdir):  # run_recipe holds it too; taken here so that nothing writes before it
         forget_stale_selection(args)
-        scale.run(args, stages(args), report)
+        scale.run(args, stages(args), report_)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ translate.py) would otherwise decode in the training's bf16 without anyone askin
 ``--bf16-inference`` asks for bf16 autocast in validation and decoding.
 """
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -48,6 +49,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from .. import run_stats
 from ..errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -145,11 +147,21 @@ class AttnTranslationTask(TranslationTask):
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         criterion = Bf16Autocast(criterion) if self.cfg.bf16_autocast else criterion
-        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad=ignore_grad)
+        loss, sample_size, logging_output = super().train_step(sample, model, criterion, optimizer, update_num,
+                                                               ignore_grad=ignore_grad)
+        stats = run_stats.recorder()  # ATTN_RUN_STATS: the recipes' --canary reads what training did
+        if stats and not ignore_grad:  # fairseq's dummy batches (ignore_grad) are no work of the run
+            stats.train_step(update_num, sample, logging_output.get("loss", loss), sample_size)
+        return loss, sample_size, logging_output
 
     def valid_step(self, sample, model, criterion):
         criterion = Bf16Autocast(criterion) if self.cfg.bf16_inference else criterion
-        return super().valid_step(sample, model, criterion)
+        start = time.time()
+        out = super().valid_step(sample, model, criterion)
+        stats = run_stats.recorder()
+        if stats:
+            stats.valid.append([start, time.time()])
+        return out
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         if not self.cfg.bf16_inference:

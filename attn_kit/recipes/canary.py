@@ -1,0 +1,527 @@
+"""``--canary``: the real run for a few minutes, then what the whole run will cost and whether it
+would fail, before the machine is spent on it.
+
+A recipe given ``--canary`` runs its data stages as usual (they are the run's own and are kept),
+then, instead of train..score, the ``canary`` stage: fairseq-train exactly as the run would start
+it (data, model, batch plan, precision, devices, launcher) for ``--canary-minutes`` (default
+10; fairseq's --stop-time-hours, which ends with one validation and one checkpoint write), into
+WORKDIR/canary/, with ``ATTN_RUN_STATS`` set so that each training process records its steps
+and memory (:mod:`attn_plugin.run_stats`). Then it times the rest of the run's machinery on what
+training left: averaging (the run's own script, on 1 and on 2 copies of the checkpoint: the
+cost of one more) and generation (the test set's first shard at the run's beam and batch, each
+output as long as its source, ``--match-source-len``: what a trained model's length is near,
+where an untrained one would run to the length limit). It writes WORKDIR/canary/canary.json
+and prints one table:
+
+- tokens/s per device and in all, over the updates after the first 5% (warm-up);
+- model FLOP utilization (:mod:`attn_kit.cost`'s analytic FLOPs of the padded batches the
+  steps held, against the GPU's dense peak at the run's precision; none on a CPU, whose
+  peak it does not know);
+- peak memory per device and the headroom at the configured batch;
+- the loss (fairseq's, in bits) at the first and last update;
+- one validation, one checkpoint write (time and size);
+- the predicted wall time of the whole run, one line per part (``predicted_seconds``):
+  data preparation (this work directory's data stages as they ran), training (start-up
+  as measured, then the remaining updates at the measured rate), validations and
+  checkpoint writes (how many the run's intervals and epochs make, at the measured cost),
+  averaging and generation, and the total. Where the work directory also holds the
+  finished run (results.json with its stage times) the canary compares the two
+  (``checked_against``).
+
+It exits non-zero with one line naming the cause, canary.json written, when the long run would
+fail or waste the machine: training failed (a NaN/Inf loss, out of memory, a crash), the loss
+did not fall, throughput is below the floor (``--canary-min-utilization``, by default half the
+utilization attn_kit.cost measured for the model's width, on a GPU whose peak it knows;
+``--canary-min-tokens-per-second`` on any device), or the disk cannot hold the checkpoints the
+run keeps (``--average`` interval checkpoints, checkpoint_last.pt and checkpoint_best.pt, and
+the average).
+"""
+import argparse
+import glob
+import json
+import math
+import re
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+from ..cli import UsageError, UserError, log, write_json_atomic
+from ..pipeline.stages import Stage
+
+DEFAULT_MINUTES = 10.0
+WARMUP_SHARE = 0.05  # updates left out of the rates: cuDNN plans, allocator growth, first batches
+GENERATION_SENTENCES = 256  # about this many test sentences (one shard) time the generation
+NEVER = 10 ** 9  # an interval no canary reaches: it saves and validates once, when its time is up
+
+
+def add_options(g):
+    g.add_argument("--canary", action="store_true",
+                   help="run the data stages, then train as the real run would for --canary-minutes and write "
+                        "WORKDIR/canary/canary.json: tokens/s, utilization, memory headroom, loss, the cost of a "
+                        "validation and a checkpoint, and the predicted wall time of the whole run, part by part; "
+                        "exits non-zero with one line when the run would fail or waste the machine")
+    g.add_argument("--canary-minutes", type=float, default=DEFAULT_MINUTES,
+                   help=f"how long the canary trains (default {DEFAULT_MINUTES:g})")
+    g.add_argument("--canary-min-utilization", type=float, metavar="X",
+                   help="the canary fails below this share of the GPU's dense peak (default: half the utilization "
+                        "attn_kit.cost measured for the model's width; not checked on CPUs)")
+    g.add_argument("--canary-min-tokens-per-second", type=float, metavar="N",
+                   help="the canary fails below N target tokens/s over all devices (default: no floor)")
+
+
+def check(args):
+    if args.canary_minutes <= 0:
+        raise UsageError("--canary-minutes must be > 0")
+    if args.canary_min_utilization is not None and not 0 < args.canary_min_utilization <= 1:
+        raise UsageError("--canary-min-utilization must be in (0, 1]")
+
+
+# ---------------------------------------------------------------------------------------------- the stage
+def stage(args, data_bin: Path, data_stages: Sequence[str], train_command: Callable, generate_command: Callable,
+          decoded: Sequence[Sequence[Path]], model_flags: Sequence[str], train_inputs: Sequence[Path],
+          name: str = "canary", averages: bool = True) -> Stage:
+    """The ``canary`` stage of a recipe. ``train_command(canary_args, save_dir)``: the run's
+    fairseq-train command under ``canary_args`` (its own budget and intervals);
+    ``generate_command(checkpoint)``: the run's fairseq-generate of the test set with
+    ``checkpoint``; ``decoded``: (source, target) files, in the model's tokens, of each
+    split the run decodes, the test set last; ``model_flags``: the flags that size the arch, for the FLOPs;
+    ``averages``: whether the run averages checkpoints (Table 3's rows do not)."""
+    out = args.workdir / "canary"
+
+    def run(ctx):
+        from . import common
+
+        c = argparse.Namespace(**vars(args))
+        c.train_minutes, c.save_interval_updates, c.validate_interval_updates = args.canary_minutes, NEVER, None
+        c.log_interval = min(args.log_interval, 10)
+        save_dir, stats = out / "checkpoints", out / "stats"
+        if not ctx.dry_run:
+            for scratch in (save_dir, stats):  # a canary starts from scratch: nothing in them is kept
+                shutil.rmtree(scratch, ignore_errors=True)
+            stats.mkdir(parents=True)
+            (ctx.log_dir / f"{ctx.stage}.log").unlink(missing_ok=True)  # read below: this canary's lines only
+        cmd = train_command(c, save_dir)
+        launched = time.time()
+        failure = None
+        try:
+            common.run_training(ctx, c, cmd, record=out / "train_command.json", model=model_flags,
+                                env={"ATTN_RUN_STATS": str(stats)})
+        except UserError as exc:
+            failure = training_failure(ctx.log_dir / f"{ctx.stage}.log", str(exc))
+        ended = time.time()
+        if ctx.dry_run:
+            print("  # then: time averaging (1 and 2 copies of the canary's checkpoint) and generation (a shard of "
+                  "the test set, outputs as long as their sources), write " + str(out / "canary.json"), flush=True)
+            checkpoint = save_dir / "checkpoint_last.pt"
+            if averages:
+                averaging_seconds(ctx, checkpoint, args.average, out)
+            generation_seconds(ctx, generate_command(checkpoint), decoded, out)
+            return
+        finish(ctx, args, out, launched, ended, ctx.log_dir / f"{ctx.stage}.log", failure, data_stages, generate_command,
+               decoded, model_flags, data_bin, averages)
+
+    from . import common
+
+    return Stage(name, run, f"{args.canary_minutes:g} minutes of the real training, then the whole run's "
+                                "predicted cost (canary.json)",
+                 inputs=list(train_inputs), outputs=[out / "canary.json"],
+                 options={**common.train_options(args, model_flags), "canary_minutes": args.canary_minutes,
+                          "floors": [args.canary_min_utilization, args.canary_min_tokens_per_second]})
+
+
+# ---------------------------------------------------------------------------------------------- training
+def training_failure(train_log: Path, message: str) -> str:
+    """One line naming why fairseq-train failed, from its log."""
+    text = train_log.read_text(encoding="utf-8", errors="replace") if train_log.exists() else ""
+    if "gradients are Nan/Inf" in text or "FloatingPointError" in text:
+        return ("the loss diverged (NaN/Inf gradients in fairseq-train): lower --lr-scale or raise "
+                "--warmup-updates")
+    if re.search(r"out of memory|OutOfMemoryError", text, re.I):
+        return ("out of memory at the configured batch: lower --max-tokens-per-gpu (--update-freq makes up the "
+                "tokens per update)")
+    if "exit -9" in message or "exit 137" in message:
+        return "fairseq-train was killed (SIGKILL; the machine's memory?): " + message
+    return message
+
+
+def read_stats(folder: Path) -> List[dict]:
+    """The records of :mod:`attn_plugin.run_stats`, one per training process, rank 0 first."""
+    records = []
+    for path in sorted(glob.glob(str(folder / "stats.*.json"))):
+        try:
+            records.append(json.loads(Path(path).read_text()))
+        except (OSError, ValueError):
+            continue
+    return sorted(records, key=lambda r: r.get("rank", 0))
+
+
+def update_times(record: dict) -> Dict[int, float]:
+    """{update (1-based): when its last step ended} of one process."""
+    ends: Dict[int, float] = {}
+    for step in record["steps"]:
+        ends[step[0] + 1] = max(ends.get(step[0] + 1, 0.0), step[1])
+    return dict(sorted(ends.items()))
+
+
+def validation_spans(record: dict) -> List[List[float]]:
+    """[start, end] of each validation of one process: from the end of the training step before
+    its first valid step to its last valid step's end (iterator set-up included)."""
+    ends = sorted(step[1] for step in record["steps"])
+    spans = []
+    for start, end in record["valid_steps"]:
+        if spans and start - spans[-1][1] < 5 and not any(spans[-1][1] < t < start for t in ends):
+            spans[-1][1] = end  # the same validation
+        else:
+            before = [t for t in ends if t <= start]
+            spans.append([before[-1] if before else start, end])
+    return spans
+
+
+def rates(records: List[dict]) -> dict:
+    """Training rates over the updates after the warm-up: seconds per update (rank 0's clock, the
+    time of validations and checkpoint writes left out), target tokens/s per process, FLOP
+    inputs, and the loss per update over all processes."""
+    ends = update_times(records[0])
+    updates = list(ends)
+    if len(updates) < 4:
+        raise UserError(f"the canary trained only {len(updates)} update(s) in its time: give it more "
+                        "--canary-minutes (the first updates set up the run and are not representative)")
+    warm = max(1, math.ceil(WARMUP_SHARE * len(updates)))
+    first, last = updates[warm - 1], updates[-1]
+    spans = validation_spans(records[0])
+    gaps = [ends[b] - ends[a] for a, b in zip(updates[warm - 1:], updates[warm:])]
+    typical = statistics.median(gaps)
+    paused = sum(ends[b] - ends[a] - typical for a, b in zip(updates[warm - 1:], updates[warm:])
+                 if any(ends[a] <= s[0] < ends[b] for s in spans))
+    window = ends[last] - ends[first] - paused
+    per_process = []
+    for record in records:
+        steps = [s for s in record["steps"] if first < s[0] + 1 <= last]
+        per_process.append(sum(s[2] for s in steps) / window)
+    losses: Dict[int, List[float]] = {}
+    for record in records:
+        for s in record["steps"]:
+            if s[6] is not None:
+                entry = losses.setdefault(s[0] + 1, [0.0, 0.0])
+                entry[0] += s[6]
+                entry[1] += s[7]
+    loss = {u: (v[0] / v[1] / math.log(2) if v[1] else float("nan")) for u, v in sorted(losses.items())}
+    return {"updates": len(updates), "warmup_updates_left_out": warm, "first_timed": first, "last": last,
+            "seconds_per_update": window / (last - first), "window_seconds": window,
+            "tokens_per_second": per_process, "first_end": ends[first], "last_end": ends[last], "loss": loss, "validations": spans}
+
+
+def achieved_flops(records: List[dict], first: int, last: int, shape, window: float) -> float:
+    """Analytic training FLOP/s of all processes over updates first+1..last (padded positions)."""
+    from ..cost import forward_flops
+
+    total = 0.0
+    for record in records:
+        for s in record["steps"]:
+            if first < s[0] + 1 <= last and s[5]:
+                total += 3 * forward_flops(shape, s[3], s[4], s[3] / s[5], s[4] / s[5])
+    return total / window
+
+
+# ---------------------------------------------------------------------------------------------- the run's plan
+def events(max_update: int, updates_per_epoch: Optional[int], save_interval: int,
+           validate_interval: Optional[int]) -> dict:
+    """How many checkpoint writes and validations fairseq-train makes in a run of ``max_update``:
+    a save (and a validation) every ``save_interval`` updates, at each epoch's end and at the
+    last update; a validation also every ``validate_interval`` updates."""
+    saves = set(range(save_interval, max_update + 1, save_interval)) | {max_update}
+    if updates_per_epoch:
+        saves |= set(range(updates_per_epoch, max_update + 1, updates_per_epoch))
+    validations = set(saves)
+    if validate_interval:
+        validations |= set(range(validate_interval, max_update + 1, validate_interval))
+    return {"checkpoint_writes": len(saves), "validations": len(validations)}
+
+
+def data_seconds(workdir: Path, data_stages: Sequence[str]) -> Optional[float]:
+    """The data stages' wall time as they ran in this work directory (their stage stamps)."""
+    total = 0.0
+    for name in data_stages:
+        try:
+            total += json.loads((workdir / ".stages" / f"{name}.done").read_text())["seconds"]
+        except (OSError, ValueError, KeyError):
+            return None
+    return round(total, 1)
+
+
+def timed(ctx, cmd: List, **kwargs) -> float:
+    """Seconds ``ctx.sh(cmd)`` took (printed and logged as every command of the recipe)."""
+    start = time.time()
+    ctx.sh(cmd, **kwargs)
+    return time.time() - start
+
+
+def averaging_seconds(ctx, checkpoint: Path, n: int, out: Path) -> dict:
+    """The run's averaging of ``n`` checkpoints, projected from the real script on 1 and 2 copies of
+    ``checkpoint`` (page-cached as the run's freshly written checkpoints are)."""
+    from .common import REPO
+
+    script = [sys.executable, REPO / "scripts" / "average_checkpoints.py"]
+    one = timed(ctx, [*script, "--inputs", checkpoint, "--output", out / "avg1.pt", "--force"])
+    two = timed(ctx, [*script, "--inputs", checkpoint, checkpoint, "--output", out / "avg2.pt", "--force"])
+    if ctx.dry_run:
+        return {}
+    averaged_bytes = (out / "avg1.pt").stat().st_size
+    for name in ("avg1.pt", "avg2.pt"):
+        (out / name).unlink(missing_ok=True)
+    per = max(0.0, two - one)
+    return {"one_seconds": round(one, 2), "two_seconds": round(two, 2), "averaged_bytes": averaged_bytes,
+            "predicted": one + (n - 1) * per}
+
+
+TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s")
+
+
+def token_ratio(decoded: Sequence[Sequence[Path]]) -> float:
+    """Target tokens per source token of the reference pairs (source, target) the run decodes."""
+    src = tgt = 0
+    for source, target in decoded:
+        src += sum(len(line.split()) for line in open(source, encoding="utf-8"))
+        tgt += sum(len(line.split()) for line in open(target, encoding="utf-8"))
+    return tgt / max(src, 1)
+
+
+def generation_seconds(ctx, cmd: List, decoded: Sequence[Sequence[Path]], out: Path, env=None) -> dict:
+    """fairseq-generate of one shard of the test set, each output as long as its source, projected
+    to what the run decodes (``decoded``: (source, target) token files of each split it decodes,
+    one fairseq-generate each): per split the process's fixed cost, plus the sentences at the
+    measured rate times the references' target/source length ratio (a trained model's outputs
+    are near the references' length; decoding time grows with the output's length)."""
+    from .common import count_lines
+
+    sentences = sum(count_lines(source) for source, _ in decoded) if not ctx.dry_run else 0
+    test_sentences = count_lines(decoded[-1][0]) if not ctx.dry_run else 2 * GENERATION_SENTENCES
+    shards = max(1, test_sentences // GENERATION_SENTENCES)
+    seconds = timed(ctx, [*cmd, "--match-source-len", "--num-shards", shards, "--shard-id", 0],
+                    stdout=out / "generate.out", env=env)
+    if ctx.dry_run:
+        return {}
+    found = TRANSLATED.findall((ctx.log_dir / f"{ctx.stage}.log").read_text(encoding="utf-8", errors="replace"))
+    if not found:
+        raise UserError("canary: fairseq-generate printed no 'Translated N sentences' line")
+    done, _, decoding = found[-1]
+    done, decoding = int(done.replace(",", "")), float(decoding)
+    fixed, ratio = max(0.0, seconds - decoding), token_ratio(decoded)
+    return {"sentences": done, "seconds": round(seconds, 2), "decoding_seconds": decoding,
+            "length_ratio": round(ratio, 4), "decoded_sentences": sentences,
+            "predicted": len(decoded) * fixed + sentences * ratio * decoding / max(done, 1)}
+
+
+# ---------------------------------------------------------------------------------------------- the report
+def finish(ctx, args, out: Path, launched: float, ended: float, train_log: Path, failure: Optional[str], data_stages,
+           generate_command, decoded, model_flags, data_bin: Path, averages: bool = True):
+    """Analyse the canary's training, time averaging and generation, write canary.json, print the
+    table; raise a one-line UserError naming the first cause of failure."""
+    from .. import cost
+    from ..results import provenance
+    from . import common
+
+    records = read_stats(out / "stats")
+    result = {**provenance(), "canary_minutes": args.canary_minutes, "arch": args.arch,
+              "model_flags": list(model_flags), "precision": args.precision_used,
+              "devices": common.devices(args), "failed": None}
+    causes = [failure] if failure else []
+    if not records or not records[0]["steps"]:
+        causes.append(failure or "the canary recorded no training step (see the log)")
+        return conclude(out, result, causes)
+    r = rates(records)
+    text = train_log.read_text(encoding="utf-8", errors="replace")
+    m = re.search(r"grouped total_num_itrs = (\d+)", text)
+    per_epoch = int(m.group(1)) if m else None
+    writes = [float(x) for x in re.findall(r"writing took ([\d.]+) seconds", text)]
+    checkpoint = out / "checkpoints" / "checkpoint_last.pt"
+    vocab = common.dictionary_size(next(iter(sorted(data_bin.glob("dict.*.txt"))), data_bin / "dict.txt"))
+    shape = cost.model_shape(args.arch, [*model_flags, *args.fairseq_extra], vocab or cost.EN_DE_VOCAB)
+    flops = achieved_flops(records, r["first_timed"], r["last"], shape, r["window_seconds"])
+    devices = [{"device": rec.get("device"), "tokens_per_second": round(tps, 1),
+                "peak_memory_bytes": rec.get("peak_reserved_bytes", rec.get("peak_rss_bytes")),
+                "total_memory_bytes": rec.get("total_bytes")} for rec, tps in zip(records, r["tokens_per_second"])]
+    gpu = records[0].get("kind") == "cuda"
+    peak = None
+    if gpu:
+        try:
+            peak = cost.gpu(records[0]["device"]).peak(args.precision_used)
+        except UsageError:
+            peak = None
+    utilization = flops / len(records) / (peak * 1e12) if peak else None
+    floor = args.canary_min_utilization or (0.5 * cost.default_utilization(shape) if peak else None)
+    loss = r["loss"]
+    values = list(loss.values())
+    k = max(1, len(values) // 10)
+    head, tail = sum(values[:k]) / k, sum(values[-k:]) / k
+    spans = r["validations"]
+    valid_seconds = spans[-1][1] - spans[-1][0] if spans else None
+    plan = events(args.max_update, per_epoch, args.save_interval_updates, args.validate_interval_updates)
+    result.update({
+        "updates": r["updates"], "warmup_updates_left_out": r["warmup_updates_left_out"],
+        "seconds_per_update": round(r["seconds_per_update"], 4),
+        "tokens_per_second": {"total": round(sum(r["tokens_per_second"]), 1), "per_device": devices},
+        "model_tflops_per_second": round(flops / 1e12, 4),
+        "utilization": None if utilization is None else round(utilization, 4),
+        "utilization_floor": floor, "peak_tflops_per_device": peak,
+        "loss_bits": {"first": values[0], "last": values[-1], "first_10pct_mean": head, "last_10pct_mean": tail},
+        "validation_seconds": None if valid_seconds is None else round(valid_seconds, 2),
+        "checkpoint": {"write_seconds": writes[-1] if writes else None,
+                       "bytes": checkpoint.stat().st_size if checkpoint.exists() else None},
+        "plan": {"max_update": args.max_update, "updates_per_epoch": per_epoch,
+                 "save_interval_updates": args.save_interval_updates,
+                 "validate_interval_updates": args.validate_interval_updates, "average": args.average, **plan},
+    })
+    if not all(math.isfinite(v) for v in values):
+        causes.append(f"the loss is NaN/Inf at update {next(u for u, v in loss.items() if not math.isfinite(v))}: "
+                      "lower --lr-scale or raise --warmup-updates")
+    elif not tail < head:
+        causes.append(f"the loss did not fall ({head:.3f} bits over the first {k} updates, {tail:.3f} over the "
+                      f"last {k}): check --lr-scale, --warmup-updates and the data")
+    if floor and utilization is not None and utilization < floor:
+        causes.append(f"throughput: {utilization:.1%} of the GPU's dense {args.precision_used} peak, below the floor "
+                      f"{floor:.1%} (--canary-min-utilization): a larger --max-tokens-per-gpu, or check the GPUs")
+    total_tps = sum(r["tokens_per_second"])
+    if args.canary_min_tokens_per_second and total_tps < args.canary_min_tokens_per_second:
+        causes.append(f"throughput: {total_tps:.0f} target tokens/s, below --canary-min-tokens-per-second "
+                      f"{args.canary_min_tokens_per_second:g}")
+    if not checkpoint.exists() or not writes:
+        causes.append(failure or "the canary wrote no checkpoint (see the log)")
+    if causes:  # fail fast: nothing more is worth measuring
+        return conclude(out, result, causes)
+    size = checkpoint.stat().st_size
+    avg = averaging_seconds(ctx, checkpoint, args.average, out) if averages else {"predicted": 0.0, "averaged_bytes": 0}
+    kept = (args.average + 2) * size + avg["averaged_bytes"]
+    have = sum(p.stat().st_size for p in (args.workdir / "checkpoints").glob("*.pt")) \
+        if (args.workdir / "checkpoints").is_dir() else 0
+    free = shutil.disk_usage(args.workdir).free
+    result["disk"] = {"kept_bytes": kept, "free_bytes": free, "kept_checkpoints": args.average + 2}
+    if kept - have > free:
+        causes.append(f"disk: the run keeps {args.average + 2} checkpoints of {size / 1e9:.2f} GB and an average "
+                      f"({kept / 1e9:.1f} GB), {args.workdir}'s file system has {free / 1e9:.1f} GB free")
+    gen = generation_seconds(ctx, generate_command(checkpoint), decoded, out, env=common.thread_env(args))
+    startup = r["first_end"] - launched
+    # after the last update: the final validation and checkpoint write (counted below), then the
+    # process ends (the dataloaders, the distributed group): measured from the last event to the exit
+    last_event = max([r["last_end"], *(s[1] for s in spans)])
+    shutdown = max(0.0, ended - last_event - writes[-1])
+    training = startup + (args.max_update - r["first_timed"]) * r["seconds_per_update"] + shutdown
+    data_workdir = getattr(args, "data_workdir", None) or args.workdir  # where the data stages ran
+    predicted = {"data_preparation": data_seconds(data_workdir, data_stages), "training": training,
+                 "validations": plan["validations"] * (valid_seconds or 0.0),
+                 "checkpoint_writes": plan["checkpoint_writes"] * statistics.median(writes),
+                 "averaging": avg["predicted"], "generation": gen["predicted"]}
+    predicted["total"] = sum(v for v in predicted.values() if v is not None)
+    result["predicted_seconds"] = {k: None if v is None else round(v, 1) for k, v in predicted.items()}
+    result["measured"] = {"startup_seconds": round(startup, 2), "shutdown_seconds": round(shutdown, 2), "averaging": avg, "generation": gen,
+                          "decoded_sentences": gen["decoded_sentences"]}
+    result["warnings"] = schedule_warnings(args, startup, r["seconds_per_update"])
+    result["checked_against"] = checked_against(args.workdir, data_workdir, data_stages, result["predicted_seconds"])
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)  # measured; a canary's weights are no product
+    return conclude(out, result, causes)
+
+
+def schedule_warnings(args, startup: float, per_update: float) -> List[str]:
+    """What the run's schedule cannot do in its budget (--train-minutes): the updates it reaches
+    against --max-update and the warm-up."""
+    if not args.train_minutes:
+        return []
+    reach = max(0, int((args.train_minutes * 60 - startup) / per_update))
+    out = []
+    if reach < args.max_update:
+        out.append(f"--train-minutes {args.train_minutes:g} stops training near update {reach} of --max-update "
+                   f"{args.max_update}")
+    if reach < args.warmup_updates:
+        out.append(f"the budget ends before the {args.warmup_updates}-update warm-up does (eq. 3): the learning rate "
+                   "never reaches its peak; a shorter --warmup-updates or a smaller --tokens-per-update fits it")
+    return out
+
+
+def checked_against(workdir: Path, data_workdir: Path, data_stages: Sequence[str], predicted: dict) -> Optional[dict]:
+    """The prediction beside the finished run's stage times (results.json in the same work
+    directory; the data stages' from their stamps), part by part, and the error of each."""
+    try:
+        seconds = json.loads((workdir / "results.json").read_text())["stage_seconds"]
+    except (OSError, ValueError, KeyError):
+        return None
+    data = data_seconds(data_workdir, data_stages) if data_workdir != workdir else None
+    measured = {"data_preparation": data if data is not None else sum(seconds.get(s, 0.0) for s in data_stages),
+                "training + validations + checkpoint_writes": seconds.get("train"),
+                "averaging": seconds.get("average"),
+                "generation + scoring": sum(v for k, v in seconds.items()  # generate, score (WSJ: trees)
+                                            if k not in ("train", "average", *data_stages))}
+    measured["total"] = sum(v or 0.0 for v in measured.values())
+    guess = {"data_preparation": predicted["data_preparation"],
+             "training + validations + checkpoint_writes":
+                 predicted["training"] + predicted["validations"] + predicted["checkpoint_writes"],
+             "averaging": predicted["averaging"], "generation + scoring": predicted["generation"],
+             "total": predicted["total"]}
+    return {"measured_seconds": measured, "predicted_seconds": {k: round(v, 1) for k, v in guess.items() if v is not None},
+            "error": {k: round(guess[k] / v - 1, 4) for k, v in measured.items() if v and guess.get(k) is not None}}
+
+
+def conclude(out: Path, result: dict, causes: List[str]):
+    result["failed"] = causes[0] if causes else None
+    write_json_atomic(out / "canary.json", result)
+    if causes:  # the recipe prints the table of a canary that passed (attn_kit.pipeline.stages.run_recipe)
+        report(result)
+        raise UserError(f"canary: {causes[0]} ({out / 'canary.json'})")
+
+
+def clock(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "unknown"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def report(c: dict):
+    """The canary's table."""
+    rows = []
+    tps = c.get("tokens_per_second")
+    if tps:
+        per = ", ".join(f"{d['tokens_per_second']:.0f}" for d in tps["per_device"])
+        rows.append(("target tokens/s, all devices (per device)", f"{tps['total']:.0f} ({per})"))
+        rows.append(("seconds per update", f"{c['seconds_per_update']:.3f} ({c['updates']} updates, the first "
+                                           f"{c['warmup_updates_left_out']} left out)"))
+        util = c.get("utilization")
+        rows.append(("model FLOP utilization", "n/a on a CPU (no peak known)" if util is None else
+                     f"{util:.1%} of {c['peak_tflops_per_device']:g} TFLOPS (floor {c['utilization_floor']:.1%})"))
+        for i, d in enumerate(tps["per_device"]):
+            if d["peak_memory_bytes"] and d["total_memory_bytes"]:
+                rows.append((f"peak memory, process {i} ({d['device']})",
+                             f"{d['peak_memory_bytes'] / 2**30:.2f} of {d['total_memory_bytes'] / 2**30:.1f} GiB "
+                             f"(headroom {1 - d['peak_memory_bytes'] / d['total_memory_bytes']:.0%})"))
+        loss = c["loss_bits"]
+        rows.append(("loss, first and last update (bits)", f"{loss['first']:.3f} -> {loss['last']:.3f}"))
+        rows.append(("one validation", clock(c.get("validation_seconds"))))
+        ck = c.get("checkpoint") or {}
+        if ck.get("bytes"):
+            rows.append(("one checkpoint write", f"{ck['write_seconds']:.2f} s, {ck['bytes'] / 1e6:.1f} MB"))
+    predicted = c.get("predicted_seconds")
+    if predicted:
+        plan = c["plan"]
+        labels = {"data_preparation": "data preparation (as it ran here)",
+                  "training": f"training, {plan['max_update']} updates",
+                  "validations": f"validations, {plan['validations']}",
+                  "checkpoint_writes": f"checkpoint writes, {plan['checkpoint_writes']}",
+                  "averaging": f"averaging {plan['average']} checkpoints",
+                  "generation": f"generation, {c['measured']['decoded_sentences']} sentences",
+                  "total": "the whole run"}
+        rows.append(("predicted wall time:", ""))
+        rows += [(f"  {labels[k]}", clock(v)) for k, v in predicted.items()]
+    width = max(len(k) for k, _ in rows) if rows else 0
+    print(f"\ncanary: {c['arch']}, {c['devices']} device(s), {c['precision']}, {c['canary_minutes']:g} minutes")
+    for k, v in rows:
+        print(f"  {k:<{width}}  {v}")
+    check = c.get("checked_against")
+    if check and "total" in check["error"]:
+        print(f"  the finished run in this work directory took {clock(check['measured_seconds']['total'])}: the "
+              f"prediction is {check['error']['total']:+.1%} off")
+    for w in c.get("warnings") or []:
+        print(f"  warning: {w}")
+    print(f"  {'FAILED: ' + c['failed'] if c['failed'] else 'passed'}")

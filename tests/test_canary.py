@@ -1,0 +1,174 @@
+"""--canary (attn_kit.recipes.canary) and what it reads (attn_plugin.run_stats): the record of each
+training step agrees with fairseq's own log, the run's checkpoint writes and validations are
+counted as fairseq-train makes them, the rates are what hand arithmetic gives, and the canary of
+the WMT14 --smoke run passes, and fails in one line when its loss diverges or its disk is full."""
+import collections
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import USER_DIR, assert_one_error_line, run, train_cmd
+
+from attn_kit.cli import UserError
+from attn_kit.recipes import canary
+
+RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14"]
+SMOKE_CANARY = ["--smoke", "--canary", "--canary-minutes", "0.2"]
+
+
+# --------------------------------------------------------------------------- the record of each step
+def test_each_step_recorded_agrees_with_fairseqs_log(data_bin, tmp_path):
+    """ATTN_RUN_STATS: two micro-batches per update (--update-freq 2); summed per update over the
+    logging interval, loss / sample_size / ln 2 and the target tokens are fairseq's logged loss
+    and wpb of that interval."""
+    stats = tmp_path / "stats"
+    cmd = train_cmd(data_bin, tmp_path / "ckpt", ["--user-dir", USER_DIR, "--task", "attn_translation",
+                                                    "--arch", "attn_paper_base"],
+                    ["--lr", "1", "--lr-scheduler", "attn_inverse_sqrt", "--warmup-updates", "5", "--lr-scale", "2",
+                     "--criterion", "attn_label_smoothed_cross_entropy", "--max-update", "10", "--update-freq", "2",
+                     "--no-save", "--disable-validation"])
+    env = dict(os.environ, ATTN_RUN_STATS=str(stats), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    proc = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (record,) = canary.read_stats(stats)
+    steps = record["steps"]
+    assert len(steps) == 20 and collections.Counter(s[0] for s in steps) == {u: 2 for u in range(10)}
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if "| train_inner |" in line]
+    assert len(lines) == 2  # --log-interval 5
+    for line, updates in zip(lines, (range(0, 5), range(5, 10))):
+        fields = dict(re.findall(r"(\w+)=([-\d.e]+)", line))
+        chosen = [s for s in steps if s[0] in updates]
+        loss = sum(s[6] for s in chosen) / sum(s[7] for s in chosen) / math.log(2)
+        assert round(loss, 3) == pytest.approx(float(fields["loss"]), abs=1e-3)
+        assert sum(s[2] for s in chosen) / 5 == pytest.approx(float(fields["wpb"]), abs=0.1)
+    assert record["kind"] == "cpu" and 0 < record["peak_rss_bytes"] < record["total_bytes"]
+
+
+# --------------------------------------------------------------------------- the run's plan
+def test_checkpoint_writes_and_validations_are_counted_as_fairseq_makes_them(smoke_run):
+    """events() on the --smoke run's own settings (25 updates, a checkpoint every 10, epochs as its
+    log says) gives the number of checkpoints its fairseq-train wrote and validations it ran."""
+    text = (smoke_run / "logs" / "train.log").read_text()
+    per_epoch = int(re.search(r"grouped total_num_itrs = (\d+)", text).group(1))
+    counted = canary.events(25, per_epoch, 10, None)
+    assert counted["checkpoint_writes"] == len(re.findall(r"Saved checkpoint", text))
+    assert counted["validations"] == len(re.findall(r"\| valid \|", text))
+    assert canary.events(1000, 975, 100, 500) == {"checkpoint_writes": 11, "validations": 11}  # the bundled run
+    assert canary.events(10, None, 4, 5) == {"checkpoint_writes": 3, "validations": 4}  # 4 8 10; 4 5 8 10
+
+
+def test_rates_by_hand():
+    """Ten updates one second apart, a validation of 3 s after update 6 (so update 7 ends 4 s after
+    6), 100 target tokens a step on each of two processes, losses falling: the first update
+    (5% of 10, rounded up) is left out; the 3 s of the validation are too."""
+    def record(rank, shift):
+        times, t = [], 0.0
+        for u in range(10):
+            t += 4.0 if u == 6 else 1.0
+            times.append(t)
+        steps = [[u, times[u] + shift, 100, 120, 110, 4, 10.0 - u, 100.0] for u in range(10)]
+        return {"rank": rank, "steps": steps, "valid_steps": [[times[5] + 0.5, times[5] + 3.0]] if rank == 0 else []}
+
+    r = canary.rates([record(0, 0.0), record(1, 0.01)])
+    assert r["updates"] == 10 and r["warmup_updates_left_out"] == 1 and (r["first_timed"], r["last"]) == (1, 10)
+    assert r["seconds_per_update"] == pytest.approx(1.0)  # 12 s for updates 2..10, less the validation's 3
+    assert r["tokens_per_second"] == pytest.approx([100.0, 100.0])
+    assert r["loss"][1] == pytest.approx(2 * 10.0 / 200 / math.log(2))
+    with pytest.raises(UserError, match="only 3 update"):
+        canary.rates([{"rank": 0, "steps": record(0, 0)["steps"][:3], "valid_steps": []}])
+
+
+# --------------------------------------------------------------------------- the canary of --smoke
+def canary_json(work):
+    return json.loads((work / "canary" / "canary.json").read_text())
+
+
+def copy_data(src, dst):
+    """A work directory with ``src``'s finished data stages (their stamps and files), no canary."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("canary", "canary.*", "logs"), symlinks=True)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def smoke_canary(tmp_path_factory):
+    work = tmp_path_factory.mktemp("canary") / "w"
+    proc = run([*RECIPE, *SMOKE_CANARY, "--workdir", work], timeout=600)
+    return work, proc
+
+
+@pytest.mark.slow
+def test_the_smoke_canary_passes_with_every_field(smoke_canary):
+    work, proc = smoke_canary
+    c = canary_json(work)
+    assert c["failed"] is None and "passed" in proc.stdout
+    parts = c["predicted_seconds"]
+    assert set(parts) == {"data_preparation", "training", "validations", "checkpoint_writes", "averaging",
+                          "generation", "total"}
+    assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"), abs=0.5)
+    stamps = sum(json.loads((work / ".stages" / f"{s}.done").read_text())["seconds"]
+                 for s in ("download", "extract", "tokenize", "bpe", "binarize"))
+    assert parts["data_preparation"] == pytest.approx(stamps, abs=0.2)
+    tps = c["tokens_per_second"]
+    assert tps["total"] == pytest.approx(sum(d["tokens_per_second"] for d in tps["per_device"]), abs=1)
+    assert len(tps["per_device"]) == 1 and tps["per_device"][0]["peak_memory_bytes"] > 0
+    assert c["utilization"] is None  # a CPU: no peak known
+    assert c["loss_bits"]["last"] < c["loss_bits"]["first"]
+    assert c["validation_seconds"] >= 0 and c["checkpoint"]["bytes"] > 0 and c["checkpoint"]["write_seconds"] >= 0
+    assert c["plan"]["max_update"] == 60 and c["disk"]["kept_checkpoints"] == c["plan"]["average"] + 2
+    assert c["measured"]["generation"]["sentences"] > 0 and not (work / "canary" / "checkpoints").exists()
+    assert not (work / "checkpoints").exists() and not (work / "results.json").exists()  # the run itself is not made
+
+
+@pytest.mark.slow
+def test_a_diverging_run_fails_its_canary_in_one_line(smoke_canary, tmp_path):
+    work = copy_data(smoke_canary[0], tmp_path / "w")
+    proc = run([*RECIPE, *SMOKE_CANARY, "--workdir", work, "--lr-scale", "300"], check=False, timeout=600)
+    line = assert_one_error_line(proc, "canary: the loss did not fall")
+    assert canary_json(work)["failed"] in line
+    assert "predicted_seconds" not in canary_json(work)  # failed fast: no averaging or generation timed
+
+
+@pytest.mark.slow
+def test_a_disk_too_small_for_the_kept_checkpoints_fails_the_canary(smoke_canary, tmp_path, monkeypatch, capsys):
+    from attn_kit.recipes import wmt14
+
+    work = copy_data(smoke_canary[0], tmp_path / "w")
+    usage = shutil.disk_usage(work)
+    monkeypatch.setattr(canary.shutil, "disk_usage", lambda path: usage._replace(free=1_000_000))
+    with pytest.raises(UserError, match=r"^canary: disk: the run keeps 7 checkpoints of .* 0\.0 GB free"):
+        wmt14.main([*SMOKE_CANARY, "--workdir", str(work)])
+    assert canary_json(work)["failed"].startswith("disk:")
+
+
+# --------------------------------------------------------------------------- every training recipe
+@pytest.mark.parametrize("recipe,argv,canaries", [
+    ("wmt14", ["--smoke"], ["canary"]),
+    ("wmt14", ["--arch", "attn_paper_big", "--ngpus", "8"], ["canary"]),
+    ("parallel", ["--src", "en", "--tgt", "de", "--train", "t", "--valid", "v", "--test", "s"], ["canary"]),
+    ("wsj", ["--smoke"], ["canary"]),
+    ("table3", ["--smoke", "--rows", "base,big"], ["canary-base", "canary-big"]),
+])
+def test_every_training_recipe_has_a_canary_in_place_of_its_training(recipe, argv, canaries, tmp_path):
+    """--canary --dry-run: the data stages, then the canary (Table 3: one per row, then their sum),
+    whose commands are the run's fairseq-train with the canary's budget, averaging and generation."""
+    proc = run([sys.executable, "-m", f"attn_kit.recipes.{recipe}", *argv, "--canary", "--canary-minutes", "3",
+                "--workdir", tmp_path / "w", "--dry-run"])
+    names = re.findall(r"stage \d+/\d+ ([\w-]+):", proc.stdout)
+    assert names[-len(canaries) - (recipe == "table3"):] == canaries + (["canary-table"] if recipe == "table3" else [])
+    assert not {"train", "average", "generate", "score"} & set(names)
+    train = [line for line in proc.stdout.splitlines()
+             if ("fairseq-train" in line or "fairseq_cli.train" in line) and "$ " in line]
+    assert len(train) == len(canaries) and all("--stop-time-hours 0.0500" in t and "ATTN_RUN_STATS=" in t
+                                               for t in train)
+    assert proc.stdout.count("--match-source-len") == len(canaries)
+
+
+def test_a_canary_of_the_tuning_grid_is_refused_in_one_line(tmp_path):
+    proc = run([sys.executable, "-m", "attn_kit.recipes.wsj", "--smoke", "--tune", "--canary", "--workdir",
+                tmp_path / "w", "--dry-run"], check=False)
+    assert_one_error_line(proc, "--canary checks one training run")
