@@ -154,6 +154,19 @@ CASES = [
          "the first trains to the end undisturbed; each of the others is refused in one line naming the first "
          "(pid, host, start, command), exit 1",
          "tests/test_devices.py::test_eight_trainings_on_one_checkpoint_directory_one_trains_the_others_are_refused"),
+    Case("two runs preparing one `--data-workdir` at once (base and big started together)",
+         "the second waits, naming the first, then finds the data stages done (`done already, skipping (in DIR)`): "
+         "the data is prepared once, and both runs score as a run with its own data does",
+         "tests/test_data_workdir.py::test_two_smoke_runs_share_one_data_folder_and_a_copied_run_translates"),
+    Case("a `--data-workdir` prepared with other data options (`--bpe-merges`, the pair, the mode)",
+         "one line naming the folder, the stage and the option that differs, before anything in it changes; the "
+         "data other runs use is never redone under them",
+         "tests/test_data_workdir.py::test_a_shared_stage_runs_once_keeps_its_stamp_there_and_refuses_other_options"),
+    Case("a run directory copied elsewhere, the original moved away; then its data folder removed",
+         "`translate.py RUN --check-test-set` reads the copy's files only (results.json and inference.json name "
+         "them relative to the run) and matches the recipe's output; without the data folder, one line naming "
+         "inference.json, `data_workdir` and the missing path",
+         "tests/test_data_workdir.py::test_two_smoke_runs_share_one_data_folder_and_a_copied_run_translates"),
     Case("averaging onto a full disk",
          "one line, no temporary file, nothing else on stderr (no \"Please install tensorboardX\")",
          "test_averaging_on_a_full_disk_is_one_line_and_leaves_nothing"),
