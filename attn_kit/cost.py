@@ -45,6 +45,7 @@ or data-parallel overhead changes it: ``--utilization`` sets it.
     python scripts/training_cost.py --arch transformer_wmt_en_de --max-update 50000 -- --encoder-layers 8
 """
 import argparse
+import re
 import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
@@ -265,6 +266,14 @@ def gpu(name: str) -> GPU:
     if key is None:
         raise UsageError(f"unknown --gpu {name!r}; known: {', '.join(GPUS)} (or give --gpu-tflops X)")
     return GPUS[key]
+
+
+def gpu_of_device(device_name: str) -> Optional[str]:
+    """The :data:`GPUS` name in a CUDA device name as torch reports it ("NVIDIA H100 80GB HBM3" -> H100,
+    "NVIDIA H100 PCIe" -> H100-PCIe), the longest that fits; None for a GPU not listed."""
+    words = device_name.upper().replace("-", " ")
+    found = [name for name in GPUS if re.search(rf"\b{name.upper().replace('-', ' ')}\b", words)]
+    return max(found, key=len) if found else None
 
 
 def hours_text(seconds: float) -> str:

@@ -172,3 +172,14 @@ def test_a_canary_of_the_tuning_grid_is_refused_in_one_line(tmp_path):
     proc = run([sys.executable, "-m", "attn_kit.recipes.wsj", "--smoke", "--tune", "--canary", "--workdir",
                 tmp_path / "w", "--dry-run"], check=False)
     assert_one_error_line(proc, "--canary checks one training run")
+
+
+@pytest.mark.parametrize("device,precision,peak", [
+    ("NVIDIA H100 80GB HBM3", "bf16", 989), ("NVIDIA H100 PCIe", "bf16", 756), ("NVIDIA H200", "fp32", 67),
+    ("NVIDIA A100-SXM4-80GB", "bf16", 312), ("NVIDIA A10", "fp16", 125), ("NVIDIA L40S", "bf16", 362),
+    ("Tesla V100-SXM2-16GB", "bf16", None), ("NVIDIA GeForce RTX 4090", "bf16", None)])
+def test_the_peak_of_the_gpu_torch_names(device, precision, peak):
+    """Utilization needs the device's peak: torch's device names map to attn_kit.cost's datasheet GPUs
+    (the longest name that fits: an A100 is no A10, an H100 PCIe no H100 SXM); a V100 has no bf16 units."""
+    assert canary.device_peak({"kind": "cuda", "device": device}, precision) == peak
+    assert canary.device_peak({"kind": "cpu", "device": "cpu"}, precision) is None

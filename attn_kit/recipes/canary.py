@@ -226,6 +226,15 @@ def achieved_flops(records: List[dict], first: int, last: int, shape, window: fl
     return total / window
 
 
+def device_peak(record: dict, precision: str) -> Optional[float]:
+    """The dense peak TFLOPS at ``precision`` of the GPU a process trained on (attn_kit.cost's
+    datasheet values); None on a CPU or a GPU it does not list."""
+    from .. import cost
+
+    name = cost.gpu_of_device(record.get("device", "")) if record.get("kind") == "cuda" else None
+    return cost.GPUS[name].peak(precision) if name else None
+
+
 # ---------------------------------------------------------------------------------------------- the run's plan
 def events(max_update: int, updates_per_epoch: Optional[int], save_interval: int,
            validate_interval: Optional[int]) -> dict:
@@ -344,13 +353,7 @@ def finish(ctx, args, out: Path, launched: float, ended: float, train_log: Path,
     devices = [{"device": rec.get("device"), "tokens_per_second": round(tps, 1),
                 "peak_memory_bytes": rec.get("peak_reserved_bytes", rec.get("peak_rss_bytes")),
                 "total_memory_bytes": rec.get("total_bytes")} for rec, tps in zip(records, r["tokens_per_second"])]
-    gpu = records[0].get("kind") == "cuda"
-    peak = None
-    if gpu:
-        try:
-            peak = cost.gpu(records[0]["device"]).peak(args.precision_used)
-        except UsageError:
-            peak = None
+    peak = device_peak(records[0], args.precision_used)
     utilization = flops / len(records) / (peak * 1e12) if peak else None
     floor = args.canary_min_utilization or (0.5 * cost.default_utilization(shape) if peak else None)
     loss = r["loss"]
