@@ -220,3 +220,28 @@ def write_lines(path: Path, lines: Iterable[str]):
     with io.open(path, "w", encoding="utf-8") as f:
         for line in lines:
             f.write(line + "\n")
+
+
+def sample_pairs(src_in: Path, tgt_in: Path, src_out: Path, tgt_out: Path, n: int, seed: int = 1) -> Tuple[int, int]:
+    """``n`` line pairs of ``src_in``/``tgt_in`` drawn uniformly without replacement (``seed``),
+    written in their order to ``src_out``/``tgt_out``: (pairs written, pairs read). Files that
+    hold no more than ``n`` pairs are copied whole. Streamed: only the chosen line numbers are
+    held in memory."""
+    import random
+
+    from ..cli import atomic_output
+
+    total = count_lines(src_in)
+    chosen = sorted(random.Random(seed).sample(range(total), n)) if n < total else range(total)
+    with atomic_output(src_out) as s_tmp, atomic_output(tgt_out) as t_tmp:
+        with open(src_in, "rb") as fs, open(tgt_in, "rb") as ft, open(s_tmp, "wb") as os_, open(t_tmp, "wb") as ot:
+            want, i = iter(chosen), 0
+            nxt = next(want, None)
+            for i, (s, t) in enumerate(zip(fs, ft)):
+                if i == nxt:
+                    os_.write(s)
+                    ot.write(t)
+                    nxt = next(want, None)
+                    if nxt is None:
+                        break
+    return min(n, total), total

@@ -212,6 +212,7 @@ def parse_args(argv=None):
                                                   "small corpus)")
     add_errors_option(g)
     wmt14.add_workers_option(g)
+    wmt14.add_bpe_learn_option(g, F)
     wmt14.add_data_workdir_option(g, "the work directory: the corpus is yours, so its prepared copy is shared only "
                                      "where you say, e.g. by the runs of two --arch")
     common.add_run_options(p, "runs/parallel_<src>_<tgt>_<arch>")

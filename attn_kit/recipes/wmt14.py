@@ -58,6 +58,7 @@ from .wmt14_data import BUNDLED, FILES, PAIRS, files_for
 BUNDLED_DATA = REPO / "data" / "tatoeba-en-de"
 SPLITS = ("train", "valid", "test")
 VOCABULARY_THRESHOLD = 50  # apply-bpe --vocabulary-threshold, as fairseq's WMT scripts
+BPE_SAMPLE_SEED = 1  # --bpe-learn-pairs: the sample of training pairs BPE is learned on
 MAX_LEN_B, BATCH_SIZE = 50, 128  # decoding: output up to input + 50 tokens (Sec. 6.1); sentences per batch
 T2T_PROTOCOL = {  # results.json's bleu_t2t_protocol, by whether the target is German
     True: "tensor2tensor get_ende_bleu.sh of 2017: tokenizer.perl -l de (no -a), compound split, multi-bleu.perl "
@@ -90,6 +91,7 @@ def parse_args(argv=None):
                                                   f"the paper's 37000 / 32000 shared tokens; --bundled "
                                                   f"{B['bpe_merges']})")
     add_workers_option(g)
+    add_bpe_learn_option(g, P)
     add_data_workdir_option(g, "wmt14_<pair>_data beside the work directory (runs/wmt14_en_de_data), shared "
                                "by base, big and recipes/table3.sh; --bundled, --smoke: the work directory")
     add_training_options(p, cfg, B, S, P)
@@ -163,6 +165,41 @@ def set_data_workdir(args, shared: Optional[str]):
 def add_workers_option(g):
     g.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
                    help="processes for tokenization, BPE and binarization (default: CPUs, at most 8)")
+
+
+def add_bpe_learn_option(g, P):
+    g.add_argument("--bpe-learn-pairs", type=int, metavar="N",
+                   help=f"learn BPE on a random sample of N training pairs when there are more (default "
+                        f"{P['bpe_learn_pairs']}; README 'Preparing WMT-sized data' says what it saves and costs); "
+                        "BPE is applied to every pair all the same. 0: learn on every pair")
+
+
+def bpe_learn_files(src: Path, tgt: Path, sample_src: Path, sample_tgt: Path, pairs: int):
+    """The files to learn BPE on: a sample of ``pairs`` pairs of ``src``/``tgt`` (seed
+    :data:`BPE_SAMPLE_SEED`) written to ``sample_src``/``sample_tgt`` when they hold more, else themselves."""
+    from ..pipeline.text import sample_pairs
+
+    total = count_lines(src)
+    if not pairs or total <= pairs:
+        log(f"learning BPE on all {total} training pairs")
+        return [src, tgt]
+    sample_pairs(src, tgt, sample_src, sample_tgt, pairs, BPE_SAMPLE_SEED)
+    log(f"learning BPE on {pairs} of the {total} training pairs (--bpe-learn-pairs)")
+    return [sample_src, sample_tgt]
+
+
+def learn_bpe_command(inputs, codes: Path, vocabularies, merges: int, workers: int) -> list:
+    """subword-nmt's joint BPE learning: the codes and each side's vocabulary after BPE. --num-workers
+    reads and segments the text in parallel; the merges are one loop (the same codes on any count)."""
+    return ["subword-nmt", "learn-joint-bpe-and-vocab", "--input", *inputs, "-s", merges, "-o", codes,
+            "--write-vocabulary", *vocabularies, "--num-workers", workers]
+
+
+def apply_bpe_command(codes: Path, vocabulary: Path, text: Path, workers: int) -> list:
+    """subword-nmt's apply-bpe of ``text`` (to stdout). The text is given with --input: subword-nmt runs
+    --num-workers only on a named file (on stdin it applies BPE in one process)."""
+    return ["subword-nmt", "apply-bpe", "-c", codes, "--vocabulary", vocabulary, "--vocabulary-threshold",
+            VOCABULARY_THRESHOLD, "--num-workers", workers, "--input", text]
 
 
 def add_training_options(p, cfg, B, S, P, resize: str = "--bundled/--smoke: "):
@@ -351,18 +388,26 @@ def stages(args):
                  lambda out, t=t: moses_tokenize(raw / t, out, t.rsplit(".", 1)[1], args.workers,
                                                  progress=Progress(f"tokenize {t}", count_lines(raw / t))))
 
-    def learn_apply_bpe(ctx):  # joint BPE (subword-nmt) learned on the training data, applied to all splits
+    def learn_apply_bpe(ctx):  # joint BPE (subword-nmt) learned on the training data (or a sample), applied to all
         if not (bpe / "codes").exists() or ctx.dry_run:
+            learn_from = [tok / f"train.{src}", tok / f"train.{tgt}"]
+            sample = [bpe / f"learn-sample.{src}", bpe / f"learn-sample.{tgt}"]
+            if args.bpe_learn_pairs:
+                learn_from = ctx.step(
+                    f"learn on {args.bpe_learn_pairs} training pairs drawn at random (seed {BPE_SAMPLE_SEED}) into "
+                    f"{bpe / f'learn-sample.{{{src},{tgt}}}'} when there are more (--bpe-learn-pairs)",
+                    bpe_learn_files, *learn_from, *sample, args.bpe_learn_pairs) or sample
             with ctx.output(bpe / "codes") as codes:
-                ctx.sh(["subword-nmt", "learn-joint-bpe-and-vocab", "--input", tok / f"train.{src}",
-                        tok / f"train.{tgt}", "-s", args.bpe_merges, "-o", codes,
-                        "--write-vocabulary", bpe / f"vocab.{src}", bpe / f"vocab.{tgt}"])
+                ctx.sh(learn_bpe_command(learn_from, codes, [bpe / f"vocab.{src}", bpe / f"vocab.{tgt}"],
+                                         args.bpe_merges, args.workers))
+            for path in sample:
+                if not ctx.dry_run and path.exists():
+                    path.unlink()
         for t in texts:
             if not (bpe / t).exists() or ctx.dry_run:
                 with ctx.output(bpe / t) as out, watch_output(ctx, out, tok / t, f"apply BPE to {t}"):
-                    ctx.sh(["subword-nmt", "apply-bpe", "-c", bpe / "codes", "--vocabulary",
-                            bpe / f"vocab.{t.rsplit('.', 1)[1]}", "--vocabulary-threshold", VOCABULARY_THRESHOLD,
-                            "--num-workers", args.workers], stdin=tok / t, stdout=out)
+                    ctx.sh(apply_bpe_command(bpe / "codes", bpe / f"vocab.{t.rsplit('.', 1)[1]}", tok / t,
+                                             args.workers), stdout=out)
         if args.clean:
             clean(ctx)
 
@@ -438,9 +483,10 @@ def stages(args):
               inputs=[raw / t for t in texts], outputs=[tok / t for t in texts],
               check=lambda: verify.parallel_text(pairs(tok)), home=home),
         Stage("bpe", learn_apply_bpe, f"joint BPE, {args.bpe_merges} merges (subword-nmt)"
+              + (f", learned on at most {args.bpe_learn_pairs} pairs" if args.bpe_learn_pairs else "")
               + (", then clean-corpus-n" if args.clean else ""),
               inputs=[tok / t for t in texts], outputs=bpe_out,
-              options={"bpe_merges": args.bpe_merges, "clean": args.clean},
+              options={"bpe_merges": args.bpe_merges, "clean": args.clean, "bpe_learn_pairs": args.bpe_learn_pairs},
               check=lambda: verify.parallel_text(pairs(bpe) + (pairs(prep) if args.clean else [])), home=home),
         Stage("binarize", binarize_stage, "fairseq-preprocess --joined-dictionary",
               inputs=[binarize_from / t for t in texts], outputs=[*dicts, *binary],
