@@ -383,6 +383,11 @@ def stages(args):
                  lambda out, lang=lang: concatenate([orig / f"{key}.{lang}" for key, _, _ in pair.train], out))
 
     def tokenize(ctx):  # Moses normalization + tokenization with -a, as fairseq's scripts (sacremoses)
+        if ctx.dry_run and pair and args.mode not in ("bundled", "smoke"):
+            from ..prep_cost import recipe_lines
+
+            for line in recipe_lines(args.pair, pair.train_pairs, args.workers, args.bpe_learn_pairs):
+                print(f"  # {line}", flush=True)
         for t in texts:
             once(ctx, tok / t, f"sacremoses normalize + tokenize -l {t.rsplit('.', 1)[1]}: {raw / t} -> {tok / t}",
                  lambda out, t=t: moses_tokenize(raw / t, out, t.rsplit(".", 1)[1], args.workers,

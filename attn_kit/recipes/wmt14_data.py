@@ -57,6 +57,7 @@ class Pair:
     test: Tuple[str, str]              # members of FILES["test"]
     bpe_merges: int                    # joint BPE merges for the paper's vocabulary size
     paper_vocab: int
+    train_pairs: int                   # training pairs, about (the paper, Sec. 5.1): for planning
 
 
 def _pair(f: str, corpora: List[str]) -> Pair:
@@ -77,6 +78,7 @@ def _pair(f: str, corpora: List[str]) -> Pair:
         # 32000 (EN-FR) shared tokens. The binarize stage reports the real size.
         bpe_merges=35000 if f == "de" else 30000,
         paper_vocab=37000 if f == "de" else 32000,
+        train_pairs=4_500_000 if f == "de" else 36_000_000,
     )
 
 
