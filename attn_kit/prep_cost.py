@@ -5,22 +5,24 @@ README's planning table and the benchmark's own projections all read them throug
 :func:`project`, so every projection comes from the one file.
 
 The model, per part of the data stages (``tokenize``, ``learn_bpe``, ``apply_bpe``, ``clean``,
-``binarize``, and ``sample``, the pass that draws --bpe-learn-pairs pairs):
+``binarize``, and ``sample``, the pass that draws --bpe-learn-pairs pairs), from CPU time
+rather than wall time, so that other work on a shared machine does not enter the projection:
 
-- time at the benchmark's worker count W: ``seconds = a * pairs^b``, a least-squares line
-  through log seconds against log pairs (:func:`fit_power`);
-- on w workers, Amdahl's law with the part's serial share s (the share of its one-worker time
-  that one worker more did not shorten, measured at one size):
-  ``seconds(w) = seconds(W) * (s + (1 - s) / w) / (s + (1 - s) / W)``;
-- peak memory (the summed proportional set size of the stage's processes) at W workers:
-  ``MB = a * pairs^b``, and on w workers ``MB(w) = MB(W) * (1 + r * (w - W))``, r the share
-  of it one worker adds (measured at one size, as s);
-- a part measured on w workers at every size (``learn_bpe@1``) has its own fits for w.
+- ``serial``: the CPU seconds of the part's main process (the recipe's process for the steps
+  it runs itself, the command's own process for subword-nmt and fairseq-preprocess), which
+  one worker more does not shorten; ``parallel``: the CPU seconds of the worker processes
+  (the rest). Each is fitted as ``a * pairs^b``, a least-squares line through log seconds
+  against log pairs (:func:`fit_power`).
+- On w workers with a core each: ``seconds(w) = serial + parallel / w``. Where the main
+  process does a worker's share itself (fairseq-preprocess binarizes one chunk in its main
+  process) that share counts as serial: the projection errs long, never short.
+- Peak memory (proportional set size, PSS, at the sample where the stage's processes held the
+  most): ``main + workers * w / W``, each fitted the same way, W the benchmark's --workers.
 
 ``learn_bpe`` runs on ``min(pairs, bpe_learn_pairs)`` pairs; ``sample`` runs only when that
-is fewer than all. ``legacy=True`` projects the recipe as it was before --bpe-learn-pairs
-(learn-joint-bpe-and-vocab on every pair in one process, apply-bpe fed on stdin, which
-subword-nmt runs in one process whatever --num-workers says).
+is fewer than all. ``legacy=True`` projects the recipe as it was before --bpe-learn-pairs:
+learn-joint-bpe-and-vocab on every pair in one process and apply-bpe fed on stdin, which
+subword-nmt runs in one process whatever --num-workers says: their serial + parallel seconds.
 """
 import json
 import math
@@ -30,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "cpu2core_data_prep.json"
 PARTS = ("tokenize", "sample", "learn_bpe", "apply_bpe", "clean", "binarize")
-# the parts that run one process whatever --workers is (learn-joint-bpe-and-vocab's merges are
+# the parts that run in one process whatever --workers is (learn-joint-bpe-and-vocab's merges are
 # one loop, but its reading and its pass over the text use --num-workers: measured, not assumed)
 SERIAL = ("sample", "clean")
 
@@ -49,59 +51,61 @@ def fit_power(points: Sequence[Tuple[float, float]]) -> Dict[str, float]:
     return {"a": math.exp(my - b * mx), "b": b}
 
 
-def power(fit: Dict[str, float], x: float) -> float:
-    return fit["a"] * x ** fit["b"]
+def power(fit: Optional[Dict[str, float]], x: float) -> float:
+    """``a * x^b`` of ``fit``; 0 for no fit (a part with no such share)."""
+    return fit["a"] * x ** fit["b"] if fit else 0.0
 
 
-def serial_share(one: float, many: float, workers: int = 2) -> float:
-    """Amdahl's serial share s from the seconds on one worker and on ``workers``:
-    many = one * (s + (1 - s) / workers), kept in [0, 1] (noise can push it out)."""
-    g = 1 / workers
-    return min(1.0, max(0.0, (many / one - g) / (1 - g)))
+def part_seconds(fits: dict, part: str, pairs: float, workers: int) -> float:
+    """Seconds of ``part`` on ``pairs`` pairs with ``workers`` workers, a core each."""
+    return power(fits["cpu_serial"].get(part), pairs) + power(fits["cpu_parallel"].get(part), pairs) / workers
 
 
-def amdahl(seconds: float, share: float, measured_workers: int, workers: int) -> float:
-    """``seconds`` measured on ``measured_workers`` workers, on ``workers``."""
-    g = lambda w: share + (1 - share) / w  # noqa: E731
-    return seconds * g(workers) / g(measured_workers)
-
-
-def worker_share(one: float, many: float, workers: int = 2) -> float:
-    """r, the share of the peak on ``workers`` workers that each worker beyond the first adds
-    (MB(1) = MB(workers) * (1 + r * (1 - workers))), in [0, 1]."""
-    if many <= 0 or workers < 2:
-        return 0.0
-    return min(1.0, max(0.0, (1 - one / many) / (workers - 1)))
+def part_peak_mb(fits: dict, part: str, pairs: float, workers: int) -> float:
+    """Peak MB (PSS) of ``part``'s processes on ``pairs`` pairs with ``workers`` workers."""
+    return (power(fits["memory_main"].get(part), pairs)
+            + power(fits["memory_workers"].get(part), pairs) * workers / fits["workers"])
 
 
 def project(fits: dict, pairs: int, workers: int, bpe_learn_pairs: Optional[int] = None,
             legacy: bool = False) -> dict:
-    """Seconds and peak MB of each part for ``pairs`` training pairs on ``workers`` workers,
-    from ``fits`` (the results file's ``fits``): ``{"seconds": {part: s}, "peak_mb": {part: MB},
+    """Seconds and peak MB of each part for ``pairs`` training pairs on ``workers`` workers, from
+    ``fits`` (the results file's ``fits``): ``{"seconds": {part: s}, "peak_mb": {part: MB},
     "total_seconds", "peak_mb_max", "learn_pairs"}``. ``bpe_learn_pairs``: 0 or None learns on
     every pair. ``legacy``: the recipe before its speed-ups (see the module's docstring)."""
-    W = fits["workers"]
     learn_pairs = pairs if legacy or not bpe_learn_pairs else min(pairs, bpe_learn_pairs)
     seconds, peak = {}, {}
     for part in PARTS:
-        if part == "sample" and learn_pairs >= pairs:
-            continue
-        if part not in fits["time"]:
+        if part not in fits["cpu_serial"] or (part == "sample" and learn_pairs >= pairs):
             continue
         n = learn_pairs if part == "learn_bpe" else pairs
         w = 1 if part in SERIAL or (legacy and part in ("learn_bpe", "apply_bpe")) else workers
-        own = f"{part}@{w}"  # a part measured on w workers at every size has its own fit
-        if own in fits["time"]:
-            seconds[part] = power(fits["time"][own], n)
-        else:
-            seconds[part] = amdahl(power(fits["time"][part], n), fits["serial_share"].get(part, 1.0), W, w)
-        memory = fits.get("memory", {})
-        if own in memory:
-            peak[part] = power(memory[own], n)
-        elif part in memory:
-            peak[part] = power(memory[part], n) * (1 + fits["worker_memory_share"].get(part, 0.0) * (w - W))
+        seconds[part] = part_seconds(fits, part, n, w)
+        peak[part] = part_peak_mb(fits, part, n, w)
     return {"seconds": seconds, "peak_mb": peak, "total_seconds": sum(seconds.values()),
             "peak_mb_max": max(peak.values()) if peak else None, "learn_pairs": learn_pairs}
+
+
+def planning_table(fits: dict, pairs: dict, bpe_learn_pairs: int, cores=(2, 16)) -> str:
+    """The projections for ``pairs`` (name -> attn_kit.recipes.wmt14_data.Pair) on ``cores`` (workers =
+    cores), the recipe before its speed-ups and now, as a markdown table (README's, the benchmark's)."""
+    parts = ("tokenize", "sample", "learn_bpe", "apply_bpe", "clean", "binarize")
+    lines = ["| pair | training pairs | cores | recipe | " + " | ".join(p.replace("_", " ") for p in parts)
+             + " | all data stages | peak memory |", "|" + "---|" * (len(parts) + 6)]
+    for name, pair in pairs.items():
+        for n in cores:
+            for legacy in (True, False):
+                p = project(fits, pair.train_pairs, n, bpe_learn_pairs, legacy=legacy)
+                recipe = ("before: BPE learned on every pair; learn and apply in one process" if legacy else
+                          f"now: BPE learned on {p['learn_pairs'] / 1e6:g}M sampled pairs; --workers {n}")
+                cells = [prep_cost_cell(p, k) for k in parts]
+                lines.append(f"| {name.upper()} | {pair.train_pairs / 1e6:g}M | {n} | {recipe} | " + " | ".join(cells)
+                             + f" | **{minutes_text(p['total_seconds'])}** | {p['peak_mb_max'] / 1024:.1f} GB |")
+    return "\n".join(lines)
+
+
+def prep_cost_cell(p: dict, part: str) -> str:
+    return minutes_text(p["seconds"][part]) if part in p["seconds"] else "-"
 
 
 def load(path: Optional[Path] = None) -> Optional[dict]:

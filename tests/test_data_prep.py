@@ -34,66 +34,68 @@ def shapes():
 
 
 # ---------------------------------------------------------------------------------------------- arithmetic
-def test_power_fit_amdahl_and_memory_by_hand():
-    """Points on t = 0.002 n exactly give a = 0.002, b = 1; on t = sqrt(n): a = 1, b = 0.5. A part that
-    takes 100 s on one worker and 60 s on two has serial share (0.6 - 0.5) / 0.5 = 0.2, so 100 s on two
-    workers is 100 * (0.2 + 0.8/16) / (0.2 + 0.8/2) = 41.67 s on 16. Memory 100 MB on one worker and
-    150 MB on two: 50 MB + 50 MB per worker, so 850 MB on 16."""
+def test_power_fit_by_hand():
+    """Points on t = 0.002 n exactly give a = 0.002, b = 1; on t = sqrt(n): a = 1, b = 0.5."""
     fit = prep_cost.fit_power([(1000, 2.0), (10000, 20.0), (100000, 200.0)])
     assert fit["a"] == pytest.approx(0.002) and fit["b"] == pytest.approx(1.0)
     fit = prep_cost.fit_power([(100, 10.0), (10000, 100.0)])
     assert fit["a"] == pytest.approx(1.0) and fit["b"] == pytest.approx(0.5)
-    assert prep_cost.power(fit, 1e6) == pytest.approx(1000.0)
-    assert prep_cost.serial_share(100, 60, 2) == pytest.approx(0.2)
-    assert prep_cost.serial_share(100, 40, 2) == 0.0 and prep_cost.serial_share(100, 120, 2) == 1.0  # kept in [0, 1]
-    assert prep_cost.amdahl(100, 0.2, 2, 16) == pytest.approx(100 * 0.25 / 0.6)
-    r = prep_cost.worker_share(100, 150, 2)
-    assert r == pytest.approx(1 / 3)
-    assert 150 * (1 + r * (16 - 2)) == pytest.approx(850)
+    assert prep_cost.power(fit, 1e6) == pytest.approx(1000.0) and prep_cost.power(None, 1e6) == 0.0
     with pytest.raises(ValueError):
         prep_cost.fit_power([(1000, 1.0)])
 
 
-FITS = {"workers": 2,
-        "time": {"tokenize": {"a": 1e-3, "b": 1.0}, "learn_bpe": {"a": 2e-4, "b": 1.2},
-                 "learn_bpe@1": {"a": 3e-4, "b": 1.2}, "apply_bpe": {"a": 5e-4, "b": 1.0},
-                 "sample": {"a": 1e-6, "b": 1.0}, "clean": {"a": 1e-5, "b": 1.0}, "binarize": {"a": 2e-4, "b": 1.0}},
-        "serial_share": {"tokenize": 0.0, "learn_bpe": 0.5, "apply_bpe": 0.1, "sample": 1.0, "clean": 1.0,
-                         "binarize": 0.2},
-        "memory": {"tokenize": {"a": 100.0, "b": 0.0}, "learn_bpe": {"a": 0.001, "b": 1.0},
-                   "learn_bpe@1": {"a": 0.0008, "b": 1.0}},
-        "worker_memory_share": {"tokenize": 0.25, "learn_bpe": 0.0}}
+FITS = {"workers": 2, "fitted_from_pairs": 100000,
+        "cpu_serial": {"tokenize": {"a": 1e-4, "b": 1.0}, "learn_bpe": {"a": 2e-4, "b": 1.2},
+                       "apply_bpe": {"a": 5e-5, "b": 1.0}, "sample": {"a": 1e-6, "b": 1.0},
+                       "clean": {"a": 1e-5, "b": 1.0}, "binarize": {"a": 1e-4, "b": 1.0}},
+        "cpu_parallel": {"tokenize": {"a": 2e-3, "b": 1.0}, "learn_bpe": {"a": 1e-4, "b": 1.0},
+                         "apply_bpe": {"a": 1e-3, "b": 1.0}, "binarize": {"a": 3e-4, "b": 1.0}},
+        "memory_main": {"tokenize": {"a": 50.0, "b": 0.0}, "learn_bpe": {"a": 0.001, "b": 1.0},
+                        "apply_bpe": {"a": 40.0, "b": 0.0}, "sample": {"a": 30.0, "b": 0.0},
+                        "clean": {"a": 30.0, "b": 0.0}, "binarize": {"a": 300.0, "b": 0.0}},
+        "memory_workers": {"tokenize": {"a": 100.0, "b": 0.0}, "learn_bpe": {"a": 200.0, "b": 0.0},
+                           "apply_bpe": {"a": 60.0, "b": 0.0}}}
 
 
 def test_projection_by_hand():
-    """4.5M pairs on 16 workers, BPE learned on 1M: tokenize 4500 s on 2 workers, serial share 0, is
-    4500 * (1/16) / (1/2) = 562.5 s; learn 2e-4 * (1e6)^1.2 = 3169.8 s on 2, share 0.5: * (0.5 + 0.5/16) /
-    (0.5 + 0.25) = 2245.3 s; apply 2250 s, share 0.1: * (0.1 + 0.9/16) / 0.55 = 639.2 s; sample (one
-    process) 4.5 s; clean 45 s; binarize 900 s, share 0.2: * 0.25 / 0.6 = 375 s. Memory: tokenize
-    100 MB at 2 workers, 100 * (1 + 0.25 * 14) = 450 MB on 16; learn 1000 MB (1M pairs).
-    Before the speed-ups: learn on 4.5M pairs on one worker by its own fit, 3e-4 * 4.5e6^1.2, and apply
-    on one worker, 2250 * (0.1 + 0.9) / (0.1 + 0.45) = 4090.9 s; no sample."""
+    """4.5M pairs on 16 workers, BPE learned on 1M: tokenize 450 s serial + 9000 s parallel / 16 =
+    1012.5 s; learn 2e-4 * (1e6)^1.2 = 3169.8 s serial + 100 s / 16; apply 225 + 4500 / 16 = 506.25 s;
+    sample (one process) 4.5 s; clean 45 s; binarize 450 + 1350 / 16 = 534.375 s. Memory on 16 workers:
+    main + workers * 16 / 2: tokenize 50 + 800 = 850 MB, learn 1000 + 1600 = 2600 MB (1M pairs).
+    Before the speed-ups: learn on 4.5M pairs in one process, 2e-4 * 4.5e6^1.2 + 450 s, and apply in one
+    process, 225 + 4500 = 4725 s; no sample."""
     p = prep_cost.project(FITS, 4_500_000, 16, 1_000_000)
     s = p["seconds"]
-    assert s["tokenize"] == pytest.approx(562.5)
-    assert s["learn_bpe"] == pytest.approx(2e-4 * 1e6 ** 1.2 * 0.53125 / 0.75)
-    assert s["apply_bpe"] == pytest.approx(2250 * (0.1 + 0.9 / 16) / 0.55)
+    assert s["tokenize"] == pytest.approx(1012.5)
+    assert s["learn_bpe"] == pytest.approx(2e-4 * 1e6 ** 1.2 + 100 / 16)
+    assert s["apply_bpe"] == pytest.approx(506.25)
     assert s["sample"] == pytest.approx(4.5) and s["clean"] == pytest.approx(45)
-    assert s["binarize"] == pytest.approx(375)
+    assert s["binarize"] == pytest.approx(534.375)
     assert p["total_seconds"] == pytest.approx(sum(s.values()))
-    assert p["peak_mb"]["tokenize"] == pytest.approx(450) and p["peak_mb"]["learn_bpe"] == pytest.approx(1000)
-    assert p["peak_mb_max"] == pytest.approx(1000) and p["learn_pairs"] == 1_000_000
+    assert p["peak_mb"]["tokenize"] == pytest.approx(850) and p["peak_mb"]["learn_bpe"] == pytest.approx(2600)
+    assert p["peak_mb_max"] == pytest.approx(2600) and p["learn_pairs"] == 1_000_000
 
     before = prep_cost.project(FITS, 4_500_000, 16, 1_000_000, legacy=True)
     assert "sample" not in before["seconds"] and before["learn_pairs"] == 4_500_000
-    assert before["seconds"]["learn_bpe"] == pytest.approx(3e-4 * 4.5e6 ** 1.2)
-    assert before["seconds"]["apply_bpe"] == pytest.approx(2250 / 0.55)
-    assert before["peak_mb"]["learn_bpe"] == pytest.approx(0.0008 * 4.5e6)
+    assert before["seconds"]["learn_bpe"] == pytest.approx(2e-4 * 4.5e6 ** 1.2 + 450)
+    assert before["seconds"]["apply_bpe"] == pytest.approx(4725)
+    assert before["peak_mb"]["learn_bpe"] == pytest.approx(4500 + 200 / 2)
     assert before["seconds"]["tokenize"] == s["tokenize"]  # unchanged parts project the same
 
     small = prep_cost.project(FITS, 500_000, 2, 1_000_000)  # fewer pairs than the sample: learn on all, no sample
     assert "sample" not in small["seconds"] and small["learn_pairs"] == 500_000
-    assert small["seconds"]["learn_bpe"] == pytest.approx(2e-4 * 5e5 ** 1.2)
+    assert small["seconds"]["learn_bpe"] == pytest.approx(2e-4 * 5e5 ** 1.2 + 50 / 2)
+
+
+def test_planning_table_is_the_projection():
+    from attn_kit.recipes.wmt14_data import PAIRS
+
+    table = prep_cost.planning_table(FITS, PAIRS, 1_000_000).splitlines()
+    assert len(table) == 2 + 2 * 2 * 2  # header, rule; 2 pairs x 2 core counts x before/now
+    p = prep_cost.project(FITS, 36_000_000, 16, 1_000_000)
+    row = next(r for r in table if r.startswith("| EN-FR | 36M | 16 | now"))
+    assert f"**{prep_cost.minutes_text(p['total_seconds'])}**" in row and f"{p['peak_mb_max'] / 1024:.1f} GB" in row
 
 
 # ---------------------------------------------------------------------------------------------- the corpus
@@ -231,7 +233,7 @@ def test_dry_run_prints_the_projection_for_the_runs_pair_and_workers(tmp_path, m
     line = next(l for l in printed.splitlines() if "data preparation, projected" in l)
     p = prep_cost.project(FITS, 4_500_000, 16, 1_000_000)
     assert "WMT14 en-de (~4.5M pairs) on --workers 16" in line and "1000000 sampled pairs" in line
-    assert prep_cost.minutes_text(p["total_seconds"]) in line and "peak memory 1.0 GB" in line
+    assert prep_cost.minutes_text(p["total_seconds"]) in line and f"peak memory {p['peak_mb_max'] / 1024:.1f} GB" in line
     fr = next(l for l in dry_run("--pair", "en-fr", "--workers", "2", "--bpe-learn-pairs", "0").splitlines()
               if "data preparation, projected" in l)
     assert "WMT14 en-fr (~36M pairs) on --workers 2" in fr and "every pair" in fr

@@ -9,32 +9,38 @@ recipes/parallel.sh's argument parser on the benchmark's corpus), each stage in 
 process: ``tokenize`` (sacremoses normalization and tokenization, --workers processes),
 ``bpe`` (subword-nmt learn-joint-bpe-and-vocab, apply-bpe on every split, clean-corpus-n) and
 ``binarize`` (fairseq-preprocess --joined-dictionary), with the recipe's settings (35000
-merges by default, --workers = CPUs, BPE learned on every pair: --bpe-learn-pairs 0). A
-context around the recipe's steps times each part: tokenize, learn_bpe, apply_bpe, clean,
-binarize. Besides, at every size: learn_bpe on one worker (what the recipe ran before it
-passed --num-workers), and ``sample``, the --bpe-learn-pairs pass (a quarter of the pairs
-drawn); at --reference-size, every stage on one worker too: Amdahl's serial share of each
-part (attn_kit.prep_cost).
+merges by default, --workers = CPUs, BPE learned on every pair: --bpe-learn-pairs 0); and
+``sample``, the --bpe-learn-pairs pass (a quarter of the pairs drawn). A context around the
+recipe's steps measures each part (tokenize, learn_bpe, apply_bpe, clean, binarize, sample):
 
-Peak memory: a thread in the stage's process reads /proc every 0.2 s and sums the
-proportional set size (PSS: shared pages split between the processes that share them) and
-the RSS of the process and all its descendants (pool workers, subword-nmt, fairseq-preprocess)
-during each part; ``maxrss_mb`` is getrusage's peak of the largest single process of the stage
-(RUSAGE_SELF and RUSAGE_CHILDREN of the fresh process).
+- wall seconds;
+- CPU seconds of all its processes (getrusage of the stage's process and of the children it
+  waited for, which include theirs) and of its main process (the stage's process itself for
+  the steps it runs in Python; for a command, also the command's own process, read from
+  /proc every 0.2 s): the rest is the workers'. The projections use CPU seconds, so that
+  other work on a shared machine, which stretches wall time, does not enter them;
+- peak memory: a thread reads /proc every 0.2 s and sums the proportional set size (PSS:
+  shared pages split between the processes that share them) of the process and all its
+  descendants (pool workers, subword-nmt, fairseq-preprocess), split into the main processes
+  and the workers at the largest sum; ``maxrss_mb`` is getrusage's peak of the largest single
+  process of the stage.
 
 The corpus is synthetic (attn_kit.bench.corpus: real newstest sentence shapes, words from
 wordfreq's Zipfian lists, ``pip install wordfreq``), generated once with --seed into --scratch
 (not the repository); its type/token growth is compared with the real newstest2013+2014 and
 Tatoeba text (../shared/data) in the results file. The first N pairs of the largest size are
 the corpus of size N. Every stage's load average (``os.getloadavg``) before and after is
-recorded: on a shared machine other work slows the stages down.
+recorded, and ``uptime`` at the start and the end.
 
-Fits and projections: attn_kit.prep_cost (``seconds = a * pairs^b`` per part, Amdahl's law
-for the workers), fitted from the second size on when there are three or more (the smallest is
-measured and shown, but start-up costs that do not grow, fairseq-preprocess importing torch,
-dominate it); ``--refit FILE`` fits a filed run's measurements again. Projections for WMT14 EN-DE (4.5M pairs) and EN-FR (36M) on 2 and 16 cores,
-before the recipe's speed-ups (BPE learned on every pair in one process, apply-bpe in one
-process) and after (--num-workers for both, BPE learned on --bpe-learn-pairs pairs).
+Fits and projections: attn_kit.prep_cost (serial and parallel CPU seconds and the main and the
+workers' memory each ``a * pairs^b``; on w workers serial + parallel / w), fitted from the
+second size on when there are three or more (the smallest is measured and shown, but start-up
+costs that do not grow, fairseq-preprocess importing torch, dominate it); ``--refit FILE`` fits
+a filed run's measurements again. Projections for WMT14 EN-DE (4.5M pairs) and EN-FR (36M) on
+2 and 16 cores, before the recipe's speed-ups (BPE learned on every pair in one process,
+apply-bpe in one process) and after (--num-workers for both, BPE learned on --bpe-learn-pairs
+pairs); beside them, the projection for --workers at each measured size against its measured
+wall time, which says how much the machine's other work stretched the measurements.
 """
 import argparse
 import json
@@ -47,7 +53,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 from ..cli import UsageError, UserError, add_force_option, check_output, log, write_json_atomic
 from ..results import REPO, provenance
@@ -70,9 +76,6 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="the recipe's --workers (default: this machine's CPUs)")
     p.add_argument("--bpe-merges", type=int, default=35000, help="joint BPE merges (default 35000, EN-DE's)")
-    p.add_argument("--reference-size", type=int,
-                   help="the size measured on one worker too, for each part's serial share (default: the "
-                        "second size)")
     p.add_argument("--seed", type=int, default=1, help="the corpus's seed (default 1)")
     p.add_argument("--shapes", type=Path, nargs=2, metavar=("EN", "DE"),
                    help="sentence-shape text, two line-aligned files (default: newstest2013+2014 EN-DE from "
@@ -105,11 +108,8 @@ def parse_args(argv=None):
         raise UsageError(f"--sizes {args.sizes!r}: give pair counts, e.g. 30000,100000") from None
     if len(args.sizes) < 2 or args.sizes[0] < 100:
         raise UsageError("--sizes: at least two sizes of >= 100 pairs (a fit needs two)")
-    args.reference_size = args.reference_size or args.sizes[1]
-    if args.reference_size not in args.sizes:
-        raise UsageError(f"--reference-size {args.reference_size} is not one of --sizes")
-    if args.workers < 2:
-        raise UsageError("--workers must be >= 2 (a serial share needs one worker and more)")
+    if args.workers < 1:
+        raise UsageError("--workers must be >= 1")
     if args.shapes is None:
         plain = SHARED / "wmt14" / "plain"
         args.shapes = [plain / f"newstest{y}.en-de.{l}" for l in ("en", "de") for y in (2013, 2014)]
@@ -123,22 +123,27 @@ def parse_args(argv=None):
 
 
 # ---------------------------------------------------------------------------------------------- one stage
-def _descendants(root: int) -> List[int]:
-    children: Dict[int, List[int]] = {}
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _processes(root: int) -> Dict[int, Tuple[int, int]]:
+    """``{pid: (depth below root, CPU ticks so far)}`` of ``root`` and its descendants."""
+    parents, ticks = {}, {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+                fields = f.read().rsplit(b")", 1)[1].split()
+            parents.setdefault(int(fields[1]), []).append(int(name))
+            ticks[int(name)] = int(fields[11]) + int(fields[12])  # utime + stime
         except (OSError, ValueError, IndexError):
             continue
-        children.setdefault(ppid, []).append(int(name))
-    out, todo = [], [root]
+    out, todo = {}, [(root, 0)]
     while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo += children.get(pid, [])
+        pid, depth = todo.pop()
+        out[pid] = (depth, ticks.get(pid, 0))
+        todo += [(child, depth + 1) for child in parents.get(pid, [])]
     return out
 
 
@@ -158,30 +163,52 @@ def _memory(pid: int):
 
 
 class Sampler(threading.Thread):
-    """Peak memory of this process and its descendants, per part (:attr:`part` names the running one)."""
+    """Every ``interval`` seconds, the memory of this process and its descendants during the running
+    part (:meth:`begin`), split into the part's main process (this one, and for a command the command's
+    own process) and its workers (the rest); and the CPU ticks of a command's own process."""
 
     def __init__(self, interval: float = 0.2):
         super().__init__(daemon=True)
-        self.interval, self.part, self.peaks, self._done = interval, "other", {}, threading.Event()
+        self.interval, self._done, self._lock = interval, threading.Event(), threading.Lock()
+        self.part, self.command, self.peaks, self.command_ticks = "other", False, {}, {}
 
     def run(self):
-        me = os.getpid()
         while not self._done.is_set():
-            self.sample(me)
+            self.sample()
             self._done.wait(self.interval)
 
-    def sample(self, me: int):
-        rss = pss = biggest = n = 0
-        for pid in _descendants(me):
-            m = _memory(pid)
-            if m:
-                rss, pss, biggest, n = rss + m[0], pss + m[1], max(biggest, m[0]), n + 1
-        peak = self.peaks.setdefault(self.part, {"pss_mb": 0.0, "rss_mb": 0.0, "largest_process_rss_mb": 0.0,
-                                                 "processes": 0})
-        peak["pss_mb"] = max(peak["pss_mb"], pss / 1024)
-        peak["rss_mb"] = max(peak["rss_mb"], rss / 1024)
-        peak["largest_process_rss_mb"] = max(peak["largest_process_rss_mb"], biggest / 1024)
-        peak["processes"] = max(peak["processes"], n)
+    def begin(self, part: str, command: bool):
+        with self._lock:
+            self.part, self.command, self.command_ticks = part, command, {}
+        self.sample()
+
+    def end(self) -> float:
+        """The CPU seconds of the command's own process(es) in the part that ends."""
+        self.sample()
+        with self._lock:
+            seconds = sum(self.command_ticks.values()) / TICK
+            self.part, self.command = "other", False
+        return seconds
+
+    def sample(self):
+        with self._lock:
+            part, command = self.part, self.command
+            main_depth = 1 if command else 0
+            rss = pss = main = biggest = n = 0
+            for pid, (depth, ticks) in _processes(os.getpid()).items():
+                if command and depth == 1:
+                    self.command_ticks[pid] = ticks
+                m = _memory(pid)
+                if m:
+                    rss, pss, biggest, n = rss + m[0], pss + m[1], max(biggest, m[0]), n + 1
+                    main += m[1] if depth <= main_depth else 0
+            peak = self.peaks.setdefault(part, {"pss_mb": 0.0, "main_pss_mb": 0.0, "workers_pss_mb": 0.0,
+                                                "rss_mb": 0.0, "largest_process_rss_mb": 0.0, "processes": 0})
+            if pss / 1024 > peak["pss_mb"]:  # the parts of the largest total
+                peak.update(pss_mb=pss / 1024, main_pss_mb=main / 1024, workers_pss_mb=(pss - main) / 1024)
+            peak["rss_mb"] = max(peak["rss_mb"], rss / 1024)
+            peak["largest_process_rss_mb"] = max(peak["largest_process_rss_mb"], biggest / 1024)
+            peak["processes"] = max(peak["processes"], n)
 
     def stop(self):
         self._done.set()
@@ -208,36 +235,45 @@ def part_of_command(cmd: List[str]) -> str:
     return "other"
 
 
+def _cpu(who) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
 def timing_context(workdir: Path, stage: str, sampler: Sampler):
-    """The recipe's :class:`attn_kit.pipeline.stages.Context`, timing each command and step by part."""
+    """The recipe's :class:`attn_kit.pipeline.stages.Context`, measuring each command and step by part:
+    wall seconds, CPU seconds of all its processes (getrusage of this process and of the children it
+    waited for, which count their own waited-for children) and of its main process."""
     from ..pipeline.stages import Context
 
     class Timing(Context):
-        def timed(self, part: str, fn, *args, **kwargs):
-            sampler.part = part
-            sampler.sample(os.getpid())
-            t0 = time.perf_counter()
+        def timed(self, part: str, command: bool, fn, *args, **kwargs):
+            sampler.begin(part, command)
+            t0, self0, children0 = time.perf_counter(), _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.part_seconds[part] = self.part_seconds.get(part, 0.0) + time.perf_counter() - t0
-                sampler.sample(os.getpid())
-                sampler.part = "other"
+                own = sampler.end()
+                mine, theirs = _cpu(resource.RUSAGE_SELF) - self0, _cpu(resource.RUSAGE_CHILDREN) - children0
+                got = self.parts.setdefault(part, {"seconds": 0.0, "cpu_seconds": 0.0, "main_cpu_seconds": 0.0})
+                got["seconds"] += time.perf_counter() - t0
+                got["cpu_seconds"] += mine + theirs
+                got["main_cpu_seconds"] += mine + min(own, theirs)
 
         def sh(self, cmd, *args, **kwargs):
-            return self.timed(part_of_command([str(c) for c in cmd]), super().sh, cmd, *args, **kwargs)
+            return self.timed(part_of_command([str(c) for c in cmd]), True, super().sh, cmd, *args, **kwargs)
 
         def step(self, description, fn, *args, **kwargs):
-            return self.timed(part_of_step(description), super().step, description, fn, *args, **kwargs)
+            return self.timed(part_of_step(description), False, super().step, description, fn, *args, **kwargs)
 
     ctx = Timing(workdir, dry_run=False, stage=stage)
-    ctx.part_seconds = {}
+    ctx.parts = {}
     return ctx
 
 
 def run_child(spec_path: Path):
     """One measurement, in this (fresh) process: ``spec["what"]`` is a stage of the recipe
-    (tokenize, bpe, binarize), ``learn`` (learn-joint-bpe-and-vocab alone) or ``sample``."""
+    (tokenize, bpe, binarize) or ``sample``."""
     spec = json.loads(spec_path.read_text())
     from ..recipes import parallel, wmt14
 
@@ -250,26 +286,21 @@ def run_child(spec_path: Path):
     what = spec["what"]
     if what in stages:
         stages[what].run(ctx)
-    else:
+    elif what == "sample":
+        from ..pipeline.text import sample_pairs
+
         tok = Path(stages["bpe"].inputs[0]).parent
         bpe = Path(stages["bpe"].outputs[0]).parent
         bpe.mkdir(parents=True, exist_ok=True)
-        train = [tok / f"train.{lang}" for lang in ("en", "de")]
-        if what == "learn":
-            with ctx.output(bpe / "codes-learn") as codes:
-                ctx.sh(wmt14.learn_bpe_command(train, codes, [bpe / "vocab-learn.en", bpe / "vocab-learn.de"],
-                                               args.bpe_merges, args.workers))
-        elif what == "sample":
-            from ..pipeline.text import sample_pairs
-
-            ctx.step("sample (--bpe-learn-pairs)", sample_pairs, *train,
-                     bpe / "learn-sample.en", bpe / "learn-sample.de", spec["sample_pairs"], wmt14.BPE_SAMPLE_SEED)
+        ctx.step("sample (--bpe-learn-pairs)", sample_pairs, tok / "train.en", tok / "train.de",
+                 bpe / "learn-sample.en", bpe / "learn-sample.de", spec["sample_pairs"], wmt14.BPE_SAMPLE_SEED)
     seconds = time.perf_counter() - t0
     sampler.stop()
     maxrss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                  resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
-    parts = {part: {"seconds": round(s, 3), **{k: round(v, 1) for k, v in sampler.peaks.get(part, {}).items()}}
-             for part, s in ctx.part_seconds.items()}
+    parts = {part: {**{k: round(v, 3) for k, v in got.items()},
+                    **{k: round(v, 1) for k, v in sampler.peaks.get(part, {}).items()}}
+             for part, got in ctx.parts.items()}
     write_json_atomic(Path(spec["result"]), {"seconds": round(seconds, 2), "maxrss_mb": round(maxrss, 1),
                                              "parts": parts})
 
@@ -384,62 +415,50 @@ def measure(args, corpus: Path, workdir: Path, what: str, workers: int, n: int, 
 
 
 def fits_of(args, runs: List[dict]) -> dict:
-    """prep_cost's fits from the measurements (see attn_kit.prep_cost)."""
-    W = args.workers
-
-    def points(part, workers=None, key="seconds"):  # workers None: every run of the part (one-process parts)
-        return [(r["pairs"], r["parts"][part][key]) for r in runs if part in r["parts"] and r["pairs"] >= fitted
-                and r["parts"][part][key] > 0 and (workers is None or r["workers"] == workers)]
-
-    def at(part, workers, n, key="seconds"):
-        found = [r["parts"][part][key] for r in runs
-                 if r["workers"] == workers and r["pairs"] == n and part in r["parts"]]
-        return found[0] if found else None
-
+    """prep_cost's fits from the measurements (see attn_kit.prep_cost): per part, serial and parallel
+    CPU seconds and the main processes' and the workers' peak MB, each ``a * pairs^b``, from the
+    second size on when there are three or more."""
     fitted = args.sizes[1] if len(args.sizes) > 2 else args.sizes[0]
-    fits = {"workers": W, "fitted_from_pairs": fitted, "time": {}, "memory": {}, "serial_share": {},
-            "worker_memory_share": {}}
+    fits = {"workers": args.workers, "fitted_from_pairs": fitted, "cpu_serial": {}, "cpu_parallel": {},
+            "memory_main": {}, "memory_workers": {}}
+    values = {"cpu_serial": lambda p: p["main_cpu_seconds"],
+              "cpu_parallel": lambda p: p["cpu_seconds"] - p["main_cpu_seconds"],
+              "memory_main": lambda p: p["main_pss_mb"], "memory_workers": lambda p: p["workers_pss_mb"]}
     for part in prep_cost.PARTS:
-        serial = part in prep_cost.SERIAL
-        pts = points(part, None if serial else W)
-        if len({n for n, _ in pts}) < 2 or len({n for n, _ in points(part, None if serial else W, "pss_mb")}) < 2:
-            continue
-        fits["time"][part] = prep_cost.fit_power(pts)
-        fits["memory"][part] = prep_cost.fit_power(points(part, None if serial else W, "pss_mb"))
-        if serial:
-            fits["serial_share"][part], fits["worker_memory_share"][part] = 1.0, 0.0
-            continue
-        both = [n for n in args.sizes if at(part, 1, n) and at(part, W, n)]
-        if both:
-            n = max(both)  # the largest size measured on one worker and on W
-            fits["serial_share"][part] = round(prep_cost.serial_share(at(part, 1, n), at(part, W, n), W), 4)
-            fits["worker_memory_share"][part] = round(prep_cost.worker_share(
-                at(part, 1, n, "pss_mb"), at(part, W, n, "pss_mb"), W), 4)
-    ones = points("learn_bpe", 1)
-    if len({n for n, _ in ones}) >= 2 and len({n for n, _ in points("learn_bpe", 1, "pss_mb")}) >= 2:
-        fits["time"]["learn_bpe@1"] = prep_cost.fit_power(ones)
-        fits["memory"]["learn_bpe@1"] = prep_cost.fit_power(points("learn_bpe", 1, "pss_mb"))
-    for kind in ("time", "memory"):
-        fits[kind] = {k: {"a": float(f"{v['a']:.6g}"), "b": round(v["b"], 4)} for k, v in fits[kind].items()}
+        for kind, value in values.items():
+            points = [(r["pairs"], value(r["parts"][part])) for r in runs if part in r["parts"] and r["pairs"] >= fitted]
+            # a share that is a rounding error (a step with no workers) has no fit: it counts 0
+            if len({n for n, _ in points}) >= 2 and all(v >= 0.5 for _, v in points):
+                f = prep_cost.fit_power(points)
+                fits[kind][part] = {"a": float(f"{f['a']:.6g}"), "b": round(f["b"], 4)}
     return fits
 
 
-def projections(fits: dict) -> dict:
-    """WMT14 EN-DE and EN-FR on 2 and 16 cores (workers = cores), before and after the speed-ups."""
+def projections(fits: dict, runs: List[dict]) -> dict:
+    """WMT14 EN-DE and EN-FR on 2 and 16 cores (workers = cores), before and after the speed-ups;
+    and the projection for the benchmark's own runs beside their wall time."""
     from ..recipes import config
     from ..recipes.wmt14_data import PAIRS
 
     default = config.settings("wmt14", "paper")["bpe_learn_pairs"]
-    out = {"bpe_learn_pairs": default}
+    out = {"bpe_learn_pairs": default, "wmt14": {}, "measured_against_projected": []}
     for name, pair in PAIRS.items():
         for cores in PROJECTED_CORES:
             for when, legacy in (("before", True), ("after", False)):
                 p = prep_cost.project(fits, pair.train_pairs, cores, default, legacy=legacy)
-                out[f"{name} {cores} cores {when}"] = {
+                out["wmt14"][f"{name} {cores} cores {when}"] = {
                     "pair": name, "train_pairs": pair.train_pairs, "cores": cores, "when": when,
                     "learn_pairs": p["learn_pairs"], "seconds": {k: round(v) for k, v in p["seconds"].items()},
-                    "total_seconds": round(p["total_seconds"]), "peak_mb": {k: round(v) for k, v in p["peak_mb"].items()},
-                    "peak_mb_max": round(p["peak_mb_max"])}
+                    "total_seconds": round(p["total_seconds"]),
+                    "peak_mb": {k: round(v) for k, v in p["peak_mb"].items()}, "peak_mb_max": round(p["peak_mb_max"])}
+    for r in runs:
+        for part, got in r["parts"].items():
+            if part in fits["cpu_serial"] and r["pairs"] >= fits["fitted_from_pairs"]:
+                projected = prep_cost.part_seconds(fits, part, r["pairs"], r["workers"])
+                out["measured_against_projected"].append({
+                    "pairs": r["pairs"], "part": part, "wall_seconds": round(got["seconds"], 1),
+                    "projected_seconds": round(projected, 1), "ratio": round(got["seconds"] / projected, 3),
+                    "load_before": r["load_before"][0]})
     return out
 
 
@@ -447,17 +466,21 @@ TABLE_PARTS = ("tokenize", "learn_bpe", "apply_bpe", "clean", "binarize")
 
 
 def measured_table(runs: List[dict], workers: int) -> str:
-    rows = []
+    """Sizes x parts: wall seconds, CPU seconds (main process + workers), peak MB (PSS, all processes)."""
     by_size: Dict[int, dict] = {}
     for r in runs:
         if r["workers"] == workers and r["what"] in ("tokenize", "bpe", "binarize"):
             by_size.setdefault(r["pairs"], {}).update(r["parts"])
             by_size[r["pairs"]].setdefault("_load", []).append(r["load_before"][0])
-    for n, parts in sorted(by_size.items()):
-        cells = [f"{parts[p]['seconds']:.1f} s, {parts[p]['pss_mb']:.0f} MB" if p in parts else "-"
-                 for p in TABLE_PARTS]
-        rows.append([f"{n:,}", *cells, f"{max(parts['_load']):.2f}"])
-    return markdown_table(["pairs", *TABLE_PARTS, "load (1 min, highest)"], rows)
+
+    def cell(p):
+        return (f"{p['seconds']:.0f} s (CPU {p['main_cpu_seconds']:.0f} + {p['cpu_seconds'] - p['main_cpu_seconds']:.0f}), "
+                f"{p['pss_mb']:.0f} MB")
+
+    rows = [[f"{n:,}", *(cell(parts[p]) if p in parts else "-" for p in TABLE_PARTS), f"{max(parts['_load']):.2f}"]
+            for n, parts in sorted(by_size.items())]
+    return markdown_table(["pairs", *(p.replace("_", " ") for p in TABLE_PARTS), "load average (1 min), highest"],
+                          rows)
 
 
 def main(argv=None):
@@ -469,7 +492,7 @@ def main(argv=None):
         saved = args.saved
         results = saved["result"]
         results["fits"] = fits_of(args, results["measurements"])
-        results["projections"] = projections(results["fits"])
+        results["projections"] = projections(results["fits"], results["measurements"])
         refit = {k: v for k, v in provenance().items() if k != "machine"}
         out = {**saved, "refitted": refit, "result": results,
                "table": measured_table(results["measurements"], args.workers)}
@@ -480,36 +503,29 @@ def main(argv=None):
     log(f"scratch: {scratch}; {start_uptime}")
     corpus = scratch / "corpus"
     settings = {"sizes": args.sizes, "workers": args.workers, "bpe_merges": args.bpe_merges,
-                "reference_size": args.reference_size, "seed": args.seed}
+                "seed": args.seed}
     head = {"benchmark": "data_prep", **provenance(), "environment": environment()}
     try:
         about = make_corpus(args, corpus)
         about["check"] = corpus_check(args, corpus)
         runs = []
         for n in args.sizes:
-            plan = [(args.workers, ("tokenize", "bpe", "binarize"))]
-            if n == args.reference_size:
-                plan.append((1, ("tokenize", "bpe", "binarize")))
-            for workers, stages in plan:
-                workdir = scratch / f"n{n}_w{workers}"
-                lay_out(args, corpus, workdir, n)
-                todo = [(what, workers, {}) for what in stages]
-                if workers == args.workers:
-                    todo += [("learn", 1, {})] if n != args.reference_size else []
-                    todo += [("sample", 1, {"sample_pairs": max(1, n // 4)})]
-                for what, w, extra in todo:
-                    runs.append(measure(args, corpus, workdir, what, w, n, **extra))
-                    PARTIAL.parent.mkdir(parents=True, exist_ok=True)
-                    write_json_atomic(PARTIAL, {**head, "result": {"settings": settings, "uptime": {
-                        "start": start_uptime}, "corpus": about, "measurements": runs}})
-                shutil.rmtree(workdir)
+            workdir = scratch / f"n{n}"
+            lay_out(args, corpus, workdir, n)
+            for what, extra in (("tokenize", {}), ("bpe", {}), ("binarize", {}),
+                                ("sample", {"sample_pairs": max(1, n // 4)})):
+                runs.append(measure(args, corpus, workdir, what, args.workers, n, **extra))
+                PARTIAL.parent.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(PARTIAL, {**head, "result": {"settings": settings, "uptime": {
+                    "start": start_uptime}, "corpus": about, "measurements": runs}})
+            shutil.rmtree(workdir)
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
     results = {"settings": settings, "uptime": {"start": start_uptime, "end": uptime()}, "corpus": about,
                "measurements": runs}
     results["fits"] = fits_of(args, runs)
-    results["projections"] = projections(results["fits"])
+    results["projections"] = projections(results["fits"], runs)
     report(args, {**head, "result": results, "table": measured_table(runs, args.workers)})
     PARTIAL.unlink()
     return 0
@@ -522,22 +538,12 @@ def report(args, out: dict) -> int:
           f"seconds and peak memory (PSS of all the stage's processes)\n")
     print(out["table"])
     print()
-    print(projection_table(r["projections"]))
+    from ..recipes import config
+    from ..recipes.wmt14_data import PAIRS
+
+    print(prep_cost.planning_table(r["fits"], PAIRS, config.settings("wmt14", "paper")["bpe_learn_pairs"]))
     print(f"\n{r['uptime']['start']}\n{r['uptime'].get('end', '')}\nwrote {args.out}")
     return 0
-
-
-def projection_table(projected: dict) -> str:
-    rows = []
-    for key, p in projected.items():
-        if not isinstance(p, dict):
-            continue
-        rows.append([p["pair"], f"{p['train_pairs'] / 1e6:g}M", p["cores"], p["when"],
-                     *(prep_cost.minutes_text(p["seconds"][k]) if k in p["seconds"] else "-"
-                       for k in ("tokenize", "sample", "learn_bpe", "apply_bpe", "clean", "binarize")),
-                     f"**{prep_cost.minutes_text(p['total_seconds'])}**", f"{p['peak_mb_max'] / 1024:.1f} GB"])
-    return markdown_table(["pair", "pairs", "cores", "recipe", "tokenize", "sample", "learn BPE", "apply BPE",
-                           "clean", "binarize", "total", "peak memory"], rows)
 
 
 def environment() -> dict:
