@@ -21,8 +21,8 @@ rather than wall time, so that other work on a shared machine does not enter the
 
 ``learn_bpe`` runs on ``min(pairs, bpe_learn_pairs)`` pairs; ``sample`` runs only when that
 is fewer than all. ``legacy=True`` projects the recipe as it was before --bpe-learn-pairs:
-learn-joint-bpe-and-vocab on every pair in one process and apply-bpe fed on stdin, which
-subword-nmt runs in one process whatever --num-workers says: their serial + parallel seconds.
+learn-joint-bpe-and-vocab on every pair in one process, and the ``subword-nmt apply-bpe``
+command, which runs in one process whatever --num-workers says: their serial + parallel seconds.
 """
 import json
 import math
@@ -76,7 +76,8 @@ def project(fits: dict, pairs: int, workers: int, bpe_learn_pairs: Optional[int]
     learn_pairs = pairs if legacy or not bpe_learn_pairs else min(pairs, bpe_learn_pairs)
     seconds, peak = {}, {}
     for part in PARTS:
-        if part not in fits["cpu_serial"] or (part == "sample" and learn_pairs >= pairs):
+        measured = part in fits["cpu_serial"] or part in fits["cpu_parallel"]
+        if not measured or (part == "sample" and learn_pairs >= pairs):
             continue
         n = learn_pairs if part == "learn_bpe" else pairs
         w = 1 if part in SERIAL or (legacy and part in ("learn_bpe", "apply_bpe")) else workers

@@ -140,7 +140,7 @@ def test_type_growth_is_heaps_like_and_topics_slow_it():
 
 def test_parts_are_named_by_the_recipes_commands():
     assert part_of_command(["subword-nmt", "learn-joint-bpe-and-vocab", "--input", "a"]) == "learn_bpe"
-    assert part_of_command(["subword-nmt", "apply-bpe", "-c", "codes"]) == "apply_bpe"
+    assert part_of_command(["/x/bin/python", "-m", "subword_nmt.apply_bpe", "-c", "codes"]) == "apply_bpe"
     assert part_of_command(["/x/bin/fairseq-preprocess", "--source-lang", "en"]) == "binarize"
     assert part_of_step("sacremoses normalize + tokenize -l en: a -> b") == "tokenize"
     assert part_of_step("clean-corpus-n: keep training pairs of 1-250 tokens") == "clean"
@@ -208,7 +208,8 @@ def test_bpe_learned_on_every_pair_when_there_are_fewer_or_0(tmp_path):
     _, _, learned, printed = bpe_stage(tmp_path / "b", 30, "--bpe-learn-pairs", "0", dry_run=True)
     assert [name for name, _ in learned[0]] == ["train.en", "train.de"] and "--bpe-learn-pairs" not in printed
     assert "--num-workers 1" in printed  # learn and apply both get --workers
-    assert "apply-bpe" in printed and "--input" in printed.split("apply-bpe", 1)[1].splitlines()[0]
+    apply = printed.split("-m subword_nmt.apply_bpe", 1)[1].splitlines()[0]  # the module: the command is one process
+    assert "--num-workers 1" in apply and "--input" in apply
 
 
 def write_results(path: Path):

@@ -42,7 +42,7 @@ def test_shell_dry_run_prints_the_fairseq_commands_and_creates_nothing(tmp_path)
     """A relative --workdir is relative to the caller's directory, and --dry-run writes nothing."""
     proc = recipe(["--bundled", "--dry-run", "--workdir", "w"], cwd=tmp_path, cmd=SH, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    for command in ("sacremoses", "subword-nmt learn-joint-bpe-and-vocab", "subword-nmt apply-bpe",
+    for command in ("sacremoses", "subword-nmt learn-joint-bpe-and-vocab", "-m subword_nmt.apply_bpe",
                     "fairseq-preprocess", "--joined-dictionary", "fairseq-train", "--arch attn_paper_base",
                     "--seed 1", "attn_kit.checkpoints", "--num-update-checkpoints",
                     "fairseq-generate", "--beam 4", "--remove-bpe", "sacreBLEU"):

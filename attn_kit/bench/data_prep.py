@@ -228,7 +228,7 @@ def part_of_step(description: str) -> str:
 def part_of_command(cmd: List[str]) -> str:
     if "learn-joint-bpe-and-vocab" in cmd:
         return "learn_bpe"
-    if "apply-bpe" in cmd:
+    if "apply-bpe" in cmd or "subword_nmt.apply_bpe" in cmd:
         return "apply_bpe"
     if cmd and cmd[0].endswith("fairseq-preprocess"):
         return "binarize"
@@ -453,7 +453,8 @@ def projections(fits: dict, runs: List[dict]) -> dict:
                     "peak_mb": {k: round(v) for k, v in p["peak_mb"].items()}, "peak_mb_max": round(p["peak_mb_max"])}
     for r in runs:
         for part, got in r["parts"].items():
-            if part in fits["cpu_serial"] and r["pairs"] >= fits["fitted_from_pairs"]:
+            fitted = part in fits["cpu_serial"] or part in fits["cpu_parallel"]
+            if fitted and r["pairs"] >= fits["fitted_from_pairs"]:
                 projected = prep_cost.part_seconds(fits, part, r["pairs"], r["workers"])
                 out["measured_against_projected"].append({
                     "pairs": r["pairs"], "part": part, "wall_seconds": round(got["seconds"], 1),

@@ -41,6 +41,7 @@ import dataclasses
 import json
 import lzma
 import os
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -196,10 +197,11 @@ def learn_bpe_command(inputs, codes: Path, vocabularies, merges: int, workers: i
 
 
 def apply_bpe_command(codes: Path, vocabulary: Path, text: Path, workers: int) -> list:
-    """subword-nmt's apply-bpe of ``text`` (to stdout). The text is given with --input: subword-nmt runs
-    --num-workers only on a named file (on stdin it applies BPE in one process)."""
-    return ["subword-nmt", "apply-bpe", "-c", codes, "--vocabulary", vocabulary, "--vocabulary-threshold",
-            VOCABULARY_THRESHOLD, "--num-workers", workers, "--input", text]
+    """subword-nmt's apply-bpe of ``text`` (to stdout) on ``workers`` processes: its module, not the
+    ``subword-nmt apply-bpe`` command, which ignores --num-workers (0.3.8), and the text given with
+    --input, since on stdin the module applies BPE in one process too. The same output either way."""
+    return [sys.executable, "-m", "subword_nmt.apply_bpe", "-c", codes, "--vocabulary", vocabulary,
+            "--vocabulary-threshold", VOCABULARY_THRESHOLD, "--num-workers", workers, "--input", text]
 
 
 def add_training_options(p, cfg, B, S, P, resize: str = "--bundled/--smoke: "):
