@@ -35,6 +35,7 @@ def test_the_small_presets_settings_reach_the_commands(tmp_path):
                  " ".join(map(str, SMALL["train_flags"])), " --cpu "):
         assert flag in train, flag
     assert SMALL["ngpus"] == 0 and SMALL["tokens_per_update"] == SMALL["max_tokens_per_gpu"]  # one CPU step
+    assert train.startswith(f"  $ OMP_NUM_THREADS={SMALL['threads']} MKL_NUM_THREADS={SMALL['threads']} ")
     assert f"-s {SMALL['bpe_merges']} " in out and f"--num-update-checkpoints {SMALL['average']} " in out
     assert f"{tmp_path}/runs" not in out and "/runs/parallel_en_de_small/" in out  # its own default workdir
 
@@ -54,8 +55,9 @@ def test_the_paper_preset_is_the_default_and_unchanged(tmp_path):
 def test_command_line_options_win_over_the_preset(tmp_path):
     out = dry_run("--preset", "small", "--tokens-per-update", "4096", "--warmup-updates", "800", "--lr-scale",
                   "1.5", "--p-drop", "0.1", "--layers", "3", "--bpe-merges", "8000", "--save-interval-updates", "50",
-                  "--average", "3", "--max-update", "2000", "--workdir", "w", cwd=tmp_path)
+                  "--average", "3", "--max-update", "2000", "--threads", "4", "--workdir", "w", cwd=tmp_path)
     train = train_line(out)
+    assert train.startswith("  $ OMP_NUM_THREADS=4 ")
     for flag in ("--encoder-layers 3 --encoder-embed-dim 256 ", "--dropout 0.1 ", "--warmup-updates 800 ",
                  "--lr-scale 1.5 ", "--max-tokens 2048 --update-freq 2 ", "--max-update 2000 ",
                  "--save-interval-updates 50 ", "--keep-interval-updates 3 "):
