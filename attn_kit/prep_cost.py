@@ -13,9 +13,13 @@ rather than wall time, so that other work on a shared machine does not enter the
   one worker more does not shorten; ``parallel``: the CPU seconds of the worker processes
   (the rest). Each is fitted as ``a * pairs^b``, a least-squares line through log seconds
   against log pairs (:func:`fit_power`).
-- On w workers with a core each: ``seconds(w) = serial + parallel / w``. Where the main
-  process does a worker's share itself (fairseq-preprocess binarizes one chunk in its main
-  process) that share counts as serial: the projection errs long, never short.
+- On w workers with a core each: ``seconds(w) = serial + parallel / w``, except for work the
+  main process shares with its workers: fairseq-preprocess 0.12 binarizes a file in a pool of
+  w - 1 processes and *then* the first of its w chunks in its main process, so that chunk,
+  c / w of the file's work c, counts twice on the critical path: ``seconds(w) = (serial - c/W)
+  + (parallel + c/W) / w + c / w``, where ``c = main_chunk_share * (serial + parallel)`` and the
+  share is measured by running the part with a second worker count (the main process's CPU
+  falls by c (1/W - 1/W2)). On one worker every part is its whole CPU time, serial + parallel.
 - Peak memory (proportional set size, PSS, at the sample where the stage's processes held the
   most): ``main + workers * w / W``, each fitted the same way, W the benchmark's --workers.
 
@@ -58,7 +62,12 @@ def power(fit: Optional[Dict[str, float]], x: float) -> float:
 
 def part_seconds(fits: dict, part: str, pairs: float, workers: int) -> float:
     """Seconds of ``part`` on ``pairs`` pairs with ``workers`` workers, a core each."""
-    return power(fits["cpu_serial"].get(part), pairs) + power(fits["cpu_parallel"].get(part), pairs) / workers
+    serial, parallel = power(fits["cpu_serial"].get(part), pairs), power(fits["cpu_parallel"].get(part), pairs)
+    if workers == 1:
+        return serial + parallel
+    chunk = fits.get("main_chunk_share", {}).get(part, 0.0) * (serial + parallel)  # c
+    own = chunk / fits["workers"]  # the main process's chunk when it was measured
+    return serial - own + (parallel + own) / workers + chunk / workers
 
 
 def part_peak_mb(fits: dict, part: str, pairs: float, workers: int) -> float:

@@ -55,13 +55,17 @@ FITS = {"workers": 2, "fitted_from_pairs": 100000,
                         "apply_bpe": {"a": 40.0, "b": 0.0}, "sample": {"a": 30.0, "b": 0.0},
                         "clean": {"a": 30.0, "b": 0.0}, "binarize": {"a": 300.0, "b": 0.0}},
         "memory_workers": {"tokenize": {"a": 100.0, "b": 0.0}, "learn_bpe": {"a": 200.0, "b": 0.0},
-                           "apply_bpe": {"a": 60.0, "b": 0.0}}}
+                           "apply_bpe": {"a": 60.0, "b": 0.0}},
+        "main_chunk_share": {"binarize": 0.5, "tokenize": 0.0}}
 
 
 def test_projection_by_hand():
     """4.5M pairs on 16 workers, BPE learned on 1M: tokenize 450 s serial + 9000 s parallel / 16 =
     1012.5 s; learn 2e-4 * (1e6)^1.2 = 3169.8 s serial + 100 s / 16; apply 225 + 4500 / 16 = 506.25 s;
-    sample (one process) 4.5 s; clean 45 s; binarize 450 + 1350 / 16 = 534.375 s. Memory on 16 workers:
+    sample (one process) 4.5 s; clean 45 s. Binarize: 450 s serial, 1350 s parallel, and its main process
+    binarized a chunk itself after its pool, half of the work, c = 0.5 * 1800 = 900 s, of which it did
+    c / 2 = 450 s when measured on 2 workers: 450 - 450 + (1350 + 450) / 16 + 900 / 16 = 168.75 s (on one
+    worker: all of it, 1800 s). Memory on 16 workers:
     main + workers * 16 / 2: tokenize 50 + 800 = 850 MB, learn 1000 + 1600 = 2600 MB (1M pairs).
     Before the speed-ups: learn on 4.5M pairs in one process, 2e-4 * 4.5e6^1.2 + 450 s, and apply in one
     process, 225 + 4500 = 4725 s; no sample."""
@@ -71,7 +75,8 @@ def test_projection_by_hand():
     assert s["learn_bpe"] == pytest.approx(2e-4 * 1e6 ** 1.2 + 100 / 16)
     assert s["apply_bpe"] == pytest.approx(506.25)
     assert s["sample"] == pytest.approx(4.5) and s["clean"] == pytest.approx(45)
-    assert s["binarize"] == pytest.approx(534.375)
+    assert s["binarize"] == pytest.approx(168.75)
+    assert prep_cost.part_seconds(FITS, "binarize", 4_500_000, 1) == pytest.approx(1800)
     assert p["total_seconds"] == pytest.approx(sum(s.values()))
     assert p["peak_mb"]["tokenize"] == pytest.approx(850) and p["peak_mb"]["learn_bpe"] == pytest.approx(2600)
     assert p["peak_mb_max"] == pytest.approx(2600) and p["learn_pairs"] == 1_000_000

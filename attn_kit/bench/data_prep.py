@@ -84,10 +84,15 @@ def parse_args(argv=None):
                    help="where the corpus and the stages' work directories go (default: a new folder in "
                         "$TMPDIR; removed at the end unless --keep)")
     p.add_argument("--keep", action="store_true", help="keep --scratch")
-    p.add_argument("--refit", type=Path, metavar="FILE",
-                   help="measure nothing: the fits, projections and table again from FILE's measurements (a "
-                        f"results file of this benchmark, or {PARTIAL.relative_to(REPO)}, which the measurements "
-                        "go to as they come), e.g. after a change of the recipe's default --bpe-learn-pairs")
+    p.add_argument("--more-workers", type=int, metavar="N",
+                   help="the stages once more at the second size on N workers (default 2 x --workers; 0: not): "
+                        "how much of its work a tool's main process does itself (fairseq-preprocess binarizes "
+                        "one chunk in its main process), which shrinks with more workers")
+    p.add_argument("--refit", type=Path, nargs="+", metavar="FILE",
+                   help="measure nothing: the fits, projections and table again from the measurements of the "
+                        f"FILEs (results files of this benchmark, or {PARTIAL.relative_to(REPO)}, which the "
+                        "measurements go to as they come; the first FILE's settings), e.g. after a change of "
+                        "the recipe's default --bpe-learn-pairs, or with a --more-workers run made apart")
     p.add_argument("--out", type=Path, help=f"JSON results (default {DEFAULT_OUT.relative_to(REPO)})")
     add_force_option(p, "an --out file")
     p.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # one stage, in a fresh process
@@ -95,21 +100,24 @@ def parse_args(argv=None):
     if args.child:
         return args
     if args.refit:
-        saved = json.loads(args.refit.read_text())
-        args.saved = saved
-        for key, value in saved["result"]["settings"].items():
+        saved = [json.loads(path.read_text()) for path in args.refit]
+        args.saved = saved[0]
+        for other in saved[1:]:  # more measurements of the same corpus (another worker count)
+            args.saved["result"]["measurements"] += other["result"]["measurements"]
+        for key, value in args.saved["result"]["settings"].items():
             setattr(args, key, value)
         args.out = check_output(args.out or DEFAULT_OUT, "--out", args.force or args.out is None
-                                and args.refit.resolve() == DEFAULT_OUT.resolve())
+                                and args.refit[0].resolve() == DEFAULT_OUT.resolve())
         return args
     try:
         args.sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     except ValueError:
         raise UsageError(f"--sizes {args.sizes!r}: give pair counts, e.g. 30000,100000") from None
-    if len(args.sizes) < 2 or args.sizes[0] < 100:
-        raise UsageError("--sizes: at least two sizes of >= 100 pairs (a fit needs two)")
+    if not args.sizes or args.sizes[0] < 100:
+        raise UsageError("--sizes: sizes of >= 100 pairs (two or more for fits; one measures only)")
     if args.workers < 1:
         raise UsageError("--workers must be >= 1")
+    args.more_workers = 2 * args.workers if args.more_workers is None else args.more_workers
     if args.shapes is None:
         plain = SHARED / "wmt14" / "plain"
         args.shapes = [plain / f"newstest{y}.en-de.{l}" for l in ("en", "de") for y in (2013, 2014)]
@@ -418,19 +426,27 @@ def fits_of(args, runs: List[dict]) -> dict:
     """prep_cost's fits from the measurements (see attn_kit.prep_cost): per part, serial and parallel
     CPU seconds and the main processes' and the workers' peak MB, each ``a * pairs^b``, from the
     second size on when there are three or more."""
-    fitted = args.sizes[1] if len(args.sizes) > 2 else args.sizes[0]
-    fits = {"workers": args.workers, "fitted_from_pairs": fitted, "cpu_serial": {}, "cpu_parallel": {},
-            "memory_main": {}, "memory_workers": {}}
+    fitted, W = (args.sizes[1] if len(args.sizes) > 2 else args.sizes[0]), args.workers
+    fits = {"workers": W, "fitted_from_pairs": fitted, "cpu_serial": {}, "cpu_parallel": {},
+            "memory_main": {}, "memory_workers": {}, "main_chunk_share": {}}
     values = {"cpu_serial": lambda p: p["main_cpu_seconds"],
               "cpu_parallel": lambda p: p["cpu_seconds"] - p["main_cpu_seconds"],
               "memory_main": lambda p: p["main_pss_mb"], "memory_workers": lambda p: p["workers_pss_mb"]}
     for part in prep_cost.PARTS:
         for kind, value in values.items():
-            points = [(r["pairs"], value(r["parts"][part])) for r in runs if part in r["parts"] and r["pairs"] >= fitted]
+            points = [(r["pairs"], value(r["parts"][part])) for r in runs
+                      if part in r["parts"] and r["pairs"] >= fitted and r["workers"] == W]
             # a share that is a rounding error (a step with no workers) has no fit: it counts 0
             if len({n for n, _ in points}) >= 2 and all(v >= 0.5 for _, v in points):
                 f = prep_cost.fit_power(points)
                 fits[kind][part] = {"a": float(f"{f['a']:.6g}"), "b": round(f["b"], 4)}
+        # the main process's own chunk c: main(w) = S + c / w, measured on W and on more workers at one size
+        base = {r["pairs"]: r["parts"][part] for r in runs if r["workers"] == W and part in r["parts"]}
+        for r in runs:
+            if r["workers"] > W and part in r["parts"] and r["pairs"] in base:
+                one, more = base[r["pairs"]], r["parts"][part]
+                chunk = (one["main_cpu_seconds"] - more["main_cpu_seconds"]) / (1 / W - 1 / r["workers"])
+                fits["main_chunk_share"][part] = round(max(0.0, chunk / one["cpu_seconds"]), 4)
     return fits
 
 
@@ -510,12 +526,16 @@ def main(argv=None):
         about = make_corpus(args, corpus)
         about["check"] = corpus_check(args, corpus)
         runs = []
-        for n in args.sizes:
-            workdir = scratch / f"n{n}"
+        plan = [(n, args.workers) for n in args.sizes]
+        if args.more_workers and len(args.sizes) > 1:
+            plan.append((args.sizes[1], args.more_workers))
+        for n, workers in plan:
+            workdir = scratch / f"n{n}_w{workers}"
             lay_out(args, corpus, workdir, n)
-            for what, extra in (("tokenize", {}), ("bpe", {}), ("binarize", {}),
-                                ("sample", {"sample_pairs": max(1, n // 4)})):
-                runs.append(measure(args, corpus, workdir, what, args.workers, n, **extra))
+            todo = [("tokenize", {}), ("bpe", {}), ("binarize", {})]
+            todo += [("sample", {"sample_pairs": max(1, n // 4)})] if workers == args.workers else []
+            for what, extra in todo:
+                runs.append(measure(args, corpus, workdir, what, workers, n, **extra))
                 PARTIAL.parent.mkdir(parents=True, exist_ok=True)
                 write_json_atomic(PARTIAL, {**head, "result": {"settings": settings, "uptime": {
                     "start": start_uptime}, "corpus": about, "measurements": runs}})
@@ -525,6 +545,11 @@ def main(argv=None):
             shutil.rmtree(scratch, ignore_errors=True)
     results = {"settings": settings, "uptime": {"start": start_uptime, "end": uptime()}, "corpus": about,
                "measurements": runs}
+    if len(args.sizes) < 2:  # measurements only, for --refit with a run of more sizes
+        write_json_atomic(args.out, {**head, "result": results})
+        PARTIAL.unlink()
+        print(f"wrote {args.out} (one size: measurements only)")
+        return 0
     results["fits"] = fits_of(args, runs)
     results["projections"] = projections(results["fits"], runs)
     report(args, {**head, "result": results, "table": measured_table(runs, args.workers)})
