@@ -154,6 +154,57 @@ def bundled_sweep() -> str:
             + source(*paths))
 
 
+# ---------------------------------------------------------------------------------------------- your corpus
+# recipes/parallel.sh options that name the corpus and the work directory (what every run of a comparison shares)
+CORPUS_OPTIONS = ("--src", "--tgt", "--train", "--valid", "--test", "--workdir")
+
+
+def recipe_options(command: str) -> str:
+    """A recipes/parallel.sh command line without the script and the corpus options."""
+    import shlex
+
+    words, out = shlex.split(command), []
+    words = words[words.index("recipes/parallel.sh") + 1:] if "recipes/parallel.sh" in words else words
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in CORPUS_OPTIONS:
+            skip = True
+        else:
+            out.append(word)
+    return " ".join(out)
+
+
+def parallel_presets() -> str:
+    """recipes/parallel.sh on a corpus other than the bundled one (Multi30k EN-DE) under a time budget:
+    the paper's settings against --preset small (the runs that chose the preset's values)."""
+    paths = sorted(glob.glob(str(RECIPES / "parallel_multi30k_*.json")), key=lambda p: (load(p)["date"], p))
+    if not paths:
+        return "(not filed yet)"
+    rows, runs = [], [load(p) for p in paths]
+    for run in runs:
+        r = run["result"]
+        train = r.get("stage_seconds", {}).get("train")
+        loads = run.get("load_average", {})
+        rows.append([f"`{recipe_options(run['command'])}`", r.get("threads") or "torch's (all cores)", r["updates"],
+                     minutes(train),
+                     f"{train / r['updates']:.2f}" if train and r.get("updates") else "-", f"{r['sacrebleu']:.2f}",
+                     *map(fmt, t2t_scores(r)),
+                     " → ".join(f"{loads[k][0]:.2f}" for k in ("before", "after") if k in loads) or "-"])
+    first = runs[0]
+    machines, dates = sorted({run["machine"] for run in runs}), sorted({run["date"] for run in runs})
+    commits = sorted({run["commit"][:7] for run in runs})
+    return (table(["recipe options (after the corpus's)", "threads", "updates", "train", "s/update", "sacreBLEU",
+                   "BLEU, paper's protocol (t2t, 2017 script)", "t2t's 2018 script",
+                   "load average (1 min) before → after"], rows)
+            + f"\n\nMulti30k task 1 EN-DE (`--train train --valid val --test test_2016_flickr`: "
+              f"{first['result'].get('test_sentences')} test sentences), one run after the other on "
+              f"{'; '.join(machines)}, date {', '.join(dates)}, commit {', '.join(commits)}; the load is `uptime`'s "
+              "1-minute average (other work on the same 2 cores slows a run down and so shortens a time budget's "
+              "reach)." + source(*paths))
+
+
 # ---------------------------------------------------------------------------------------------- batches
 def tokens_per_update() -> str:
     path = RECIPES / "tokens_per_update_newstest_en_de.json"
@@ -445,7 +496,8 @@ def faults() -> str:
     return table(["what goes wrong", "what happens", "test (tests/test_faults.py unless named)"], rows)
 
 
-TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "tokens_per_update": tokens_per_update,
+TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "parallel_presets": parallel_presets,
+          "tokens_per_update": tokens_per_update,
           "cpu_benchmarks": cpu_benchmarks, "gpu_benchmarks": gpu_benchmarks, "training_cost": training_cost,
           "faults": faults, "gpu_recipe_path": gpu_recipe_path, "decode_rules": decode_rules, "table3": table3, "translate_consistency": translate_consistency,
           "ctranslate2": ctranslate2, "ctranslate2_run": ctranslate2_run, "canary_check": canary_check}
