@@ -459,33 +459,39 @@ def ctranslate2_run() -> str:
 
 # ---------------------------------------------------------------------------------------------- faults
 def canary_check() -> str:
-    """The canary's prediction of the whole --bundled run beside that run's measured stage times, on one
-    machine (a canary before the run, the run, a canary after it): attn_kit.recipes.canary."""
-    path = RECIPES / "canary_bundled_check.json"
-    if not path.exists():
-        return "(not filed yet: recipes/results/canary_bundled_check.json)"
-    r = load(path)
-    before, after, full = r["result"]["canary_before"], r["result"]["canary_after"], r["result"]["full_run"]
-    seconds = full["stage_seconds"]
-    data = ("download", "extract", "tokenize", "bpe", "binarize")
-    measured = {"data preparation": sum(seconds.get(s, 0.0) for s in data),
-                "training, validations, checkpoint writes": seconds["train"], "averaging": seconds["average"],
-                "generation and scoring": seconds["generate"] + seconds["score"], "total": sum(seconds.values())}
-
-    def parts(c):
+    """The canary's prediction of a whole run beside that run's measured stage times on one machine
+    (the canary first, then the run in the same work directory): attn_kit.recipes.canary; one
+    column pair per results file recipes/results/canary_check_*.json (the bundled run, the smoke run)."""
+    paths = sorted(glob.glob(str(RECIPES / "canary_check_*.json")))
+    if not paths:
+        return "(not filed yet: recipes/results/canary_check_*.json)"
+    parts = ("data preparation", "training, validations, checkpoint writes", "averaging", "generation and scoring",
+             "total")
+    columns, notes = [], []
+    for path in paths:
+        r = load(path)
+        c, seconds = r["result"]["canary"], r["result"]["full_run"]["stage_seconds"]
+        data = sum(seconds.get(s, 0.0) for s in ("download", "extract", "tokenize", "bpe", "binarize"))
+        measured = [data, seconds["train"], seconds["average"], seconds["generate"] + seconds["score"]]
+        measured.append(sum(measured))
         p = c["predicted_seconds"]
-        return {"data preparation": p["data_preparation"],
-                "training, validations, checkpoint writes": p["training"] + p["validations"] + p["checkpoint_writes"],
-                "averaging": p["averaging"], "generation and scoring": p["generation"], "total": p["total"]}
-
-    b, a = parts(before), parts(after)
-    rows = [[k, minutes(b[k]), minutes(a[k]), minutes(v), f"{b[k] / v - 1:+.1%}", f"{a[k] / v - 1:+.1%}"]
-            for k, v in measured.items()]
-    return (table(["part of the run", "canary before the run", "canary after it", "the run, measured",
-                   "error before", "error after"], rows)
-            + f"\n\n{r['machine']}; each canary trained {before['canary_minutes']:g} minutes "
-              f"({before['updates']} and {after['updates']} of the run's {before['plan']['max_update']} updates)."
-            + source(path))
+        predicted = [p["data_preparation"], p["training"] + p["validations"] + p["checkpoint_writes"], p["averaging"],
+                     p["generation"], p["total"]]
+        columns.append((r["result"]["mode"], predicted, measured))
+        threads = re.search(r"--threads (\d+)", r["command"])
+        notes.append(f"`--{r['result']['mode']}`{f' --threads {threads.group(1)}' if threads else ''}: the canary "
+                     f"trained {c['canary_minutes']:g} minutes ({c['updates']} of the run's {c['plan']['max_update']} "
+                     f"updates); {r['machine']}, {r['date']}, {r['result']['load_average']}")
+    header = ["part of the run"] + [f"`--{mode}`: {what}" for mode, _, _ in columns
+                                     for what in ("predicted", "measured", "error")]
+    rows = []
+    for i, part in enumerate(parts):
+        row = [part]
+        for _, predicted, measured in columns:
+            row += [minutes(predicted[i]), minutes(measured[i]),
+                    f"{predicted[i] / measured[i] - 1:+.1%}" if measured[i] else "-"]
+        rows.append(row)
+    return table(header, rows) + "\n\n" + "; ".join(notes) + "." + source(*paths)
 
 
 def faults() -> str:
