@@ -19,7 +19,11 @@ rather than wall time, so that other work on a shared machine does not enter the
   c / w of the file's work c, counts twice on the critical path: ``seconds(w) = (serial - c/W)
   + (parallel + c/W) / w + c / w``, where ``c = main_chunk_share * (serial + parallel)`` and the
   share is measured by running the part with a second worker count (the main process's CPU
-  falls by c (1/W - 1/W2)). On one worker every part is its whole CPU time, serial + parallel.
+  falls by c (1/W - 1/W2)); only for :data:`MAIN_CHUNK_PARTS`. On one worker every part is its
+  whole CPU time, serial + parallel.
+- The workers' memory is projected as growing in proportion to their number, as if each worker
+  held what one held on W workers; it grew 1.4-1.6x from 2 to 4 workers at 100K pairs (a worker's
+  share of the text, and of the types it caches, shrinks), so the projection errs high.
 - Peak memory (proportional set size, PSS, at the sample where the stage's processes held the
   most): ``main + workers * w / W``, each fitted the same way, W the benchmark's --workers.
 
@@ -39,6 +43,11 @@ PARTS = ("tokenize", "sample", "learn_bpe", "apply_bpe", "clean", "binarize")
 # the parts that run in one process whatever --workers is (learn-joint-bpe-and-vocab's merges are
 # one loop, but its reading and its pass over the text use --num-workers: measured, not assumed)
 SERIAL = ("sample", "clean")
+# the parts whose tool does a worker's share in its main process (fairseq-preprocess 0.12: the first
+# chunk of every file, after its pool); the other tools' main processes only read, hand out and merge,
+# and what the main process's CPU seemed to lose with more workers there was the noise of CPU time on
+# a shared machine (up to 15% between the runs on 2 and 4 workers), not a share of the work
+MAIN_CHUNK_PARTS = ("binarize",)
 
 
 def fit_power(points: Sequence[Tuple[float, float]]) -> Dict[str, float]:

@@ -441,6 +441,8 @@ def fits_of(args, runs: List[dict]) -> dict:
                 f = prep_cost.fit_power(points)
                 fits[kind][part] = {"a": float(f"{f['a']:.6g}"), "b": round(f["b"], 4)}
         # the main process's own chunk c: main(w) = S + c / w, measured on W and on more workers at one size
+        if part not in prep_cost.MAIN_CHUNK_PARTS:
+            continue
         base = {r["pairs"]: r["parts"][part] for r in runs if r["workers"] == W and part in r["parts"]}
         for r in runs:
             if r["workers"] > W and part in r["parts"] and r["pairs"] in base:
