@@ -436,8 +436,9 @@ def fits_of(args, runs: List[dict]) -> dict:
         for kind, value in values.items():
             points = [(r["pairs"], value(r["parts"][part])) for r in runs
                       if part in r["parts"] and r["pairs"] >= fitted and r["workers"] == W]
-            # a share that is a rounding error (a step with no workers) has no fit: it counts 0
-            if len({n for n, _ in points}) >= 2 and all(v >= 0.5 for _, v in points):
+            # a share that is nothing (a step with no workers) has no fit: it counts 0
+            floor = 1.0 if kind.startswith("memory") else 0.01
+            if len({n for n, _ in points}) >= 2 and all(v >= floor for _, v in points):
                 f = prep_cost.fit_power(points)
                 fits[kind][part] = {"a": float(f"{f['a']:.6g}"), "b": round(f["b"], 4)}
         # the main process's own chunk c: main(w) = S + c / w, measured on W and on more workers at one size
@@ -475,7 +476,7 @@ def projections(fits: dict, runs: List[dict]) -> dict:
             if fitted and r["pairs"] >= fits["fitted_from_pairs"]:
                 projected = prep_cost.part_seconds(fits, part, r["pairs"], r["workers"])
                 out["measured_against_projected"].append({
-                    "pairs": r["pairs"], "part": part, "wall_seconds": round(got["seconds"], 1),
+                    "pairs": r["pairs"], "workers": r["workers"], "part": part, "wall_seconds": round(got["seconds"], 1),
                     "projected_seconds": round(projected, 1), "ratio": round(got["seconds"] / projected, 3),
                     "load_before": r["load_before"][0]})
     return out
