@@ -457,6 +457,47 @@ def ctranslate2_run() -> str:
               f"{first['environment'].get('ctranslate2')}." + source(*paths))
 
 
+# ---------------------------------------------------------------------------------------------- data preparation
+def data_prep() -> str:
+    """The WMT14 data stages measured at growing sizes (benchmarks/data_prep.py) and projected for
+    WMT14 EN-DE and EN-FR on 2 and 16 cores, before and after the recipe's speed-ups, by the same
+    function as the recipes' --dry-run (attn_kit.prep_cost.project)."""
+    from . import prep_cost
+    from .recipes import config
+    from .recipes.wmt14_data import PAIRS
+
+    path = BENCH / "cpu2core_data_prep.json"
+    if not path.exists():
+        return "(not filed yet: benchmarks/results/cpu2core_data_prep.json)"
+    run = load(path)
+    r, settings = run["result"], run["result"]["settings"]
+    fits = r["fits"]
+    growth = "; ".join(f"{part.replace('_', ' ')} " + ", ".join(
+        f"{kind} {fits[f'cpu_{kind}'][part]['b']:.2f}" for kind in ("serial", "parallel") if part in fits[f"cpu_{kind}"])
+        for part in prep_cost.PARTS if part in fits["cpu_serial"] or part in fits["cpu_parallel"])
+    ratios = [m["ratio"] for m in r["projections"]["measured_against_projected"]
+              if m.get("workers", settings["workers"]) == settings["workers"]]
+    news = "; ".join(f"{k.split(' / ')[1].rsplit(' ', 1)[1]}: {v['synthetic_types']} types after {v['tokens']} "
+                     f"tokens, the news text {v['real_types']}"
+                     for k, v in r["corpus"]["check"]["compared_at_real_size"].items() if "newstest" in k)
+    return (prep_cost.planning_table(fits, PAIRS, config.settings("wmt14", "paper")["bpe_learn_pairs"])
+            + "\n\nProjected by `attn_kit.prep_cost` (the recipes' `--dry-run` prints the same for its pair, "
+              "`--workers` and `--bpe-learn-pairs`) for cores of their own, from CPU seconds: per part, the main "
+              "process's (serial) and the workers' (parallel) CPU seconds, each fitted as a x pairs^b from "
+              f"{fits['fitted_from_pairs']:,} pairs on (exponents b: {growth}), and serial + parallel / workers; "
+              "peak memory likewise. Download and extraction are not included; EN-FR is projected from the same "
+              f"EN-DE-like corpus with {settings['bpe_merges']} merges (it has 30000). Measured with "
+              f"`--workers {settings['workers']}`, BPE learned on every pair (wall seconds, CPU seconds of the main "
+              "process + the workers, peak memory of all the stage's processes, PSS):\n\n" + run["table"]
+            + f"\n\nThe machine was shared: the measured wall times are {min(ratios):.1f}-{max(ratios):.1f}x what "
+              f"the CPU seconds project for {settings['workers']} cores of their own ({r['uptime']['start']} at the "
+              f"start, {r['uptime']['end']} at the end). The corpus is synthetic (`attn_kit/bench/corpus.py`: "
+              "newstest sentence shapes, words drawn from wordfreq's Zipfian lists, compounds below the lists' "
+              f"cut-off, words repeated within 16-sentence documents) and has as many types as newstest2013+2014 "
+              f"where that text ends ({news}). {run['machine']}, date {run['date']}, commit {run['commit'][:7]}."
+            + source(path))
+
+
 # ---------------------------------------------------------------------------------------------- faults
 def canary_check() -> str:
     """The canary's prediction of a whole run beside that run's measured stage times on one machine
@@ -506,7 +547,8 @@ TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "parallel_presets"
           "tokens_per_update": tokens_per_update,
           "cpu_benchmarks": cpu_benchmarks, "gpu_benchmarks": gpu_benchmarks, "training_cost": training_cost,
           "faults": faults, "gpu_recipe_path": gpu_recipe_path, "decode_rules": decode_rules, "table3": table3, "translate_consistency": translate_consistency,
-          "ctranslate2": ctranslate2, "ctranslate2_run": ctranslate2_run, "canary_check": canary_check}
+          "ctranslate2": ctranslate2, "ctranslate2_run": ctranslate2_run, "canary_check": canary_check,
+          "data_prep": data_prep}
 
 
 def render(text: str) -> str:
