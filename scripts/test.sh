@@ -11,4 +11,11 @@ where=(tests)
 for arg in "$@"; do
   case "$arg" in tests/*|./tests/*) where=() ;; esac
 done
-exec "$ATTN_PY" -m pytest -q -p no:cacheprovider "${where[@]}" "$@"
+# Most tests run one-thread subprocesses (conftest.run sets OMP_NUM_THREADS=1), so one pytest worker per
+# core (at most 4) uses the machine; whole files go to a worker, which builds their fixtures once.
+workers=()
+if "$ATTN_PY" -c 'import xdist' 2>/dev/null; then
+  cores=$("$ATTN_PY" -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')
+  [ "$cores" -gt 1 ] && workers=(-n "$cores" --dist loadfile)
+fi
+exec "$ATTN_PY" -m pytest -q -p no:cacheprovider "${workers[@]}" "${where[@]}" "$@"

@@ -3,6 +3,7 @@ fairseq-preprocess, and small models trained with the real fairseq-train."""
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,9 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: trains a model (left out by --quick)")
+    # pytest-xdist's workers ignore SIGINT and a child inherits an ignored signal, so the recipes the
+    # fault tests interrupt would never see their Ctrl-C: the workers catch it again, as a shell's child does
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
