@@ -175,7 +175,7 @@ def bpe_stage(tmp_path, n_pairs, *options, dry_run=False):
         path.parent.mkdir(parents=True, exist_ok=True)
         side = 0 if path.name.endswith(".en") else 1
         path.write_text("".join(p[side] + "\n" for p in (pairs if path.name.startswith("train") else pairs[:20])))
-    learned = []
+    learned, thresholds = [], []
 
     class Recording(Context):
         def sh(self, cmd, *a, **k):
@@ -184,16 +184,18 @@ def bpe_stage(tmp_path, n_pairs, *options, dry_run=False):
                 inputs = cmd[cmd.index("--input") + 1:cmd.index("-s")]
                 learned.append([(Path(i).name, Path(i).read_text().splitlines() if Path(i).exists() else None)
                                 for i in inputs])
+            if "subword_nmt.apply_bpe" in cmd:
+                thresholds.append(int(cmd[cmd.index("--vocabulary-threshold") + 1]))
             return super().sh(cmd, *a, **k)
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         stage.run(Recording(args.workdir, dry_run=dry_run, stage="bpe"))
-    return stage, pairs, learned, out.getvalue()
+    return stage, pairs, learned, thresholds, out.getvalue()
 
 
 def test_bpe_learned_on_a_sample_reaches_subword_nmt_as_the_sample(tmp_path):
-    stage, pairs, learned, _ = bpe_stage(tmp_path, 120, "--bpe-learn-pairs", "40")
+    stage, pairs, learned, thresholds, _ = bpe_stage(tmp_path, 120, "--bpe-learn-pairs", "40")
     assert stage.options["bpe_learn_pairs"] == 40
     (src_name, src_lines), (tgt_name, tgt_lines) = learned[0]
     assert (src_name, tgt_name) == ("learn-sample.en", "learn-sample.de")
@@ -205,12 +207,16 @@ def test_bpe_learned_on_a_sample_reaches_subword_nmt_as_the_sample(tmp_path):
     assert not (bpe / "learn-sample.en").exists()  # the sample is scratch: removed once learned
     assert len((bpe / "train.en").read_text().splitlines()) == 120  # applied to every pair
     assert (bpe / "codes").read_text().count("\n") > 1
+    # the vocabulary counts the sample only: apply-bpe keeps a subword seen 50 x 40/120 times in it
+    assert json.loads((bpe / "learn.json").read_text()) == {"pairs": 40, "of": 120, "seed": 1,
+                                                             "vocabulary_threshold": 17}
+    assert thresholds == [17] * 6 and bpe / "learn.json" in stage.scratch
 
 
 def test_bpe_learned_on_every_pair_when_there_are_fewer_or_0(tmp_path):
-    _, _, learned, _ = bpe_stage(tmp_path / "a", 30, "--bpe-learn-pairs", "40")
-    assert [name for name, _ in learned[0]] == ["train.en", "train.de"]
-    _, _, learned, printed = bpe_stage(tmp_path / "b", 30, "--bpe-learn-pairs", "0", dry_run=True)
+    _, _, learned, thresholds, _ = bpe_stage(tmp_path / "a", 30, "--bpe-learn-pairs", "40")
+    assert [name for name, _ in learned[0]] == ["train.en", "train.de"] and thresholds == [50] * 6
+    _, _, learned, _, printed = bpe_stage(tmp_path / "b", 30, "--bpe-learn-pairs", "0", dry_run=True)
     assert [name for name, _ in learned[0]] == ["train.en", "train.de"] and "--bpe-learn-pairs" not in printed
     assert "--num-workers 1" in printed  # learn and apply both get --workers
     apply = printed.split("-m subword_nmt.apply_bpe", 1)[1].splitlines()[0]  # the module: the command is one process

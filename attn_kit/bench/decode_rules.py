@@ -60,7 +60,8 @@ def prepare(run_dir: Path, info: dict, name: str, source: Path, work: Path) -> P
     with open(tok, "rb") as fin, open(f"{bpe}.{src}", "wb") as fout:
         subprocess.run([console_script("subword-nmt"), "apply-bpe", "-c", str(run_dir / args["bpe_codes"]),
                         "--vocabulary", str(run_dir / args["bpe_vocabulary"]), "--vocabulary-threshold",
-                        str(VOCABULARY_THRESHOLD)], stdin=fin, stdout=fout, check=True)
+                        str(args.get("bpe_vocabulary_threshold", VOCABULARY_THRESHOLD))],
+                       stdin=fin, stdout=fout, check=True)
     dictionaries = run_dir / info["data"]
     subprocess.run([console_script("fairseq-preprocess"), "--source-lang", src, "--target-lang", tgt, "--only-source",
                     "--testpref", str(bpe), "--destdir", str(data), "--srcdict", str(dictionaries / f"dict.{src}.txt"),
