@@ -495,7 +495,40 @@ def data_prep() -> str:
               "newstest sentence shapes, words drawn from wordfreq's Zipfian lists, compounds below the lists' "
               f"cut-off, words repeated within 16-sentence documents) and has as many types as newstest2013+2014 "
               f"where that text ends ({news}). {run['machine']}, date {run['date']}, commit {run['commit'][:7]}."
-            + source(path))
+            + source(path) + bpe_sample_effect())
+
+
+def bpe_sample_effect() -> str:
+    """BLEU of the bundled run with BPE learned on a sample (the share --bpe-learn-pairs is of WMT14 EN-DE)
+    beside the committed seeds learned on every pair (recipes/results/bundled_bpe_learn_*.json)."""
+    paths = sorted(glob.glob(str(RECIPES / "bundled_bpe_learn_*.json")))
+    if not paths:
+        return ""
+    seeds = [load(p) for p in sorted(glob.glob(str(RECIPES / "bundled_seed*.json")))]
+    runs = [load(p) for p in paths]
+    first = runs[0]["bpe_learn"]
+    rows = [[f"every pair (the {len(seeds)} committed seeds, mean ± sd)", "50", mean_sd(
+        [s["result"]["sacrebleu"] for s in seeds]), mean_sd([s["result"].get("bleu_compound_split") for s in seeds]),
+        seeds[0]["result"].get("vocabulary"), seeds[0]["machine"].split(",")[0]]]
+    for seed in seeds:
+        r = seed["result"]
+        rows.append([f"every pair, seed {r['seed']}", "50", f"{r['sacrebleu']:.2f}", fmt(r.get("bleu_compound_split")),
+                     r.get("vocabulary"), seed["machine"].split(",")[0]])
+    for run in runs:
+        r, learn = run["result"], run["bpe_learn"]
+        rows.append([f"{learn['pairs']} sampled pairs, seed {r['seed']}, {learn.get('label', '')} "
+                     f"(`{run['command'].split('--bundled ')[-1]}`, commit {run['commit'][:7]})",
+                     str(learn["vocabulary_threshold"]), f"**{r['sacrebleu']:.2f}**",
+                     fmt(r.get("bleu_compound_split")), r.get("vocabulary"), run["machine"].split(",")[0]])
+    return (f"\n\n**What the sample costs in BLEU.** The bundled run (`bash recipes/wmt14_en_de.sh --bundled`) with "
+            f"BPE learned on {first['pairs']} of its {first['of']} training pairs, {first['pairs'] / first['of']:.0%}, "
+            f"the share {first['default'] / 1e6:g}M is of WMT14 EN-DE's {first['wmt14_pairs'] / 1e6:g}M (above that "
+            "size the default changes nothing here):\n\n"
+            + table(["BPE learned on", "apply-bpe --vocabulary-threshold", "sacreBLEU", "BLEU, compound split",
+                     "dictionary", "CPU"], rows)
+            + "\n\nlearn-joint-bpe-and-vocab counts the vocabulary on the text it learns from; the threshold on a "
+              "sample's counts is the full threshold times the sample's share (the recipe records it in "
+              "`bpe/learn.json` and the run card)." + source(*paths))
 
 
 # ---------------------------------------------------------------------------------------------- faults
