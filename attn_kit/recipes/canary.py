@@ -37,7 +37,6 @@ run keeps (``--average`` interval checkpoints, checkpoint_last.pt and checkpoint
 the average).
 """
 import argparse
-import glob
 import json
 import math
 import re
@@ -48,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..cli import UsageError, UserError, log, write_json_atomic
+from ..cli import UsageError, UserError, write_json_atomic
 from ..pipeline.stages import Stage
 
 DEFAULT_MINUTES = 10.0
@@ -92,8 +91,6 @@ def stage(args, data_bin: Path, data_stages: Sequence[str], train_command: Calla
     out = args.workdir / "canary"
 
     def run(ctx):
-        from . import common
-
         c = argparse.Namespace(**vars(args))
         c.train_minutes, c.save_interval_updates, c.validate_interval_updates = args.canary_minutes, NEVER, None
         c.log_interval = min(args.log_interval, 10)
@@ -123,7 +120,7 @@ def stage(args, data_bin: Path, data_stages: Sequence[str], train_command: Calla
         finish(ctx, args, out, launched, ended, ctx.log_dir / f"{ctx.stage}.log", failure, data_stages, generate_command,
                decoded, model_flags, data_bin, averages)
 
-    from . import common
+    from . import common  # not at the top: common imports this module for its options
 
     return Stage(name, run, f"{args.canary_minutes:g} minutes of the real training, then the whole run's "
                                 "predicted cost (canary.json)",
@@ -150,7 +147,7 @@ def training_failure(train_log: Path, message: str) -> str:
 def read_stats(folder: Path) -> List[dict]:
     """The records of :mod:`attn_plugin.run_stats`, one per training process, rank 0 first."""
     records = []
-    for path in sorted(glob.glob(str(folder / "stats.*.json"))):
+    for path in sorted(folder.glob("stats.*.json")):
         try:
             records.append(json.loads(Path(path).read_text()))
         except (OSError, ValueError):
