@@ -5,10 +5,9 @@ benchmarks (the plugin and stock fairseq built from the flags fairseq-train
 would get) and by the tests. Everything here imports fairseq, so it is
 imported only where a model is built.
 """
-from pathlib import Path
 from typing import Sequence
+from .checkout import PLUGIN_DIR
 
-PLUGIN_DIR = Path(__file__).resolve().parents[1] / "attn_plugin"
 
 
 def make_dictionary(vocab_size: int):

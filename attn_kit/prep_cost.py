@@ -36,8 +36,8 @@ import json
 import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
+from .checkout import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "cpu2core_data_prep.json"
 PARTS = ("tokenize", "sample", "learn_bpe", "apply_bpe", "clean", "binarize")
 # the parts that run in one process whatever --workers is (learn-joint-bpe-and-vocab's merges are

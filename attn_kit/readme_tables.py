@@ -20,8 +20,8 @@ from pathlib import Path
 
 from .cli import UserError
 from .inference.ctranslate2 import PARALLEL_CALL
+from .checkout import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 RECIPES = REPO / "recipes" / "results"
 BENCH = REPO / "benchmarks" / "results"

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from .cli import UserError, add_force_option, check_output, read_json, write_json_atomic
+from .checkout import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def machine() -> str:

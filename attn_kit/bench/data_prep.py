@@ -56,7 +56,8 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from ..cli import UsageError, UserError, add_force_option, check_output, log, write_json_atomic
-from ..results import REPO, provenance
+from ..checkout import REPO
+from ..results import provenance
 from .. import prep_cost
 from . import corpus as C
 from .harness import markdown_table

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from ..cli import UsageError, add_force_option, check_output, log, write_json_atomic
-from ..results import REPO, provenance
+from ..checkout import REPO
+from ..results import provenance
 from .models import SHAPES
 
 

@@ -6,7 +6,7 @@ from ..cli import UsageError, log, main_guard
 from ..pairs import ARCH_ALIASES, MODELS, PAIRS, arch_size
 from ..pipeline.launch import PRECISIONS, used_precision
 from ..pipeline.lock import workdir_lock
-from ..results import REPO
+from ..checkout import REPO
 from ..sizes import SIZES
 from . import __doc__ as DESCRIPTION
 from .commands import BUNDLED_TRAINING, DEFAULT_TRAINING, child_env, peak_lr, train_command, warmup_init_lr

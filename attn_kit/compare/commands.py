@@ -18,7 +18,7 @@ from ..pairs import arch_size
 from ..pairs import model_flags as pair_flags
 from ..pipeline.launch import flags_for, launcher
 from ..pipeline.process import console_script
-from ..results import REPO
+from ..checkout import REPO
 
 WORKER = "attn_kit.compare.worker"  # python -m WORKER STATS_JSON FAIRSEQ_TRAIN_ARGS...
 

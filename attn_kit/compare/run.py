@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..cli import UserError, log
 from ..pipeline.process import stream
-from ..results import REPO, command_line
+from ..results import command_line
 from .commands import generate_command
 from .worker import read_stats
 

@@ -20,8 +20,8 @@ from collections import OrderedDict
 from pathlib import Path
 
 from ..cli import add_force_option, check_output
+from ..checkout import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def main():

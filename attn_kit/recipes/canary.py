@@ -268,7 +268,7 @@ def timed(ctx, cmd: List, **kwargs) -> float:
 def averaging_seconds(ctx, checkpoint: Path, n: int, out: Path) -> dict:
     """The run's averaging of ``n`` checkpoints, projected from the real script on 1 and 2 copies of
     ``checkpoint`` (page-cached as the run's freshly written checkpoints are)."""
-    from .common import REPO
+    from ..checkout import REPO
 
     script = [sys.executable, REPO / "scripts" / "average_checkpoints.py"]
     one = timed(ctx, [*script, "--inputs", checkpoint, "--output", out / "avg1.pt", "--force"])

@@ -19,9 +19,9 @@ from ..pipeline.launch import PRECISIONS, batch_plan, flags_for, launcher, paper
 from ..pipeline.stages import TrainProgress, read_averaged, train_log_summary
 from ..sizes import ARCH_SIZES, SIZES
 from . import canary, scale
+from ..checkout import PLUGIN_DIR
 
-REPO = Path(__file__).resolve().parents[2]
-USER_DIR = REPO / "attn_plugin"
+USER_DIR = PLUGIN_DIR
 
 
 # ---------------------------------------------------------------------------------------------- options

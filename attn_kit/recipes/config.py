@@ -9,13 +9,11 @@ with the section's own on top (one fact in one place: ``bundled`` is ``presets.s
 on the bundled corpus).
 """
 from functools import lru_cache
-from pathlib import Path
 from typing import Optional
 
 from ..cli import UserError
+from ..checkout import CONFIG_DIR, require
 
-REPO = Path(__file__).resolve().parents[2]
-CONFIG_DIR = REPO / "recipes" / "configs"
 
 
 @lru_cache(maxsize=None)
@@ -23,7 +21,7 @@ def load(recipe: str) -> dict:
     """``recipes/configs/<recipe>.yaml`` as a dict (a UserError naming the file if it cannot be read)."""
     import yaml
 
-    path = CONFIG_DIR / f"{recipe}.yaml"
+    path = require(CONFIG_DIR) / f"{recipe}.yaml"
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:

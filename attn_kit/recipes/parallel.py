@@ -46,7 +46,7 @@ from ..cli import UsageError, UserError, main_guard
 from ..sizes import PLUGIN_ARCHS
 from ..textio import add_errors_option, iter_lines
 from . import common, config, scale, wmt14
-from .common import REPO
+from ..checkout import REPO
 
 SPLITS = ("train", "valid", "test")
 

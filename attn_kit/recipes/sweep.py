@@ -29,7 +29,8 @@ from pathlib import Path
 from ..cli import UserError, add_force_option, check_output, log, write_json_atomic
 from ..pipeline.lock import workdir_lock
 from ..results import provenance
-from .common import REPO, read_hypotheses
+from ..checkout import REPO
+from .common import read_hypotheses
 
 STAGES_OF_THE_DATA = ("download", "extract", "tokenize", "bpe", "binarize")
 

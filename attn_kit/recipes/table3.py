@@ -40,7 +40,8 @@ from ..pipeline.lock import workdir_lock
 from ..pipeline.process import stream
 from ..pipeline.stages import Pipeline, Stage
 from . import canary, common, config, scale
-from .common import REPO, USER_DIR
+from ..checkout import REPO
+from .common import USER_DIR
 
 GROUPS = ("base", "A", "B", "C", "D", "E", "big")
 ALPHA, BEAM, MAX_LEN_B = 0.6, 4, 50  # Sec. 6.1's decoding, which Sec. 6.2 uses for Table 3

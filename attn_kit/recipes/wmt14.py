@@ -53,7 +53,7 @@ from ..pipeline.stages import Stage, average_checkpoints, averaged_info_path, bi
 from ..pipeline.text import count_lines, moses_tokenize, moses_tokenizer_args
 from . import canary, common, config, scale
 from ..sizes import PLUGIN_ARCHS
-from .common import REPO
+from ..checkout import REPO
 from .wmt14_data import BUNDLED, FILES, PAIRS, files_for
 
 BUNDLED_DATA = REPO / "data" / "tatoeba-en-de"

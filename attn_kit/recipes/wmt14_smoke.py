@@ -17,8 +17,8 @@ from urllib.parse import urlparse
 from attn_kit.pipeline.download import RemoteFile, sha256_of
 from attn_kit.pipeline.mirror import make_tar
 from .wmt14_data import FILES, PAIRS, files_for
+from ..checkout import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SAMPLES = {"de": REPO / "data" / "tatoeba-en-de", "fr": REPO / "data" / "tatoeba-en-fr-sample"}
 TRAIN_PAIRS, DEV_PAIRS, TEST_PAIRS = 2400, 200, 200
 

@@ -68,7 +68,7 @@ from ..pipeline.lock import workdir_lock
 from ..pipeline.progress import watch_output
 from ..pipeline.stages import Stage, average_checkpoints, binarize
 from . import canary, common, config, scale
-from .common import REPO
+from ..checkout import REPO
 
 SMOKE_PTB = REPO / "data" / "wsj-smoke"
 LDC = "Treebank-3 (LDC99T42), licensed from the Linguistic Data Consortium: https://catalog.ldc.upenn.edu/LDC99T42"
