@@ -338,14 +338,14 @@ def parsing_rules() -> str:
 
 def training_cost() -> str:
     """Table 2's cost recomputed from its footnote, beside the analytic count (attn_kit.cost): computed
-    from the paper's numbers, not measured, and kept here so that README says what the code computes."""
+    from the paper's numbers, not measured, and kept here so that the docs say what the code computes."""
     from .cost import GPUS, describe_table2
 
     gpus = table(["GPU", "bf16", "fp16", "fp32 (dense TFLOPS)"],
                  [(name, g.bf16 or "-", g.fp16, g.fp32) for name, g in GPUS.items()])
     return ("\n".join(describe_table2()) + "\n\nComputed by `python scripts/training_cost.py --table2` from the paper's "
-            "numbers (Sec. 5.1-5.2, Table 2's footnote); the analytic count assumes 25000 source and 25000 target "
-            "tokens per update (Sec. 5.1), the shared 37000-token vocabulary and 30-token sentences. The GPUs a "
+            "numbers (Sec. 5.1-5.2, Table 2's footnote); the analytic count assumes 25000 real source and 25000 "
+            "real target tokens per update (Sec. 5.1), the shared 37000-token vocabulary and 30-token sentences. The GPUs a "
             "wall-time estimate knows (`--gpu NAME`; vendor datasheets, dense):\n\n" + gpus)
 
 
