@@ -1,14 +1,12 @@
-"""README's measured numbers, made from the committed results files.
+"""The measured numbers of README.md and docs/*.md, made from the committed results files.
 
-Every table README shows between ``<!-- table:NAME -->`` and
-``<!-- /table:NAME -->`` is written by this script from the results files under
-``recipes/results/`` and ``benchmarks/results/`` (each with the command,
-commit, machine and date that made its numbers), or, for ``training_cost``,
-computed from the paper's numbers by attn_kit.cost, or, for the fault cases,
+Every table a document shows between ``<!-- table:NAME -->`` and ``<!-- /table:NAME -->`` is
+written here from ``recipes/results/`` and ``benchmarks/results/`` (each file with the command,
+commit, machine and date that made its numbers), from the paper's numbers (``training_cost``) or
 from :data:`attn_kit.faults.CASES`; nothing between the markers is typed by hand.
 
-    python scripts/readme_tables.py           # rewrite README.md's tables
-    python scripts/readme_tables.py --check   # exit 1 if README differs from the files (a test runs this)
+    python scripts/readme_tables.py           # rewrite the tables of README.md and docs/*.md
+    python scripts/readme_tables.py --check   # exit 1 if any document differs from the files (a test runs this)
 """
 import argparse
 import glob
@@ -23,6 +21,7 @@ from .inference.ctranslate2 import PARALLEL_CALL
 from .checkout import REPO
 
 README = REPO / "README.md"
+DOCS = REPO / "docs"
 RECIPES = REPO / "recipes" / "results"
 BENCH = REPO / "benchmarks" / "results"
 
@@ -339,14 +338,14 @@ def parsing_rules() -> str:
 
 def training_cost() -> str:
     """Table 2's cost recomputed from its footnote, beside the analytic count (attn_kit.cost): computed
-    from the paper's numbers, not measured, and kept here so that README says what the code computes."""
+    from the paper's numbers, not measured, and kept here so that the docs say what the code computes."""
     from .cost import GPUS, describe_table2
 
     gpus = table(["GPU", "bf16", "fp16", "fp32 (dense TFLOPS)"],
                  [(name, g.bf16 or "-", g.fp16, g.fp32) for name, g in GPUS.items()])
     return ("\n".join(describe_table2()) + "\n\nComputed by `python scripts/training_cost.py --table2` from the paper's "
-            "numbers (Sec. 5.1-5.2, Table 2's footnote); the analytic count assumes 25000 source and 25000 target "
-            "tokens per update (Sec. 5.1), the shared 37000-token vocabulary and 30-token sentences. The GPUs a "
+            "numbers (Sec. 5.1-5.2, Table 2's footnote); the analytic count assumes 25000 real source and 25000 "
+            "real target tokens per update (Sec. 5.1), the shared 37000-token vocabulary and 30-token sentences. The GPUs a "
             "wall-time estimate knows (`--gpu NAME`; vendor datasheets, dense):\n\n" + gpus)
 
 
@@ -584,31 +583,46 @@ TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "parallel_presets"
           "data_prep": data_prep}
 
 
-def render(text: str) -> str:
-    """``text`` with every marked table regenerated."""
+def documents() -> list:
+    """The documents whose tables are generated: README.md, then docs/*.md."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def render(text: str, name: str = "README.md") -> str:
+    """``text`` (the document ``name``) with every marked table regenerated."""
     def replace(m):
-        name = m.group(1)
-        if name not in TABLES:
-            raise UserError(f"README names an unknown table {name!r}; known: {', '.join(TABLES)}")
-        return f"<!-- table:{name} -->\n{TABLES[name]()}\n<!-- /table:{name} -->"
+        table_name = m.group(1)
+        if table_name not in TABLES:
+            raise UserError(f"{name} names an unknown table {table_name!r}; known: {', '.join(TABLES)}")
+        return f"<!-- table:{table_name} -->\n{TABLES[table_name]()}\n<!-- /table:{table_name} -->"
 
     return re.sub(r"<!-- table:(\w+) -->\n.*?<!-- /table:\1 -->", replace, text, flags=re.S)
 
 
+def stale() -> dict:
+    """{document: its text with fresh tables} for every document whose tables differ from the files."""
+    out = {}
+    for path in documents():
+        text = path.read_text(encoding="utf-8")
+        new = render(text, str(path.relative_to(REPO)))
+        if new != text:
+            out[path] = new
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--check", action="store_true", help="only check that README's tables are up to date")
+    p.add_argument("--check", action="store_true",
+                   help="only check that the tables of README.md and docs/*.md are up to date")
     args = p.parse_args(argv)
-    text = README.read_text(encoding="utf-8")
-    new = render(text)
+    changed = stale()
+    names = ", ".join(str(path.relative_to(REPO)) for path in changed)
     if args.check:
-        if new != text:
-            raise UserError("README.md's tables differ from the results files; run python scripts/readme_tables.py")
-        print("README.md's tables match the results files")
+        if changed:
+            raise UserError(f"the tables of {names} differ from the results files; run python scripts/readme_tables.py")
+        print(f"the tables of {len(documents())} documents (README.md, docs/*.md) match the results files")
         return 0
-    if new != text:
-        README.write_text(new, encoding="utf-8")
-        print("README.md: tables rewritten")
-    else:
-        print("README.md: tables already up to date")
+    for path, new in changed.items():
+        path.write_text(new, encoding="utf-8")
+    print(f"tables rewritten: {names}" if changed else "tables already up to date")
     return 0

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""README's measured numbers, made from the committed results files (``attn_kit.readme_tables``; ``--help`` for its options)."""
+"""The tables of README.md and docs/*.md, made from the committed results files (``attn_kit.readme_tables``; ``--help`` for its options)."""
 from attn_kit.cli import main_guard
 from attn_kit.readme_tables import main
 

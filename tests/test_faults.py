@@ -1,5 +1,5 @@
 """Fault injection: what a hostile-but-fair user (or a scheduler, or a full disk) does to a run,
-and what must come out of it. Every case of attn_kit.faults.CASES (README's "What happens when
+and what must come out of it. Every case of attn_kit.faults.CASES (docs/faults.md, "What happens when
 things go wrong") is a test here; the recipe cases run on the WMT14 --smoke recipe, copying one
 finished run (conftest.smoke_run) and comparing with it: same BLEU, the same averaged model bit
 for bit, the same translations."""
@@ -475,5 +475,5 @@ def test_every_case_has_its_test_and_readme_lists_them():
             assert name in names, case.test
     from attn_kit import readme_tables
 
-    text = readme_tables.README.read_text(encoding="utf-8")
+    text = (readme_tables.DOCS / "faults.md").read_text(encoding="utf-8")
     assert readme_tables.faults() in text

@@ -1,5 +1,7 @@
-"""Every measured number README shows comes from a committed results file, by one script."""
+"""Every measured number README.md and docs/*.md show comes from a committed results file, by one
+script; and every relative link of those documents leads somewhere."""
 import json
+import re
 import subprocess
 import sys
 
@@ -10,27 +12,104 @@ RESULTS = sorted((REPO / "recipes" / "results").glob("*.json")) + sorted((REPO /
 
 
 def test_readme_tables_are_the_ones_the_results_files_make():
-    """README's marked tables equal what scripts/readme_tables.py makes from the files now."""
+    """The marked tables of README.md and docs/*.md equal what scripts/readme_tables.py makes from the files now."""
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "readme_tables.py"), "--check"],
                           capture_output=True, text=True)  # the documented command
     assert proc.returncode == 0, proc.stderr
 
 
-def test_a_changed_results_file_makes_the_readme_stale(tmp_path, monkeypatch):
-    """The check is real: a number changed in a results file no longer matches README."""
+def test_the_check_covers_readme_and_every_docs_page():
     from attn_kit import readme_tables
 
-    text = readme_tables.README.read_text(encoding="utf-8")
-    assert readme_tables.render(text) == text
-    bench = tmp_path / "bench"
-    bench.mkdir()
+    assert readme_tables.documents() == [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    assert len(readme_tables.documents()) > 1
+
+
+def test_every_table_is_shown_in_some_document():
+    """No generated table is lost when text moves between README and docs/."""
+    from attn_kit import readme_tables
+
+    text = "".join(path.read_text(encoding="utf-8") for path in readme_tables.documents())
+    for name in readme_tables.TABLES:
+        assert f"<!-- table:{name} -->" in text, name
+
+
+def test_a_changed_results_file_makes_a_document_stale(tmp_path, monkeypatch):
+    """The check is real: a number changed in a results file no longer matches the document that shows it."""
+    from attn_kit import readme_tables
+
+    texts = {path: path.read_text(encoding="utf-8") for path in readme_tables.documents()}
+    assert all(readme_tables.render(text) == text for text in texts.values())
+    bench = tmp_path / "benchmarks" / "results"  # the same folder names, so the tables cite the same files
+    bench.mkdir(parents=True)
     for path in (REPO / "benchmarks" / "results").glob("*.json"):
         data = json.loads(path.read_text())
         if path.name == "h100_train_bf16.json":
             data["results"]["base"]["ratio_tokens_per_s"] += 0.1
         (bench / path.name).write_text(json.dumps(data))
     monkeypatch.setattr(readme_tables, "BENCH", bench)
-    assert readme_tables.render(text) != text
+    assert [path for path, text in texts.items() if readme_tables.render(text) != text] == [
+        REPO / "docs" / "benchmarks.md"]
+    assert set(readme_tables.stale()) == {REPO / "docs" / "benchmarks.md"}
+
+
+def test_a_stale_document_fails_the_check_naming_it(tmp_path, monkeypatch):
+    from attn_kit import readme_tables
+    from attn_kit.cli import UserError
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "x.md").write_text("<!-- table:faults -->\nold\n<!-- /table:faults -->\n", encoding="utf-8")
+    (tmp_path / "README.md").write_text(readme_tables.README.read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.setattr(readme_tables, "REPO", tmp_path)
+    monkeypatch.setattr(readme_tables, "README", tmp_path / "README.md")
+    monkeypatch.setattr(readme_tables, "DOCS", docs)
+    with pytest.raises(UserError, match="docs/x.md"):
+        readme_tables.main(["--check"])
+    assert readme_tables.main([]) == 0
+    assert readme_tables.faults() in (docs / "x.md").read_text(encoding="utf-8")
+    assert readme_tables.main(["--check"]) == 0
+
+
+# ------------------------------------------------------------------------------------------------ links
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors(text: str) -> set:
+    """The #anchors GitHub gives a markdown file's headings (code blocks left out)."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    out = set()
+    for heading in re.findall(r"^#+ (.+)$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        out.add(slug)
+    return out
+
+
+def relative_links():
+    documents = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    for doc in documents:
+        text = re.sub(r"^```.*?^```", "", doc.read_text(encoding="utf-8"), flags=re.S | re.M)
+        for target in LINK.findall(text):
+            if not re.match(r"[a-z]+:", target):  # http:, https:, mailto: are not checked here
+                yield doc, target
+
+
+def test_every_relative_link_names_a_file_and_heading_that_exist():
+    links = list(relative_links())
+    assert len(links) > 20  # README links every docs page, and the pages link each other
+    for doc, target in links:
+        path, _, anchor = target.partition("#")
+        file = (doc.parent / path).resolve() if path else doc
+        assert file.exists(), f"{doc.relative_to(REPO)} links to {target}, which does not exist"
+        if anchor:
+            assert anchor in anchors(file.read_text(encoding="utf-8")), (
+                f"{doc.relative_to(REPO)} links to {target}: no such heading in {file.name}")
+
+
+def test_readme_links_every_docs_page():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for page in sorted((REPO / "docs").glob("*.md")):
+        assert f"](docs/{page.name})" in readme, page.name
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.name)

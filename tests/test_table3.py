@@ -47,7 +47,7 @@ def test_bundled_rows_change_the_small_base_as_table3_changes_base(name, expecte
 
 @pytest.mark.parametrize("name", ["base", "A1", "B1", "C4", "E", "big"])
 def test_paper_scale_flags_build_the_model_of_the_readme_flags(name):
-    """At the paper's scale the recipe's explicit flags and Table3Row.flags() (README's
+    """At the paper's scale the recipe's explicit flags and Table3Row.flags() (docs/table3.md,
     "Table 3 as flags") build models with the same parameters, as fairseq-train would."""
     row = ROW[name]
     ours = plugin_flags(*model_flags(scaled_settings(row, None)))
