@@ -1,14 +1,13 @@
 """attn_plugin: "Attention Is All You Need" (Vaswani et al., 2017) as a fairseq plugin, and attn_kit,
 the recipes' library. Install from a git checkout with ``pip install -e .``: the kit runs from the
 checkout, where the recipes' settings, the bundled data and the results files live beside the code
-(a reproduction's users clone it), so there is no wheel of settings and no console scripts.
-A non-editable ``pip install .`` still gives a working plugin (``import attn_plugin``, fairseq's
---user-dir); attn_kit's commands that need the checkout's files then say so in one error line
-(attn_kit/checkout.py), rather than this file guessing how pip was called.
+(a reproduction's users clone it), so there is no wheel of settings and no console scripts. A plain
+``pip install .`` still gives a working plugin (``import attn_plugin``, fairseq's --user-dir); the
+kit's commands that need the checkout's files then say so in one error line (attn_kit/checkout.py).
 
-fairseq 0.12.2 does not import on Python >= 3.11; ``fairseq-fixed`` is fairseq's main branch with the
-3.11 fixes and installs the same ``fairseq`` package. fairseq's build imports torch, so install torch
-first and fairseq-fixed with ``--no-build-isolation`` (``scripts/env.sh`` does all of this for you).
+fairseq 0.12.2 does not import on Python >= 3.11: ``fairseq-fixed`` (fairseq's main branch with the
+fixes) installs the same ``fairseq``. Its build imports torch: install torch first and fairseq-fixed
+with ``--no-build-isolation`` (``scripts/env.sh`` does all of this).
 """
 from setuptools import find_packages, setup
 

@@ -327,7 +327,7 @@ def main(argv=None):
     p.add_argument("--vocab", type=int, default=EN_DE_VOCAB, help=f"vocabulary (default {EN_DE_VOCAB}, Sec. 5.1)")
     p.add_argument("--mean-length", type=float, default=MEAN_LENGTH,
                    help=f"tokens per sentence, for the attention terms (default {MEAN_LENGTH})")
-    p.add_argument("--ngpus", type=int, default=8, help="GPUs (default 8)")
+    p.add_argument("--ngpus", type=int, default=8, help="GPUs in all, over every node (default 8)")
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"], help="default bf16")
     p.add_argument("--gpu", metavar="NAME", help=f"one of {', '.join(GPUS)}")
     p.add_argument("--gpu-tflops", type=float, metavar="X", help="the GPU's dense peak at --precision")
