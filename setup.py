@@ -1,16 +1,21 @@
-"""attn_plugin: "Attention Is All You Need" (Vaswani et al., 2017) as a fairseq plugin.
+"""attn_plugin: "Attention Is All You Need" (Vaswani et al., 2017) as a fairseq plugin, and attn_kit,
+the recipes' library. Install from a git checkout with ``pip install -e .``: the kit runs from the
+checkout, where the recipes' settings, the bundled data and the results files live beside the code
+(a reproduction's users clone it), so there is no wheel of settings and no console scripts. A plain
+``pip install .`` still gives a working plugin (``import attn_plugin``, fairseq's --user-dir); the
+kit's commands that need the checkout's files then say so in one error line (attn_kit/checkout.py).
 
-fairseq 0.12.2 does not import on Python >= 3.11; ``fairseq-fixed`` is fairseq's
-main branch with the 3.11 fixes and installs the same ``fairseq`` package.
-fairseq's build imports torch, so install torch first and fairseq-fixed with
-``--no-build-isolation`` (``scripts/env.sh`` does all of this for you).
+fairseq 0.12.2 does not import on Python >= 3.11: ``fairseq-fixed`` (fairseq's main branch with the
+fixes) installs the same ``fairseq``. Its build imports torch: install torch first and fairseq-fixed
+with ``--no-build-isolation`` (``scripts/env.sh`` does all of this).
 """
 from setuptools import find_packages, setup
 
 setup(
     name="attn_plugin",
     version="0.1.0",
-    description='fairseq plugin reproducing "Attention Is All You Need"',
+    description='fairseq plugin reproducing "Attention Is All You Need", with its recipes\' library '
+                '(attn_kit, used from a git checkout: pip install -e .)',
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["attn_plugin", "attn_plugin.*", "attn_kit", "attn_kit.*"]),

@@ -1,14 +1,8 @@
 """attn_kit: the library behind attn_plugin's recipes, scripts, benchmarks and tests.
 
-Layers, each importing only the ones above it::
-
-    attn_plugin        the fairseq plugin (--user-dir): model, criterion, schedule, task
-    attn_kit           this library: command-line helpers, named model sizes,
-                       the paper's numbers, metrics, the recipe pipeline, comparisons
-    recipes/ scripts/ benchmarks/ tests/
-                       thin entry points and checks over attn_kit
-
-Nothing in attn_kit is needed by fairseq itself: ``--user-dir attn_plugin``
-loads the plugin alone. Modules that use fairseq or torch import them where
-they are needed, so that light tools (BLEU, EVALB) start fast.
+Layers, each importing only the ones above it: attn_plugin (the fairseq plugin, loaded alone by
+``--user-dir attn_plugin``), attn_kit (command-line helpers, sizes, the paper's numbers, metrics, the
+recipe pipeline, comparisons), then recipes/, scripts/, benchmarks/, tests/. It runs from a git
+checkout (:mod:`attn_kit.checkout`). Modules import fairseq and torch where they need them, so that
+light tools (BLEU, EVALB) start fast.
 """

@@ -1,34 +1,13 @@
-"""Average the parameters of several fairseq checkpoints (Sec. 6.1).
-
-The paper's base models are the average of the last 5 checkpoints, the big
-ones of the last 20, written at 10-minute intervals: the last of them is the
-final model. Flags are those of fairseq's own script (which the pip package
-does not ship)::
+"""Average the parameters of several fairseq checkpoints (Sec. 6.1: base models average the last
+5 checkpoints, big ones the last 20), with the flags of fairseq's own script::
 
     python scripts/average_checkpoints.py --inputs ckpts/ --num-update-checkpoints 5 --output avg.pt
-    python scripts/average_checkpoints.py --inputs ckpts/ --num-epoch-checkpoints 5 --output avg.pt
     python scripts/average_checkpoints.py --inputs a.pt b.pt c.pt --output avg.pt
 
-Where the paper and fairseq differ: fairseq writes ``checkpoint_E_U.pt`` only
-when U is a multiple of ``--save-interval-updates``, and its script averages
-those alone, so with 100000 updates and an interval of 1500 "the last 5" ends
-at update 99000 and leaves the final model out. Here ``--num-update-checkpoints
-N`` always ends at the final update: when ``checkpoint_last.pt`` holds a later
-update than the newest interval checkpoint, it is the last of the N (see
-:func:`update_checkpoints`). ``--info-json FILE`` records the update numbers
-averaged.
-
-Checkpoints are read with torch's safe unpickler (attn_plugin.checkpoint): a
-file that is not a plain fairseq checkpoint is refused, never executed. Every
-input is checked before anything is written (each loads, holds a ``model`` of
-tensors only, with the same names and shapes as the others). The result keeps
-the newest input's options and metadata with averaged weights and no optimizer
-state, and is written atomically (temp file, then rename; a failure, a full
-disk included, leaves nothing behind).
-
-Resuming training (:func:`recover_last`): a ``checkpoint_last.pt`` that a kill
-or a full disk left truncated is moved aside and the newest intact
-``checkpoint_E_U.pt`` takes its place, so fairseq-train resumes from there.
+Unlike fairseq's script, --num-update-checkpoints N always ends at the final update (checkpoint_last.pt
+when it is newer than the newest interval checkpoint). Inputs are read with torch's safe unpickler and
+checked before anything is written; the average is written atomically. :func:`recover_last` replaces
+a truncated checkpoint_last.pt by the newest intact one, so that training resumes.
 """
 import argparse
 import collections

@@ -1,19 +1,10 @@
 """What every attn_kit command line shares: one-line errors, log lines, atomic writes.
 
-A problem the user can fix is raised as :class:`UserError` (or
-:class:`UsageError` for a bad command line) anywhere below a command's
-``main``; :func:`main_guard` prints it as ``error: <message>`` on stderr and
-exits 1 (2 for usage), with no traceback. The plugin's own errors
-(``attn_plugin.errors.AttnPluginError``, e.g. a refused checkpoint) are reported
-the same way when they reach a command of this library. Ctrl-C exits 130 and
-SIGTERM (a scheduler's or ``kill``'s) 143, each with one line saying that
-finished work is kept; both stop the command a recipe is running and remove
-its temporary files on the way out.
-
-Files are written whole or not at all: :func:`atomic_output` yields a
-temporary name next to the target and renames it into place only when the
-block completes; on failure the temporary file is removed, and a full disk is
-reported as one line naming the file.
+A problem the user can fix is raised as :class:`UserError` (or :class:`UsageError` for a bad
+command line) anywhere below a command's ``main``; :func:`main_guard` prints it (and the plugin's
+own ``AttnPluginError``) as one ``error: <message>`` line and exits 1 (2 for usage), with no
+traceback; Ctrl-C exits 130 and SIGTERM 143, keeping finished work. Files are written whole or not
+at all (:func:`atomic_output`); a full disk is one line naming the file.
 """
 import errno
 import json

@@ -1,44 +1,8 @@
-"""What a training run costs, before it starts: analytic FLOPs from the model's
-shape, the paper's own Table 2 arithmetic, and a wall-time estimate on a GPU.
-
-**Analytic FLOPs** (:func:`forward_flops`; a multiply-add is 2 FLOPs). Per
-position, the matmuls of Sec. 3 with d = d_model, f = d_ff, h heads of d_k / d_v
-(Sec. 3.2.2), for source sentences of L_s and target sentences of L_t tokens:
-
-- encoder layer, per source position: W^Q, W^K (2 * 2 d h d_k), W^V, W^O
-  (2 * 2 d h d_v), the attention of eq. 1, QK^T and the weighted sum of V over
-  L_s positions (2 L_s h (d_k + d_v)), and the FFN of eq. 2 (2 * 2 d f);
-- decoder layer, per target position: masked self-attention as above over
-  L_t / 2 positions on average (the causal mask: fused kernels skip the masked
-  half), encoder-decoder attention's W^Q and W^O (2 d h d_k + 2 h d_v d) and its
-  attention over L_s positions, the FFN; and per source position once per
-  decoder layer the projections W^K, W^V of the encoder output
-  (2 d h d_k + 2 d h d_v);
-- the pre-softmax linear transformation (Sec. 3.4), per target position: 2 d V.
-
-Embeddings, softmax, layer norms, residuals and Adam are O(d) per position and
-left out (under 1%). Training = 3 x forward: the backward pass computes a
-gradient for the activations and one for the weights of every matmul, each as
-large as the forward matmul. Padding counts as work (dense kernels compute it).
-The same count gives the benchmarks' model FLOP utilization
-(:func:`attn_kit.bench.measure.train_flops_per_step`).
-
-**Table 2's cost** is not a count of model FLOPs: the paper multiplied
-"the training time, the number of GPUs used, and an estimate of the sustained
-single-precision floating-point capacity of each GPU" (9.5 TFLOPS for a P100):
-base 12 h x 8 x 9.5e12 = 3.3e18, big 3.5 days x 8 x 9.5e12 = 2.3e19
-(:func:`table2_arithmetic`). The analytic count of the same run is about a
-third of that (:func:`describe_table2`): the share of the P100s' rate the
-paper's code turned into model FLOPs.
-
-**Wall time** = FLOPs / (GPUs x the GPU's dense peak at the run's precision x
-utilization). :data:`GPUS` holds vendor datasheet peaks (dense, i.e. without
-structured sparsity). The default utilization is what attn_plugin measured on
-one H100 in bf16 (:data:`MEASURED_UTILIZATION`, from
-benchmarks/results/h100_train_bf16.json, 6940 target tokens per GPU step):
-8% of the dense peak for d_model < 1024 (base), 26% from d_model 1024 (big);
-small models are bound by kernel launches, not by matmuls. Another GPU, batch
-or data-parallel overhead changes it: ``--utilization`` sets it.
+"""What a training run costs, before it starts: analytic FLOPs from the model's shape (Sec. 3),
+the paper's own Table 2 arithmetic (time x GPUs x sustained TFLOPS, footnote of Table 2), and a
+compute-only wall time on a GPU (FLOPs / (GPUs x dense peak x utilization)). The recipes'
+--dry-run prints the same lines (describe_run); the count also gives the benchmarks'
+model FLOP utilization.
 
     python scripts/training_cost.py                      # the paper's base and big, Table 2's arithmetic
     python scripts/training_cost.py --arch attn_paper_big --gpu H100 --ngpus 8
@@ -54,13 +18,11 @@ from .cli import UsageError, main_guard
 from .paper import EN_DE_VOCAB, P100_SUSTAINED_TFLOPS, TABLE2_FLOPS, TABLE2_TRAINING, TABLE3
 from .sizes import ARCH_SIZES
 
-# The length of a sentence in tokens, for the attention terms (WMT14's BPE sentences are ~27-30
-# tokens). At base size a sentence twice as long adds ~2% to the total: the matmuls against
-# weights dominate.
+# The length of a sentence in tokens, for the attention terms (about WMT14's BPE sentences); the
+# matmuls against weights dominate, so the total depends little on it.
 MEAN_LENGTH = 30
-# The plugin's model FLOP utilization measured on an H100 in bf16, as a share of its dense peak (989
-# TFLOPS): benchmarks/results/h100_train_bf16.json, 128 sentences of <= 64 tokens per step, measured
-# against the 788 TFLOP/s matmul rate: base 10.3%, big 32.1%, i.e. 8% and 26% of the peak.
+# The plugin's model FLOP utilization on an H100 in bf16, as a share of its dense peak, from
+# benchmarks/results/h100_train_bf16.json (rounded): small models are bound by kernel launches.
 MEASURED_UTILIZATION = {"base": 0.08, "big": 0.26}
 
 
@@ -117,8 +79,11 @@ class Shape:
 
 
 def forward_flops(shape: Shape, src_tokens: float, tgt_tokens: float, src_len: float, tgt_len: float) -> float:
-    """Forward FLOPs for ``src_tokens`` source and ``tgt_tokens`` target positions in sentences
-    of ``src_len`` / ``tgt_len`` positions (see the module docstring for each term)."""
+    """Forward FLOPs (a multiply-add is 2) for ``src_tokens`` source and ``tgt_tokens`` target
+    positions in sentences of ``src_len`` / ``tgt_len`` positions: per layer W^Q, W^K, W^V, W^O
+    (Sec. 3.2.2), the attention of eq. 1 (decoder self-attention over half the positions: the causal
+    mask), the FFN of eq. 2; the encoder output's W^K, W^V once per decoder layer; the pre-softmax
+    linear map (Sec. 3.4). Embeddings, softmax, norms and Adam are O(d) per position, left out."""
     e, d = shape.encoder, shape.decoder
 
     def projections(s: Side, width_in: int) -> float:  # W^Q, W^K, W^V, W^O of one attention
@@ -354,19 +319,21 @@ def main(argv=None):
 
     paper, archs = config.settings("wmt14", "paper"), config.load("wmt14")["archs"]
     p.add_argument("--tokens-per-update", type=int, default=paper["tokens_per_update"],
-                   help="padded positions per update, fairseq's --max-tokens x devices x --update-freq: the "
-                        f"recipes' --tokens-per-update (default {paper['tokens_per_update']}, theirs: ~25000 real "
-                        "source and ~25000 target tokens on WMT-like lengths, Sec. 5.1)")
+                   help="padded tokens per update over all devices, fairseq's --max-tokens x devices x "
+                        f"--update-freq, as the recipes' --tokens-per-update (default {paper['tokens_per_update']}, "
+                        "the WMT14 recipes' paper setting, recipes/configs/wmt14.yaml)")
     p.add_argument("--average", type=int, help="checkpoints averaged, for the disk they take (default: the recipes', "
                                                + ", ".join(f"{a} {v['average']}" for a, v in archs.items()) + ")")
     p.add_argument("--vocab", type=int, default=EN_DE_VOCAB, help=f"vocabulary (default {EN_DE_VOCAB}, Sec. 5.1)")
     p.add_argument("--mean-length", type=float, default=MEAN_LENGTH,
                    help=f"tokens per sentence, for the attention terms (default {MEAN_LENGTH})")
-    p.add_argument("--ngpus", type=int, default=8, help="GPUs (default 8)")
+    p.add_argument("--ngpus", type=int, default=8, help="GPUs in all, over every node (default 8)")
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"], help="default bf16")
     p.add_argument("--gpu", metavar="NAME", help=f"one of {', '.join(GPUS)}")
     p.add_argument("--gpu-tflops", type=float, metavar="X", help="the GPU's dense peak at --precision")
-    p.add_argument("--utilization", type=float, help="share of the peak reached (default: measured on an H100, 0.08 for d_model < 1024, 0.26 above)")
+    p.add_argument("--utilization", type=float, help="share of the peak reached (default: measured on an H100, "
+                                                        f"{MEASURED_UTILIZATION['base']:g} for d_model < 1024, "
+                                                        f"{MEASURED_UTILIZATION['big']:g} from 1024)")
     p.add_argument("--table2", action="store_true", help="only Table 2's arithmetic beside the analytic counts")
     p.add_argument("--gpus", action="store_true", help="list the GPUs and their dense peaks")
     argv = list(sys.argv[1:] if argv is None else argv)

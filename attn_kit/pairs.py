@@ -1,18 +1,8 @@
-"""The plugin's models and their stock fairseq counterparts, as pairs.
-
-The comparison (:mod:`attn_kit.compare`) trains both models of a pair and the
-benchmarks (:mod:`attn_kit.bench`) time them; both build each side from the
-fairseq-train flags made here:
-
-- ``base``: ``--arch attn_paper_base`` vs fairseq's ``transformer_wmt_en_de``
-- ``big``: ``--arch attn_paper_big`` vs fairseq's ``transformer_vaswani_wmt_en_de_big``
-
-Both archs of a pair default to the paper's sizes (Table 3's base and big rows,
-:func:`arch_size`; a test checks this through fairseq's parser). Each side
-trains with its own label-smoothed criterion: the plugin's
-``attn_label_smoothed_cross_entropy`` (the paper's eps_ls / K) and stock
-``label_smoothed_cross_entropy`` with ``--share-all-embeddings`` (the plugin
-shares the three embedding matrices by default, Sec. 3.4).
+"""The plugin's models and their stock fairseq counterparts, as pairs, for the comparison
+(:mod:`attn_kit.compare`) and the benchmarks (:mod:`attn_kit.bench`), which build each side from the
+fairseq-train flags made here: ``base`` (``attn_paper_base`` vs ``transformer_wmt_en_de``) and
+``big`` (``attn_paper_big`` vs ``transformer_vaswani_wmt_en_de_big``), each side with its own
+label-smoothed criterion and shared embeddings (Sec. 3.4).
 """
 from dataclasses import dataclass
 from typing import List, Optional, Sequence

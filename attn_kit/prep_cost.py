@@ -1,41 +1,18 @@
-"""How long the WMT14 recipes' data stages take and how much memory they hold, projected
-from the measurements of benchmarks/data_prep.py (attn_kit.bench.data_prep), which files
-its fits in ``benchmarks/results/cpu2core_data_prep.json``; the recipes' ``--dry-run``,
-README's planning table and the benchmark's own projections all read them through
+"""How long the WMT14 recipes' data stages take and how much memory they hold, projected from
+the fits benchmarks/data_prep.py files in ``benchmarks/results/cpu2core_data_prep.json``; the
+recipes' ``--dry-run``, README's planning table and the benchmark all project through
 :func:`project`, so every projection comes from the one file.
 
-The model, per part of the data stages (``tokenize``, ``learn_bpe``, ``apply_bpe``, ``clean``,
-``binarize``, and ``sample``, the pass that draws --bpe-learn-pairs pairs), from CPU time
-rather than wall time, so that other work on a shared machine does not enter the projection:
-
-- ``serial``: the CPU seconds of the part's main process (the recipe's process for the steps
-  it runs itself, the command's own process for subword-nmt and fairseq-preprocess), which
-  one worker more does not shorten; ``parallel``: the CPU seconds of the worker processes
-  (the rest). Each is fitted as ``a * pairs^b``, a least-squares line through log seconds
-  against log pairs (:func:`fit_power`).
-- On w workers with a core each: ``seconds(w) = serial + parallel / w``, except for work the
-  main process shares with its workers: fairseq-preprocess 0.12 binarizes a file in a pool of
-  w - 1 processes and *then* the first of its w chunks in its main process, so that chunk,
-  c / w of the file's work c, counts twice on the critical path: ``seconds(w) = (serial - c/W)
-  + (parallel + c/W) / w + c / w``, where ``c = main_chunk_share * (serial + parallel)`` and the
-  share is measured by running the part with a second worker count (the main process's CPU
-  falls by c (1/W - 1/W2)); only for :data:`MAIN_CHUNK_PARTS`. On one worker every part is its
-  whole CPU time, serial + parallel.
-- The workers' memory is projected as growing in proportion to their number, as if each worker
-  held what one held on W workers; it grew 1.4-1.6x from 2 to 4 workers at 100K pairs (a worker's
-  share of the text, and of the types it caches, shrinks), so the projection errs high.
-- Peak memory (proportional set size, PSS, at the sample where the stage's processes held the
-  most): ``main + workers * w / W``, each fitted the same way, W the benchmark's --workers.
-
-``learn_bpe`` runs on ``min(pairs, bpe_learn_pairs)`` pairs; ``sample`` runs only when that
-is fewer than all. ``legacy=True`` projects the recipe as it was before --bpe-learn-pairs:
-learn-joint-bpe-and-vocab on every pair in one process, and the ``subword-nmt apply-bpe``
-command, which runs in one process whatever --num-workers says: their serial + parallel seconds.
+Per part (tokenize, sample, learn_bpe, apply_bpe, clean, binarize), CPU seconds (not wall time,
+which other work on a shared machine changes) of the main process (serial) and of its workers
+(parallel), each fitted as ``a * pairs^b``; on w workers ``serial + parallel / w`` (see
+:func:`part_seconds` for fairseq-preprocess's main chunk). The model in full: docs/scaling.md.
 """
 import json
 import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
+
 from .checkout import REPO
 
 RESULTS = REPO / "benchmarks" / "results" / "cpu2core_data_prep.json"
@@ -46,7 +23,7 @@ SERIAL = ("sample", "clean")
 # the parts whose tool does a worker's share in its main process (fairseq-preprocess 0.12: the first
 # chunk of every file, after its pool); the other tools' main processes only read, hand out and merge,
 # and what the main process's CPU seemed to lose with more workers there was the noise of CPU time on
-# a shared machine (up to 15% between the runs on 2 and 4 workers), not a share of the work
+# a shared machine, not a share of the work
 MAIN_CHUNK_PARTS = ("binarize",)
 
 
@@ -70,7 +47,10 @@ def power(fit: Optional[Dict[str, float]], x: float) -> float:
 
 
 def part_seconds(fits: dict, part: str, pairs: float, workers: int) -> float:
-    """Seconds of ``part`` on ``pairs`` pairs with ``workers`` workers, a core each."""
+    """Seconds of ``part`` on ``pairs`` pairs with ``workers`` workers, a core each: serial +
+    parallel / w, except that fairseq-preprocess binarizes the first of its w chunks in its main
+    process after its pool, so that chunk (c / w, c = main_chunk_share x the part's CPU) counts
+    twice on the critical path."""
     serial, parallel = power(fits["cpu_serial"].get(part), pairs), power(fits["cpu_parallel"].get(part), pairs)
     if workers == 1:
         return serial + parallel
@@ -90,7 +70,8 @@ def project(fits: dict, pairs: int, workers: int, bpe_learn_pairs: Optional[int]
     """Seconds and peak MB of each part for ``pairs`` training pairs on ``workers`` workers, from
     ``fits`` (the results file's ``fits``): ``{"seconds": {part: s}, "peak_mb": {part: MB},
     "total_seconds", "peak_mb_max", "learn_pairs"}``. ``bpe_learn_pairs``: 0 or None learns on
-    every pair. ``legacy``: the recipe before its speed-ups (see the module's docstring)."""
+    every pair. ``legacy``: the recipe before --bpe-learn-pairs (BPE learned on every pair, learn and
+    apply-bpe in one process)."""
     learn_pairs = pairs if legacy or not bpe_learn_pairs else min(pairs, bpe_learn_pairs)
     seconds, peak = {}, {}
     for part in PARTS:

@@ -1,15 +1,8 @@
-"""One text policy for every command that reads text (translate, the recipes' own corpora,
-score_bleu, evalb): what a line is and how its bytes become text, defined once.
-
-- UTF-8, strict by default: a byte sequence that is not UTF-8 is one error naming the
-  file and the line (and ``--errors replace``, which every such command offers, reads it
-  as U+FFFD instead). Never a silent replacement, never a ``UnicodeDecodeError`` traceback.
-- A UTF-8 byte-order mark at the start of the input is removed (Windows editors write
-  one; kept, it becomes a token of the first word).
-- ``\\n``, ``\\r\\n`` and a lone ``\\r`` all end a line; the line is given without its end.
-
-Lines are streamed from the binary input, so a 36M-line corpus is never held in memory
-and standard input needs no particular locale or ``PYTHONIOENCODING``.
+"""One text policy for every command that reads text (translate, the recipes' corpora, score_bleu,
+evalb), defined once: UTF-8, strict by default (a byte sequence that is not is one error naming the
+file and line; ``--errors replace`` reads it as U+FFFD); a byte-order mark at the start removed;
+``\\n``, ``\\r\\n`` and a lone ``\\r`` each end a line. Lines are streamed from the binary input, so a
+large corpus is never held in memory and stdin needs no particular locale.
 """
 import re
 from pathlib import Path

@@ -1,27 +1,12 @@
 """Real source and target tokens per update under fairseq's batching.
 
-Sec. 5.1: "Each training batch contained a set of sentence pairs containing
-approximately 25000 source tokens and 25000 target tokens." fairseq's
-``--max-tokens`` is a different quantity: a cap on each device's *padded*
-batch, sentences x the longest max(source, target) length in it (fairseq's
-``num_tokens``). The real source and target tokens of a batch are less. This
-script batches sentence lengths exactly as fairseq-train does (fairseq's own
-``batch_by_size`` over ``LanguagePairDataset``'s order: shuffled, then sorted by
-target and source length, ``--required-batch-size-multiple 8``) and prints the
-mean real tokens per update: devices x update_freq batches.
+Sec. 5.1 gives ~25000 source and ~25000 target tokens per batch (real tokens); fairseq's
+``--max-tokens`` caps each device's *padded* batch (sentences x the longest length in it). This
+batches sentence lengths exactly as fairseq-train does (``batch_by_size``, shuffled then sorted,
+``--required-batch-size-multiple 8``) and prints the mean real tokens per update.
 
     python scripts/tokens_per_update.py --data-bin runs/wmt14_en_de_base/data-bin --max-tokens 3125 --devices 8
     python scripts/tokens_per_update.py --src test.bpe.en --tgt test.bpe.de --max-tokens 3125 --devices 8
-    python scripts/tokens_per_update.py --src newstest2014.en --tgt newstest2014.de --bpe-codes codes \\
-        --moses en de --max-tokens 3125 --devices 8 --target-tokens 25000
-
-With ``--target-tokens T`` it also prints the per-update token budget whose
-mean real (source + target) / 2 comes closest to T. Text files count one
-token per whitespace-separated word plus </s> (as fairseq-preprocess does);
-``--moses SRC TGT`` Moses-tokenizes (sacremoses, -a) and ``--bpe-codes``
-applies subword-nmt codes first, as the WMT recipes do. ``--resample N``
-batches N pairs drawn from the given ones: fairseq sorts a 4.5M-pair corpus
-into batches of nearly equal lengths, which 6000 test pairs cannot show.
 """
 import argparse
 import json
@@ -103,14 +88,17 @@ def main(argv=None):
     p.add_argument("--tgt", nargs="+", help="target text file(s), line for line with --src")
     p.add_argument("--moses", nargs=2, metavar=("SRC_LANG", "TGT_LANG"), help="Moses-tokenize the text first")
     p.add_argument("--bpe-codes", help="apply these subword-nmt codes to the text first")
-    p.add_argument("--max-tokens", type=int, required=True, help="fairseq's --max-tokens (per device and batch)")
-    p.add_argument("--devices", type=int, default=1, help="GPUs (default 1)")
+    p.add_argument("--max-tokens", type=int, required=True, help="fairseq's --max-tokens: padded tokens per device and batch (the recipes' "
+                                                                 "--max-tokens-per-gpu)")
+    p.add_argument("--devices", type=int, default=1,
+                   help="devices over all nodes, the recipes' --ngpus x --nnodes (default 1)")
     p.add_argument("--update-freq", type=int, default=1, help="fairseq's --update-freq (default 1)")
     p.add_argument("--required-batch-size-multiple", type=int, default=8, help="as fairseq-train (default 8)")
     p.add_argument("--resample", type=int, metavar="N",
                    help="batch N pairs drawn with replacement from the given ones (seed 1): a small test set's "
                         "lengths then batch as a large corpus of the same length distribution does")
-    p.add_argument("--target-tokens", type=int, help="also find the per-update budget giving this many real tokens")
+    p.add_argument("--target-tokens", type=int, help="also find the padded per-update budget whose mean real (source + target) / 2 "
+                        "tokens per update come closest to this")
     args = p.parse_args(argv)
     if args.data_bin:
         src_sizes, tgt_sizes = sizes_from_data_bin(args.data_bin, args.split)

@@ -211,6 +211,18 @@ def test_plot_attention_draws_the_figure_and_dumps_every_weight(smoke_run, hub, 
         assert np.allclose(w[name].sum(-1), 1.0, atol=1e-5) and (w[name] >= 0).all()
 
 
+def test_the_recipes_alpha_is_a_hidden_alias_of_gnmt_alpha(capsys):
+    """One vocabulary of options (issue 28): --gnmt-alpha is the name, the recipes' --alpha still works."""
+    from attn_kit.inference.translate import parse_args
+
+    alias, name = parse_args(["run", "--alpha", "0.8"]), parse_args(["run", "--gnmt-alpha", "0.8"])
+    assert alias.gnmt_alpha == name.gnmt_alpha == 0.8
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    help_text = capsys.readouterr().out
+    assert "--gnmt-alpha" in help_text and "--alpha" not in help_text
+
+
 def test_query_finds_every_bpe_piece_of_every_occurrence():
     from attn_kit.inference.attention import word_positions
 

@@ -1,28 +1,12 @@
 """``python scripts/plot_attention.py RUN_DIR --sentence "..." --out fig.png``:
 what the paper's Figures 3-5 show, for any sentence and any run.
 
-The sentence goes through the run's pre-processing (as scripts/translate.py)
-and is translated with its decoding settings; then one forward pass with the
-attention weights switched on (the model's ``need_head_weights``; training and
-plain decoding never compute them) gives every layer's encoder self-attention
-(B x h x S x S) and encoder-decoder attention (h x T x S). The figure has:
-
-- the encoder self-attention of ``--layer`` (default N-1: the 5th of 6 layers
-  in the paper's figures) in the line style of Fig. 3: the sentence twice,
-  each token on the left joined to the tokens it attends to on the right,
-  darker for more weight, one colour per head (``--heads`` picks some);
-  ``--query WORD`` draws only the lines of that word (each of its BPE pieces),
-  as Figs. 3 and 4 show "making" and "its" across heads;
-- the same weights as heatmaps, one per head;
-- the encoder-decoder attention of the translation (last layer, mean over heads).
-
-``--dump weights.npz`` writes every layer's weights and the tokens for your own
-analysis (numpy arrays: ``encoder_self_attention`` [layers, heads, S, S],
-``encoder_decoder_attention`` [layers, heads, T, S], ``source_tokens``,
-``target_tokens``, ``translation``).
-
-Both outputs are checked before any work and written whole or not at all: never over a
-folder, over an existing file only with ``--force``.
+The sentence is pre-processed and translated as scripts/translate.py does; then one forward pass
+with the model's ``need_head_weights`` gives every layer's encoder self-attention and
+encoder-decoder attention. The figure draws one layer's self-attention in the line style of
+Fig. 3 (``--query WORD`` as Figs. 3-4), as heatmaps per head, and the encoder-decoder attention;
+``--dump weights.npz`` writes every layer's weights and the tokens. Both outputs are checked before
+any work and written whole or not at all.
 """
 import argparse
 import sys

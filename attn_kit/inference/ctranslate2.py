@@ -1,119 +1,13 @@
-"""A trained run as a CTranslate2 model: ``python scripts/export_ctranslate2.py RUN_DIR OUT_DIR``,
-then ``python scripts/translate.py --engine ctranslate2 OUT_DIR`` (CTranslate2's C++ beam search,
-optionally int8 weights, same pre- and post-processing as the run).
+"""A trained run as a CTranslate2 model: export (``scripts/export_ctranslate2.py RUN_DIR OUT_DIR``)
+and decoding (``scripts/translate.py --engine ctranslate2 OUT_DIR``) with the run's own pre- and
+post-processing.
 
-Export
-------
-:func:`export` builds CTranslate2's ``TransformerSpec`` directly from the plugin's
-weights (:func:`build_spec`), with CTranslate2's Python spec API, and saves it
-with the run's BPE files and a card (``OUT_DIR/ct2_card.json``, :data:`CARD`):
-
-- post-norm layers (``pre_norm=False``, no final LayerNorm): the plugin's
-  ``self_attn_norm``/``cross_attn_norm``/``ffn_norm`` are CTranslate2's
-  ``self_attention/layer_norm``, ``attention/layer_norm``, ``ffn/layer_norm``,
-  which it applies as LayerNorm(x + sublayer(x)) in that mode; LayerNorm epsilon
-  1e-5 (torch's, the plugin's), written into the model's config;
-- stacked projections map one to one to CTranslate2's fused ones: self-attention
-  ``w_qkv`` (rows [Q|K|V]) is ``linear_0``, ``w_o`` is ``linear_1``;
-  encoder-decoder attention ``w_q`` is ``linear_0``, ``w_kv`` (rows [K|V]) is
-  ``linear_1``, ``w_o`` is ``linear_2``;
-- one embedding matrix for encoder input, decoder input and the pre-softmax
-  projection (saved once: CTranslate2 aliases equal variables), multiplied by
-  sqrt(d_model) at the input (``scale_embeddings``), no output bias;
-- positions: the plugin's own table (the paper's interleaved sinusoids from
-  position 0, fairseq's layout, or the learned one) saved as explicit
-  ``position_encodings``; CTranslate2 gives the first source token and the
-  decoder's first input (``</s>``) row 0, the plugin position 0 (fairseq's
-  layout: position padding_idx + 1, so the table is saved from that row);
-- vocabularies: the fairseq dictionaries in order (ids unchanged), ``<pad>``
-  renamed ``<blank>`` as CTranslate2's own converters name padding (CTranslate2
-  masks padding by length and never reads that token); ``</s>`` is appended to
-  the source (``add_source_eos``) and starts the decoder (``decoder_start_token``),
-  as fairseq does.
-
-What CTranslate2 cannot represent is refused with one line naming the option
-(:func:`unsupported`): d_k != d_v (``--attention-key-dim`` != ``--attention-value-dim``:
-CTranslate2 has one ``head_dim`` for queries, keys and values), or a model that is
-not attn_plugin's ``attn_transformer``. Represented, and checked score for score
-by tests/test_ctranslate2.py: d_k = d_v != d_model/h (``head_dim``, with the query
-scale 1/sqrt(d_k) written explicitly), learned positions, fairseq's sinusoid
-layout, separate source and target embeddings (``--no-share-all-embeddings``),
-different encoder and decoder depths, heads and FFN widths.
-
-Decoding: what equals fairseq and what does not
------------------------------------------------
-:class:`CT2Translator` runs the run's tokenizer and BPE (the plugin's own
-registered encoders, built from their dataclass configs, with the files copied
-into OUT_DIR), CTranslate2's beam search, then removes BPE and detokenizes (a
-parsing run: repairs the bracket sequence into a tree), as
-:class:`attn_kit.inference.translate.Translator` does with fairseq. CTranslate2's
-beam search is fairseq's ``SequenceGenerator`` algorithm: 2 x beam candidates a
-step, a candidate ending in ``</s>`` among the first ``beam`` finishes a
-hypothesis and the next unfinished candidate takes its place, a sentence stops
-when ``beam`` hypotheses have finished; which hypotheses finish does not depend
-on the length penalty (it only ranks them at the end), as long as the penalty is
-not 0 (CTranslate2's 0 stops a sentence when its best beam finishes, so the
-engine passes 1e-9 for fairseq's 0). The engine asks for all ``beam`` finished
-hypotheses with their scores and picks the best itself, on fairseq's score.
-
-Length penalty, measured (CTranslate2 4.8.5; tests/test_ctranslate2.py pins it):
-CTranslate2's ``length_penalty`` p ranks a finished hypothesis by
-``log P(Y|X) / |Y| ** p`` (``finalize_hypothesis_score`` in its src/decoding.cc),
-where log P includes the ``</s>`` step and |Y| counts ``</s>``, whether or not
-``return_end_token`` returns it (with it off, the returned tokens are one fewer
-than the |Y| used). That is exactly fairseq's ``--lenpen``: ``log P / |Y| ** lenpen``,
-|Y| counting ``</s>``; the engine passes ``length_penalty=lenpen`` (and
-``return_end_token=True``, to tell a hypothesis that ended on ``</s>`` from one
-cut at the length limit). The paper's GNMT penalty ``((5 + |Y|) / 6) ** alpha``
-(``--gnmt-alpha``, the recipes' default) is not a power of |Y|: CTranslate2
-cannot compute it, and the engine falls back, openly, to reranking: it recovers
-log P = score x |Y|^p of each of the ``beam`` finished hypotheses and ranks them
-by log P / ((5 + |Y|) / 6) ** alpha, which is what fairseq with ``--gnmt-alpha``
-does. (It searches with p = alpha x n / (5 + n), n the batch's mean source
-length: the power of |Y| closest to GNMT's penalty there. It matters only when
-more than ``beam`` hypotheses finish in the same step and CTranslate2 keeps
-``beam`` of them by its own ranking.)
-
-When beam search stops: CTranslate2's search ends a sentence once ``beam``
-hypotheses have finished, as fairseq's rule does (``--beam-stop fairseq``); the
-paper's rule (tensor2tensor's stop_early, the plugin's default with the GNMT
-penalty: attn_plugin/beam_search.py) is not available in it, so the engine decodes
-as fairseq-generate with ``--beam-stop fairseq``, and that is what its tests and
-benchmark compare it with.
-
-Two places where CTranslate2 scores differently, both repaired so that the
-scores are fairseq's (log P under the full softmax):
-
-- ``</s>`` at the first step: fairseq's ``min_len`` sets its log-probability to
-  -inf after the softmax; CTranslate2's ``min_decoding_length`` masks it before,
-  which adds -log(1 - P(</s> first)) to every hypothesis. The engine searches
-  with ``min_decoding_length=0``; only for a sentence whose beam then holds the
-  empty hypothesis (a model that barely learned anything) it searches again with
-  1 and subtracts that term (P(</s> first) from ``score_batch``).
-- the length limit: fairseq forces ``</s>`` after ``max_len`` tokens and scores
-  it; CTranslate2 stops without it. The engine scores those hypotheses with
-  ``score_batch`` (their tokens and ``</s>``), as fairseq does.
-
-The maximum length is fairseq's: ``max_len_a`` x (the longest source of the
-batch, ``</s>`` included) + ``max_len_b`` tokens before ``</s>``, at most
-``max_target_positions`` - 1; the engine batches sentences exactly as fairseq's
-hub does (:func:`fairseq_batches`), so each sentence gets fairseq's limit.
-
-Threads (``--threads``, default all cores): up to :data:`PARALLEL_CALL` sentences
-are decoded as one batch on all of them (``intra_threads``); more go to CTranslate2
-together, each of fairseq's batches cut into calls of at most :data:`PARALLEL_CALL`
-sentences that keep the batch's length limit and penalty, decoded ``threads`` at a
-time, one thread each (``inter_threads``), CTranslate2's throughput set-up.
-``benchmarks/generate_throughput.py --ctranslate2`` measures both
-(attn_kit.bench.ctranslate2, and on a trained run attn_kit.bench.ctranslate2_run).
-
-What still differs: CTranslate2's kernels round differently from torch's (about
-1e-6 of a log-probability in float32), so exact near-ties can break the other way;
-int8 and float16 exports change the numbers more (int8: weights rounded to 8 bits
-per row). fairseq never emits ``<pad>``, CTranslate2 would if it were among the
-best 2 x beam continuations (the engine does not mask it: masking in CTranslate2
-renormalizes the softmax). At the length limit, fairseq continues the unfinished
-beams that replaced hypotheses finished at the last step and CTranslate2 does not.
+:func:`export` builds CTranslate2's ``TransformerSpec`` from the plugin's weights (post-norm, one
+shared embedding, the plugin's position table); what it cannot represent (d_k != d_v) is one error
+line. :class:`CT2Translator` decodes with CTranslate2's beam search and scores as fairseq-generate
+``--beam-stop fairseq`` does: it reranks the finished hypotheses on fairseq's score (the GNMT
+penalty included) and repairs the two places where CTranslate2 scores differently (``</s>`` at the
+first step, the length limit). The full account is in docs/using-a-model.md (CTranslate2).
 """
 import json
 import math
@@ -132,8 +26,8 @@ INSTALL = "CTranslate2 is not installed: pip install attn_plugin[ct2] (or pip in
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which the plugin's AddNorm keeps
 PAD_NAME = "<blank>"  # CTranslate2's converters' name for the padding token
 # Sentences per CTranslate2 call when several calls run at once on one thread each (CPU): smaller
-# calls waste less on padding and on finished sentences. On the bundled model's test set on 2 cores,
-# int8 was fastest at 32 of 16, 32, 64, 128 and 256 (float32 was measured at 32 and 128: 32 faster).
+# calls waste less on padding and on finished sentences (the size was chosen by timing call sizes
+# on the bundled model: docs/using-a-model.md, CTranslate2).
 PARALLEL_CALL = 32
 
 
@@ -235,7 +129,11 @@ def vocabulary(dictionary) -> List[str]:
 
 def build_spec(model, src_dict, tgt_dict):
     """CTranslate2's ``TransformerSpec`` holding the weights of the plugin ``model`` (eval mode,
-    any device and dtype), validated; see the module docstring for the mapping."""
+    any device and dtype), validated. Post-norm layers (``pre_norm=False``); fused projections map
+    one to one (self-attention ``w_qkv`` -> ``linear_0``, ``w_o`` -> ``linear_1``; cross-attention
+    ``w_q``, ``w_kv``, ``w_o`` -> ``linear_0..2``); one embedding matrix for both inputs and the
+    pre-softmax projection (Sec. 3.4), scaled by sqrt(d_model); the plugin's own position table as
+    explicit ``position_encodings``."""
     check_supported(model)
     ct2 = require_ctranslate2()
     from ctranslate2.specs import common_spec, transformer_spec
@@ -521,7 +419,7 @@ class CT2Translator:
     def search(self, batch: List[List[str]]) -> List[Tuple[List[str], float]]:
         """The best hypothesis (target tokens, no </s>) for each source of ``batch`` under the run's
         beam, length limit and length penalty, with its score as fairseq computes it
-        (log P(Y|X) / penalty(|Y|), natural log; see the module docstring)."""
+        (log P(Y|X) / penalty(|Y|), natural log)."""
         return self.search_batches([batch])[0]
 
     def search_batches(self, batches: List[List[List[str]]], parallel: bool = False

@@ -1,21 +1,12 @@
 """``python scripts/translate.py RUN_DIR``: raw sentences in, translations out,
 exactly as the recipe of RUN_DIR made its test translations.
 
-Each input line (stdin or ``--input``) goes through the run's tokenizer and
-BPE (vocabulary filter included), the checkpoint the recipe evaluated (the
-average) and its decoding settings (beam, length penalty, maximum length), all
-read from ``RUN_DIR/inference.json`` (:mod:`attn_plugin.hub`); the output is
-one detokenized translation per input line, in order (stdout or ``--output``).
-An empty line gives an empty line. For a parsing run (WSJ) the output is a
-bracketed tree over the sentence's words, repaired as the recipe's trees stage
-repairs it (:func:`attn_kit.metrics.trees.delinearize`); POS tags are the
-model's (``XX`` unless it was trained with ``--pos-tags keep``).
-
-The run directory is checked before any work (:mod:`attn_plugin.run_cards`: its cards are
-data, never code), the input is read under the one text policy (:mod:`attn_kit.textio`:
-strict UTF-8 unless ``--errors replace``, a byte-order mark removed), and ``--output`` is
-checked before anything is translated and written whole or not at all (never over a folder,
-over a file only with ``--force``).
+Each input line goes through the run's tokenizer and BPE, the checkpoint the recipe evaluated and its
+decoding settings, all read from ``RUN_DIR/inference.json`` (:mod:`attn_plugin.hub`); one detokenized
+translation per input line, in order. For a parsing run (WSJ) the output is a bracketed tree over the
+sentence's words, repaired as the recipe's trees stage repairs it. The run directory is checked
+before any work (:mod:`attn_plugin.run_cards`), the input is read under the one text policy
+(:mod:`attn_kit.textio`), and ``--output`` is written whole or not at all.
 """
 import argparse
 import json
@@ -44,6 +35,7 @@ def parse_args(argv=None):
     add_errors_option(p)
     p.add_argument("--beam", type=int, help="beam size (default: the run's, e.g. 4)")
     p.add_argument("--gnmt-alpha", type=float, help="GNMT length penalty alpha (default: the run's, e.g. 0.6)")
+    p.add_argument("--alpha", dest="gnmt_alpha", type=float, help=argparse.SUPPRESS)  # the recipes' old name
     p.add_argument("--lenpen", type=float, help="fairseq's length penalty |Y|^lenpen instead of GNMT's")
     p.add_argument("--max-len-b", type=int, help="longest output: input length + this (default: the run's)")
     p.add_argument("--checkpoint", type=Path, help="another checkpoint of the run (default: the one the recipe "

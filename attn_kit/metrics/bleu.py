@@ -1,72 +1,12 @@
-"""Tokenized BLEU as Moses' multi-bleu.perl computes and prints it, with the
-compound splitting the paper, tensor2tensor and fairseq apply for EN-DE.
+"""Tokenized BLEU as Moses' multi-bleu.perl computes and prints it, with the compound split
+the paper, tensor2tensor and fairseq apply for EN-DE; --protocol t2t scores raw text as the
+paper's EN-DE numbers were made (tensor2tensor's get_ende_bleu.sh of 2017). The n-gram
+statistics come from sacreBLEU; inputs follow the one text policy (attn_kit.textio).
 
     python scripts/score_bleu.py --hyp gen.tok.de --ref newstest2014.tok.de --compound-split
-
-prints one line on stdout, e.g. (hyp "der 2-Euro-Job ist gut", ref "der 2-Euro-Job ist ganz gut")
-
-    BLEU = 76.73, 100.0/85.7/83.3/80.0 (BP=0.882, ratio=0.889, hyp_len=8, ref_len=9)
-
-Both files hold tokenized text, one segment a line (the Moses-tokenized
-hypotheses after BPE removal, the Moses-tokenized reference); "--hyp -" reads
-the hypotheses from stdin. Every input is read as all of this project's
-commands read text (attn_kit.textio): UTF-8, where a byte that is not is one
-error naming the file and line (--errors replace reads it as U+FFFD); a
-byte-order mark at the start is removed; CR, CRLF and LF each end a line. The
-n-gram statistics come from sacreBLEU (tokenize "none", no smoothing); how
-they are combined and printed follows multi-bleu.perl:
-
-  * a line is split into words at runs of ASCII whitespace (space, tab, CR,
-    LF, FF, VT: perl's \\s on the bytes multi-bleu.perl reads); a no-break
-    space or other non-ASCII space is part of a word, as it is for perl;
-  * clipped n-gram matches for n = 1..4 are summed over the corpus; with
-    several --ref files a hypothesis n-gram is clipped at its largest count in
-    any reference, and the reference length of a segment is the one closest to
-    the hypothesis length (the shorter on a tie);
-  * BP = exp(1 - r/c) if c < r else 1; BLEU = 0 if any of the four precisions
-    is zero (no smoothing);
-  * --lowercase (-lc) lowercases ASCII letters only, as perl's lc does on bytes.
-
---compound-split rewrites every "(\\S)-(\\S)" as "\\1 ##AT##-##AT## \\2" in
-hypotheses and references, left to right without overlap, exactly like
-perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g' on the UTF-8 bytes (so "a-b-c"
-becomes "a ##AT##-##AT## b-c": the "b" is consumed by the first match; "é-è-ê"
-is split twice, as perl consumes only the first byte of "è").
-
-Where this differs from multi-bleu.perl (inputs a WMT test set never has): an
-empty hypothesis file scores 0 instead of perl's division by zero; a file
-whose last line lacks its newline keeps that line's last character (the chop
-of multi-bleu.perl before 2018-07 drops it); text that is not UTF-8 is refused
-(perl scores its bytes), a leading byte-order mark is not part of the first
-word, and a lone CR ends a line (for perl it is a space inside one). An empty
-reference line counts as length 0, as in every multi-bleu.perl, with a
-warning; files of different line counts (for which perl adds 9999 to ref_len
-per missing reference line) or an empty reference (ref_len = 0) are errors.
-
---protocol t2t scores raw (detokenized) text the way the paper's EN-DE
-numbers were made, tensor2tensor's get_ende_bleu.sh as it was in 2017:
-tokenizer.perl -l LANG with its defaults (escaping on, no -a), the compound
-split, then multi-bleu.perl. The reference goes through the same steps (the
-t2t script takes an already tokenized reference). --protocol t2t-2018 is the
-script from 2018-04-05 on, which first runs Moses'
-replace-unicode-punctuation.perl (its "-l de" is ignored by the script): curly
-double quotes, ’, … and full-width punctuation become ASCII before tokenizing.
-(The 2017 script as committed wrote the hypothesis's compound split to one
-file and scored another, a slip fixed the same day; its steps are clear and
-are what --protocol t2t runs.) The compound split is on by
-default for -l de only; EN-FR (-l fr) is scored by the same pipeline without
-it; --compound-split / --no-compound-split override. Only de and fr are
-supported. The Moses scripts are those of April 2018, when get_ende_bleu.sh got
-its last form: no unconditional split of a line's final dot ("Gate 24." stays
-one word, a nonbreaking prefix), and full-width "１" becomes '"' (sic). A line
-that is empty or only whitespace is passed on untouched, as tokenizer.perl
-does (so a line holding only a no-break space is one word for multi-bleu.perl):
-
     python scripts/score_bleu.py --protocol t2t --hyp out.detok.de --ref newstest2014.de
-    python scripts/score_bleu.py --protocol t2t -l fr --hyp out.detok.fr --ref newstest2014.fr
-    python scripts/score_bleu.py --protocol t2t-2018 --hyp out.detok.de --ref newstest2014.de
 
-Importable: ``from attn_kit.metrics.bleu import compound_split, multi_bleu, t2t_bleu, t2t_tokenize``.
+Where this differs from multi-bleu.perl (inputs a WMT test set never has): docs/wmt14.md.
 """
 import argparse
 import math

@@ -1,54 +1,11 @@
 """EVALB (Sekine and Collins, 1997) in Python, with COLLINS.prm settings.
 
     python scripts/evalb.py GOLD TEST                  # one bracketed tree per line in each file
-    python scripts/evalb.py -p my.prm -e 100 GOLD TEST
     python scripts/evalb.py --evalb ~/EVALB/evalb GOLD TEST   # run the official binary instead
 
-Prints what ``evalb -p COLLINS.prm GOLD TEST`` prints, byte for byte: the
-per-sentence table, the totals line and the ``=== Summary ===`` block with
-its ``-- All --`` and ``-- len<=40 --`` sections; error messages go to stderr
-as ``LINE : message``. Written from EVALB's documented behaviour (its README)
-and checked line by line against the official program; none of its code is
-used. The semantics, as COLLINS.prm sets them:
-
-* Trees are read one per line. ``(LABEL word)`` is a word with its POS tag;
-  any other ``(LABEL ...)`` is a bracket over the words it dominates,
-  the outermost one included (``(TOP ...)``, or ``( ...)`` with an empty label).
-* DELETE_LABEL TOP -NONE- , : `` '' . : a word whose tag is one of these is
-  removed before anything is counted (spans are over the remaining words);
-  a bracket with one of these labels is not counted; neither is a bracket
-  that spans no remaining word (one over traces or punctuation only).
-* Function tags are cut from bracket labels at the first ``-`` or ``=``
-  (NP-SBJ-1 -> NP, NP=2 -> NP). POS tags are not brackets.
-* EQ_LABEL ADVP PRT: the two labels match each other.
-* Brackets match as multisets: n gold and m test brackets with the same span
-  and label give min(n, m) matches (duplicates and unary chains X -> X count
-  each time; a unary chain of different labels is two different brackets).
-* Crossing: a test bracket crossing at least one gold bracket.
-  Tagging accuracy: tags compared over the remaining words.
-* Sentence length (for ``len<=40``) is the gold word count with -NONE- words
-  left out but punctuation included (DELETE_LABEL_FOR_LENGTH -NONE-).
-* A test sentence with no words is skipped ("Skip sentence"); a different
-  number of words or a different word is an error ("Error sentence"),
-  reported on stderr and left out of the scores. After MAX_ERROR (10) + 1
-  errors EVALB gives up: so does this script (exit 1, no summary; ``-e N``).
-
-Where EVALB's C code overflows or loops, this script does something defined:
-lines are not cut at 5000 bytes and sentences are not limited to 200 words
-or brackets; a word outside a ``(TAG word)`` pair, ``(A b c)``, or a ``)``
-with nothing open makes the sentence an error sentence (EVALB loops on the
-first two until it gives up, and reads outside its stack on the third).
-QUOTE_LABEL (new.prm) is not supported: run the official binary with --evalb.
-
-The files are read as every command of this project reads text
-(attn_kit.textio), where EVALB reads bytes: UTF-8, a byte that is not is one
-error naming the file and line (``--errors replace`` reads it as U+FFFD, and
-a message quoting the word prints that); a byte-order mark at the start is
-removed (to EVALB, three bytes outside any bracket); CR, CRLF and LF each end
-a line (CRLF reads as EVALB reads it, the CR being a space; a lone CR is a
-space inside a line to EVALB). Valid UTF-8 with LF or CRLF line ends, as every
-treebank is, gives EVALB's report byte for byte. With ``--evalb`` the official
-program reads the files itself.
+Prints what ``evalb -p COLLINS.prm GOLD TEST`` prints, byte for byte, on valid UTF-8 input. Written
+from EVALB's documented behaviour (its README), none of its code used; where EVALB's C code
+overflows or loops, this does something defined. The semantics and the differences: docs/wsj.md.
 """
 import argparse
 import os

@@ -1,37 +1,11 @@
-"""Penn Treebank trees for the parsing recipe (Sec. 6.3): reading, the
-preprocessing every WSJ parser uses, and Vinyals et al. (2015)'s linearization
-with its inverse.
-
-Reading: ``.mrg`` files hold bracketed trees over several lines each, most of
-them wrapped in an unlabelled ``( ... )``; silver trees (``--extra-trees``)
-are one tree per line. A malformed tree is a :class:`TreeError` naming the
-file and line. Both are read as every command of this project reads text
-(attn_kit.textio: UTF-8, a byte that is not is one error naming the file and
-line; a leading byte-order mark removed; CR, CRLF and LF end a line alike).
-
-Preprocessing (:func:`strip_tree`): drop the empty elements (``-NONE-``
-words) and every constituent left without words, cut function tags and
-indices from constituent labels (``NP-SBJ-1`` -> ``NP``, ``NP=2`` -> ``NP``;
-labels that start with ``-`` such as ``-NONE-`` or ``-LRB-`` are kept), and
-give the tree a ``TOP`` root (EVALB's COLLINS.prm does not count it).
-
-Linearization (:func:`linearize`), depth first, closing brackets labelled:
+"""Penn Treebank trees for the parsing recipe (Sec. 6.3): reading (one error naming file and
+line for a malformed tree), the preprocessing every WSJ parser uses (:func:`strip_tree`), and
+Vinyals et al. (2015)'s linearization (:func:`linearize`) with its inverse (:func:`delinearize`),
+which repairs what the model got wrong and counts each repair (:data:`REPAIRS`):
 
     (TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .)))
     -> (S (NP XX )NP (VP XX (NP XX XX )NP )VP XX )S          (pos_tags="xx")
     -> (S (NP NNP )NP (VP VBZ (NP DT NN )NP )VP . )S         (pos_tags="keep")
-
-The words are the input sequence; the output has one leaf token per word.
-
-Delinearization (:func:`delinearize`) rebuilds a tree from a predicted token
-sequence and the input words, repairing what the model got wrong and counting
-each repair (:data:`REPAIRS`): closing brackets with nothing open are dropped,
-a closing bracket whose label differs from the open one closes it anyway,
-brackets still open at the end are closed, leaf tokens beyond the words are
-dropped, words without a leaf token are attached to the bracket that was open
-when the sequence ended (or the last top-level constituent, or TOP), and
-brackets that end up over no word are dropped. The tree's words are always
-the input words in their order.
 """
 from collections import Counter
 from pathlib import Path
