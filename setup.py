@@ -19,7 +19,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["attn_plugin", "attn_plugin.*", "attn_kit", "attn_kit.*"]),
-    python_requires=">=3.8",
+    python_requires=">=3.9",
     install_requires=[
         "fairseq-fixed==0.12.3.1; python_version >= '3.11'",
         "fairseq==0.12.2; python_version < '3.11'",
