@@ -1,40 +1,12 @@
 """``--canary``: the real run for a few minutes, then what the whole run will cost and whether it
 would fail, before the machine is spent on it.
 
-A recipe given ``--canary`` runs its data stages as usual (they are the run's own and are kept),
-then, instead of train..score, the ``canary`` stage: fairseq-train exactly as the run would start
-it (data, model, batch plan, precision, devices, launcher) for ``--canary-minutes`` (default
-10; fairseq's --stop-time-hours, which ends with one validation and one checkpoint write), into
-WORKDIR/canary/, with ``ATTN_RUN_STATS`` set so that each training process records its steps
-and memory (:mod:`attn_plugin.run_stats`). Then it times the rest of the run's machinery on what
-training left: averaging (the run's own script, on 1 and on 2 copies of the checkpoint: the
-cost of one more) and generation (the test set's first shard at the run's beam and batch, each
-output as long as its source, ``--match-source-len``: what a trained model's length is near,
-where an untrained one would run to the length limit). It writes WORKDIR/canary/canary.json
-and prints one table:
-
-- tokens/s per device and in all, over the updates after the first 5% (warm-up);
-- model FLOP utilization (:mod:`attn_kit.cost`'s analytic FLOPs of the padded batches the
-  steps held, against the GPU's dense peak at the run's precision; none on a CPU, whose
-  peak it does not know);
-- peak memory per device and the headroom at the configured batch;
-- the loss (fairseq's, in bits) at the first and last update;
-- one validation, one checkpoint write (time and size);
-- the predicted wall time of the whole run, one line per part (``predicted_seconds``):
-  data preparation (this work directory's data stages as they ran), training (start-up
-  as measured, then the remaining updates at the measured rate), validations and
-  checkpoint writes (how many the run's intervals and epochs make, at the measured cost),
-  averaging and generation, and the total. Where the work directory also holds the
-  finished run (results.json with its stage times) the canary compares the two
-  (``checked_against``).
-
-It exits non-zero with one line naming the cause, canary.json written, when the long run would
-fail or waste the machine: training failed (a NaN/Inf loss, out of memory, a crash), the loss
-did not fall, throughput is below the floor (``--canary-min-utilization``, by default half the
-utilization attn_kit.cost measured for the model's width, on a GPU whose peak it knows;
-``--canary-min-tokens-per-second`` on any device), or the disk cannot hold the checkpoints the
-run keeps (``--average`` interval checkpoints, checkpoint_last.pt and checkpoint_best.pt, and
-the average).
+The ``canary`` stage replaces train..score: fairseq-train exactly as the run would start it, for
+``--canary-minutes``, into WORKDIR/canary/, each process recording its steps and memory
+(:mod:`attn_plugin.run_stats`); then averaging and generation timed on what it left. It writes
+canary.json (throughput, utilization, memory, loss, one validation and checkpoint write, the
+predicted wall time part by part) and exits non-zero with one line when the run would fail
+(a diverged or flat loss, out of memory, throughput below the floor, a disk too small).
 """
 import json
 import math
@@ -365,6 +337,20 @@ def finish(ctx, args, out: Path, launched: float, ended: float, train_log: Path,
         causes.append(failure or "the canary wrote no checkpoint (see the log)")
     if causes:  # fail fast: nothing more is worth measuring
         return conclude(out, result, causes)
+    causes += predict(ctx, args, out, result, r, writes, valid_seconds, (launched, ended), data_stages,
+                      generate_command, decoded, averages)
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)  # measured; a canary's weights are no product
+    return conclude(out, result, causes)
+
+
+def predict(ctx, args, out: Path, result: dict, r: dict, writes: List[float], valid_seconds: Optional[float],
+            times: Sequence[float], data_stages, generate_command, decoded, averages: bool) -> List[str]:
+    """Time averaging and generation, predict the whole run's wall time part by part (``r``: the
+    training's :func:`rates`; ``times``: when it was launched and ended) and check the disk, into
+    ``result``; the causes of failure found (the disk's)."""
+    (launched, ended), causes = times, []
+    checkpoint = out / "checkpoints" / "checkpoint_last.pt"
+    spans, plan = r["validations"], result["plan"]
     size = checkpoint.stat().st_size
     avg = averaging_seconds(ctx, checkpoint, args.average, out) if averages else {"predicted": 0.0, "averaged_bytes": 0}
     kept = (args.average + 2) * size + avg["averaged_bytes"]
@@ -382,19 +368,18 @@ def finish(ctx, args, out: Path, launched: float, ended: float, train_log: Path,
     last_event = max([r["last_end"], *(s[1] for s in spans)])
     shutdown = max(0.0, ended - last_event - writes[-1])
     training = startup + (args.max_update - r["first_timed"]) * r["seconds_per_update"] + shutdown
-    data_workdir = getattr(args, "data_workdir", None) or args.workdir  # where the data stages ran
+    data_workdir = getattr(args, "data_workdir", None) or args.workdir  # where the data stages ran (wsj: here)
     predicted = {"data_preparation": data_seconds(data_workdir, data_stages), "training": training,
                  "validations": plan["validations"] * (valid_seconds or 0.0),
                  "checkpoint_writes": plan["checkpoint_writes"] * statistics.median(writes),
                  "averaging": avg["predicted"], "generation": gen["predicted"]}
     predicted["total"] = sum(v for v in predicted.values() if v is not None)
     result["predicted_seconds"] = {k: None if v is None else round(v, 1) for k, v in predicted.items()}
-    result["measured"] = {"startup_seconds": round(startup, 2), "shutdown_seconds": round(shutdown, 2), "averaging": avg, "generation": gen,
-                          "decoded_sentences": gen["decoded_sentences"]}
+    result["measured"] = {"startup_seconds": round(startup, 2), "shutdown_seconds": round(shutdown, 2),
+                          "averaging": avg, "generation": gen, "decoded_sentences": gen["decoded_sentences"]}
     result["warnings"] = schedule_warnings(args, startup, r["seconds_per_update"])
     result["checked_against"] = checked_against(args.workdir, data_workdir, data_stages, result["predicted_seconds"])
-    shutil.rmtree(out / "checkpoints", ignore_errors=True)  # measured; a canary's weights are no product
-    return conclude(out, result, causes)
+    return causes
 
 
 def schedule_warnings(args, startup: float, per_update: float) -> List[str]:

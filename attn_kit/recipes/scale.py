@@ -1,19 +1,8 @@
-"""Training the way users run it, for every recipe: the precision that really runs,
-Slurm, fairseq-train flags passed through after ``--``, and the cost up front.
-
-- ``--precision auto|bf16|fp16|fp32`` (:func:`attn_kit.pipeline.launch.used_precision`):
-  bf16 is the plugin task's ``--bf16-autocast``; ``results.json`` records what ran.
-- ``--launcher slurm`` (:mod:`attn_kit.pipeline.slurm`): the stages before training as
-  a CPU job (or here, ``--prepare-here``), the rest as a job that starts after it and
-  trains with srun (``--launcher srun``); ``--mem``, ``--cpus-per-task``, and a stop and
-  requeue before the time limit (``--signal-seconds``).
-- ``RECIPE [options] -- [fairseq-train options]``: the options after ``--`` are
-  appended to the training command (:func:`split_passthrough`); those that would
-  break what the recipe keeps track of are refused (:data:`REFUSED`).
-- ``--dry-run`` prints the run's analytic training FLOPs beside the paper's
-  Table 2 cost and a wall-time estimate (:mod:`attn_kit.cost`).
-- devices (:func:`check_devices`): a ``--ngpus`` this machine cannot provide is one
-  line before the first stage, where a training stage would start here.
+"""Training the way users run it, for every recipe: the precision that really runs (``--precision``),
+Slurm (``--launcher slurm``: the data stages as a CPU job, the rest as a job after it, requeued
+before its time limit), fairseq-train options passed through after ``--`` (those that would break
+the recipe's bookkeeping refused: :data:`REFUSED`), ``--dry-run``'s cost estimate (:mod:`attn_kit.cost`),
+and the devices checked before the first stage (:func:`check_devices`).
 """
 import argparse
 import dataclasses

@@ -1,15 +1,12 @@
 """A recipe's settings as one frozen, typed object, built once from its YAML and its command line.
 
-A recipe subclasses :class:`TrainSettings` (frozen, keyword-only) with one field per option dest
-and YAML key it reads, then builds it in one place (attn_kit.recipes.wmt14.build is the model):
-
-    given = scale.parse(parser, argv)                     # the command line (argparse.Namespace)
-    s = compose(MySettings, given, config.settings("my", "paper", mode), derive)
-
-A field takes, first to last: ``derive(values)`` (values computed from the merged ones), the command
-line (when not None), the YAML (then named in ``s.defaulted``), the field's default. :func:`check_run`
-then checks the values every recipe shares (one-line UsageError). Nothing is written back: a value
-derived later is a property; a changed copy (a canary's budget, a Slurm job's stages) is :func:`replace`.
+A recipe subclasses :class:`TrainSettings` (frozen, keyword-only; one field per option dest and YAML
+key it reads) and builds it in one place (the model: attn_kit.recipes.wmt14.build):
+``compose(MySettings, scale.parse(parser, argv), config.settings("my", "paper", mode), derive)``.
+A field takes, first to last: ``derive(values)`` (computed from a read-only view of the merged values),
+the command line (when not None), the YAML (named in ``.defaulted``), its default; :func:`check_run`
+checks the values every recipe shares (one-line UsageError). Nothing is written back: a value derived
+later is a property, a changed copy (a canary's budget, a Slurm job's stages) is :func:`replace`.
 """
 import argparse
 import dataclasses
