@@ -514,29 +514,30 @@ def test_scores(hyps_tok, refs, tgt: str, tok_refs=None) -> dict:
     return out
 
 
-def write_results(args: Wmt14Settings, src: str, tgt: str, penalty: str):
+def write_results(s: Wmt14Settings, src: str, tgt: str, penalty: str):
     """Score the test output every way the paper and fairseq report it; write results.json."""
     from ..metrics.bleu import read_lines
 
-    W, D = args.workdir, args.data_workdir  # the run, its prepared data (--data-workdir)
+    W, D = s.workdir, s.data_workdir  # the run, its prepared data (--data-workdir)
     refs = read_lines(D / "raw" / f"test.{tgt}")  # split at \n only, as multi-bleu.perl does
     hyps_tok = common.read_hypotheses(W / "gen" / "test.out", len(refs))
     out = test_scores(hyps_tok, refs, tgt, tok_refs=read_lines(D / "tok" / f"test.{tgt}"))
     hyps = out.pop("detokenized")
     (W / "gen" / f"test.detok.{tgt}").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     (W / "gen" / f"test.tok.{tgt}").write_text("\n".join(hyps_tok) + "\n", encoding="utf-8")
-    out.update({"mode": args.mode, "pair": f"{src}-{tgt}", "arch": args.arch, "model_overrides": args.model,
-                "model_size": dataclasses.asdict(args.size) if args.size else None})
-    out.update(common.run_record(args, W / "logs" / "train.log", W / "checkpoint_avg.pt", W / "train_command.json"))
-    p = common.plan(args)
+    out.update({"mode": s.mode, "pair": f"{src}-{tgt}", "arch": s.arch, "model_overrides": s.model,
+                "model_size": dataclasses.asdict(s.size) if s.size else None})
+    out.update(common.run_record(s, W / "logs" / "train.log", W / "checkpoint_avg.pt", W / "train_command.json"))
+    p = common.plan(s)
     rel = lambda path: common.run_path(W, path)  # noqa: E731 -- relative to the run: it may be copied elsewhere
     if D != W:
         out["data_workdir"] = rel(D)
     out.update({"test_source": rel(D / "raw" / f"test.{src}"), "test_output": rel(W / "gen" / f"test.detok.{tgt}"),
                 "test_reference": rel(D / "raw" / f"test.{tgt}"),
-                "test_sentences": len(refs), "gpus": args.ngpus * args.nnodes, "nodes": args.nnodes,
-                "cpu_processes": args.cpu_procs if args.ngpus == 0 else 0, "beam": args.beam,
-                "length_penalty": penalty, "beam_stop": common.beam_stop(args), "max_tokens": p.max_tokens, "update_freq": p.update_freq,
+                "test_sentences": len(refs), "gpus": s.ngpus * s.nnodes, "nodes": s.nnodes,
+                "cpu_processes": s.cpu_procs if s.ngpus == 0 else 0, "beam": s.beam,
+                "length_penalty": penalty, "beam_stop": common.beam_stop(s), "max_tokens": p.max_tokens,
+                "update_freq": p.update_freq,
                 "max_tokens_per_update": p.tokens_per_update})
     clean = D / "prep" / "clean.json"
     if clean.exists():
