@@ -190,7 +190,7 @@ class YourFiles(DataSource):
 
 PRESETS = ("paper", *config.presets("wmt14"))
 # what each preset is for (its settings: presets: in recipes/configs/wmt14.yaml)
-PRESET_USES = {"small": "a corpus of roughly 10K-1M sentence pairs on a CPU or one GPU (--bundled of "
+PRESET_USES = {"small": "a corpus of roughly 10K-1M sentence pairs on a CPU or one GPU (the bundled run of "
                         "recipes/wmt14_en_de.sh is this preset on the bundled corpus)"}
 
 
@@ -207,7 +207,8 @@ def preset_help() -> str:
 
     return ("settings for a kind of corpus and machine; options given on the command line win. paper (default): "
             "the paper's model, batch and schedule (a WMT-sized corpus on GPUs; the defaults below). "
-            + ". ".join(f"{name}: {PRESET_USES.get(name, '')}; sets " + ", ".join(setting(k, v) for k, v in sets.items())
+            + ". ".join(f"{name}: {PRESET_USES.get(name, '')}; sets "
+                        + ", ".join(setting(k, v) for k, v in sets.items())
                         for name, sets in config.presets("wmt14").items()))
 
 
@@ -235,8 +236,7 @@ def parser() -> argparse.ArgumentParser:
                    help=f"model architecture registered by attn_plugin: {', '.join(PLUGIN_ARCHS)} (default "
                         "attn_paper_base); --layers, --d-model, --d-ff, --h, --p-drop resize it")
     p.add_argument("--preset", default="paper", choices=PRESETS, help=preset_help())
-    wmt14.add_training_options(p, cfg, None, None, P, resize="resize --arch: ", cpu_modes="--preset small",
-                               small_model="--preset small's model")
+    wmt14.add_training_options(p, cfg, P, {}, resize="resize --arch: ", small_model="--preset small's model")
     return p
 
 

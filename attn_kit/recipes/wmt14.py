@@ -95,33 +95,41 @@ class Wmt14Settings(settings.TrainSettings):
 
 # ---------------------------------------------------------------------------------------------- settings
 def parser() -> argparse.ArgumentParser:
+    """The command line of recipes/wmt14_<pair>.sh (the pair: ATTN_RECIPE_PAIR, which the .sh sets)."""
+    pair = os.environ.get("ATTN_RECIPE_PAIR", "en_de").replace("_", "-")
     cfg = config.load("wmt14")
     B, S, P = (config.settings("wmt14", "paper", m) for m in ("bundled", "smoke", None))
+    small = {"--bundled": B, "--smoke": S} if pair == "en-de" else {"--smoke": S}  # --bundled is EN-DE only
     p = argparse.ArgumentParser(
-        prog=f"recipes/wmt14_{os.environ.get('ATTN_RECIPE_PAIR', 'en_de')}.sh", usage=scale.USAGE,
-        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog=f"recipes/wmt14_{pair.replace('-', '_')}.sh", usage=scale.USAGE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="\n".join(line for line in DESCRIPTION.splitlines()  # --bundled is EN-DE only
+                              if pair == "en-de" or not line.startswith("  --bundled")))
     p.add_argument("--pair", action="append", choices=sorted(PAIRS),
                    help="language pair (set by the .sh file; default en-de)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--bundled", action="store_true", help="train and evaluate on the bundled Tatoeba EN-DE data")
+    mode.add_argument("--bundled", action="store_true", help="train and evaluate on the bundled Tatoeba EN-DE data"
+                      if pair == "en-de" else argparse.SUPPRESS)
     mode.add_argument("--smoke", action="store_true",
                       help="every WMT14 stage on CPU in minutes: tiny archives from a local mirror, a tiny model")
     settings.add_run_options(p, "runs/wmt14_<pair>_<mode or arch>")
     p.add_argument("--arch", default="attn_paper_base",
                    help=f"model architecture registered by attn_plugin: {', '.join(PLUGIN_ARCHS)} "
                         "(default attn_paper_base; for EN-FR, attn_paper_big means attn_paper_big_en_fr, "
-                        "P_drop 0.1 as in Sec. 6.1; --bundled and --smoke shrink the model)")
+                        f"P_drop 0.1 as in Sec. 6.1; {' and '.join(small)} shrink{'' if len(small) > 1 else 's'} "
+                        "the model)")
     g = p.add_argument_group("data")
     g.add_argument("--mirror", help="base URL (or local folder) that holds the WMT14 files at the same paths as "
                                     "www.statmt.org, e.g. http://127.0.0.1:8000 (default: the public hosts)")
     g.add_argument("--bpe-merges", type=int, help="joint BPE merges (default: EN-DE 35000, EN-FR 30000, aiming at "
-                                                  f"the paper's 37000 / 32000 shared tokens; --bundled "
-                                                  f"{B['bpe_merges']})")
+                                                  "the paper's 37000 / 32000 shared tokens"
+                                                  + (f"; --bundled {B['bpe_merges']})" if "--bundled" in small else ")"))
     add_workers_option(g)
     add_bpe_learn_option(g, P)
     add_data_workdir_option(g, "wmt14_<pair>_data beside the work directory (runs/wmt14_en_de_data), shared "
-                               "by base, big and recipes/table3.sh; --bundled, --smoke: the work directory")
-    add_training_options(p, cfg, B, S, P)
+                               f"by base, big and recipes/table3.sh; {', '.join(small)}: the work directory")
+    add_training_options(p, cfg, P, small, resize="/".join(small) + ": ",
+                         small_model="the bundled model" if pair == "en-de" else "EN-DE's bundled model")
     return p
 
 
@@ -246,36 +254,33 @@ def apply_bpe_command(codes: Path, vocabulary: Path, text: Path, workers: int,
             "--vocabulary-threshold", threshold, "--num-workers", workers, "--input", text]
 
 
-def add_training_options(p, cfg, B, S, P, resize: str = "--bundled/--smoke: ", cpu_modes="--smoke and --bundled",
-                         small_model="the bundled model"):
-    """The training and evaluation options of the WMT14 recipes and recipes/parallel.sh
-    (``resize``: what the size options resize, at the start of their help; ``B``, ``S``: the
-    --bundled and --smoke settings their help quotes, None for a recipe without those modes;
-    ``cpu_modes``, ``small_model``: how --ngpus's and the size options' help name them)."""
-    def modes(text) -> str:  # text: a function of B and S, for the modes' part of a help string
-        return text(B, S) if B else ""
+def add_training_options(p, cfg, P, modes: Mapping[str, dict], resize: str, small_model: str = "the bundled model"):
+    """The training and evaluation options of the WMT14 recipes and recipes/parallel.sh. ``P``: the
+    paper's settings; ``modes``: the command's small modes and their settings (``{"--smoke": ...}``),
+    whose defaults the help quotes; ``resize``: what the size options resize, at the start of their
+    help; ``small_model``: the name of the model their help describes."""
+    def defaults(key, *names) -> str:  # "; --bundled 2048, --smoke 1000": the modes' own values of key
+        shown = [f"{name} {modes[name][key]:g}" for name in names if name in modes]
+        return "; " + ", ".join(shown) if shown else ""
 
     g = p.add_argument_group("training")
-    settings.add_device_options(g, cpu_modes)
+    settings.add_device_options(g, " and ".join(reversed(modes)) or "--preset small")
     g.add_argument("--tokens-per-update", type=int,
                    help=f"padded tokens per update over all devices, fairseq's --max-tokens x devices x "
                         f"--update-freq (default {P['tokens_per_update']}: ~25000 real source and target tokens "
                         f"each on WMT-like lengths, Sec. 5.1"
-                        + modes(lambda B, S: f"; --bundled {B['tokens_per_update']}, --smoke {S['tokens_per_update']}")
-                        + ")")
+                        + defaults("tokens_per_update", "--bundled", "--smoke") + ")")
     g.add_argument("--max-tokens-per-gpu", type=int,
                    help=f"most tokens one device holds per step; --update-freq makes up the rest (default "
                         f"{P['max_tokens_per_gpu']})")
     base, big = cfg["archs"]["attn_paper_base"], cfg["archs"]["attn_paper_big"]
     g.add_argument("--max-update", type=int, help=f"updates (default: base {base['max_update']}, big "
                                                   f"{big['max_update']}"
-                                                  + modes(lambda B, S: f"; --bundled {B['max_update']}, --smoke "
-                                                                       f"{S['max_update']}") + ")")
+                                                  + defaults("max_update", "--bundled", "--smoke") + ")")
     g.add_argument("--warmup-updates", type=int, help=f"eq. 3 warmup (default {P['warmup_updates']}"
-                                                      + modes(lambda B, S: f"; --bundled {B['warmup_updates']}")
-                                                      + ")")
+                                                      + defaults("warmup_updates", "--bundled") + ")")
     g.add_argument("--lr-scale", type=float, help=f"multiplies eq. 3's learning rate (default {P['lr_scale']:g}"
-                                                  + modes(lambda B, S: f"; --bundled {B['lr_scale']:g}") + ")")
+                                                  + defaults("lr_scale", "--bundled") + ")")
     size = SIZES["bundled"]
     for name, what in (("layers", "N, layers of encoder and decoder"), ("d_model", "d_model"), ("d_ff", "d_ff"),
                        ("h", "attention heads h"), ("p_drop", "P_drop, residual dropout")):
@@ -290,9 +295,9 @@ def add_training_options(p, cfg, B, S, P, resize: str = "--bundled/--smoke: ", c
     g.add_argument("--beam", type=int, help=f"beam size (default {P['beam']}, Sec. 6.1)")
     g.add_argument("--length-penalty", choices=["gnmt", "fairseq"],
                    help="gnmt: the paper's ((5+|Y|)/6)^alpha (default); fairseq: |Y|^lenpen"
-                        + modes(lambda B, S: " (default for --bundled: on Tatoeba's short sentences it beat GNMT "
-                                             "0.6 on the valid split with the same checkpoint, "
-                                             "recipes/results/bundled_sweep.*.json)"))
+                        + (" (default for --bundled: on Tatoeba's short sentences it beat GNMT 0.6 on the valid "
+                           "split with the same checkpoint, recipes/results/bundled_sweep.*.json)"
+                           if "--bundled" in modes else ""))
     g.add_argument("--gnmt-alpha", type=float, dest="alpha",
                    help=f"GNMT length penalty alpha (default {P['alpha']:g}, Sec. 6.1)")
     g.add_argument("--alpha", type=float, dest="alpha", help=argparse.SUPPRESS)  # the name before --gnmt-alpha
