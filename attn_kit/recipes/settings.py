@@ -14,7 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Mapping, Optional, Sequence
 
-from ..cli import UsageError
+from ..cli import UsageError, UserError
 from ..pipeline.launch import PRECISIONS
 from ..sizes import ModelSize
 from . import scale
@@ -99,8 +99,13 @@ class TrainSettings(RunSettings):
 
 def merge(cls, given: argparse.Namespace, config: Mapping) -> dict:
     """The values of ``cls``'s fields from the command line (``given``, None = not given) over the
-    YAML settings ``config``; ``"defaulted"``: the names the YAML filled. Fields neither names stay out."""
+    YAML settings ``config`` (each key a field); ``"defaulted"``: the names the YAML filled. Fields
+    neither names stay out."""
     given, values, defaulted = vars(given), {}, set()
+    unknown = set(config) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:  # a key no field reads would be silently ignored
+        raise UserError(f"recipe settings: {', '.join(sorted(unknown))} {'is' if len(unknown) == 1 else 'are'} "
+                        f"not a setting of {cls.__name__}")
     for f in dataclasses.fields(cls):
         if given.get(f.name) is not None:
             values[f.name] = given[f.name]
