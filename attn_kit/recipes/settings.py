@@ -44,6 +44,7 @@ class RunSettings:
     seed: int
     threads: Optional[int]
     train_minutes: Optional[float]
+    workers: int  # processes of the data stages (a Slurm data job asks for as many CPUs)
     # --launcher slurm and --dry-run's cost (attn_kit.recipes.scale)
     launcher: str
     partition: Optional[str]

@@ -69,7 +69,6 @@ class Wmt14Settings(settings.TrainSettings):
     files: Mapping[str, Path] = dataclasses.field(default_factory=dict)  # recipes/parallel.sh: split -> prefix
     errors: str = "strict"  # recipes/parallel.sh: how its files are decoded (attn_kit.textio)
     preset: str = "paper"
-    workers: int
     bpe_merges: int
     bpe_learn_pairs: int
     clean: bool
