@@ -16,7 +16,7 @@ from conftest import REPO, assert_one_error_line
 
 from attn_kit.cli import UserError
 from attn_kit.pipeline.stages import Pipeline
-from attn_kit.recipes import config, wmt14
+from attn_kit.recipes import config, wmt14, wmt14_data
 
 RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14", "--pair", "en-de"]
 SH = ["bash", str(REPO / "recipes" / "wmt14_en_de.sh")]
@@ -60,7 +60,9 @@ def test_shell_dry_run_prints_the_fairseq_commands_and_creates_nothing(tmp_path)
 
 
 @pytest.mark.parametrize("argv,fragment", [
-    (["--bundled", "--pair", "en-fr"], "--bundled data is English-German"),
+    # RECIPE passes --pair en-de as wmt14_en_de.sh does: another pair contradicts it (--bundled with
+    # EN-FR itself: tests/test_recipe_wmt14.py)
+    (["--bundled", "--pair", "en-fr"], "--pair en-fr: this recipe trains en-de"),
     (["--bundled", "--ngpus", "-1"], "--ngpus must be >= 0"),
     (["--bundled", "--arch", "transformer_wmt_en_de_big_t2t"], "unknown --arch 'transformer_wmt_en_de_big_t2t'"),
     (["--bundled", "--stage", "nonsense"], "unknown stage 'nonsense'"),
@@ -109,7 +111,7 @@ def test_a_corrupt_or_missing_bundled_file_is_one_error_line(tmp_path, monkeypat
                                                      .read_bytes())
     train = data / "train.en-de.tsv.xz"
     train.write_bytes(train.read_bytes()[:-1] + b"x")  # one byte changed
-    monkeypatch.setattr(wmt14, "BUNDLED_DATA", data)
+    monkeypatch.setattr(wmt14_data, "BUNDLED_DATA", data)
     args = wmt14.parse_args(["--bundled", "--workdir", str(tmp_path / "w")])
     with pytest.raises(UserError, match="bundled data damaged: .*train.en-de.tsv.xz.*git checkout"):
         Pipeline(args.workdir, wmt14.stages(args)).run()

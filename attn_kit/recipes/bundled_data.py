@@ -1,17 +1,10 @@
-"""Make the bundled EN-DE corpus (data/tatoeba-en-de/) from Tatoeba's deu-eng.txt,
-and the small EN-FR sample the --smoke recipe builds its fake WMT archives from:
+"""Make the bundled EN-DE corpus (data/tatoeba-en-de/) from Tatoeba's deu-eng.txt, or the small EN-FR
+sample the --smoke recipe builds its fake WMT archives from (--lang fr --source .../fra-eng.txt).
 
-    python scripts/make_bundled_data.py --source ../shared/data/tatoeba/fra-eng.txt \\
-        --lang fr --out data/tatoeba-en-fr-sample --test 300 --valid 300 --train 2400
-
-Development tool: it reads ../shared/data/tatoeba/deu-eng.txt (manythings.org's
-Tatoeba export, 2018-05-13, CC-BY 2.0). The recipe itself only reads the
-compressed splits this writes.
-
-Splits are fixed: pairs are grouped by their English sentence (Tatoeba often has
-several German translations of one English sentence), the groups are shuffled
-with a fixed seed, and whole groups go to test (2000 pairs), then valid (1000
-pairs), then train (the rest), so no English sentence occurs in two splits.
+Development tool: it reads manythings.org's Tatoeba export (2018-05-13, CC-BY 2.0); the recipe reads
+only the compressed splits this writes. Pairs are grouped by their English sentence, the groups
+shuffled with a fixed seed, and whole groups go to test, then valid, then train, so no English
+sentence occurs in two splits.
 """
 import argparse
 import lzma

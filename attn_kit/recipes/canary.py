@@ -1,42 +1,13 @@
 """``--canary``: the real run for a few minutes, then what the whole run will cost and whether it
 would fail, before the machine is spent on it.
 
-A recipe given ``--canary`` runs its data stages as usual (they are the run's own and are kept),
-then, instead of train..score, the ``canary`` stage: fairseq-train exactly as the run would start
-it (data, model, batch plan, precision, devices, launcher) for ``--canary-minutes`` (default
-10; fairseq's --stop-time-hours, which ends with one validation and one checkpoint write), into
-WORKDIR/canary/, with ``ATTN_RUN_STATS`` set so that each training process records its steps
-and memory (:mod:`attn_plugin.run_stats`). Then it times the rest of the run's machinery on what
-training left: averaging (the run's own script, on 1 and on 2 copies of the checkpoint: the
-cost of one more) and generation (the test set's first shard at the run's beam and batch, each
-output as long as its source, ``--match-source-len``: what a trained model's length is near,
-where an untrained one would run to the length limit). It writes WORKDIR/canary/canary.json
-and prints one table:
-
-- tokens/s per device and in all, over the updates after the first 5% (warm-up);
-- model FLOP utilization (:mod:`attn_kit.cost`'s analytic FLOPs of the padded batches the
-  steps held, against the GPU's dense peak at the run's precision; none on a CPU, whose
-  peak it does not know);
-- peak memory per device and the headroom at the configured batch;
-- the loss (fairseq's, in bits) at the first and last update;
-- one validation, one checkpoint write (time and size);
-- the predicted wall time of the whole run, one line per part (``predicted_seconds``):
-  data preparation (this work directory's data stages as they ran), training (start-up
-  as measured, then the remaining updates at the measured rate), validations and
-  checkpoint writes (how many the run's intervals and epochs make, at the measured cost),
-  averaging and generation, and the total. Where the work directory also holds the
-  finished run (results.json with its stage times) the canary compares the two
-  (``checked_against``).
-
-It exits non-zero with one line naming the cause, canary.json written, when the long run would
-fail or waste the machine: training failed (a NaN/Inf loss, out of memory, a crash), the loss
-did not fall, throughput is below the floor (``--canary-min-utilization``, by default half the
-utilization attn_kit.cost measured for the model's width, on a GPU whose peak it knows;
-``--canary-min-tokens-per-second`` on any device), or the disk cannot hold the checkpoints the
-run keeps (``--average`` interval checkpoints, checkpoint_last.pt and checkpoint_best.pt, and
-the average).
+The ``canary`` stage replaces train..score: fairseq-train exactly as the run would start it, for
+``--canary-minutes``, into WORKDIR/canary/, each process recording its steps and memory
+(:mod:`attn_plugin.run_stats`); then averaging and generation timed on what it left. It writes
+canary.json (throughput, utilization, memory, loss, one validation and checkpoint write, the
+predicted wall time part by part) and exits non-zero with one line when the run would fail
+(a diverged or flat loss, out of memory, throughput below the floor, a disk too small).
 """
-import argparse
 import json
 import math
 import re
@@ -47,35 +18,14 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..cli import UsageError, UserError, write_json_atomic
+from ..cli import UserError, write_json_atomic
 from ..pipeline.stages import Stage
+from . import common
+from .settings import replace
 
-DEFAULT_MINUTES = 10.0
 WARMUP_SHARE = 0.05  # updates left out of the rates: cuDNN plans, allocator growth, first batches
 GENERATION_SENTENCES = 256  # about this many test sentences (one shard) time the generation
 NEVER = 10 ** 9  # an interval no canary reaches: it saves and validates once, when its time is up
-
-
-def add_options(g):
-    g.add_argument("--canary", action="store_true",
-                   help="run the data stages, then train as the real run would for --canary-minutes and write "
-                        "WORKDIR/canary/canary.json: tokens/s, utilization, memory headroom, loss, the cost of a "
-                        "validation and a checkpoint, and the predicted wall time of the whole run, part by part; "
-                        "exits non-zero with one line when the run would fail or waste the machine")
-    g.add_argument("--canary-minutes", type=float, default=DEFAULT_MINUTES,
-                   help=f"how long the canary trains (default {DEFAULT_MINUTES:g})")
-    g.add_argument("--canary-min-utilization", type=float, metavar="X",
-                   help="the canary fails below this share of the GPU's dense peak (default: half the utilization "
-                        "attn_kit.cost measured for the model's width; not checked on CPUs)")
-    g.add_argument("--canary-min-tokens-per-second", type=float, metavar="N",
-                   help="the canary fails below N target tokens/s over all devices (default: no floor)")
-
-
-def check(args):
-    if args.canary_minutes <= 0:
-        raise UsageError("--canary-minutes must be > 0")
-    if args.canary_min_utilization is not None and not 0 < args.canary_min_utilization <= 1:
-        raise UsageError("--canary-min-utilization must be in (0, 1]")
 
 
 # ---------------------------------------------------------------------------------------------- the stage
@@ -91,9 +41,8 @@ def stage(args, data_bin: Path, data_stages: Sequence[str], train_command: Calla
     out = args.workdir / "canary"
 
     def run(ctx):
-        c = argparse.Namespace(**vars(args))
-        c.train_minutes, c.save_interval_updates, c.validate_interval_updates = args.canary_minutes, NEVER, None
-        c.log_interval = min(args.log_interval, 10)
+        c = replace(args, train_minutes=args.canary_minutes, save_interval_updates=NEVER,
+                    validate_interval_updates=None, log_interval=min(args.log_interval, 10))
         save_dir, stats = out / "checkpoints", out / "stats"
         if not ctx.dry_run:
             for scratch in (save_dir, stats):  # a canary starts from scratch: nothing in them is kept
@@ -119,8 +68,6 @@ def stage(args, data_bin: Path, data_stages: Sequence[str], train_command: Calla
             return
         finish(ctx, args, out, launched, ended, ctx.log_dir / f"{ctx.stage}.log", failure, data_stages, generate_command,
                decoded, model_flags, data_bin, averages)
-
-    from . import common  # not at the top: common imports this module for its options
 
     return Stage(name, run, f"{args.canary_minutes:g} minutes of the real training, then the whole run's "
                                 "predicted cost (canary.json)",
@@ -301,8 +248,7 @@ def generation_seconds(ctx, cmd: List, decoded: Sequence[Sequence[Path]], out: P
     one fairseq-generate each): per split the process's fixed cost, plus the sentences at the
     measured rate times the references' target/source length ratio (a trained model's outputs
     are near the references' length; decoding time grows with the output's length)."""
-    from .common import count_lines
-
+    count_lines = common.count_lines
     sentences = sum(count_lines(source) for source, _ in decoded) if not ctx.dry_run else 0
     test_sentences = count_lines(decoded[-1][0]) if not ctx.dry_run else 2 * GENERATION_SENTENCES
     shards = max(1, test_sentences // GENERATION_SENTENCES)
@@ -328,7 +274,6 @@ def finish(ctx, args, out: Path, launched: float, ended: float, train_log: Path,
     table; raise a one-line UserError naming the first cause of failure."""
     from .. import cost
     from ..results import provenance
-    from . import common
 
     records = read_stats(out / "stats")
     result = {**provenance(), "canary_minutes": args.canary_minutes, "arch": args.arch,
@@ -392,6 +337,20 @@ def finish(ctx, args, out: Path, launched: float, ended: float, train_log: Path,
         causes.append(failure or "the canary wrote no checkpoint (see the log)")
     if causes:  # fail fast: nothing more is worth measuring
         return conclude(out, result, causes)
+    causes += predict(ctx, args, out, result, r, writes, valid_seconds, (launched, ended), data_stages,
+                      generate_command, decoded, averages)
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)  # measured; a canary's weights are no product
+    return conclude(out, result, causes)
+
+
+def predict(ctx, args, out: Path, result: dict, r: dict, writes: List[float], valid_seconds: Optional[float],
+            times: Sequence[float], data_stages, generate_command, decoded, averages: bool) -> List[str]:
+    """Time averaging and generation, predict the whole run's wall time part by part (``r``: the
+    training's :func:`rates`; ``times``: when it was launched and ended) and check the disk, into
+    ``result``; the causes of failure found (the disk's)."""
+    (launched, ended), causes = times, []
+    checkpoint = out / "checkpoints" / "checkpoint_last.pt"
+    spans, plan = r["validations"], result["plan"]
     size = checkpoint.stat().st_size
     avg = averaging_seconds(ctx, checkpoint, args.average, out) if averages else {"predicted": 0.0, "averaged_bytes": 0}
     kept = (args.average + 2) * size + avg["averaged_bytes"]
@@ -409,19 +368,18 @@ def finish(ctx, args, out: Path, launched: float, ended: float, train_log: Path,
     last_event = max([r["last_end"], *(s[1] for s in spans)])
     shutdown = max(0.0, ended - last_event - writes[-1])
     training = startup + (args.max_update - r["first_timed"]) * r["seconds_per_update"] + shutdown
-    data_workdir = getattr(args, "data_workdir", None) or args.workdir  # where the data stages ran
+    data_workdir = getattr(args, "data_workdir", None) or args.workdir  # where the data stages ran (wsj: here)
     predicted = {"data_preparation": data_seconds(data_workdir, data_stages), "training": training,
                  "validations": plan["validations"] * (valid_seconds or 0.0),
                  "checkpoint_writes": plan["checkpoint_writes"] * statistics.median(writes),
                  "averaging": avg["predicted"], "generation": gen["predicted"]}
     predicted["total"] = sum(v for v in predicted.values() if v is not None)
     result["predicted_seconds"] = {k: None if v is None else round(v, 1) for k, v in predicted.items()}
-    result["measured"] = {"startup_seconds": round(startup, 2), "shutdown_seconds": round(shutdown, 2), "averaging": avg, "generation": gen,
-                          "decoded_sentences": gen["decoded_sentences"]}
+    result["measured"] = {"startup_seconds": round(startup, 2), "shutdown_seconds": round(shutdown, 2),
+                          "averaging": avg, "generation": gen, "decoded_sentences": gen["decoded_sentences"]}
     result["warnings"] = schedule_warnings(args, startup, r["seconds_per_update"])
     result["checked_against"] = checked_against(args.workdir, data_workdir, data_stages, result["predicted_seconds"])
-    shutil.rmtree(out / "checkpoints", ignore_errors=True)  # measured; a canary's weights are no product
-    return conclude(out, result, causes)
+    return causes
 
 
 def schedule_warnings(args, startup: float, per_update: float) -> List[str]:

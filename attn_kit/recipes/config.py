@@ -3,7 +3,7 @@
 A config file is a mapping of named sections, each a mapping of settings (recipe
 option names with underscores). :func:`settings` merges the sections a run uses
 in order (later ones win); the recipe's command-line options then override the
-result (:func:`attn_kit.recipes.common.apply_settings`). A section whose ``preset``
+result (:func:`attn_kit.recipes.settings.compose`). A section whose ``preset``
 key names an entry of the file's ``presets`` section is that preset's settings
 with the section's own on top (one fact in one place: ``bundled`` is ``presets.small``
 on the bundled corpus).
