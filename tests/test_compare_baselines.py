@@ -153,7 +153,7 @@ def test_precision_is_what_runs():
     # fairseq's fp16 mixed precision, bf16 (auto on bf16 GPUs) with the plugin task's bf16 autocast, and
     # the report says which; several GPUs run the worker under torchrun
     from attn_kit.compare.report import device_label
-    from attn_kit.pipeline.launch import used_precision
+    from attn_kit.fairseq_commands import used_precision
 
     args.ngpus = 8
     for asked, bf16_ok, used in (("auto", True, "bf16"), ("auto", False, "fp16"), ("fp16", True, "fp16"),

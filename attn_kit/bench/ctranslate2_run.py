@@ -34,9 +34,11 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 from ..cli import UserError
+from ..fairseq_commands import generate_command as generate_command_of
+from ..fairseq_commands import thread_env
+from ..pipeline.process import console_script
 from . import measure
 
 TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in [\d.]+s \(([\d.]+) sentences/s")
@@ -67,22 +69,18 @@ def _card(run_dir: Path):
 
 
 def generate_command(run_dir: Path, info: dict, gpu: bool, batch_size: int, beam_stop=None) -> list:
-    """The recipe's fairseq-generate command for the run's test split (attn_kit.recipes.common),
+    """The recipe's fairseq-generate command for the run's test split (attn_kit.fairseq_commands),
     ``batch_size`` sentences a batch; ``beam_stop``: another stopping rule than the run's (with the
     GNMT penalty; CTranslate2's own search stops as fairseq's rule does)."""
-    from ..recipes.common import generate_command as recipe_command
-
     gen, alpha = info["generation"], info["args"].get("gnmt_alpha")
     penalty = ["--gnmt-alpha", str(alpha)] if alpha is not None and "lenpen" not in gen else \
         ["--lenpen", str(gen["lenpen"])]
     beam_stop = beam_stop or info["args"].get("beam_stop")
     if penalty[0] == "--gnmt-alpha" and beam_stop:
         penalty += ["--beam-stop", beam_stop]
-    cmd = recipe_command(SimpleNamespace(ngpus=1 if gpu else 0), run_dir / info["data"], run_dir / info["checkpoint"],
-                         "test", gen["beam"], penalty, gen["max_len_b"], batch_size)
-    from ..pipeline.process import console_script
-
-    cmd = [console_script(cmd[0])] + [str(c) for c in cmd[1:]]
+    cmd = generate_command_of(run_dir / info["data"], run_dir / info["checkpoint"], subset="test", beam=gen["beam"],
+                              penalty_flags=penalty, max_len_b=gen["max_len_b"], batch_size=batch_size,
+                              gpus=1 if gpu else 0, program=console_script(FAIRSEQ))
     return cmd + ["--source-lang", info["args"]["source_lang"], "--target-lang", info["args"]["target_lang"]]
 
 
@@ -101,9 +99,9 @@ def test_sources(run_dir: Path, info: dict) -> list:
 
 def run_fairseq(cmd, threads: int, sentences: int):
     """(sentences/s by fairseq's own timer, its hypotheses in input order) of one fairseq-generate run."""
-    from ..recipes.common import read_hypotheses, thread_env
+    from ..recipes.common import read_hypotheses
 
-    env = dict(os.environ, **thread_env(SimpleNamespace(threads=threads)), PYTHONWARNINGS="ignore")
+    env = dict(os.environ, **(thread_env(threads) or {}), PYTHONWARNINGS="ignore")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "gen.out"
         with open(out, "w", encoding="utf-8") as f:

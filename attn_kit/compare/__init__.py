@@ -36,7 +36,7 @@ the two criteria), the last logged train nll_loss, and BLEU of beam-4 search
 (GNMT length penalty 0.6, Sec. 6.1) with the last checkpoint on --gen-subset,
 scored by sacreBLEU on the tokenized, BPE-removed output (tokenize=none).
 
-Precision (attn_kit.pipeline.launch.used_precision): --precision auto (the
+Precision (attn_kit.fairseq_commands.used_precision): --precision auto (the
 default) trains in bf16 on GPUs that support it, fp16 on older GPUs, fp32 on
 CPU; bf16 is bf16 autocast with fp32 master weights and no loss scaling, through
 attn_plugin's task (--task attn_translation --bf16-autocast) for both models,

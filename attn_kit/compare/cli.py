@@ -4,7 +4,7 @@ from pathlib import Path
 
 from ..cli import UsageError, log, main_guard
 from ..pairs import ARCH_ALIASES, MODELS, PAIRS, arch_size
-from ..pipeline.launch import PRECISIONS, used_precision
+from ..fairseq_commands import PRECISIONS, used_precision
 from ..pipeline.lock import workdir_lock
 from ..checkout import REPO
 from ..sizes import SIZES

@@ -12,7 +12,7 @@
   submitted with ``--dependency=afterok:<prepare job>`` (and ``--kill-on-invalid-dep``:
   a failed preparation cancels it rather than leaving it queued forever). Its train
   stage starts ``srun`` with one fairseq-train task per GPU on every node
-  (:func:`attn_kit.pipeline.launch.srun_launcher`), and fairseq's own Slurm discovery
+  (:func:`attn_kit.fairseq_commands.srun_launcher`), and fairseq's own Slurm discovery
   sets up the process group. ``--precision auto`` is resolved there, on the GPUs the job
   got, and ``--ngpus`` is checked there against them
   (:func:`attn_kit.recipes.scale.check_devices`), not on the host that submits.

@@ -21,8 +21,8 @@ from functools import partial
 from pathlib import Path
 from typing import Iterable, Iterator, List, Tuple
 
+from ..cli import UserError
 from ..textio import iter_lines
-from .stages import UserError
 
 # The recipes' Moses steps: punctuation normalization, then tokenization with -a
 # (aggressive dash splits), without tokenizer.perl's HTML escaping.

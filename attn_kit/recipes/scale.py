@@ -1,7 +1,7 @@
 """Training the way users run it, for every recipe: the precision that really runs,
 Slurm, fairseq-train flags passed through after ``--``, and the cost up front.
 
-- ``--precision auto|bf16|fp16|fp32`` (:func:`attn_kit.pipeline.launch.used_precision`):
+- ``--precision auto|bf16|fp16|fp32`` (:func:`attn_kit.fairseq_commands.used_precision`):
   bf16 is the plugin task's ``--bf16-autocast``; ``results.json`` records what ran.
 - ``--launcher slurm`` (:mod:`attn_kit.pipeline.slurm`): the stages before training as
   a CPU job (or here, ``--prepare-here``), the rest as a job that starts after it and
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from ..cli import UsageError, log
-from ..pipeline.launch import LAUNCHERS, gpu_supports_bf16, used_precision, visible_gpus
+from ..fairseq_commands import LAUNCHERS, gpu_supports_bf16, used_precision, visible_gpus
 
 USAGE = "%(prog)s [options] [-- fairseq-train options]"
 
@@ -44,7 +44,7 @@ REFUSED = {
     "--user-dir": "the recipes train attn_plugin's model", "--task": "the recipes train with --task "
     "attn_translation (the paper's length penalty, bf16 autocast)",
     "--stop-time-hours": "use --train-minutes", "--max-tokens": _BATCH, "--update-freq": _BATCH,
-    "--log-format": "the recipe reads fairseq's simple log format (progress, curves, tokens per update)",
+    "--log-format": "the recipe reads fairseq's json log format (progress, curves, tokens per update)",
     **{flag: _PRECISION for flag in ("--fp16", "--bf16", "--amp", "--memory-efficient-fp16",
                                      "--memory-efficient-bf16", "--bf16-autocast", "--cpu", "--tpu")},
     **{flag: _LAUNCH for flag in ("--distributed-world-size", "--distributed-rank", "--distributed-init-method",
