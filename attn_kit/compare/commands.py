@@ -77,7 +77,7 @@ def train_command(which: str, args, data: Path, joined: bool, seed: int, run_dir
         [*launch, run_dir / "stats.json"], data, run_dir / "checkpoints",
         model=[*model_flags(which, args, joined), *precision_task(which, args)], max_tokens=args.max_tokens,
         update_freq=args.update_freq, seed=seed, max_update=args.max_update,
-        train_minutes=None if args.max_update else args.minutes / 2, precision=args.precision, gpus=args.ngpus,
+        train_minutes=None if args.max_update else args.train_minutes / 2, precision=args.precision, gpus=args.ngpus,
         validate_every=args.validate_every, log_every=args.log_every)
 
 
@@ -85,7 +85,7 @@ def generate_command(args, data: Path, checkpoint: Path, subset: str) -> List[st
     """fairseq-generate as the paper decodes (Sec. 6.1), the same for both checkpoints, in fp32
     whatever the training's precision."""
     return fairseq_commands.generate_command(
-        data, checkpoint, subset=subset, beam=args.beam, penalty_flags=["--gnmt-alpha", str(args.alpha)],
+        data, checkpoint, subset=subset, beam=args.beam, penalty_flags=["--gnmt-alpha", str(args.gnmt_alpha)],
         max_len_b=50, batch_size=128, gpus=args.ngpus, remove_bpe=args.remove_bpe,
         program=fairseq_commands.installed("fairseq-generate"))
 

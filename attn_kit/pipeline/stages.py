@@ -1,43 +1,9 @@
-"""A small stage library shared by the recipes (WMT14 EN-DE / EN-FR, WSJ parsing).
-
-A recipe is a list of :class:`Stage` objects run in order by :class:`Pipeline`:
-
-- **idempotent**: a stage that finished leaves a stamp ``WORKDIR/.stages/NAME.done``
-  (written last, after its outputs passed their completeness check). The stamp
-  records the fingerprints (size, sha256: :mod:`attn_kit.pipeline.fingerprint`)
-  of the stage's declared ``inputs`` and ``outputs`` and the ``options`` that
-  shape it. A later run skips the stage only if all of them are as recorded:
-- **nothing stale**: when an input or an option changed, the stage starts over
-  (its old outputs are moved to ``WORKDIR/stale/NAME/``, never deleted) and the
-  recipe says which in one line; what it makes then differs, so every stage
-  that reads it starts over in turn. A stage whose output was damaged or deleted
-  since is run again (the damaged file moved aside first). An option listed in
-  ``resumable`` (training's ``--max-update``) runs the stage again on top of
-  its outputs instead. Unchanged files cost a ``stat``, so a finished run
-  reruns in seconds.
-- **resumable**: a stage killed half-way leaves no stamp and runs again; stages
-  write their outputs under a temporary name and rename them when complete
-  (:meth:`Context.output`), and a training resumes from its checkpoints.
-  ``.stages/NAME.started`` records the inputs it started from: if they changed
-  before the rerun, the stage starts over instead of resuming.
-- ``--dry-run`` prints every command each stage would run and runs nothing.
-- ``--stage N`` / ``--stop-stage M`` run only stages N..M (1-based numbers or names).
-- a stage's declared ``inputs`` that earlier stages make are checked before it
-  starts: a missing one is one error line, not a traceback from deep inside the
-  stage (inputs outside the work directory, the user's data, the stage checks
-  itself, with a message that knows what they are).
-- one run per work directory: :func:`run_recipe` holds
-  :func:`attn_kit.pipeline.lock.workdir_lock` for the whole run.
-- stages that live in another folder (``Stage.home``: the data stages in a
-  ``--data-workdir`` that several runs share) keep their stamps, logs and set-aside
-  outputs there, and run holding that folder's lock (a second run waits for it, then
-  finds them done). Such a folder is never started over: a stage there whose inputs
-  or options differ from those it was done with is refused in one line, since other
-  runs may be reading what it made.
-
-A failing command is reported as one line naming the stage, the exit status,
-the last line the command printed and its log file; the recipe exits non-zero.
-"""
+"""The stage engine the recipes run on: a recipe is a list of :class:`Stage` objects that
+:class:`Pipeline` runs in order, each skipped when a stamp says it is done with the same
+inputs and options, started over when one changed, resumed when it was cut off. ``--dry-run``
+prints every command, ``--stage``/``--stop-stage`` pick a range; :func:`run_recipe` holds
+the work directory's lock for the whole run. A failing command is one line naming the
+stage, the exit status, the command's last line and its log file."""
 import json
 import os
 import shlex
@@ -69,7 +35,7 @@ class Stage:
     its outputs when it starts over. ``check()`` raises a UserError if the
     outputs are incomplete; it runs before the stamp is written. ``home``: the
     folder that holds its stamp, logs and lock when it is not the pipeline's work
-    directory (a shared data folder: see the module docstring); ``home_option``: the
+    directory (a shared data folder: see :class:`Pipeline`); ``home_option``: the
     option that names it, for messages.
     """
 
@@ -177,7 +143,41 @@ def _read_json(path: Path) -> Optional[dict]:
 
 class Pipeline:
     """Runs ``stages`` in order under ``workdir``; ``first``/``last`` (1-based
-    numbers or stage names) select a range, ``dry_run`` only prints."""
+    numbers or stage names) select a range, ``dry_run`` only prints.
+
+    - **idempotent**: a stage that finished leaves a stamp ``WORKDIR/.stages/NAME.done``
+      (written last, after its outputs passed their completeness check). The stamp
+      records the fingerprints (size, sha256: :mod:`attn_kit.pipeline.fingerprint`)
+      of the stage's declared ``inputs`` and ``outputs`` and the ``options`` that
+      shape it. A later run skips the stage only if all of them are as recorded:
+    - **nothing stale**: when an input or an option changed, the stage starts over
+      (its old outputs are moved to ``WORKDIR/stale/NAME/``, never deleted) and the
+      recipe says which in one line; what it makes then differs, so every stage
+      that reads it starts over in turn. A stage whose output was damaged or deleted
+      since is run again (the damaged file moved aside first). An option listed in
+      ``resumable`` (training's ``--max-update``) runs the stage again on top of
+      its outputs instead. Unchanged files cost a ``stat``, so a finished run
+      reruns in seconds.
+    - **resumable**: a stage killed half-way leaves no stamp and runs again; stages
+      write their outputs under a temporary name and rename them when complete
+      (:meth:`Context.output`), and a training resumes from its checkpoints.
+      ``.stages/NAME.started`` records the inputs it started from: if they changed
+      before the rerun, the stage starts over instead of resuming.
+    - ``--dry-run`` prints every command each stage would run and runs nothing.
+    - ``--stage N`` / ``--stop-stage M`` run only stages N..M (1-based numbers or names).
+    - a stage's declared ``inputs`` that earlier stages make are checked before it
+      starts: a missing one is one error line, not a traceback from deep inside the
+      stage (inputs outside the work directory, the user's data, the stage checks
+      itself, with a message that knows what they are).
+    - one run per work directory: :func:`run_recipe` holds
+      :func:`attn_kit.pipeline.lock.workdir_lock` for the whole run.
+    - stages that live in another folder (``Stage.home``: the data stages in a
+      ``--data-workdir`` that several runs share) keep their stamps, logs and set-aside
+      outputs there, and run holding that folder's lock (a second run waits for it, then
+      finds them done). Such a folder is never started over: a stage there whose inputs
+      or options differ from those it was done with is refused in one line, since other
+      runs may be reading what it made.
+    """
 
     def __init__(self, workdir: Path, stages: List[Stage], dry_run=False,
                  first: Union[int, str, None] = 1, last: Union[int, str, None] = None,

@@ -1,5 +1,5 @@
 """Text preparation shared by the recipes, streamed line by line so that a
-36M-line corpus is never held in memory.
+WMT corpus is never held in memory.
 
 Tokenization is sacremoses (Moses' normalize-punctuation + tokenizer with
 aggressive hyphen splitting, ``-a``, as fairseq's WMT14 scripts run it);
