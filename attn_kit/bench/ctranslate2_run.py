@@ -175,19 +175,7 @@ def bench_run(run_dir: Path, info: dict, args, log) -> dict:
             if not gpu and threads > 1:
                 many = CT2Translator(out, threads=threads)
                 runs[f"ct2 {ctype}, {threads} x 1 thread"] = ct2(f"ct2 {ctype}, {threads} x 1 thread", many, True)
-        names = list(runs)
-        for name in names[1:]:  # fairseq-generate's start-up is outside its timer; CTranslate2's warm-up is this
-            runs[name]()
-        sps = {name: [] for name in names}
-        ratios = {name: [] for name in names[1:]}
-        for r in range(args.repeats):
-            order = names[r % len(names):] + names[:r % len(names)]
-            trial = {name: runs[name]() for name in order}
-            for name in names:
-                sps[name].append(trial[name])
-            for name in names[1:]:
-                ratios[name].append(trial[name] / trial[FAIRSEQ])
-            log(f"  trial {r + 1}/{args.repeats}: " + ", ".join(f"{n} {trial[n]:.1f}" for n in names) + " sent/s")
+        names, sps, ratios = trials(runs, args.repeats, log)
 
     refs = Path(results["test_reference"]).read_text(encoding="utf-8").split("\n")[:len(sources)] \
         if results.get("test_reference") else None
@@ -209,6 +197,16 @@ def bench_run(run_dir: Path, info: dict, args, log) -> dict:
             e["sacrebleu"] = round(sacrebleu.corpus_bleu([detok(h) for h in lines], [refs]).score, 2)
         result["engines"][name] = e
     return result
+
+
+def trials(runs: dict, repeats: int, log):
+    """(engine names, sentences/s of each trial, each trial's ratio to fairseq-generate): ``runs``
+    (name: a function that runs the engine once and returns its rate; fairseq-generate first)
+    warmed up once, then run ``repeats`` times, the order rotating."""
+    names = list(runs)
+    for name in names[1:]:  # fairseq-generate's start-up is outside its timer; CTranslate2's warm-up is this
+        runs[name]()
+    return (names, *measure.rotating_trials(names, lambda name: runs[name](), repeats, log))
 
 
 def table(result: dict) -> tuple:

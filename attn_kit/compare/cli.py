@@ -14,8 +14,12 @@ from .report import markdown, plot, write_comparison
 from .run import inspect_data, prepare_bundled, run_generation, run_training
 from .stats import summarize, summarize_run
 
+# an option's old name: hidden from --help, the same value as the new one
+OLD_NAME = dict(default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-def parse_args(argv=None):
+
+def parser() -> argparse.ArgumentParser:
+    """The comparison's options: data and budget, model size, training, evaluation."""
     p = argparse.ArgumentParser(prog="scripts/compare_baselines.py", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", nargs="?", type=Path, help="binarized data directory (fairseq-preprocess --destdir)")
@@ -28,7 +32,7 @@ def parse_args(argv=None):
     budget.add_argument("--train-minutes", type=float,
                         help="budget: M minutes of training for the pair, split equally: each model trains "
                              "M/2 minutes (per seed)")
-    budget.add_argument("--minutes", type=float, dest="train_minutes", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the old name
+    budget.add_argument("--minutes", type=float, dest="train_minutes", **OLD_NAME)
     p.add_argument("--seeds", type=int, nargs="+", default=[1],
                    help="one training of each model per seed; several seeds give mean +- sd and a noise "
                         "verdict (default: 1)")
@@ -38,15 +42,25 @@ def parse_args(argv=None):
     p.add_argument("--bundled-workdir", type=Path, default=REPO / "runs" / "wmt14_en_de_bundled",
                    help="--bundled: the bundled recipe's workdir holding data-bin (default, shared with "
                         "recipes/wmt14_en_de.sh --bundled: runs/wmt14_en_de_bundled)")
+    add_model_options(p)
+    add_training_options(p)
+    add_evaluation_options(p)
+    return p
+
+
+def add_model_options(p):
     g = p.add_argument_group("model size (applied to both models; default: the arch's, with --bundled the "
                              f"bundled recipe's small configuration: {SIZES['bundled'].describe()})")
     g.add_argument("--layers", type=int, help="N, encoder and decoder layers")
     g.add_argument("--d-model", type=int, help="d_model")
     g.add_argument("--d-ff", type=int, help="d_ff, FFN inner width")
     g.add_argument("--h", type=int, help="h, attention heads")
-    g.add_argument("--heads", type=int, dest="h", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the old name
+    g.add_argument("--heads", type=int, dest="h", **OLD_NAME)
     g.add_argument("--p-drop", type=float, help="P_drop (default: the arch's, base 0.1, big 0.3)")
-    g.add_argument("--dropout", type=float, dest="p_drop", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the old name
+    g.add_argument("--dropout", type=float, dest="p_drop", **OLD_NAME)
+
+
+def add_training_options(p):
     g = p.add_argument_group("training (identical for both)")
     g.add_argument("--max-tokens", type=int,
                    help=f"tokens per device per batch (default {DEFAULT_TRAINING['max_tokens']}; "
@@ -72,16 +86,23 @@ def parse_args(argv=None):
     g.add_argument("--threads", type=int,
                    help="CPU threads of each training and generation process (OMP_NUM_THREADS; default: "
                         "torch's choice, all cores). On a machine other jobs share, 1 avoids oversubscription")
+
+
+def add_evaluation_options(p):
     g = p.add_argument_group("evaluation (identical for both)")
     g.add_argument("--gen-subset", default="test", help="split to translate for BLEU (default test; "
                                                         "valid if there is no test split)")
     g.add_argument("--beam", type=int, default=4, help="beam size (default 4)")
     g.add_argument("--gnmt-alpha", type=float, default=0.6, help="GNMT length penalty alpha (default 0.6)")
-    g.add_argument("--alpha", type=float, dest="gnmt_alpha", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the old name
+    g.add_argument("--alpha", type=float, dest="gnmt_alpha", **OLD_NAME)
     g.add_argument("--remove-bpe", default="subword_nmt",
                    help="fairseq-generate --remove-bpe for BLEU (default subword_nmt: '@@ ')")
     g.add_argument("--no-bleu", action="store_true", help="skip generation and BLEU")
-    args = p.parse_args(argv)
+
+
+def parse_args(argv=None):
+    """The checked command line, with the defaults of --bundled or the paper filled in."""
+    args = parser().parse_args(argv)
 
     arch = ARCH_ALIASES.get(args.arch, args.arch)
     if arch not in PAIRS:
