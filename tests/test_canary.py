@@ -15,6 +15,7 @@ import pytest
 from conftest import USER_DIR, assert_one_error_line, run, train_cmd
 
 from attn_kit.cli import UserError
+from attn_kit.fairseq_log import stats_lines
 from attn_kit.recipes import canary
 
 RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14"]
@@ -31,17 +32,16 @@ def test_each_step_recorded_agrees_with_fairseqs_log(data_bin, tmp_path):
                                                     "--arch", "attn_paper_base"],
                     ["--lr", "1", "--lr-scheduler", "attn_inverse_sqrt", "--warmup-updates", "5", "--lr-scale", "2",
                      "--criterion", "attn_label_smoothed_cross_entropy", "--max-update", "10", "--update-freq", "2",
-                     "--no-save", "--disable-validation"])
+                     "--no-save", "--disable-validation", "--log-format", "json"])  # the recipes' log format
     env = dict(os.environ, ATTN_RUN_STATS=str(stats), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     proc = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (record,) = canary.read_stats(stats)
     steps = record["steps"]
     assert len(steps) == 20 and collections.Counter(s[0] for s in steps) == {u: 2 for u in range(10)}
-    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if "| train_inner |" in line]
-    assert len(lines) == 2  # --log-interval 5
-    for line, updates in zip(lines, (range(0, 5), range(5, 10))):
-        fields = dict(re.findall(r"(\w+)=([-\d.e]+)", line))
+    logged = list(stats_lines((proc.stdout + proc.stderr).splitlines(), "train_inner"))
+    assert len(logged) == 2  # --log-interval 5
+    for fields, updates in zip(logged, (range(0, 5), range(5, 10))):
         chosen = [s for s in steps if s[0] in updates]
         loss = sum(s[6] for s in chosen) / sum(s[7] for s in chosen) / math.log(2)
         assert round(loss, 3) == pytest.approx(float(fields["loss"]), abs=1e-3)
@@ -57,7 +57,7 @@ def test_checkpoint_writes_and_validations_are_counted_as_fairseq_makes_them(smo
     per_epoch = int(re.search(r"grouped total_num_itrs = (\d+)", text).group(1))
     counted = canary.events(25, per_epoch, 10, None)
     assert counted["checkpoint_writes"] == len(re.findall(r"Saved checkpoint", text))
-    assert counted["validations"] == len(re.findall(r"\| valid \|", text))
+    assert counted["validations"] == len(list(stats_lines(text.splitlines(), "valid")))
     assert canary.events(1000, 975, 100, 500) == {"checkpoint_writes": 11, "validations": 11}  # the bundled run
     assert canary.events(10, None, 4, 5) == {"checkpoint_writes": 3, "validations": 4}  # 4 8 10; 4 5 8 10
 

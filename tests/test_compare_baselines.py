@@ -153,7 +153,7 @@ def test_precision_is_what_runs():
     # fairseq's fp16 mixed precision, bf16 (auto on bf16 GPUs) with the plugin task's bf16 autocast, and
     # the report says which; several GPUs run the worker under torchrun
     from attn_kit.compare.report import device_label
-    from attn_kit.pipeline.launch import used_precision
+    from attn_kit.fairseq_commands import used_precision
 
     args.ngpus = 8
     for asked, bf16_ok, used in (("auto", True, "bf16"), ("auto", False, "fp16"), ("fp16", True, "fp16"),
@@ -207,6 +207,25 @@ def test_tiny_comparison_prints_the_table_and_writes_json_and_png(data_bin, tmp_
     assert stock[stock.index("--lr") + 1] == repr(result["stock_peak_lr"])
     assert stock[stock.index("--warmup-init-lr") + 1] == repr(result["stock_warmup_init_lr"])
     assert "--warmup-init-lr" in stock and "attn_inverse_sqrt" in plugin
+
+
+@pytest.mark.parametrize("new,old", [
+    (["--h", "4", "--p-drop", "0.2", "--gnmt-alpha", "1.0", "--train-minutes", "3"],
+     ["--heads", "4", "--dropout", "0.2", "--alpha", "1.0", "--minutes", "3"]),
+    (["--max-update", "7", "--gnmt-alpha", "0.6"], ["--max-update", "7"]),
+])
+def test_the_old_option_names_give_the_same_commands(new, old):
+    """--h, --p-drop, --gnmt-alpha and --train-minutes (the kit's one vocabulary) and their old,
+    hidden names (--heads, --dropout, --alpha, --minutes) give the same training and generation."""
+    commands_of = []
+    for argv in (new, old):
+        args = parse_args(["unused-data", *argv])
+        commands_of.append([commands.train_command(w, args, REPO, True, 1, REPO / "x") for w in MODELS]
+                           + [commands.generate_command(args, REPO, REPO / "c.pt", "test")])
+    assert commands_of[0] == commands_of[1]
+    help_text = run([sys.executable, SCRIPT, "--help"]).stdout
+    assert all(f"--{name} " in help_text for name in ("h", "p-drop", "gnmt-alpha", "train-minutes"))
+    assert not any(f"--{name} " in help_text for name in ("heads", "dropout", "alpha", "minutes"))
 
 
 @pytest.mark.parametrize("argv,message,status", [

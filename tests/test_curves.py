@@ -1,5 +1,5 @@
-"""Training curves (attn_kit.pipeline.curves) from fairseq-train's simple log format, and the
-progress lines with an ETA of the long stages (attn_kit.pipeline.progress)."""
+"""Training curves (attn_kit.curves) from fairseq-train's JSON log format, read by attn_kit.fairseq_log,
+and the progress lines with an ETA of the long stages (attn_kit.pipeline.progress)."""
 import contextlib
 import csv
 import io
@@ -7,21 +7,30 @@ import time
 
 import pytest
 
+from attn_kit import curves
 from attn_kit.cli import Terminated, UserError
-from attn_kit.pipeline import curves, progress
+from attn_kit.fairseq_log import TrainProgress, echo_text, train_log_summary
+from attn_kit.pipeline import progress
 
 # Two runs of one training, as the train stage's log holds them: the first killed after update 30
 # (its last checkpoint at 20), the second resumed from that checkpoint. Lines as fairseq 0.12 prints them.
-LOG = """$ fairseq-train data-bin --log-format simple
+LOG = """$ fairseq-train data-bin --log-format json
 2026-01-01 10:00:00 | INFO | fairseq_cli.train | task: AttnTranslationTask
-2026-01-01 10:00:10 | INFO | train_inner | epoch 001:     10 / 58 loss=9.5, nll_loss=9.3, ppl=630.4, wps=1000.5, ups=1, wpb=760.8, src_wpb=684.7, bsz=40, num_updates=10, lr=0.001, gnorm=0.8, train_wall=1, wall=10
-2026-01-01 10:00:20 | INFO | train_inner | epoch 001:     20 / 58 loss=8.5, nll_loss=8.3, ppl=315.2, wps=2000, ups=1, wpb=760.8, src_wpb=684.7, bsz=40, num_updates=20, lr=0.002, gnorm=0.8, train_wall=1, wall=20
-2026-01-01 10:00:22 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.1 | nll_loss 7.9 | ppl 238.9 | wps 22449.6 | wpb 508.9 | src_wpb 451.2 | bsz 25 | num_updates 20
-2026-01-01 10:00:30 | INFO | train_inner | epoch 001:     30 / 58 loss=7.9, nll_loss=7.7, ppl=207.9, wps=3000, ups=1, wpb=760.8, src_wpb=684.7, bsz=40, num_updates=30, lr=0.003, gnorm=0.8, train_wall=1, wall=30
-$ fairseq-train data-bin --log-format simple
+2026-01-01 10:00:10 | INFO | train_inner | {"epoch": 1, "update": 0.172, "loss": "9.5", "nll_loss": "9.3", "ppl": "630.4", "wps": "1000.5", "ups": "1", "wpb": "760.8", "src_wpb": "684.7", "bsz": "40", "num_updates": "10", "lr": "0.001", "gnorm": "0.8", "train_wall": "1", "wall": "10"}
+2026-01-01 10:00:20 | INFO | train_inner | {"epoch": 1, "update": 0.345, "loss": "8.5", "nll_loss": "8.3", "ppl": "315.2", "wps": "2000", "ups": "1", "wpb": "760.8", "src_wpb": "684.7", "bsz": "40", "num_updates": "20", "lr": "0.002", "gnorm": "0.8", "train_wall": "1", "wall": "20"}
+2026-01-01 10:00:22 | INFO | valid | {"epoch": 1, "valid_loss": "8.1", "valid_nll_loss": "7.9", "valid_ppl": "238.9", "valid_wps": "22449.6", "valid_wpb": "508.9", "valid_src_wpb": "451.2", "valid_bsz": "25", "valid_num_updates": "20"}
+2026-01-01 10:00:30 | INFO | train_inner | {"epoch": 1, "update": 0.517, "loss": "7.9", "nll_loss": "7.7", "ppl": "207.9", "wps": "3000", "ups": "1", "wpb": "760.8", "src_wpb": "684.7", "bsz": "40", "num_updates": "30", "lr": "0.003", "gnorm": "0.8", "train_wall": "1", "wall": "30"}
+$ fairseq-train data-bin --log-format json
 2026-01-01 11:00:00 | INFO | fairseq.checkpoint_utils | Loaded checkpoint /w/checkpoints/checkpoint_last.pt (epoch 1 @ 20 updates)
-2026-01-01 11:00:15 | INFO | train_inner | epoch 001:     30 / 58 loss=7.8, nll_loss=7.6, ppl=194.0, wps=4000, ups=1, wpb=760.8, src_wpb=684.7, bsz=40, num_updates=30, lr=0.003, gnorm=0.8, train_wall=1, wall=15
-2026-01-01 11:00:20 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 7.5 | nll_loss 7.2 | ppl 147.3 | wps 2102.6 | wpb 508.9 | src_wpb 451.2 | bsz 25 | num_updates 30 | best_loss 7.5 | bleu 12.5
+2026-01-01 11:00:15 | INFO | train_inner | {"epoch": 1, "update": 0.517, "loss": "7.8", "nll_loss": "7.6", "ppl": "194.0", "wps": "4000", "ups": "1", "wpb": "760.8", "src_wpb": "684.7", "bsz": "40", "num_updates": "30", "lr": "0.003", "gnorm": "0.8", "train_wall": "1", "wall": "15"}
+2026-01-01 11:00:20 | INFO | valid | {"epoch": 1, "valid_loss": "7.5", "valid_nll_loss": "7.2", "valid_ppl": "147.3", "valid_wps": "2102.6", "valid_wpb": "508.9", "valid_src_wpb": "451.2", "valid_bsz": "25", "valid_num_updates": "30", "valid_best_loss": "7.5", "valid_bleu": "12.5"}
+"""
+
+# The same first run in fairseq's simple format, as train.log held it before the recipes logged JSON.
+SIMPLE_LOG = """$ fairseq-train data-bin --log-format simple
+2026-01-01 10:00:10 | INFO | train_inner | epoch 001:     10 / 58 loss=9.5, nll_loss=9.3, ppl=630.4, wps=1000.5, ups=1, wpb=760.8, src_wpb=684.7, bsz=40, num_updates=10, lr=0.001, gnorm=0.8, train_wall=1, wall=10
+2026-01-01 10:00:22 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.1 | nll_loss 7.9 | ppl 238.9 | wps 22449.6 | wpb 508.9 | src_wpb 451.2 | bsz 25 | num_updates 20
+2026-01-01 10:00:23 | INFO | fairseq.checkpoint_utils | Saved checkpoint /w/checkpoints/checkpoint_1_20.pt (epoch 1 @ 20 updates, score 8.1) (writing took 0.1 seconds)
 """
 
 
@@ -49,7 +58,7 @@ def test_a_training_killed_before_its_first_checkpoint_starts_its_curves_over():
     killed = lines[:4]
     rerun = [lines[0], "2026-01-01 10:05:00 | INFO | fairseq.trainer | No existing checkpoint found "
                        "/w/checkpoints/checkpoint_last.pt\n",
-             lines[2].replace("10:00:10", "10:05:10").replace("loss=9.5", "loss=9.4"),
+             lines[2].replace("10:00:10", "10:05:10").replace('"loss": "9.5"', '"loss": "9.4"'),
              lines[3].replace("10:00:20", "10:05:20")]
     points = curves.parse(killed + rerun)
     assert [(p["split"], p["update"], p["loss"]) for p in points] == [("train", 10, 9.4), ("train", 20, 8.5)]
@@ -61,7 +70,7 @@ def test_write_makes_csv_and_png_and_the_writer_refreshes_at_validation(tmp_path
     log.write_text("".join(lines[:4]))
     echoed = []
     writer = curves.CurveWriter(log, tmp_path, lambda line: echoed.append(line) or True)
-    assert writer(lines[3]) is True and not (tmp_path / "curves.csv").exists()  # no validation yet
+    assert writer(lines[3]) == echo_text(lines[3]) and not (tmp_path / "curves.csv").exists()  # no validation yet
     log.write_text("".join(lines[:5]))
     writer(lines[4])  # a validation line: the curves are written
     rows = list(csv.DictReader(io.StringIO((tmp_path / "curves.csv").read_text())))
@@ -71,6 +80,49 @@ def test_write_makes_csv_and_png_and_the_writer_refreshes_at_validation(tmp_path
     writer.finish()  # training ended
     rows = list(csv.DictReader(io.StringIO((tmp_path / "curves.csv").read_text())))
     assert list(rows[0]) == list(curves.COLUMNS) and len(rows) == 5 and echoed == lines[3:5]
+
+
+def test_the_recipes_echo_validation_lines_in_fairseqs_simple_wording():
+    """The JSON stats lines echoed while training read as fairseq's simple format words them."""
+    lines = LOG.splitlines()
+    assert echo_text(lines[4]) == ("2026-01-01 10:00:22 | INFO | valid | epoch 001 | valid on 'valid' subset | "
+                                   "loss 8.1 | nll_loss 7.9 | ppl 238.9 | wps 22449.6 | wpb 508.9 | src_wpb 451.2 | "
+                                   "bsz 25 | num_updates 20")
+    assert echo_text(lines[1]) == lines[1]
+    writer = curves.CurveWriter("/nonexistent/train.log", "/nonexistent", lambda line: True, final=False)
+    assert writer(lines[2]).startswith("2026-01-01 10:00:10 | INFO | train_inner | epoch 001: loss=9.5, ")
+
+
+def test_train_progress_prints_updates_rate_and_eta(capsys):
+    now = [0.0]
+    show = TrainProgress(100, clock=lambda: now[0])
+    lines = LOG.splitlines()
+    assert show(lines[2]) is False
+    now[0] = 20.0
+    assert show(lines[3]) is False and show(lines[1]) is False
+    assert show(lines[4]).endswith("| valid | epoch 001 | valid on 'valid' subset | loss 8.1 | nll_loss 7.9 | ppl "
+                                   "238.9 | wps 22449.6 | wpb 508.9 | src_wpb 451.2 | bsz 25 | num_updates 20")
+    assert show(lines[7]) is True  # "Loaded checkpoint"
+    assert capsys.readouterr().out == "    10/100 updates\n    20/100 updates, 2.00 s/update, ETA 2m40s\n"
+
+
+def test_the_summary_weights_tokens_per_update_by_the_updates_each_line_covers(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(LOG)
+    assert train_log_summary(log) == {"updates": 20, "tokens_per_update": {
+        "target": 760.8, "source": 684.7, "updates_measured": 31}}  # 10 + 10 + 10, then 1 for the repeated 30
+    assert train_log_summary(tmp_path / "missing.log") == {"updates": None}
+
+
+def test_a_log_from_before_the_json_format_gives_no_curves_and_no_tokens_but_no_error(tmp_path):
+    """train.log of a run from before the recipes logged JSON: nothing fails; its curves and its
+    tokens per update are missing (its updates come from the checkpoint lines)."""
+    log = tmp_path / "train.log"
+    log.write_text(SIMPLE_LOG)
+    assert curves.parse(SIMPLE_LOG.splitlines()) == [] and curves.write(log, tmp_path) is None
+    assert train_log_summary(log) == {"updates": 20}
+    show = TrainProgress(100)
+    assert [show(line) for line in SIMPLE_LOG.splitlines()] == [False, False, False, False]
 
 
 @pytest.mark.parametrize("ending,written", [(None, True), (UserError, True), (KeyboardInterrupt, False),

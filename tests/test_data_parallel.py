@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import USER_DIR, run, train_cmd
 
-from attn_kit.pipeline.launch import launcher
+from attn_kit.fairseq_commands import launcher
 
 pytestmark = pytest.mark.slow  # trains models (left out by scripts/test.sh --quick)
 
@@ -25,7 +25,7 @@ def parameters(save_dir):
 
 def train(data_bin, save_dir, procs, extra=()):
     cmd = train_cmd(data_bin, save_dir, DETERMINISTIC, [*SCHEDULE, *extra])
-    if procs > 1:  # the recipes' CPU data parallel: python -m attn_kit.pipeline.launch --nprocs N -- fairseq-train
+    if procs > 1:  # the recipes' CPU data parallel: python -m attn_kit.fairseq_cpu_ddp --nprocs N -- fairseq-train
         cmd = [*launcher(0, procs, log_dir=str(save_dir)), *cmd[1:]]
     run(cmd)
     return parameters(save_dir)

@@ -11,7 +11,7 @@ import pytest
 
 from attn_kit.pipeline.download import RemoteFile, fetch, mirror_url, sha256_of
 from attn_kit.pipeline.mirror import RangeRequestHandler, make_tar, serve
-from attn_kit.pipeline.stages import UserError
+from attn_kit.cli import UserError
 
 DATA = os.urandom(300_000)
 SHA = hashlib.sha256(DATA).hexdigest()

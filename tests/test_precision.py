@@ -8,7 +8,7 @@ from fairseq import options, tasks
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from attn_kit.cli import UsageError
-from attn_kit.pipeline.launch import BF16_FLAG, flags_for, precision_of, used_precision
+from attn_kit.fairseq_commands import BF16_FLAG, flags_for, precision_of, used_precision
 
 
 # --------------------------------------------------------------------------- what --precision means

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, SMOKE_RUN, assert_one_error_line
-from attn_kit.pipeline.launch import batch_plan
+from attn_kit.fairseq_commands import batch_plan
 
 RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14"]
 

@@ -402,7 +402,7 @@ def test_table3_prepares_the_en_de_data_as_its_data_job(tmp_path):
     (["--", "--max-update=5"], "--max-update after --: it is a recipe option; give it before --"),
     (["--", "--fp16"], "--fp16 after --: use --precision"),
     (["--", "--distributed-world-size", "4"], "--distributed-world-size after --: the launcher sets it"),
-    (["--", "--log-format", "json"], "--log-format after --: the recipe reads fairseq's simple log format"),
+    (["--", "--log-format", "simple"], "--log-format after --: the recipe reads fairseq's json log format"),
     (["--", "--keep-interval-updates", "1"], "averaging needs the last --average checkpoints"),
     (["--partition", "gpu"], "--partition is an sbatch option: it needs --launcher slurm"),
     (["--mem", "0"], "--mem is an sbatch option: it needs --launcher slurm"),

@@ -1,41 +1,8 @@
 """A synthetic parallel corpus whose word types grow like news text, for the data-preparation
-benchmark (attn_kit.bench.data_prep), and the type/token check that says how alike they are.
-
-How a sentence pair is made (:func:`generate`):
-
-1. **Shape.** A real sentence pair is drawn (uniformly, with replacement) from the shape text:
-   newstest2013 + newstest2014 EN-DE (6003 pairs of news; ``--shapes``). Each side keeps its
-   real whitespace chunks, so the pair keeps its real lengths, length ratio, punctuation,
-   capitals and numbers; only the words change.
-2. **Words.** Every chunk that holds a letter has its word (the chunk without leading and
-   trailing punctuation) replaced by a word drawn from that language's Zipfian unigram
-   distribution: wordfreq's ``large`` list (en 321K, de 635K words, frequencies >= 1e-8; only
-   the words made of letters, with inner ``'`` or ``-``, are kept, at their own frequency).
-   The replaced word takes the original's case pattern (Title, UPPER or lower).
-3. **The tail below the list.** wordfreq's lists stop at frequency 1e-8; the mass below
-   (1 - the list's total, 1.3% for en, 1.4% for de) is where real text keeps making new types
-   (names, compounds, rare forms). With that probability a word is instead a compound of two
-   words drawn from the same distribution (``haus`` + ``tür`` -> ``haustür``), so new types
-   keep appearing at every corpus size, at a rate set by the distribution, not by a counter.
-4. **Topics.** Real text repeats its own words (a story's names and subject): consecutive
-   groups of 16 sentence pairs are "documents", and with a language's probability (en 0.6,
-   de 0.45, :data:`BURSTINESS`) a word is instead a word of an earlier sentence of its
-   document (same side), chosen uniformly. The two values are the ones that give the corpus
-   as many types as the real newstest2013+2014 text after as many tokens (~115K per side);
-   without this step a corpus drawn word by word has 1.4x (en) and 1.3x (de) the news text's
-   types there.
-5. **Numbers.** Every digit of a chunk is replaced by a random digit (numbers make types too).
-
-The source and target words are drawn independently: nothing is a translation of anything,
-which none of the data stages looks at (clean-corpus-n reads only lengths, which are real).
-Everything comes from one ``numpy.random.default_rng(seed)`` stream, read in a fixed order,
-so the same seed, shape text and wordfreq version give the same corpus byte for byte; the
-first N pairs of a longer corpus are the corpus of N pairs.
-
-A corpus of repeated sentences would make BPE learning cheap (few types); this one is
-checked (:func:`type_growth`, :func:`heaps_fit`) against the real newstest and Tatoeba text:
-types as a function of tokens (Heaps' law, V = K * n^beta), in the results file.
-"""
+benchmark (attn_kit.bench.data_prep): real sentence shapes with words drawn from wordfreq's
+Zipfian lists (:func:`generate`), and the type/token check that says how alike it is to real
+text (:func:`type_growth`, :func:`heaps_fit`: Heaps' law, V = K * n^beta, in the results file);
+a corpus of repeated sentences would make BPE learning cheap."""
 import math
 import re
 from dataclasses import dataclass
@@ -157,7 +124,35 @@ def read_shapes(src: Path, tgt: Path) -> List[Tuple[Shape, Shape]]:
 
 def generate(shapes: Sequence[Tuple[Shape, Shape]], vocab: Tuple[Vocabulary, Vocabulary], n: int,
              seed: int) -> Iterator[Tuple[str, str]]:
-    """``n`` synthetic (source, target) sentences (see the module's docstring); deterministic in ``seed``."""
+    """``n`` synthetic (source, target) sentences; deterministic in ``seed``. Each pair:
+
+    1. **Shape.** A real sentence pair is drawn (uniformly, with replacement) from the shape text:
+       newstest2013 + newstest2014 EN-DE (6003 pairs of news; ``--shapes``). Each side keeps its
+       real whitespace chunks, so the pair keeps its real lengths, length ratio, punctuation,
+       capitals and numbers; only the words change.
+    2. **Words.** Every chunk that holds a letter has its word (the chunk without leading and
+       trailing punctuation) replaced by a word drawn from that language's Zipfian unigram
+       distribution: wordfreq's ``large`` list (en 321K, de 635K words, frequencies >= 1e-8; only
+       the words made of letters, with inner ``'`` or ``-``, are kept, at their own frequency).
+       The replaced word takes the original's case pattern (Title, UPPER or lower).
+    3. **The tail below the list.** wordfreq's lists stop at frequency 1e-8; the mass below
+       (1 - the list's total) is where real text keeps making new types
+       (names, compounds, rare forms). With that probability a word is instead a compound of two
+       words drawn from the same distribution (``haus`` + ``tür`` -> ``haustür``), so new types
+       keep appearing at every corpus size, at a rate set by the distribution, not by a counter.
+    4. **Topics.** Real text repeats its own words (a story's names and subject): consecutive
+       groups of 16 sentence pairs are "documents", and with a language's probability (en 0.6,
+       de 0.45, :data:`BURSTINESS`) a word is instead a word of an earlier sentence of its
+       document (same side), chosen uniformly. The two values are the ones that give the corpus
+       as many types as the real newstest2013+2014 text after as many tokens (see the results file).
+    5. **Numbers.** Every digit of a chunk is replaced by a random digit (numbers make types too).
+
+    The source and target words are drawn independently: nothing is a translation of anything,
+    which none of the data stages looks at (clean-corpus-n reads only lengths, which are real).
+    Everything comes from one ``numpy.random.default_rng(seed)`` stream, read in a fixed order,
+    so the same seed, shape text and wordfreq version give the same corpus byte for byte; the
+    first N pairs of a longer corpus are the corpus of N pairs.
+    """
     rng = np.random.default_rng(seed)
     done = 0
     while done < n:  # whole batches, the last one cut: a corpus of N pairs is the first N of a longer one

@@ -195,18 +195,8 @@ def bench_shape(shape, args, log):
     for name in names:
         for _ in range(args.warmup):
             runs[name]()
-    sps = {name: [] for name in names}
-    ratios = {name: [] for name in names[1:]}
-    for r in range(args.repeats):
-        order = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
-        trial = {}
-        for name in order:
-            trial[name] = sentences / measure.time_calls(args.device, runs[name], 1)
-            sps[name].append(trial[name])
-        for name in names[1:]:
-            ratios[name].append(trial[name] / trial["plugin"])
-        log(f"  {shape} trial {r + 1}/{args.repeats}: " + ", ".join(f"{n} {trial[n]:.1f}" for n in names)
-            + " sent/s")
+    rate = lambda name: sentences / measure.time_calls(args.device, runs[name], 1)  # noqa: E731
+    sps, ratios = measure.rotating_trials(names, rate, args.repeats, log, f"{shape} ")
     if procs:
         procs.close()
     per_sentence = length + 1  # output tokens, </s> included, every engine

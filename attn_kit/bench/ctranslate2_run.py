@@ -34,9 +34,11 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 from ..cli import UserError
+from ..fairseq_commands import generate_command as generate_command_of
+from ..fairseq_commands import thread_env
+from ..pipeline.process import console_script
 from . import measure
 
 TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in [\d.]+s \(([\d.]+) sentences/s")
@@ -67,22 +69,18 @@ def _card(run_dir: Path):
 
 
 def generate_command(run_dir: Path, info: dict, gpu: bool, batch_size: int, beam_stop=None) -> list:
-    """The recipe's fairseq-generate command for the run's test split (attn_kit.recipes.common),
+    """The recipe's fairseq-generate command for the run's test split (attn_kit.fairseq_commands),
     ``batch_size`` sentences a batch; ``beam_stop``: another stopping rule than the run's (with the
     GNMT penalty; CTranslate2's own search stops as fairseq's rule does)."""
-    from ..recipes.common import generate_command as recipe_command
-
     gen, alpha = info["generation"], info["args"].get("gnmt_alpha")
     penalty = ["--gnmt-alpha", str(alpha)] if alpha is not None and "lenpen" not in gen else \
         ["--lenpen", str(gen["lenpen"])]
     beam_stop = beam_stop or info["args"].get("beam_stop")
     if penalty[0] == "--gnmt-alpha" and beam_stop:
         penalty += ["--beam-stop", beam_stop]
-    cmd = recipe_command(SimpleNamespace(ngpus=1 if gpu else 0), run_dir / info["data"], run_dir / info["checkpoint"],
-                         "test", gen["beam"], penalty, gen["max_len_b"], batch_size)
-    from ..pipeline.process import console_script
-
-    cmd = [console_script(cmd[0])] + [str(c) for c in cmd[1:]]
+    cmd = generate_command_of(run_dir / info["data"], run_dir / info["checkpoint"], subset="test", beam=gen["beam"],
+                              penalty_flags=penalty, max_len_b=gen["max_len_b"], batch_size=batch_size,
+                              gpus=1 if gpu else 0, program=console_script(FAIRSEQ))
     return cmd + ["--source-lang", info["args"]["source_lang"], "--target-lang", info["args"]["target_lang"]]
 
 
@@ -101,9 +99,9 @@ def test_sources(run_dir: Path, info: dict) -> list:
 
 def run_fairseq(cmd, threads: int, sentences: int):
     """(sentences/s by fairseq's own timer, its hypotheses in input order) of one fairseq-generate run."""
-    from ..recipes.common import read_hypotheses, thread_env
+    from ..recipes.common import read_hypotheses
 
-    env = dict(os.environ, **thread_env(SimpleNamespace(threads=threads)), PYTHONWARNINGS="ignore")
+    env = dict(os.environ, **(thread_env(threads) or {}), PYTHONWARNINGS="ignore")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "gen.out"
         with open(out, "w", encoding="utf-8") as f:
@@ -177,19 +175,7 @@ def bench_run(run_dir: Path, info: dict, args, log) -> dict:
             if not gpu and threads > 1:
                 many = CT2Translator(out, threads=threads)
                 runs[f"ct2 {ctype}, {threads} x 1 thread"] = ct2(f"ct2 {ctype}, {threads} x 1 thread", many, True)
-        names = list(runs)
-        for name in names[1:]:  # fairseq-generate's start-up is outside its timer; CTranslate2's warm-up is this
-            runs[name]()
-        sps = {name: [] for name in names}
-        ratios = {name: [] for name in names[1:]}
-        for r in range(args.repeats):
-            order = names[r % len(names):] + names[:r % len(names)]
-            trial = {name: runs[name]() for name in order}
-            for name in names:
-                sps[name].append(trial[name])
-            for name in names[1:]:
-                ratios[name].append(trial[name] / trial[FAIRSEQ])
-            log(f"  trial {r + 1}/{args.repeats}: " + ", ".join(f"{n} {trial[n]:.1f}" for n in names) + " sent/s")
+        names, sps, ratios = trials(runs, args.repeats, log)
 
     refs = Path(results["test_reference"]).read_text(encoding="utf-8").split("\n")[:len(sources)] \
         if results.get("test_reference") else None
@@ -211,6 +197,16 @@ def bench_run(run_dir: Path, info: dict, args, log) -> dict:
             e["sacrebleu"] = round(sacrebleu.corpus_bleu([detok(h) for h in lines], [refs]).score, 2)
         result["engines"][name] = e
     return result
+
+
+def trials(runs: dict, repeats: int, log):
+    """(engine names, sentences/s of each trial, each trial's ratio to fairseq-generate): ``runs``
+    (name: a function that runs the engine once and returns its rate; fairseq-generate first)
+    warmed up once, then run ``repeats`` times, the order rotating."""
+    names = list(runs)
+    for name in names[1:]:  # fairseq-generate's start-up is outside its timer; CTranslate2's warm-up is this
+        runs[name]()
+    return (names, *measure.rotating_trials(names, lambda name: runs[name](), repeats, log))
 
 
 def table(result: dict) -> tuple:

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from ..cli import UsageError, UserError, log
+from ..fairseq_commands import preprocess_command
 from ..results import write_results_file
 
 PAPER = {"beam": 4, "alpha": 0.6}  # Sec. 6.1 (max length: the recipes' input + 50)
@@ -63,9 +64,9 @@ def prepare(run_dir: Path, info: dict, name: str, source: Path, work: Path) -> P
                         str(args.get("bpe_vocabulary_threshold", VOCABULARY_THRESHOLD))],
                        stdin=fin, stdout=fout, check=True)
     dictionaries = run_dir / info["data"]
-    subprocess.run([console_script("fairseq-preprocess"), "--source-lang", src, "--target-lang", tgt, "--only-source",
-                    "--testpref", str(bpe), "--destdir", str(data), "--srcdict", str(dictionaries / f"dict.{src}.txt"),
-                    "--workers", "2"], check=True, capture_output=True)
+    subprocess.run(preprocess_command(src, tgt, data, testpref=bpe, only_source=True,
+                                      srcdict=dictionaries / f"dict.{src}.txt", workers=2,
+                                      program=console_script("fairseq-preprocess")), check=True, capture_output=True)
     shutil.copy(dictionaries / f"dict.{tgt}.txt", data / f"dict.{tgt}.txt")
     return data
 

@@ -175,3 +175,20 @@ def alternating(repeats: int):
     for r in range(repeats):
         yield r, (MODELS if r % 2 == 0 else MODELS[::-1])
 
+
+
+def rotating_trials(names, rate, repeats: int, log, label: str = ""):
+    """(sentences/s of each engine in each trial, each trial's ratio to the first engine's):
+    ``repeats`` trials that run every engine of ``names`` once (``rate(name)``: its sentences/s),
+    the engine that goes first rotating."""
+    sps = {name: [] for name in names}
+    ratios = {name: [] for name in names[1:]}
+    for r in range(repeats):
+        order = names[r % len(names):] + names[:r % len(names)]
+        trial = {name: rate(name) for name in order}
+        for name in names:
+            sps[name].append(trial[name])
+        for name in names[1:]:
+            ratios[name].append(trial[name] / trial[names[0]])
+        log(f"  {label}trial {r + 1}/{repeats}: " + ", ".join(f"{n} {trial[n]:.1f}" for n in names) + " sent/s")
+    return sps, ratios

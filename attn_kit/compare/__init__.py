@@ -1,6 +1,6 @@
 """Train attn_plugin's Transformer and its stock fairseq counterpart the same way, and compare them.
 
-    python scripts/compare_baselines.py --bundled --minutes 5
+    python scripts/compare_baselines.py --bundled --train-minutes 5
     python scripts/compare_baselines.py data-bin/wmt14_en_de --arch big --ngpus 8 --max-update 20000
     python scripts/compare_baselines.py --bundled --max-update 300 --seeds 1 2 3   # seed-to-seed noise
 
@@ -25,7 +25,7 @@ update behind eq. 3 (its first update at rate 0, 5% behind at update 20).
 
 The two trainings run one after the other, never together, so their speeds
 compare; with several seeds the order alternates. Budget: --max-update N
-(each model N updates) or --minutes M (the two trainings share M minutes of
+(each model N updates) or --train-minutes M (the two trainings share M minutes of
 training time: M/2 each, per seed; validation counts, evaluation comes on top).
 Validation runs every --validate-every updates at the same updates for both,
 so curves compare at equal updates whatever the budget.
@@ -36,7 +36,7 @@ the two criteria), the last logged train nll_loss, and BLEU of beam-4 search
 (GNMT length penalty 0.6, Sec. 6.1) with the last checkpoint on --gen-subset,
 scored by sacreBLEU on the tokenized, BPE-removed output (tokenize=none).
 
-Precision (attn_kit.pipeline.launch.used_precision): --precision auto (the
+Precision (attn_kit.fairseq_commands.used_precision): --precision auto (the
 default) trains in bf16 on GPUs that support it, fp16 on older GPUs, fp32 on
 CPU; bf16 is bf16 autocast with fp32 master weights and no loss scaling, through
 attn_plugin's task (--task attn_translation --bf16-autocast) for both models,

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from ..cli import UsageError, log, main_guard
 from ..pairs import ARCH_ALIASES, MODELS, PAIRS, arch_size
-from ..pipeline.launch import PRECISIONS, used_precision
+from ..fairseq_commands import PRECISIONS, used_precision
 from ..pipeline.lock import workdir_lock
 from ..checkout import REPO
 from ..sizes import SIZES
@@ -14,8 +14,12 @@ from .report import markdown, plot, write_comparison
 from .run import inspect_data, prepare_bundled, run_generation, run_training
 from .stats import summarize, summarize_run
 
+# an option's old name: hidden from --help, the same value as the new one
+OLD_NAME = dict(default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-def parse_args(argv=None):
+
+def parser() -> argparse.ArgumentParser:
+    """The comparison's options: data and budget, model size, training, evaluation."""
     p = argparse.ArgumentParser(prog="scripts/compare_baselines.py", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", nargs="?", type=Path, help="binarized data directory (fairseq-preprocess --destdir)")
@@ -25,9 +29,10 @@ def parse_args(argv=None):
                         "transformer_vaswani_wmt_en_de_big); default base")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--max-update", type=int, help="budget: train each model for N updates")
-    budget.add_argument("--minutes", type=float,
+    budget.add_argument("--train-minutes", type=float,
                         help="budget: M minutes of training for the pair, split equally: each model trains "
                              "M/2 minutes (per seed)")
+    budget.add_argument("--minutes", type=float, dest="train_minutes", **OLD_NAME)
     p.add_argument("--seeds", type=int, nargs="+", default=[1],
                    help="one training of each model per seed; several seeds give mean +- sd and a noise "
                         "verdict (default: 1)")
@@ -37,13 +42,25 @@ def parse_args(argv=None):
     p.add_argument("--bundled-workdir", type=Path, default=REPO / "runs" / "wmt14_en_de_bundled",
                    help="--bundled: the bundled recipe's workdir holding data-bin (default, shared with "
                         "recipes/wmt14_en_de.sh --bundled: runs/wmt14_en_de_bundled)")
+    add_model_options(p)
+    add_training_options(p)
+    add_evaluation_options(p)
+    return p
+
+
+def add_model_options(p):
     g = p.add_argument_group("model size (applied to both models; default: the arch's, with --bundled the "
                              f"bundled recipe's small configuration: {SIZES['bundled'].describe()})")
     g.add_argument("--layers", type=int, help="N, encoder and decoder layers")
     g.add_argument("--d-model", type=int, help="d_model")
     g.add_argument("--d-ff", type=int, help="d_ff, FFN inner width")
-    g.add_argument("--heads", type=int, help="h, attention heads")
-    g.add_argument("--dropout", type=float, help="P_drop (default: the arch's, base 0.1, big 0.3)")
+    g.add_argument("--h", type=int, help="h, attention heads")
+    g.add_argument("--heads", type=int, dest="h", **OLD_NAME)
+    g.add_argument("--p-drop", type=float, help="P_drop (default: the arch's, base 0.1, big 0.3)")
+    g.add_argument("--dropout", type=float, dest="p_drop", **OLD_NAME)
+
+
+def add_training_options(p):
     g = p.add_argument_group("training (identical for both)")
     g.add_argument("--max-tokens", type=int,
                    help=f"tokens per device per batch (default {DEFAULT_TRAINING['max_tokens']}; "
@@ -57,7 +74,7 @@ def parse_args(argv=None):
                         f"--bundled {BUNDLED_TRAINING['lr_scale']:g}, as the bundled recipe)")
     g.add_argument("--label-smoothing", type=float, default=0.1, help="eps_ls (default 0.1)")
     g.add_argument("--validate-every", type=int,
-                   help="validate every N updates (default: max-update/10; with --minutes 50)")
+                   help="validate every N updates (default: max-update/10; with --train-minutes 50)")
     g.add_argument("--log-every", type=int, default=50, help="log train stats every N updates (default 50)")
     g.add_argument("--ngpus", type=int, default=0,
                    help="GPUs (0: CPU, the default; > 1: torchrun data parallel, --max-tokens per GPU)")
@@ -69,15 +86,23 @@ def parse_args(argv=None):
     g.add_argument("--threads", type=int,
                    help="CPU threads of each training and generation process (OMP_NUM_THREADS; default: "
                         "torch's choice, all cores). On a machine other jobs share, 1 avoids oversubscription")
+
+
+def add_evaluation_options(p):
     g = p.add_argument_group("evaluation (identical for both)")
     g.add_argument("--gen-subset", default="test", help="split to translate for BLEU (default test; "
                                                         "valid if there is no test split)")
     g.add_argument("--beam", type=int, default=4, help="beam size (default 4)")
-    g.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty alpha (default 0.6)")
+    g.add_argument("--gnmt-alpha", type=float, default=0.6, help="GNMT length penalty alpha (default 0.6)")
+    g.add_argument("--alpha", type=float, dest="gnmt_alpha", **OLD_NAME)
     g.add_argument("--remove-bpe", default="subword_nmt",
                    help="fairseq-generate --remove-bpe for BLEU (default subword_nmt: '@@ ')")
     g.add_argument("--no-bleu", action="store_true", help="skip generation and BLEU")
-    args = p.parse_args(argv)
+
+
+def parse_args(argv=None):
+    """The checked command line, with the defaults of --bundled or the paper filled in."""
+    args = parser().parse_args(argv)
 
     arch = ARCH_ALIASES.get(args.arch, args.arch)
     if arch not in PAIRS:
@@ -85,24 +110,24 @@ def parse_args(argv=None):
     args.arch = arch
     if args.bundled == (args.data is not None):
         raise UsageError("give a binarized data directory or --bundled (one of the two)")
-    if args.max_update is None and args.minutes is None:
-        raise UsageError("give a training budget: --max-update N (updates per model) or --minutes M "
+    if args.max_update is None and args.train_minutes is None:
+        raise UsageError("give a training budget: --max-update N (updates per model) or --train-minutes M "
                          "(training minutes for the pair)")
     if args.max_update is not None and args.max_update < 1:
         raise UsageError("--max-update must be >= 1")
-    if args.minutes is not None and args.minutes <= 0:
-        raise UsageError("--minutes must be > 0")
+    if args.train_minutes is not None and args.train_minutes <= 0:
+        raise UsageError("--train-minutes must be > 0")
     if len(set(args.seeds)) != len(args.seeds):
         raise UsageError("--seeds must be different numbers")
     if args.ngpus < 0:
         raise UsageError("--ngpus must be >= 0")
-    for name in ("layers", "d_model", "d_ff", "heads", "max_tokens", "update_freq", "warmup_updates",
+    for name in ("layers", "d_model", "d_ff", "h", "max_tokens", "update_freq", "warmup_updates",
                  "validate_every", "log_every", "beam", "threads"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
-    if args.dropout is not None and not 0 <= args.dropout < 1:
-        raise UsageError("--dropout must be in [0, 1)")
+    if args.p_drop is not None and not 0 <= args.p_drop < 1:
+        raise UsageError("--p-drop must be in [0, 1)")
     args.precision = used_precision(args.precision, args.ngpus)  # what runs (bf16, fp16 or fp32)
     if args.ngpus > 0:
         try:
@@ -124,10 +149,10 @@ def parse_args(argv=None):
 
 def model_size(args):
     """The size both models get: --bundled's (attn_kit.sizes.SIZES["bundled"]) or, when
-    --layers/--d-model/--d-ff/--heads/--dropout resize them, the arch's with those
+    --layers/--d-model/--d-ff/--h/--p-drop resize them, the arch's with those
     changes; None: the archs' own."""
-    changes = {k: v for k, v in dict(layers=args.layers, d_model=args.d_model, d_ff=args.d_ff, h=args.heads,
-                                     p_drop=args.dropout).items() if v is not None}
+    changes = {k: v for k, v in dict(layers=args.layers, d_model=args.d_model, d_ff=args.d_ff, h=args.h,
+                                     p_drop=args.p_drop).items() if v is not None}
     if args.bundled:
         return SIZES["bundled"].replace(**changes)
     return arch_size(args.arch).replace(**changes) if changes else None
@@ -146,7 +171,7 @@ def main(argv=None):
 def compare(args, data: Path, src: str, tgt: str, joined: bool, subset: str, workdir: Path):
     """Train and evaluate both models for every seed in ``workdir``; write and print the comparison."""
     pair, env = PAIRS[args.arch], child_env(args)
-    budget = f"{args.max_update} updates" if args.max_update else f"{args.minutes / 2:g} min"
+    budget = f"{args.max_update} updates" if args.max_update else f"{args.train_minutes / 2:g} min"
     log(f"comparing {pair.plugin_arch} (attn_plugin) with {pair.stock_arch} (stock fairseq) on {data} "
         f"({src}-{tgt}); {budget} of training each, seeds {' '.join(map(str, args.seeds))}; workdir {workdir}")
     log(f"same schedule: plugin eq. 3 with --lr-scale {args.lr_scale:g}, warmup {args.warmup_updates}; "

@@ -7,18 +7,15 @@ for the archs' own), the budget, batch, schedule and evaluation settings, and
 ``precision`` (what is used: fp32, fp16 or bf16).
 """
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import List
 
-from ..build import PLUGIN_DIR
-from ..cli import UserError
+from .. import fairseq_commands
+from ..checkout import PLUGIN_DIR, REPO
+from ..fairseq_commands import launcher
 from ..pairs import arch_size
 from ..pairs import model_flags as pair_flags
-from ..pipeline.launch import flags_for, launcher
-from ..pipeline.process import console_script
-from ..checkout import REPO
 
 WORKER = "attn_kit.compare.worker"  # python -m WORKER STATS_JSON FAIRSEQ_TRAIN_ARGS...
 
@@ -63,11 +60,6 @@ def model_flags(which: str, args, joined: bool) -> List[str]:
                     "--lr", repr(peak_lr(args)), "--warmup-init-lr", repr(warmup_init_lr(args))]
 
 
-def device_flags(args) -> List[str]:
-    """``--cpu`` on CPU, and the precision's flags (bf16: the plugin task's --bf16-autocast)."""
-    return (["--cpu"] if args.ngpus == 0 else []) + flags_for(args.precision)
-
-
 def precision_task(which: str, args) -> List[str]:
     """bf16 trains both sides under attn_plugin's task (``--task attn_translation
     --bf16-autocast``): stock fairseq 0.12 has no bf16 path on GPUs. The task is fairseq's
@@ -80,33 +72,22 @@ def precision_task(which: str, args) -> List[str]:
 def train_command(which: str, args, data: Path, joined: bool, seed: int, run_dir: Path) -> List[str]:
     """fairseq-train of one side for one seed, run by the worker (through torchrun
     with several GPUs); the worker writes its numbers to ``run_dir/stats.json``."""
-    budget = (["--max-update", str(args.max_update)] if args.max_update
-              else ["--stop-time-hours", repr(args.minutes / 2 / 60)])
-    fairseq_args = [
-        str(data), *model_flags(which, args, joined), *precision_task(which, args),
-        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-9",
-        "--max-tokens", str(args.max_tokens), "--update-freq", str(args.update_freq),
-        "--required-batch-size-multiple", "1", "--seed", str(seed), *budget, *device_flags(args),
-        "--save-dir", str(run_dir / "checkpoints"), "--no-epoch-checkpoints", "--no-save-optimizer-state",
-        "--save-interval", "1000000", "--validate-interval", "1000000",  # no per-epoch saves/validations
-        "--validate-interval-updates", str(args.validate_every),
-        "--log-format", "json", "--log-interval", str(args.log_every), "--no-progress-bar",
-    ]
     launch = launcher(args.ngpus, 0, module=WORKER) if args.ngpus > 1 else [sys.executable, "-m", WORKER]
-    return [str(c) for c in launch] + [str(run_dir / "stats.json")] + fairseq_args
+    return fairseq_commands.comparison_train_command(
+        [*launch, run_dir / "stats.json"], data, run_dir / "checkpoints",
+        model=[*model_flags(which, args, joined), *precision_task(which, args)], max_tokens=args.max_tokens,
+        update_freq=args.update_freq, seed=seed, max_update=args.max_update,
+        train_minutes=None if args.max_update else args.train_minutes / 2, precision=args.precision, gpus=args.ngpus,
+        validate_every=args.validate_every, log_every=args.log_every)
 
 
 def generate_command(args, data: Path, checkpoint: Path, subset: str) -> List[str]:
-    """fairseq-generate as the paper decodes (Sec. 6.1), the same for both checkpoints."""
-    generate = console_script("fairseq-generate")
-    generate = generate if os.path.isabs(generate) else shutil.which(generate)
-    if not generate:
-        raise UserError("fairseq-generate not found next to this Python or on PATH")
-    return [generate, str(data), "--user-dir", str(PLUGIN_DIR), "--task", "attn_translation",
-            "--path", str(checkpoint), "--gen-subset", subset, "--beam", str(args.beam),
-            "--gnmt-alpha", str(args.alpha), "--max-len-a", "1", "--max-len-b", "50", "--batch-size", "128",
-            "--required-batch-size-multiple", "1", "--remove-bpe", args.remove_bpe,
-            *(["--cpu"] if args.ngpus == 0 else [])]  # decoding in fp32 whatever the training precision
+    """fairseq-generate as the paper decodes (Sec. 6.1), the same for both checkpoints, in fp32
+    whatever the training's precision."""
+    return fairseq_commands.generate_command(
+        data, checkpoint, subset=subset, beam=args.beam, penalty_flags=["--gnmt-alpha", str(args.gnmt_alpha)],
+        max_len_b=50, batch_size=128, gpus=args.ngpus, remove_bpe=args.remove_bpe,
+        program=fairseq_commands.installed("fairseq-generate"))
 
 
 def child_env(args) -> dict:
@@ -115,7 +96,5 @@ def child_env(args) -> dict:
     --threads as OMP/MKL threads."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore", PYTHONPATH=os.pathsep.join(
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    if args.threads:
-        env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    env.update(fairseq_commands.thread_env(args.threads) or {})
     return env
-

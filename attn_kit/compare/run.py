@@ -1,6 +1,5 @@
 """Running the comparison: its data, each training (through the worker) and each
 evaluation (fairseq-generate, BLEU), with their logs and numbers in the run's folder."""
-import json
 import os
 import re
 import shutil
@@ -10,6 +9,7 @@ import time
 from pathlib import Path
 
 from ..cli import UserError, log
+from ..fairseq_log import read
 from ..pipeline.process import stream
 from ..results import command_line
 from .commands import generate_command
@@ -71,14 +71,14 @@ def run_training(cmd, run_dir: Path, tag: str, env: dict) -> dict:
     with open(run_dir / "train.log", "w", encoding="utf-8") as logf:
         def on_line(line):
             logf.write(line)
-            record = json_record(line, "train_inner")
-            if record:
-                train_inner.append(record)
-            record = json_record(line, "valid")
-            if record:
-                ppl = float(record.get("valid_ppl", "nan"))
-                log(f"  {tag}: update {record.get('valid_num_updates')}, valid nll_loss "
-                    f"{float(record.get('valid_nll_loss', 'nan')):.3f}, ppl {ppl:.2f} "
+            entry = read(line)
+            if entry.tag == "train_inner":
+                train_inner.append(entry.stats)
+            elif entry.tag == "valid":
+                record = entry.stats
+                ppl = float(record.get("ppl", "nan"))
+                log(f"  {tag}: update {record.get('num_updates')}, valid nll_loss "
+                    f"{float(record.get('nll_loss', 'nan')):.3f}, ppl {ppl:.2f} "
                     f"({(time.time() - start) / 60:.1f} min)")
 
         rc, last = stream(cmd, on_line, env=env)
@@ -90,17 +90,6 @@ def run_training(cmd, run_dir: Path, tag: str, env: dict) -> dict:
     stats["train_inner"] = train_inner
     stats["run_seconds"] = time.time() - start
     return stats
-
-
-def json_record(line: str, tag: str):
-    """The JSON stats of a fairseq ``--log-format json`` line logged under ``tag``."""
-    match = re.search(r"(?:\| |:)" + tag + r"(?: \| |:)(\{.*\})\s*$", line)
-    if not match:
-        return None
-    try:
-        return json.loads(match.group(1))
-    except ValueError:
-        return None
 
 
 def run_generation(args, data: Path, run_dir: Path, subset: str, tag: str, env: dict) -> dict:

@@ -1,19 +1,4 @@
-"""Checked, resumable downloads for the recipes (stdlib only).
-
-:func:`fetch` gets one :class:`RemoteFile` into a download folder:
-
-- the transfer goes to ``NAME.partial`` and is renamed to ``NAME`` only once its
-  size and checksums match, so a file under its final name is always a verified one;
-- a ``NAME.partial`` left by a broken connection or Ctrl-C is resumed with an
-  HTTP ``Range`` request (a server that ignores it sends the whole file again);
-- a file that does not match is moved to ``NAME.bad`` and reported in one line;
-- a verified file is recorded in ``.verified/NAME.json`` (size, mtime, sha256),
-  so later runs skip it without re-hashing gigabytes; a file with no published
-  checksum gets its sha256 recorded on first download, and later downloads of it
-  are checked against that (trust on first use);
-- ``mirror`` swaps the public host for another base URL or a local folder holding
-  the same paths, so the same code runs offline against a mirror.
-"""
+"""Checked, resumable downloads for the recipes (stdlib only): :func:`fetch`."""
 import hashlib
 import json
 import os
@@ -84,6 +69,19 @@ def fetch(rf: RemoteFile, dest_dir: Path, mirror: Optional[str] = None, log=prin
 
     Raises UserError (one line) on a network error (the partial file is kept:
     running again resumes) or a size/checksum mismatch (the file becomes NAME.bad).
+    :func:`fetch` gets one :class:`RemoteFile` into a download folder:
+
+    - the transfer goes to ``NAME.partial`` and is renamed to ``NAME`` only once its
+      size and checksums match, so a file under its final name is always a verified one;
+    - a ``NAME.partial`` left by a broken connection or Ctrl-C is resumed with an
+      HTTP ``Range`` request (a server that ignores it sends the whole file again);
+    - a file that does not match is moved to ``NAME.bad`` and reported in one line;
+    - a verified file is recorded in ``.verified/NAME.json`` (size, mtime, sha256),
+      so later runs skip it without re-hashing gigabytes; a file with no published
+      checksum gets its sha256 recorded on first download, and later downloads of it
+      are checked against that (trust on first use);
+    - ``mirror`` swaps the public host for another base URL or a local folder holding
+      the same paths, so the same code runs offline against a mirror.
     """
     dest_dir = Path(dest_dir)
     final, partial = dest_dir / rf.name, dest_dir / f"{rf.name}.partial"

@@ -1,19 +1,6 @@
-"""What a file or folder holds, without reading it twice: size and sha256.
-
-A stage's stamp records the fingerprints of what it read and what it made
-(:mod:`attn_kit.pipeline.stages`); a later run compares them with the files as
-they are now. Hashing a WMT corpus takes seconds per GB, so each file's sha256
-is cached in ``WORKDIR/.stages/fingerprints.json`` with the size, mtime and
-inode it had when hashed, and computed again only when one of those changed:
-rerunning a finished recipe costs a ``stat`` per file. A file rewritten with
-the same bytes (a stage run again after a kill) keeps its fingerprint, so what
-was made from it stays valid.
-
-Paths inside the work directory are recorded relative to it, so a copied work
-directory compares equal to the original; so are paths in the folders named ``near``
-(a run's prepared data folder, ``--data-workdir``: ``../wmt14_en_de_data/data-bin/...``),
-so that a run copied together with its data folder does too.
-"""
+"""What a file or folder holds, without reading it twice: size and sha256, cached with
+the size, mtime and inode it had when hashed (:class:`Fingerprints`), so that a stage's
+stamp can tell whether its inputs and outputs are as it left them."""
 import json
 import os
 from pathlib import Path
@@ -24,7 +11,22 @@ from .download import sha256_of
 
 
 class Fingerprints:
-    """Fingerprints of paths under ``root``, cached in ``cache``."""
+    """Fingerprints of paths under ``root``, cached in ``cache``.
+
+    A stage's stamp records the fingerprints of what it read and what it made
+    (:mod:`attn_kit.pipeline.stages`); a later run compares them with the files as
+    they are now. Hashing a WMT corpus takes seconds per GB, so each file's sha256
+    is cached in ``WORKDIR/.stages/fingerprints.json`` with the size, mtime and
+    inode it had when hashed, and computed again only when one of those changed:
+    rerunning a finished recipe costs a ``stat`` per file. A file rewritten with
+    the same bytes (a stage run again after a kill) keeps its fingerprint, so what
+    was made from it stays valid.
+
+    Paths inside the work directory are recorded relative to it, so a copied work
+    directory compares equal to the original; so are paths in the folders named ``near``
+    (a run's prepared data folder, ``--data-workdir``: ``../wmt14_en_de_data/data-bin/...``),
+    so that a run copied together with its data folder does too.
+    """
 
     def __init__(self, root: Path, cache: Path, near: Sequence[Path] = ()):
         self.root, self.cache_path = Path(root), Path(cache)

@@ -1,31 +1,6 @@
-"""One run per work directory.
-
-Every command that writes a work directory (each recipe through
-:func:`attn_kit.pipeline.stages.run_recipe`, the plugin-vs-stock comparison,
-anything else that fills a ``--workdir``) holds :func:`workdir_lock` while it
-writes. A second run on the same directory stops at once with one line::
-
-    error: WORKDIR is in use by another run (pid N on HOST, started 2026-11-25 08:30:12: COMMAND)
-
-The lock is the kernel's: ``fcntl.flock`` on ``WORKDIR/.lock``, which holds
-the owner's pid, host, start time and command as text. The kernel drops a
-flock when the last process holding it ends, however it ends (kill -9
-included), so the lock of a killed run is never stale: the next run takes it
-over and says so. The commands a run starts (fairseq-train, ...) inherit the
-lock (:func:`inherited_fds`, passed on by :func:`attn_kit.pipeline.process.stream`),
-so a run whose own process was killed while its fairseq-train goes on still
-counts as running until that ends (it is told to stop:
-:func:`attn_kit.pipeline.process.die_with_parent`); a new run waits for such
-leftovers of a run that has ended (seconds: fairseq's data-loader workers
-notice their parent is gone), up to a minute. On a file system without
-flock (some network mounts) the pid and host in the file decide: a live pid on
-this host holds it, a dead one is taken over, another host's is refused with a
-hint to remove the file.
-
-A folder several runs share (the prepared data of ``--data-workdir``) is locked with
-``wait=True``: a second run waits, saying for whom, until the first has finished with it,
-then finds its stages done.
-"""
+"""One run per work directory: :func:`workdir_lock`, a kernel ``flock`` on ``WORKDIR/.lock``
+that a second run meets as one error line, that a killed run never leaves stale, and that
+the commands a run starts inherit."""
 import errno
 import fcntl
 import os
@@ -95,7 +70,34 @@ def workdir_lock(workdir, option: str = "--workdir", wait: bool = False):
 
     Re-entrant within a process. Raises :class:`UserError` (one line) when another
     run holds it (``wait``: waits for that run to release it instead), or when ``workdir``
-    cannot be created or written (naming ``option``)."""
+    cannot be created or written (naming ``option``).
+
+    Every command that writes a work directory (each recipe through
+    :func:`attn_kit.pipeline.stages.run_recipe`, the plugin-vs-stock comparison,
+    anything else that fills a ``--workdir``) holds :func:`workdir_lock` while it
+    writes. A second run on the same directory stops at once with one line::
+
+        error: WORKDIR is in use by another run (pid N on HOST, started 2026-11-25 08:30:12: COMMAND)
+
+    The lock is the kernel's: ``fcntl.flock`` on ``WORKDIR/.lock``, which holds
+    the owner's pid, host, start time and command as text. The kernel drops a
+    flock when the last process holding it ends, however it ends (kill -9
+    included), so the lock of a killed run is never stale: the next run takes it
+    over and says so. The commands a run starts (fairseq-train, ...) inherit the
+    lock (:func:`inherited_fds`, passed on by :func:`attn_kit.pipeline.process.stream`),
+    so a run whose own process was killed while its fairseq-train goes on still
+    counts as running until that ends (it is told to stop:
+    :func:`attn_kit.pipeline.process.die_with_parent`); a new run waits for such
+    leftovers of a run that has ended (seconds: fairseq's data-loader workers
+    notice their parent is gone), up to a minute. On a file system without
+    flock (some network mounts) the pid and host in the file decide: a live pid on
+    this host holds it, a dead one is taken over, another host's is refused with a
+    hint to remove the file.
+
+    A folder several runs share (the prepared data of ``--data-workdir``) is locked with
+    ``wait=True``: a second run waits, saying for whom, until the first has finished with it,
+    then finds its stages done.
+    """
     workdir = Path(workdir).resolve()
     if workdir in _HELD:
         yield

@@ -5,16 +5,17 @@ every ``every`` seconds (and once at the end), from the rate measured since it
 started. :func:`watch_lines` follows a command that writes its output into a
 file (subword-nmt apply-bpe, fairseq-generate) from a thread that counts the
 file's complete lines as they arrive. Training has its own line
-(:class:`attn_kit.pipeline.stages.TrainProgress`: updates, s/update, ETA);
+(:class:`attn_kit.fairseq_log.TrainProgress`: updates, s/update, ETA);
 downloads print MB, MB/s and an ETA (:mod:`attn_kit.pipeline.download`).
 """
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Callable, Optional
 
 from ..cli import log
+from .text import count_lines
 
 
 def clock_text(seconds: float) -> str:
@@ -104,10 +105,6 @@ def watch_lines(path: Path, total: Optional[int], label: str, unit: str = "lines
 def watch_output(ctx, out: Path, source: Path, label: str, unit: str = "lines", prefix: bytes = b""):
     """:func:`watch_lines` for a recipe step (``ctx``, a stage's Context) that writes ``out``
     with one line (starting with ``prefix``) per line of ``source``; nothing with --dry-run."""
-    from contextlib import nullcontext
-
-    from .text import count_lines
-
     if ctx.dry_run:
         return nullcontext()
     return watch_lines(out, count_lines(source), label, unit, prefix)

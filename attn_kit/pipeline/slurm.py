@@ -1,54 +1,6 @@
-"""Recipes as Slurm jobs: the sbatch scripts a recipe writes for ``--launcher slurm``.
-
-``--launcher slurm`` submits two jobs, each the same recipe over a span of its stages:
-
-- ``WORKDIR/prepare.sbatch``: the stages before training (download, tokenize, BPE,
-  binarize) on one CPU-only task (``--prep-partition``, ``--cpus-per-task`` = the
-  recipe's ``--workers``, ``--prep-mem``). Not submitted when those stages are done
-  already; ``--prepare-here`` runs them where the command is typed instead (a cluster
-  without a CPU partition).
-- ``WORKDIR/train.sbatch``: from the first training stage to the end (train, average,
-  generate, score) on the first node of an allocation of ``--nnodes`` x ``--ngpus``,
-  submitted with ``--dependency=afterok:<prepare job>`` (and ``--kill-on-invalid-dep``:
-  a failed preparation cancels it rather than leaving it queued forever). Its train
-  stage starts ``srun`` with one fairseq-train task per GPU on every node
-  (:func:`attn_kit.pipeline.launch.srun_launcher`), and fairseq's own Slurm discovery
-  sets up the process group. ``--precision auto`` is resolved there, on the GPUs the job
-  got, and ``--ngpus`` is checked there against them
-  (:func:`attn_kit.recipes.scale.check_devices`), not on the host that submits.
-
-The training job asks for the recipe's ``--mem`` and ``--cpus-per-task``, the data job
-for ``--prep-mem`` and ``--workers`` CPUs (the options' help says the defaults and why);
-each script exports ``SRUN_CPUS_PER_TASK``: from Slurm 22.05 srun no longer passes the
-job's ``--cpus-per-task`` on to its tasks, which would leave each fairseq-train one CPU.
-
-Time limits and preemption (``--signal-seconds N``, default 300; 0 turns it off).
-The script runs the recipe in the background and waits for it, so that bash can
-act on signals:
-
-- ``#SBATCH --signal=B:USR1@N``: N seconds before the time limit Slurm sends USR1
-  to the script; it stops the recipe with SIGTERM (the recipe stops fairseq-train,
-  keeps every finished stage and exits; :func:`attn_kit.cli.main_guard`), then
-  ``scontrol requeue $SLURM_JOB_ID``: the job (same id) goes back to the queue and,
-  when it runs again, the recipe skips the finished stages and training resumes from
-  ``checkpoint_last.pt``. It requeues only if the job saved something (a
-  ``checkpoint_last.pt`` or a finished stage's stamp newer than the job's start), so
-  that a ``--time`` too short to reach one checkpoint cannot requeue forever.
-- SIGTERM (``scancel``, preemption, the limit itself) is passed on to the recipe and
-  does not requeue: ``scancel`` must end the job. ``#SBATCH --requeue`` lets a cluster
-  whose PreemptMode is REQUEUE put a preempted job back in the queue itself.
-
-What it cannot do: make fairseq-train save on the signal. fairseq 0.12 has no such
-hook, and a save that all ranks of a data-parallel job agree on would need a
-collective at every update; so the work since the last ``--save-interval-updates``
-checkpoint (the paper's 10 minutes at the default) is lost at a time limit or a
-preemption, as it would be at a crash. The stage that was cut off runs again: a
-training stage from its checkpoint, any other from its start.
-
-Running the same command again after the jobs ended submits them again (finished
-stages are skipped). While a job recorded in ``WORKDIR/slurm_job.json`` is still
-queued or running, the recipe refuses to submit more.
-"""
+"""Recipes as Slurm jobs: the sbatch scripts a recipe writes for ``--launcher slurm``
+(:func:`sbatch_script`: a data job and a training job, requeued before a time limit) and
+their submission (:func:`submit`)."""
 import json
 import os
 import re
@@ -77,8 +29,24 @@ def sbatch_script(job_command: List[str], workdir: Path, script: str = SCRIPT, n
                   cwd: Optional[Path] = None, watch: Optional[Path] = None) -> str:
     """The text of WORKDIR/``script``: an sbatch script that runs ``job_command`` once, on the first
     node of an allocation of ``nnodes`` x ``tasks_per_node`` tasks (``gpus_per_node`` GPUs each node).
-    ``signal_seconds`` > 0: stop and requeue that long before the time limit (see the module's
-    docstring), if ``watch`` (default ``workdir``, the folder the job works in) shows progress."""
+    ``signal_seconds`` > 0: stop and requeue that long before the time limit (see below),
+    if ``watch`` (default ``workdir``, the folder the job works in) shows progress.
+
+    ``--launcher slurm`` submits two such jobs: ``prepare.sbatch`` runs the stages before training
+    on one CPU-only task (not submitted when they are done; ``--prepare-here`` runs them where the
+    command is typed), ``train.sbatch`` the rest, after it (``--dependency=afterok``,
+    ``--kill-on-invalid-dep``); its train stage starts one fairseq-train task per GPU with srun
+    (:func:`attn_kit.fairseq_commands.srun_launcher`), and ``--precision auto`` and ``--ngpus`` are
+    resolved and checked on the job's node. Each script exports ``SRUN_CPUS_PER_TASK``: from Slurm
+    22.05 srun no longer passes ``--cpus-per-task`` on to its tasks. The recipe runs in the
+    background so that bash acts on signals: USR1 (``--signal=B:USR1@N``) stops it with SIGTERM and
+    requeues the job if it saved something since it started (a checkpoint or a stage's stamp), so
+    that a ``--time`` too short for one checkpoint cannot requeue forever; SIGTERM (scancel,
+    preemption) is passed on and does not requeue. fairseq-train cannot save on the signal (no
+    hook; a save all ranks agree on needs a collective at every update): the work since the last
+    checkpoint is lost, as at a crash. While a job in ``WORKDIR/slurm_job.json`` is queued or
+    running, the recipe submits no more.
+    """
     directives = [("job-name", f"attn-{workdir.name}-{Path(script).stem}"), ("nodes", nnodes),
                   ("ntasks-per-node", tasks_per_node)]
     for key, value in (("gpus-per-node", gpus_per_node), ("cpus-per-task", cpus_per_task), ("mem", mem),

@@ -1,56 +1,20 @@
-"""A small stage library shared by the recipes (WMT14 EN-DE / EN-FR, WSJ parsing).
-
-A recipe is a list of :class:`Stage` objects run in order by :class:`Pipeline`:
-
-- **idempotent**: a stage that finished leaves a stamp ``WORKDIR/.stages/NAME.done``
-  (written last, after its outputs passed their completeness check). The stamp
-  records the fingerprints (size, sha256: :mod:`attn_kit.pipeline.fingerprint`)
-  of the stage's declared ``inputs`` and ``outputs`` and the ``options`` that
-  shape it. A later run skips the stage only if all of them are as recorded:
-- **nothing stale**: when an input or an option changed, the stage starts over
-  (its old outputs are moved to ``WORKDIR/stale/NAME/``, never deleted) and the
-  recipe says which in one line; what it makes then differs, so every stage
-  that reads it starts over in turn. A stage whose output was damaged or deleted
-  since is run again (the damaged file moved aside first). An option listed in
-  ``resumable`` (training's ``--max-update``) runs the stage again on top of
-  its outputs instead. Unchanged files cost a ``stat``, so a finished run
-  reruns in seconds.
-- **resumable**: a stage killed half-way leaves no stamp and runs again; stages
-  write their outputs under a temporary name and rename them when complete
-  (:meth:`Context.output`), and fairseq-train resumes from its checkpoints.
-  ``.stages/NAME.started`` records the inputs it started from: if they changed
-  before the rerun, the stage starts over instead of resuming.
-- ``--dry-run`` prints every command each stage would run and runs nothing.
-- ``--stage N`` / ``--stop-stage M`` run only stages N..M (1-based numbers or names).
-- a stage's declared ``inputs`` that earlier stages make are checked before it
-  starts: a missing one is one error line, not a traceback from deep inside the
-  stage (inputs outside the work directory, the user's data, the stage checks
-  itself, with a message that knows what they are).
-- one run per work directory: :func:`run_recipe` holds
-  :func:`attn_kit.pipeline.lock.workdir_lock` for the whole run.
-- stages that live in another folder (``Stage.home``: the data stages in a
-  ``--data-workdir`` that several runs share) keep their stamps, logs and set-aside
-  outputs there, and run holding that folder's lock (a second run waits for it, then
-  finds them done). Such a folder is never started over: a stage there whose inputs
-  or options differ from those it was done with is refused in one line, since other
-  runs may be reading what it made.
-
-A failing command is reported as one line naming the stage, the exit status,
-the last line the command printed and its log file; the recipe exits non-zero.
-"""
+"""The stage engine the recipes run on: a recipe is a list of :class:`Stage` objects that
+:class:`Pipeline` runs in order, each skipped when a stamp says it is done with the same
+inputs and options, started over when one changed, resumed when it was cut off. ``--dry-run``
+prints every command, ``--stage``/``--stop-stage`` pick a range; :func:`run_recipe` holds
+the work directory's lock for the whole run. A failing command is one line naming the
+stage, the exit status, the command's last line and its log file."""
 import json
 import os
-import re
 import shlex
 import shutil
-import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from ..cli import UserError, atomic_output, log, write_json_atomic
+from ..cli import UserError, atomic_output, log, partial_path, write_json_atomic
 from .fingerprint import Fingerprints, difference
 from .lock import workdir_lock
 from .process import stream
@@ -71,7 +35,7 @@ class Stage:
     its outputs when it starts over. ``check()`` raises a UserError if the
     outputs are incomplete; it runs before the stamp is written. ``home``: the
     folder that holds its stamp, logs and lock when it is not the pipeline's work
-    directory (a shared data folder: see the module docstring); ``home_option``: the
+    directory (a shared data folder: see :class:`Pipeline`); ``home_option``: the
     option that names it, for messages.
     """
 
@@ -104,7 +68,8 @@ class Context:
         """Run ``cmd`` (a list); stdout goes to the ``stdout`` file if given,
         everything else to ``logs/STAGE.log``; ``tail`` > 0 echoes log lines
         containing progress to the console as they come (a function of the
-        line instead picks the lines to echo)."""
+        line instead picks the lines to echo: true to echo the line, a string
+        to echo that instead)."""
         cmd = [str(c) for c in cmd]
         shown = " ".join([*(f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items()),
                           *(shlex.quote(c) for c in cmd)])
@@ -125,8 +90,9 @@ class Context:
             def on_line(line: str):
                 log_file.write(line)
                 log_file.flush()  # the log is the place to watch a long stage
-                if tail and (tail(line) if callable(tail) else _is_progress(line)):
-                    print(f"    {line.rstrip()[:160]}", flush=True)
+                echo = (tail(line) if callable(tail) else _is_progress(line)) if tail else False
+                if echo:
+                    print(f"    {(echo if isinstance(echo, str) else line).rstrip()[:160]}", flush=True)
 
             try:
                 rc, last = stream(cmd, on_line, env=full_env, stdin=stdin, stdout=stdout)
@@ -149,8 +115,6 @@ class Context:
 
 class _DryOutput:
     def __init__(self, path):
-        from ..cli import partial_path
-
         self.tmp = partial_path(path)
 
     def __enter__(self):
@@ -179,7 +143,41 @@ def _read_json(path: Path) -> Optional[dict]:
 
 class Pipeline:
     """Runs ``stages`` in order under ``workdir``; ``first``/``last`` (1-based
-    numbers or stage names) select a range, ``dry_run`` only prints."""
+    numbers or stage names) select a range, ``dry_run`` only prints.
+
+    - **idempotent**: a stage that finished leaves a stamp ``WORKDIR/.stages/NAME.done``
+      (written last, after its outputs passed their completeness check). The stamp
+      records the fingerprints (size, sha256: :mod:`attn_kit.pipeline.fingerprint`)
+      of the stage's declared ``inputs`` and ``outputs`` and the ``options`` that
+      shape it. A later run skips the stage only if all of them are as recorded:
+    - **nothing stale**: when an input or an option changed, the stage starts over
+      (its old outputs are moved to ``WORKDIR/stale/NAME/``, never deleted) and the
+      recipe says which in one line; what it makes then differs, so every stage
+      that reads it starts over in turn. A stage whose output was damaged or deleted
+      since is run again (the damaged file moved aside first). An option listed in
+      ``resumable`` (training's ``--max-update``) runs the stage again on top of
+      its outputs instead. Unchanged files cost a ``stat``, so a finished run
+      reruns in seconds.
+    - **resumable**: a stage killed half-way leaves no stamp and runs again; stages
+      write their outputs under a temporary name and rename them when complete
+      (:meth:`Context.output`), and a training resumes from its checkpoints.
+      ``.stages/NAME.started`` records the inputs it started from: if they changed
+      before the rerun, the stage starts over instead of resuming.
+    - ``--dry-run`` prints every command each stage would run and runs nothing.
+    - ``--stage N`` / ``--stop-stage M`` run only stages N..M (1-based numbers or names).
+    - a stage's declared ``inputs`` that earlier stages make are checked before it
+      starts: a missing one is one error line, not a traceback from deep inside the
+      stage (inputs outside the work directory, the user's data, the stage checks
+      itself, with a message that knows what they are).
+    - one run per work directory: :func:`run_recipe` holds
+      :func:`attn_kit.pipeline.lock.workdir_lock` for the whole run.
+    - stages that live in another folder (``Stage.home``: the data stages in a
+      ``--data-workdir`` that several runs share) keep their stamps, logs and set-aside
+      outputs there, and run holding that folder's lock (a second run waits for it, then
+      finds them done). Such a folder is never started over: a stage there whose inputs
+      or options differ from those it was done with is refused in one line, since other
+      runs may be reading what it made.
+    """
 
     def __init__(self, workdir: Path, stages: List[Stage], dry_run=False,
                  first: Union[int, str, None] = 1, last: Union[int, str, None] = None,
@@ -438,110 +436,6 @@ class Pipeline:
                 except (ValueError, KeyError):
                     pass
         return out
-
-
-class TrainProgress:
-    """A ``tail`` filter for :meth:`Context.sh` on fairseq-train: echoes validation
-    and end-of-training lines, and for each progress line
-    ``updates done/total, s/update, ETA`` from the update rate measured since the
-    first progress line this run printed (so a resumed run is timed on its own)."""
-
-    _UPDATES = re.compile(r"num_updates[= ](\d+)")  # "num_updates=50" (fairseq's simple format) or "| num_updates 50"
-
-    def __init__(self, total: int, clock: Callable[[], float] = time.time):
-        self.total, self.clock, self.start = total, clock, None
-
-    def __call__(self, line: str) -> bool:
-        m = self._UPDATES.search(line) if "| train_inner |" in line else None
-        if not m:
-            return any(k in line for k in ("| valid |", "Stopping training", "Loaded checkpoint", "done training"))
-        done, now = int(m.group(1)), self.clock()
-        if self.start is None:
-            self.start = (now, done)
-            print(f"    {done}/{self.total} updates", flush=True)
-            return False
-        t0, u0 = self.start
-        rate = (now - t0) / max(1, done - u0)
-        eta = max(0, self.total - done) * rate
-        print(f"    {done}/{self.total} updates, {rate:.2f} s/update, ETA {int(eta // 60)}m{int(eta % 60):02d}s",
-              flush=True)
-        return False
-
-
-def train_log_summary(train_log: Path) -> dict:
-    """From a fairseq-train log: ``updates`` (the last update the run reached) and
-    ``tokens_per_update``: the mean real (unpadded) target tokens (fairseq's
-    ``wpb``) and source tokens (the plugin criterion's ``src_wpb``) per update,
-    each progress line weighted by the updates it covers."""
-    try:
-        text = Path(train_log).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return {"updates": None}
-    # fairseq: "Saved checkpoint .../checkpoint_last.pt (epoch 1 @ 712 updates, ...)"
-    last = re.findall(r"@ (\d+) updates", text) or re.findall(r"num_updates[ =](\d+)", text)
-    out = {"updates": int(last[-1]) if last else None}
-    sums, weight, previous = {"tgt": 0.0, "src": 0.0}, 0, 0
-    for line in text.splitlines():
-        if "| train_inner |" not in line:
-            continue
-        fields = dict(re.findall(r"(\w+)(?:=| )([\d.]+)(?:,|\s|$)", line.split("| train_inner |", 1)[1]))
-        if "num_updates" not in fields or "wpb" not in fields:
-            continue
-        n = int(fields["num_updates"])
-        w = n - previous if n > previous else 1
-        previous = n
-        sums["tgt"] += w * float(fields["wpb"])
-        sums["src"] += w * float(fields.get("src_wpb", "nan"))
-        weight += w
-    if weight:
-        out["tokens_per_update"] = {"target": round(sums["tgt"] / weight, 1),
-                                    "source": None if sums["src"] != sums["src"] else round(sums["src"] / weight, 1),
-                                    "updates_measured": weight}
-    return out
-
-
-def binarize(ctx: Context, src: str, tgt: str, text_dir: Path, dest: Path, workers: int):
-    """fairseq-preprocess of ``text_dir/{train,valid,test}.{src,tgt}`` into ``dest``
-    with one dictionary for both sides (the shared embeddings of Sec. 3.4 need it)."""
-    with ctx.output(dest) as tmp:
-        ctx.sh(["fairseq-preprocess", "--source-lang", src, "--target-lang", tgt,
-                "--trainpref", text_dir / "train", "--validpref", text_dir / "valid", "--testpref", text_dir / "test",
-                "--destdir", tmp, "--joined-dictionary", "--workers", workers])
-
-
-def average_checkpoints(ctx: Context, ckpt_dir: Path, output: Path, n: int):
-    """Average the last ``n`` update checkpoints of ``ckpt_dir`` into ``output``
-    (Sec. 6.1) with :mod:`attn_kit.checkpoints` (scripts/average_checkpoints.py), fewer if fewer exist. The
-    averaged set always ends at the run's final update (checkpoint_last.pt when
-    the run did not end on a checkpoint interval); the paths and update numbers
-    averaged go to :func:`averaged_info_path` (read it with :func:`read_averaged`)."""
-    info = averaged_info_path(output)
-    with ctx.output(output) as tmp:
-        if not ctx.dry_run:
-            from ..checkpoints import update_candidates
-
-            have = len(update_candidates(ckpt_dir))
-            if have == 0:
-                raise UserError(f"no update checkpoints in {ckpt_dir}; did training run long enough?")
-            if have < n:
-                log(f"only {have} update checkpoints; averaging those")
-                n = have
-        ctx.sh([sys.executable, "-m", "attn_kit.checkpoints", "--inputs", ckpt_dir, "--num-update-checkpoints", n, "--output", tmp,
-                "--info-json", info, "--force"])  # the stage's own files: a killed run's are replaced
-
-
-def averaged_info_path(output: Path) -> Path:
-    """Where :func:`average_checkpoints` records what it averaged into ``output``."""
-    return Path(output).with_suffix(".json")
-
-
-def read_averaged(output: Path) -> Optional[dict]:
-    """``{"paths": [...], "updates": [...]}`` (updates ascending, the last the
-    final update) of the average in ``output``, or None if it was not recorded."""
-    try:
-        return json.loads(averaged_info_path(output).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def run_recipe(args, stages: List[Stage], report: Callable[[dict], None], aliases: Optional[Dict[str, tuple]] = None):

@@ -1,5 +1,5 @@
 """Text preparation shared by the recipes, streamed line by line so that a
-36M-line corpus is never held in memory.
+WMT corpus is never held in memory.
 
 Tokenization is sacremoses (Moses' normalize-punctuation + tokenizer with
 aggressive hyphen splitting, ``-a``, as fairseq's WMT14 scripts run it);
@@ -21,8 +21,8 @@ from functools import partial
 from pathlib import Path
 from typing import Iterable, Iterator, List, Tuple
 
+from ..cli import UserError
 from ..textio import iter_lines
-from .stages import UserError
 
 # The recipes' Moses steps: punctuation normalization, then tokenization with -a
 # (aggressive dash splits), without tokenizer.perl's HTML escaping.

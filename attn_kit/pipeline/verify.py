@@ -1,17 +1,7 @@
-"""Completeness checks a stage's outputs pass before they are trusted.
-
-Each raises :class:`attn_kit.cli.UserError` naming the file and what is wrong;
-the stage library runs them when a stage finishes, before its stamp
-(:attr:`attn_kit.pipeline.stages.Stage.check`).
-
-- parallel text: the two sides of a split have the same number of lines;
-- fairseq's binarized data (``fairseq-preprocess``'s default ``mmap`` format,
-  ``fairseq.data.indexed_dataset.MMapIndexedDataset``): each ``.idx`` file is
-  the header (9-byte magic ``MMIDIDX\\0\\0``, version 1 as ``<Q``, a dtype code
-  as ``<B``, the number of sentences N as ``<Q``), N int32 sentence sizes and N
-  int64 byte offsets; its ``.bin`` holds exactly sum(sizes) tokens of that
-  dtype, sentence i at offset i. Both sides of a split hold the same N.
-"""
+"""Completeness checks a stage's outputs pass before they are trusted
+(:attr:`attn_kit.pipeline.stages.Stage.check`): parallel text has as many lines on both
+sides, binarized data is consistent. Each raises :class:`attn_kit.cli.UserError` naming
+the file and what is wrong."""
 import struct
 from pathlib import Path
 from typing import Iterable, Tuple
@@ -35,7 +25,12 @@ def parallel_text(pairs: Iterable[Tuple[Path, Path]]):
 
 
 def fairseq_dataset(prefix: Path) -> int:
-    """The number of sentences in ``prefix.idx`` / ``prefix.bin`` after checking that the two agree."""
+    """The number of sentences in ``prefix.idx`` / ``prefix.bin`` after checking that the two agree.
+
+    fairseq-preprocess's default ``mmap`` format (``fairseq.data.indexed_dataset.MMapIndexedDataset``):
+    each ``.idx`` file is the header (9-byte magic ``MMIDIDX\0\0``, version 1 as ``<Q``, a dtype
+    code as ``<B``, the number of sentences N as ``<Q``), N int32 sentence sizes and N int64 byte
+    offsets; its ``.bin`` holds exactly sum(sizes) tokens of that dtype, sentence i at offset i."""
     import numpy as np
 
     idx, bin_ = Path(f"{prefix}.idx"), Path(f"{prefix}.bin")

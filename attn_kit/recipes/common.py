@@ -4,7 +4,7 @@ what a run did back from its files.
 
 Every recipe trains with the paper's optimizer, schedule and criterion (Sec. 5.3,
 5.4) through :func:`train_command`, on ``--ngpus`` GPUs x ``--nnodes`` nodes (or
-``--cpu-procs`` CPU processes), with the batch of :func:`attn_kit.pipeline.launch.batch_plan`.
+``--cpu-procs`` CPU processes), with the batch of :func:`attn_kit.fairseq_commands.batch_plan`.
 """
 import json
 import os
@@ -13,15 +13,13 @@ from pathlib import Path
 from typing import Iterable, List, Optional
 
 from ..cli import UsageError, UserError, log, write_json_atomic
-from ..pipeline.curves import CurveWriter
-from ..pipeline.launch import batch_plan, flags_for, launcher, paper_optimization, precision_of
-from ..pipeline.stages import TrainProgress, read_averaged, train_log_summary
+from .. import fairseq_commands
+from ..curves import CurveWriter
+from ..fairseq_commands import MAX_LEN_A, batch_plan, launcher, precision_of, read_averaged
+from ..fairseq_log import TrainProgress, train_log_summary
 from ..sizes import ARCH_SIZES, SIZES
 from . import scale
 from .settings import add_device_options, add_run_options, check_run  # noqa: F401 (wsj, table3)
-from ..checkout import PLUGIN_DIR
-
-USER_DIR = PLUGIN_DIR
 
 
 # ---------------------------------------------------------------------------------------------- options
@@ -56,7 +54,7 @@ def model_size(settings: dict, overrides: dict, resize_arch: Optional[str] = Non
 # ---------------------------------------------------------------------------------------------- training
 def thread_env(args) -> Optional[dict]:
     """OMP_NUM_THREADS for every training and decoding process, if --threads is set."""
-    return {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)} if args.threads else None
+    return fairseq_commands.thread_env(args.threads)
 
 
 def devices(args) -> int:
@@ -81,26 +79,19 @@ def train_command(args, data_bin: Path, save_dir: Path, model: Iterable[str] = (
     eps_ls (Table 3 row D varies it). Everything else comes from ``args`` (the recipe's
     options over its config)."""
     p = plan(args)
-    cmd = launcher(args.ngpus, args.cpu_procs, args.nnodes, args.node_rank, args.master_addr, args.master_port,
-                   log_dir=str(args.workdir / "logs"), kind=args.launcher)
+    launch = launcher(args.ngpus, args.cpu_procs, args.nnodes, args.node_rank, args.master_addr, args.master_port,
+                      log_dir=str(args.workdir / "logs"), kind=args.launcher)
     # torchrun's processes join one job only when fairseq's world size is not 1; its default is the GPUs
     # visible on one node, so one GPU on each of several nodes would otherwise train as separate jobs
-    world = ["--distributed-world-size", devices(args)] \
-        if args.launcher == "torchrun" and args.ngpus and devices(args) > 1 else []
-    validate = ["--validate-interval-updates", args.validate_interval_updates] \
-        if args.validate_interval_updates else []
-    cmd += [data_bin, "--user-dir", USER_DIR, "--task", "attn_translation", "--arch", args.arch, *model,
-            *paper_optimization(args.warmup_updates, args.lr_scale if lr_scale is None else lr_scale,
-                                label_smoothing),
-            "--max-tokens", p.max_tokens, "--update-freq", p.update_freq, *args.train_flags,
-            *flags_for(args.precision_used), *(["--cpu"] if args.ngpus == 0 else []), *world,
-            "--max-update", args.max_update, "--seed", args.seed,
-            *(["--stop-time-hours", f"{args.train_minutes / 60:.4f}"] if args.train_minutes else []),
-            "--save-dir", save_dir, "--save-interval-updates", args.save_interval_updates,
-            "--keep-interval-updates", args.average, "--no-epoch-checkpoints", *validate,
-            "--log-format", "simple", "--log-interval", args.log_interval, "--no-progress-bar",
-            *args.fairseq_extra]
-    return [str(c) for c in cmd]
+    world = devices(args) if args.launcher == "torchrun" and args.ngpus and devices(args) > 1 else None
+    return fairseq_commands.train_command(
+        launch, data_bin, save_dir, arch=args.arch, model=model, warmup_updates=args.warmup_updates,
+        lr_scale=args.lr_scale if lr_scale is None else lr_scale, label_smoothing=label_smoothing,
+        max_tokens=p.max_tokens, update_freq=p.update_freq, train_flags=args.train_flags,
+        precision=args.precision_used, gpus=args.ngpus, world_size=world, max_update=args.max_update,
+        seed=args.seed, train_minutes=args.train_minutes, save_interval_updates=args.save_interval_updates,
+        keep_interval_updates=args.average, validate_interval_updates=args.validate_interval_updates,
+        log_interval=args.log_interval, extra=args.fairseq_extra)
 
 
 # Options of a training stage that run it again on top of its checkpoints when changed: fairseq-train
@@ -226,19 +217,12 @@ def beam_stop_flags(args) -> List[str]:
     return ["--beam-stop", "fairseq"] if beam_stop(args) == "fairseq" else []
 
 
-MAX_LEN_A = 1  # the longest output is MAX_LEN_A x input length + max_len_b
-
-
 def generate_command(args, data_bin: Path, checkpoint, subset: str, beam, penalty_flags: List[str],
                      max_len_b: int, batch_size: int) -> list:
-    """fairseq-generate: beam search, output length up to input + ``max_len_b`` (Sec. 6.1: 50;
-    Sec. 6.3: 300). ``--required-batch-size-multiple 1``: fairseq's main branch drops a last batch
-    that is not a multiple of it (default 8), which loses up to 7 sentences of a test set."""
-    gpu = args.ngpus > 0
-    return ["fairseq-generate", data_bin, "--user-dir", USER_DIR, "--task", "attn_translation",
-            "--path", checkpoint, "--gen-subset", subset, "--beam", beam, *penalty_flags,
-            "--max-len-a", MAX_LEN_A, "--max-len-b", max_len_b, "--batch-size", batch_size,
-            "--required-batch-size-multiple", "1", "--remove-bpe", *([] if gpu else ["--cpu"])]
+    """fairseq-generate of the run (:func:`attn_kit.fairseq_commands.generate_command`) on its devices."""
+    return fairseq_commands.generate_command(data_bin, checkpoint, subset=subset, beam=beam,
+                                             penalty_flags=penalty_flags, max_len_b=max_len_b,
+                                             batch_size=batch_size, gpus=args.ngpus)
 
 
 def run_path(workdir: Path, path: Path) -> str:

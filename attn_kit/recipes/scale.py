@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from ..cli import UsageError, log
-from ..pipeline.launch import LAUNCHERS, gpu_supports_bf16, used_precision, visible_gpus
+from ..fairseq_commands import LAUNCHERS, gpu_supports_bf16, used_precision, visible_gpus
 
 USAGE = "%(prog)s [options] [-- fairseq-train options]"
 
@@ -34,7 +34,7 @@ REFUSED = {
     "--user-dir": "the recipes train attn_plugin's model", "--task": "the recipes train with --task "
     "attn_translation (the paper's length penalty, bf16 autocast)",
     "--stop-time-hours": "use --train-minutes", "--max-tokens": _BATCH, "--update-freq": _BATCH,
-    "--log-format": "the recipe reads fairseq's simple log format (progress, curves, tokens per update)",
+    "--log-format": "the recipe reads fairseq's json log format (progress, curves, tokens per update)",
     **{flag: _PRECISION for flag in ("--fp16", "--bf16", "--amp", "--memory-efficient-fp16",
                                      "--memory-efficient-bf16", "--bf16-autocast", "--cpu", "--tpu")},
     **{flag: _LAUNCH for flag in ("--distributed-world-size", "--distributed-rank", "--distributed-init-method",

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from typing import Callable, Mapping, Optional, Sequence
 
 from ..cli import UsageError, UserError
-from ..pipeline.launch import PRECISIONS
+from ..fairseq_commands import PRECISIONS
 from ..sizes import ModelSize
 from . import scale
 from .scale import replace  # noqa: F401 (a changed copy of settings)

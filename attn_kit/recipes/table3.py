@@ -41,7 +41,7 @@ from ..pipeline.process import stream
 from ..pipeline.stages import Pipeline, Stage
 from . import canary, common, config, scale
 from ..checkout import REPO
-from .common import USER_DIR
+from ..fairseq_commands import validate_command
 
 GROUPS = ("base", "A", "B", "C", "D", "E", "big")
 ALPHA, BEAM, MAX_LEN_B = 0.6, 4, 50  # Sec. 6.1's decoding, which Sec. 6.2 uses for Table 3
@@ -183,13 +183,6 @@ def row_args(args, row: Table3Row) -> argparse.Namespace:
     return r
 
 
-def validate_command(args, data_bin: Path, checkpoint: Path) -> list:
-    """fairseq-validate on the dev split: the unsmoothed loss (nll_loss, bits per target word piece)."""
-    return ["fairseq-validate", data_bin, "--user-dir", USER_DIR, "--task", "attn_translation", "--path", checkpoint,
-            "--valid-subset", "valid", "--max-tokens", args.max_tokens_per_gpu,
-            *([] if args.ngpus else ["--cpu"])]
-
-
 def count_parameters(checkpoint: Path) -> int:
     """Parameters of the model in ``checkpoint``, each shared tensor once (Sec. 3.4's one matrix)."""
     from ..checkpoints import load_checkpoint
@@ -234,7 +227,8 @@ def row_stage(args, row: Table3Row) -> Stage:
             ctx.step(f"mark {done}", lambda: write_json_atomic(done, {"updates": common.last_update(
                 ctx.log_dir / f"{ctx.stage}.log")}))
         lines = []
-        ctx.sh(validate_command(r, data_bin, ckpt), tail=lambda line: lines.append(line) or "valid on" in line,
+        ctx.sh(validate_command(data_bin, ckpt, max_tokens=r.max_tokens_per_gpu, gpus=r.ngpus),
+               tail=lambda line: lines.append(line) or "valid on" in line,
                env=common.thread_env(r))
         with ctx.output(folder / "valid.out") as tmp:
             ctx.sh(common.generate_command(r, data_bin, ckpt, "valid", BEAM, ["--gnmt-alpha", str(ALPHA)], MAX_LEN_B,

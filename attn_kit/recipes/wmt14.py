@@ -18,7 +18,8 @@ from ..cli import UsageError, log, main_guard, write_json_atomic
 from ..paper import TABLE2_BLEU
 from ..pipeline import verify
 from ..pipeline.progress import Progress, watch_output
-from ..pipeline.stages import Stage, average_checkpoints, averaged_info_path, binarize
+from ..fairseq_commands import average_checkpoints, averaged_info_path, binarize
+from ..pipeline.stages import Stage
 from ..pipeline.text import clean_parallel, count_lines, moses_tokenize, moses_tokenizer_args, sample_pairs
 from ..sizes import PLUGIN_ARCHS, SIZES
 from . import canary, common, config, scale, settings

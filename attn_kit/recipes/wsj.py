@@ -66,7 +66,8 @@ from ..paper import TABLE4_F1
 from ..pipeline import verify
 from ..pipeline.lock import workdir_lock
 from ..pipeline.progress import watch_output
-from ..pipeline.stages import Stage, average_checkpoints, binarize
+from ..fairseq_commands import average_checkpoints, binarize
+from ..pipeline.stages import Stage
 from . import canary, common, config, scale
 from ..checkout import REPO
 

@@ -1,78 +1,56 @@
-"""Training curves from fairseq-train's log: ``curves.csv`` and ``curves.png``.
+"""Training curves from fairseq-train's log (read by :mod:`attn_kit.fairseq_log`):
+``curves.csv`` (split train/valid, update, hours of training summed over a resumed
+training's runs, loss and nll_loss in bits, ppl, lr, tokens_per_s (fairseq's wps), bleu
+where --eval-bleu logs it) and ``curves.png`` (loss, learning rate and tokens/s against
+updates and hours; needs matplotlib). A resumed training repeats the updates after its
+last checkpoint: the points a killed run logged past it are dropped, so each update
+appears once. :class:`CurveWriter` refreshes both at every validation of a recipe's training.
 
-The recipes' train stage streams fairseq's ``simple`` log lines into
-``WORKDIR/logs/train.log`` (:meth:`attn_kit.pipeline.stages.Context.sh`); at
-every validation line and when training ends, :class:`CurveWriter` reads that
-log again and writes, next to the checkpoints' workdir:
-
-- ``curves.csv``: one row per logged point, ``split`` = train (fairseq's
-  ``train_inner`` lines, every ``--log-interval`` updates) or valid; ``update``;
-  ``hours`` of training (wall-clock time inside fairseq-train, summed over the
-  runs of a resumed training, the time between runs left out); the smoothed
-  ``loss`` and unsmoothed ``nll_loss`` (base 2, fairseq's), ``ppl``, the
-  learning rate ``lr`` (eq. 3), ``tokens_per_s`` (fairseq's ``wps``: target
-  tokens per second over all devices) and ``bleu`` where ``--eval-bleu`` logs it;
-- ``curves.png``: loss (train and valid), learning rate and tokens/s, each
-  against updates and against hours (needs matplotlib).
-
-A resumed training repeats the updates after its last checkpoint; the points
-the killed run logged past that checkpoint (fairseq's "Loaded checkpoint ...
-(epoch E @ U updates)") are dropped, so every update appears once; all of them
-when it was killed before its first checkpoint ("No existing checkpoint found").
-
-    python -m attn_kit.pipeline.curves LOG [OUT_DIR]    # the same for any fairseq-train log
+    python -m attn_kit.curves LOG [OUT_DIR]    # the same for any fairseq-train --log-format json log
 """
 import csv
 import io
-import re
 import sys
-from datetime import datetime
 from pathlib import Path
 from typing import Iterable, List, Optional
 
-from ..cli import UsageError, atomic_output, log, main_guard, write_text_atomic
+from .cli import UsageError, atomic_output, log, main_guard, write_text_atomic
+from .fairseq_log import echo_text, read
 
 COLUMNS = ("split", "update", "hours", "loss", "nll_loss", "ppl", "lr", "tokens_per_s", "bleu")
-_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| ")
-_PAIRS = re.compile(r"(\w+)(?:=| )(-?[\d.]+(?:e-?\d+)?)(?=,|\s|$)")
-_LOADED = re.compile(r"Loaded checkpoint \S+ \(epoch \d+ @ (\d+) updates\)|No existing checkpoint found ")
 _FIELDS = {"loss": "loss", "nll_loss": "nll_loss", "ppl": "ppl", "lr": "lr", "wps": "tokens_per_s", "bleu": "bleu"}
+_SPLITS = {"train_inner": "train", "valid": "valid"}
 
 
 def parse(lines: Iterable[str]) -> List[dict]:
-    """The train (``train_inner``) and valid points of a fairseq-train log (``simple``
-    format), in update order, each update once (see the module docstring).
+    """The train (``train_inner``) and valid points of a fairseq-train log, in update
+    order, each update once (see the module docstring).
 
     A line starting with ``$ `` (a command the recipe started) begins a new run;
     ``hours`` adds up each run's time from its first to its last time-stamped line."""
     points, offset, run_start, last_stamp = [], 0.0, None, None
     for line in lines:
-        if line.startswith("$ "):
+        entry = read(line)
+        if entry.command:
             if run_start is not None and last_stamp is not None:
                 offset += (last_stamp - run_start).total_seconds()
             run_start = last_stamp = None
             continue
-        m = _STAMP.match(line)
-        if not m:
+        if entry.stamp is None:
             continue
-        stamp = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
-        run_start = run_start or stamp
-        last_stamp = stamp
-        loaded = _LOADED.search(line)
-        if loaded:  # training goes on from that update (0: from the start)
-            points = [p for p in points if p["update"] <= int(loaded.group(1) or 0)]
+        run_start = run_start or entry.stamp
+        last_stamp = entry.stamp
+        if entry.loaded is not None:  # training goes on from that update (0: from the start)
+            points = [p for p in points if p["update"] <= entry.loaded]
             continue
-        split = "train" if "| train_inner |" in line else "valid" if "| valid |" in line else None
-        if split is None:
+        split = _SPLITS.get(entry.tag)
+        if split is None or entry.update is None:
             continue
-        fields = dict(_PAIRS.findall(line.split(f"| {'train_inner' if split == 'train' else 'valid'} |", 1)[1]))
-        if "num_updates" not in fields:
-            continue
-        point = {"split": split, "update": int(float(fields["num_updates"])),
-                 "hours": round((offset + (stamp - run_start).total_seconds()) / 3600, 5)}
+        point = {"split": split, "update": entry.update,
+                 "hours": round((offset + (entry.stamp - run_start).total_seconds()) / 3600, 5)}
         for key, column in _FIELDS.items():
-            if key in fields and not (split == "valid" and key == "wps"):  # validation's own speed
-                point[column] = float(fields[key])
+            if key in entry.stats and not (split == "valid" and key == "wps"):  # validation's own speed
+                point[column] = float(entry.stats[key])
         points.append(point)
     return points
 
@@ -141,7 +119,7 @@ def write(log_path: Path, out_dir: Path, title: str = "") -> Optional[List[dict]
 
 class CurveWriter:
     """A ``tail`` filter for :meth:`Context.sh` wrapped around another (``tail``, e.g.
-    :class:`attn_kit.pipeline.stages.TrainProgress`): at every validation line it
+    :class:`attn_kit.fairseq_log.TrainProgress`): at every validation line it
     rewrites the curves from ``log_path`` into ``out_dir``; :meth:`finish` writes them
     once more when training has ended.
 
@@ -164,11 +142,11 @@ class CurveWriter:
             self.finish()
         return False
 
-    def __call__(self, line: str) -> bool:
+    def __call__(self, line: str):
         echo = self.tail(line) if callable(self.tail) else False
-        if "| valid |" in line:
+        if read(line).tag == "valid":
             self.finish()
-        return echo
+        return echo_text(line) if echo is True else echo
 
     def finish(self):
         if write(self.log_path, self.out_dir, self.title) and not self.written:
@@ -179,14 +157,14 @@ class CurveWriter:
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not 1 <= len(argv) <= 2 or argv[0].startswith("-"):
-        raise UsageError("usage: python -m attn_kit.pipeline.curves FAIRSEQ_TRAIN_LOG [OUT_DIR]")
+        raise UsageError("usage: python -m attn_kit.curves FAIRSEQ_TRAIN_LOG [OUT_DIR]")
     log_path = Path(argv[0])
     out = Path(argv[1]) if len(argv) > 1 else log_path.parent
     if not log_path.is_file():
         raise UsageError(f"{log_path}: no such file")
     if write(log_path, out, log_path.name) is None:
         raise UsageError(f"{log_path}: no train_inner or valid lines with num_updates (fairseq-train "
-                         "--log-format simple)")
+                         "--log-format json)")
     print(f"wrote {out / 'curves.csv'} and {out / 'curves.png'}")
 
 

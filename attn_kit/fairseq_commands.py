@@ -1,0 +1,355 @@
+"""Every fairseq command the kit runs, built in one place: fairseq-train (the paper's
+optimizer, schedule and criterion; batch per device; precision; the launcher: plain,
+torchrun, our CPU data-parallel launcher or Slurm's srun), fairseq-generate,
+fairseq-validate, fairseq-preprocess, and the thread environment of each process.
+
+Builders take explicit keyword arguments (no Namespace). Training logs in fairseq's
+JSON format (read by :mod:`attn_kit.fairseq_log`). fairseq-interactive's command is
+built from a run card by :func:`attn_plugin.hub.interactive_command` (the plugin
+cannot import the kit).
+"""
+import json
+import math
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from .checkpoints import update_candidates
+from .checkout import PLUGIN_DIR
+from .cli import UsageError, UserError, log
+from .pipeline.process import console_script
+
+TASK = ["--task", "attn_translation"]
+MAX_LEN_A = 1  # the longest output is MAX_LEN_A x input length + max_len_b
+
+
+# ---------------------------------------------------------------------------------------------- environment
+def thread_env(threads: Optional[int]) -> Optional[dict]:
+    """OMP/MKL threads of a training or decoding process; None when ``threads`` is not set."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads else None
+
+
+# ---------------------------------------------------------------------------------------------- batch
+@dataclass
+class BatchPlan:
+    devices: int
+    max_tokens: int   # per device, per forward/backward
+    update_freq: int
+
+    @property
+    def tokens_per_update(self) -> int:
+        return self.devices * self.max_tokens * self.update_freq
+
+
+def batch_plan(tokens_per_update: int, devices: int, max_tokens_per_device: int) -> BatchPlan:
+    """--max-tokens and --update-freq for ``devices`` devices (CPU processes count as devices)
+    so that an update holds ~``tokens_per_update`` padded tokens (Sec. 5.1: about 25000 source
+    and 25000 target tokens): the smallest --update-freq that keeps --max-tokens within what
+    one device holds, the budget then spread evenly."""
+    devices = max(1, devices)
+    update_freq = max(1, math.ceil(tokens_per_update / (devices * max_tokens_per_device)))
+    max_tokens = math.ceil(tokens_per_update / (devices * update_freq))
+    return BatchPlan(devices, max_tokens, update_freq)
+
+
+# ---------------------------------------------------------------------------------------------- optimization
+ADAM = ["--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-9"]  # Sec. 5.3
+
+
+def paper_optimization(warmup_updates: int, lr_scale: float = 1.0, label_smoothing: float = 0.1) -> List[str]:
+    """fairseq-train flags for the paper's optimizer, schedule and criterion:
+    Adam (0.9, 0.98, 1e-9) (Sec. 5.3), eq. 3 with ``warmup_updates`` (times
+    ``lr_scale``), label smoothing eps_ls (Sec. 5.4). ``--lr 1`` only satisfies
+    fairseq's parser: attn_inverse_sqrt computes the rate from eq. 3."""
+    return [*ADAM, "--lr-scheduler", "attn_inverse_sqrt", "--warmup-updates", str(warmup_updates), "--lr", "1",
+            *(["--lr-scale", f"{lr_scale:g}"] if lr_scale != 1 else []),
+            "--criterion", "attn_label_smoothed_cross_entropy", "--label-smoothing", f"{label_smoothing:g}"]
+
+
+def log_flags(interval) -> List[str]:
+    """fairseq-train's logging: JSON lines every ``interval`` updates (:mod:`attn_kit.fairseq_log`)."""
+    return ["--log-format", "json", "--log-interval", str(interval), "--no-progress-bar"]
+
+
+# ---------------------------------------------------------------------------------------------- precision
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+
+# The plugin task's option that trains (and validates) under bf16 autocast: fp32 master weights,
+# matmuls in bf16, no loss scaling (attn_plugin/tasks/attn_translation.py). fairseq 0.12's own
+# --bf16 "implies --tpu" and fails on GPUs (seen on an H100: no xla_device), so it is never used.
+BF16_FLAG = "--bf16-autocast"
+
+
+def visible_gpus() -> int:
+    """How many CUDA GPUs torch sees on this machine (after CUDA_VISIBLE_DEVICES); 0 without
+    CUDA (a login node, a laptop) or with a broken CUDA set-up."""
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 -- a broken CUDA setup is "no GPU visible"
+        return 0
+
+
+def gpu_supports_bf16() -> Optional[bool]:
+    """Whether the GPUs torch sees here compute in bf16 natively (compute capability >= 8.0:
+    A100, H100, L4, ...); None when no GPU is visible (a login node, a --dry-run elsewhere)."""
+    try:
+        import torch
+
+        count = visible_gpus()
+        return all(torch.cuda.get_device_capability(i)[0] >= 8 for i in range(count)) if count else None
+    except Exception:  # noqa: BLE001 -- a broken CUDA setup is "no GPU visible"
+        return None
+
+
+_DETECT = object()
+
+
+def used_precision(precision: str, gpus: int, bf16_ok=_DETECT) -> str:
+    """What ``--precision auto|bf16|fp16|fp32`` trains in on ``gpus`` GPUs (0: CPU).
+
+    - ``auto``: bf16 on GPUs that support it (``bf16_ok``; by default detected here, and
+      assumed when no GPU is visible, as on a login node: a job re-resolves it on its node),
+      fp16 on older GPUs, fp32 on CPU;
+    - ``bf16``: bf16 autocast with fp32 master weights and no loss scaling (:data:`BF16_FLAG`),
+      on GPUs and on CPU alike (torch has bf16 autocast on CPU);
+    - ``fp16``: fairseq's fp16 mixed precision with loss scaling on GPUs; fp32 on CPU, where
+      fairseq's fp16 does not run;
+    - ``fp32``: fp32, the paper's (it trained on P100s in fp32)."""
+    if precision not in PRECISIONS:
+        raise UsageError(f"unknown --precision {precision!r}; choose {', '.join(PRECISIONS)}")
+    if precision == "bf16" or precision == "fp32":
+        return precision
+    if gpus == 0:
+        return "fp32"
+    if precision == "fp16":
+        return "fp16"
+    if bf16_ok is _DETECT:
+        bf16_ok = gpu_supports_bf16()
+    return "fp16" if bf16_ok is False else "bf16"
+
+
+def flags_for(used: str) -> List[str]:
+    """fairseq-train flags of a precision :func:`used_precision` returned: ``--fp16``,
+    :data:`BF16_FLAG` (the plugin task's; needs ``--task attn_translation``) or none."""
+    return {"fp16": ["--fp16"], "bf16": [BF16_FLAG]}.get(used, [])
+
+
+def precision_flags(precision: str, gpus: int) -> List[str]:
+    """fairseq flags for ``--precision`` on ``gpus`` GPUs: those of :func:`used_precision`."""
+    return flags_for(used_precision(precision, gpus))
+
+
+def precision_of(argv: List[str]) -> str:
+    """The precision a fairseq-train command line trains in (its last precision flag wins)."""
+    used = "fp32"
+    for arg in argv:
+        if arg == "--fp16":
+            used = "fp16"
+        elif arg == BF16_FLAG:
+            used = "bf16"
+    return used
+
+
+def cpu_flag(gpus: int) -> List[str]:
+    """``--cpu`` where no GPU is used."""
+    return [] if gpus else ["--cpu"]
+
+
+# ---------------------------------------------------------------------------------------------- launchers
+LAUNCHERS = ("torchrun", "slurm", "srun")
+DEFAULT_PORT = 29500
+CPU_LAUNCHER = "attn_kit.fairseq_cpu_ddp"  # python -m CPU_LAUNCHER --nprocs N -- fairseq-train ...
+
+
+def launcher(gpus: int, cpu_procs: int, nnodes: int = 1, node_rank: int = 0,
+             master_addr: Optional[str] = None, master_port: Optional[int] = None, log_dir: str = ".",
+             module: str = "fairseq_cli.train", kind: str = "torchrun") -> List:
+    """The command that starts fairseq-train on the chosen devices; the caller
+    appends fairseq-train's arguments. One device: ``fairseq-train``. Several GPUs
+    or nodes: ``torchrun ... -m fairseq_cli.train`` (fairseq reads RANK, WORLD_SIZE
+    and LOCAL_RANK from torchrun's environment; ``module`` names another entry point
+    that runs fairseq-train, such as the comparison's worker). Several CPU processes:
+    :mod:`attn_kit.fairseq_cpu_ddp`. ``kind="srun"`` (inside a Slurm allocation): :func:`srun_launcher`."""
+    if kind == "srun":
+        return srun_launcher(gpus, cpu_procs, nnodes, master_port)
+    if gpus > 1 or nnodes > 1:
+        run = [console_script("torchrun"), "--nproc-per-node", gpus]
+        if nnodes > 1:
+            run += ["--nnodes", nnodes, "--node-rank", node_rank,
+                    "--master-addr", master_addr, "--master-port", master_port or DEFAULT_PORT]
+        else:
+            run += ["--standalone"]
+        return run + ["-m", module]
+    train = console_script("fairseq-train")
+    if gpus == 0 and cpu_procs > 1:
+        return [sys.executable, "-m", CPU_LAUNCHER, "--nprocs", cpu_procs, "--log-dir", log_dir, "--", train]
+    return [train]
+
+
+def slurm_port(master_port: Optional[int] = None) -> int:
+    """The rendezvous port of a Slurm job's training: ``master_port`` if given, else one
+    derived from SLURM_JOB_ID (as fairseq does for its own single-node case), so that
+    two jobs sharing a node do not collide."""
+    if master_port:
+        return master_port
+    job = os.environ.get("SLURM_JOB_ID", "")
+    return 20000 + int(job) % 20000 if job.isdigit() else DEFAULT_PORT
+
+
+def srun_launcher(gpus: int, cpu_procs: int, nnodes: int = 1, master_port: Optional[int] = None) -> List:
+    """fairseq-train as ``nnodes`` x (``gpus`` or ``cpu_procs``) Slurm tasks, one per device.
+
+    fairseq's own Slurm discovery (``fairseq.distributed.utils.infer_init_method``)
+    sets up the process group from srun's variables: the first node of
+    SLURM_STEP_NODELIST at ``--distributed-port``, rank SLURM_PROCID, device
+    SLURM_LOCALID; ``--distributed-world-size`` must equal the number of tasks. CPU
+    tasks train together with gloo and fairseq's legacy DDP (its default DDP wrapper
+    rejects CPU modules); the plugin lets fairseq's discovery run without CUDA
+    (attn_plugin.fairseq_patches, patch 5)."""
+    per_node = gpus if gpus else cpu_procs
+    cmd = ["srun", "--nodes", nnodes, "--ntasks-per-node", per_node, "--kill-on-bad-exit=1",
+           console_script("fairseq-train")]
+    if nnodes * per_node > 1:
+        cmd += ["--distributed-world-size", nnodes * per_node, "--distributed-port", slurm_port(master_port)]
+        if not gpus:
+            cmd += ["--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
+    return cmd
+
+
+# ---------------------------------------------------------------------------------------------- fairseq-train
+def train_command(launch: Sequence, data_bin, save_dir, *, arch: str, model: Sequence = (),
+                  warmup_updates: int, lr_scale: float = 1.0, label_smoothing: float = 0.1,
+                  max_tokens: int, update_freq: int, train_flags: Sequence = (), precision: str = "fp32",
+                  gpus: int = 0, world_size: Optional[int] = None, max_update: int, seed: int,
+                  train_minutes: Optional[float] = None, save_interval_updates: int, keep_interval_updates: int,
+                  validate_interval_updates: Optional[int] = None, log_interval: int,
+                  extra: Sequence = ()) -> List[str]:
+    """The recipes' fairseq-train after ``launch`` (:func:`launcher`): the plugin's task and
+    ``arch`` sized by ``model``, the paper's optimization (:func:`paper_optimization`), the batch
+    per device, ``train_flags`` (the recipe's own), the precision (as :func:`used_precision`
+    returned it), ``world_size`` (fairseq's, when torchrun's processes must form one job),
+    a budget of ``max_update`` updates or ``train_minutes``, interval checkpoints (the last
+    ``keep_interval_updates`` kept), JSON logs, then ``extra`` (the user's options after ``--``)."""
+    cmd = [*launch, data_bin, "--user-dir", PLUGIN_DIR, *TASK, "--arch", arch, *model,
+           *paper_optimization(warmup_updates, lr_scale, label_smoothing),
+           "--max-tokens", max_tokens, "--update-freq", update_freq, *train_flags,
+           *flags_for(precision), *cpu_flag(gpus),
+           *(["--distributed-world-size", world_size] if world_size else []),
+           "--max-update", max_update, "--seed", seed,
+           *(["--stop-time-hours", f"{train_minutes / 60:.4f}"] if train_minutes else []),
+           "--save-dir", save_dir, "--save-interval-updates", save_interval_updates,
+           "--keep-interval-updates", keep_interval_updates, "--no-epoch-checkpoints",
+           *(["--validate-interval-updates", validate_interval_updates] if validate_interval_updates else []),
+           *log_flags(log_interval), *extra]
+    return [str(c) for c in cmd]
+
+
+def comparison_train_command(launch: Sequence, data, save_dir, *, model: Sequence, max_tokens: int,
+                             update_freq: int, seed: int, max_update: Optional[int] = None,
+                             train_minutes: Optional[float] = None, precision: str = "fp32", gpus: int = 0,
+                             validate_every: int, log_every: int) -> List[str]:
+    """fairseq-train of one side of attn_kit.compare after ``launch`` (its worker): ``model``
+    (the side's model, criterion, schedule and task flags), Adam, the batch, a budget of
+    ``max_update`` updates or ``train_minutes``, no checkpoints but the last (without the
+    optimizer's state), validations every ``validate_every`` updates only, JSON logs."""
+    budget = ["--max-update", str(max_update)] if max_update else ["--stop-time-hours", repr(train_minutes / 60)]
+    cmd = [*launch, data, *model, *ADAM,
+           "--max-tokens", max_tokens, "--update-freq", update_freq, "--required-batch-size-multiple", "1",
+           "--seed", seed, *budget, *cpu_flag(gpus), *flags_for(precision),
+           "--save-dir", save_dir, "--no-epoch-checkpoints", "--no-save-optimizer-state",
+           "--save-interval", "1000000", "--validate-interval", "1000000",  # no per-epoch saves/validations
+           "--validate-interval-updates", validate_every, *log_flags(log_every)]
+    return [str(c) for c in cmd]
+
+
+# ---------------------------------------------------------------------------------------------- decoding
+def generate_command(data_bin, checkpoint, *, subset: str, beam, penalty_flags: Sequence, max_len_b,
+                     batch_size, gpus: int, remove_bpe: Optional[str] = None,
+                     program: str = "fairseq-generate") -> List[str]:
+    """fairseq-generate with the plugin's task: beam search with ``penalty_flags`` (GNMT's
+    ``--gnmt-alpha``, or fairseq's ``--lenpen``), outputs up to input + ``max_len_b`` (Sec. 6.1:
+    50; Sec. 6.3: 300), BPE removed (``remove_bpe``: fairseq's name of the scheme, default
+    '@@ '), on CPU without ``gpus``. ``--required-batch-size-multiple 1``: fairseq's main
+    branch drops a last batch that is not a multiple of it (default 8), up to 7 test sentences."""
+    cmd = [program, data_bin, "--user-dir", PLUGIN_DIR, *TASK, "--path", checkpoint, "--gen-subset", subset,
+           "--beam", beam, *penalty_flags, "--max-len-a", MAX_LEN_A, "--max-len-b", max_len_b,
+           "--batch-size", batch_size, "--required-batch-size-multiple", "1",
+           "--remove-bpe", *([remove_bpe] if remove_bpe else []), *cpu_flag(gpus)]
+    return [str(c) for c in cmd]
+
+
+def installed(program: str) -> str:
+    """The absolute path of ``program`` (a console script of this Python, else on PATH)."""
+    found = console_script(program)
+    found = found if os.path.isabs(found) else shutil.which(found)
+    if not found:
+        raise UserError(f"{program} not found next to this Python or on PATH")
+    return found
+
+
+def validate_command(data_bin, checkpoint, *, subset: str = "valid", max_tokens: int, gpus: int) -> List[str]:
+    """fairseq-validate of ``checkpoint`` on ``subset``: its unsmoothed loss (nll_loss, bits per
+    target word piece)."""
+    cmd = ["fairseq-validate", data_bin, "--user-dir", PLUGIN_DIR, *TASK, "--path", checkpoint,
+           "--valid-subset", subset, "--max-tokens", max_tokens, *cpu_flag(gpus)]
+    return [str(c) for c in cmd]
+
+
+# ---------------------------------------------------------------------------------------------- data
+def preprocess_command(src: str, tgt: str, destdir, *, trainpref=None, validpref=None, testpref=None,
+                       joined_dictionary: bool = False, only_source: bool = False, srcdict=None,
+                       workers: int = 1, program: str = "fairseq-preprocess") -> List[str]:
+    """fairseq-preprocess of the given splits into ``destdir``."""
+    cmd = [program, "--source-lang", src, "--target-lang", tgt, *(["--only-source"] if only_source else [])]
+    for flag, prefix in (("--trainpref", trainpref), ("--validpref", validpref), ("--testpref", testpref)):
+        cmd += [flag, prefix] if prefix is not None else []
+    cmd += ["--destdir", destdir, *(["--srcdict", srcdict] if srcdict is not None else []),
+            *(["--joined-dictionary"] if joined_dictionary else []), "--workers", workers]
+    return [str(c) for c in cmd]
+
+
+def binarize(ctx, src: str, tgt: str, text_dir: Path, dest: Path, workers: int):
+    """A stage step (``ctx``: attn_kit.pipeline.stages.Context): fairseq-preprocess of
+    ``text_dir/{train,valid,test}.{src,tgt}`` into ``dest`` with one dictionary for both sides
+    (the shared embeddings of Sec. 3.4 need it)."""
+    with ctx.output(dest) as tmp:
+        ctx.sh(preprocess_command(src, tgt, tmp, trainpref=text_dir / "train", validpref=text_dir / "valid",
+                                  testpref=text_dir / "test", joined_dictionary=True, workers=workers))
+
+
+# ---------------------------------------------------------------------------------------------- averaging
+def average_checkpoints(ctx, ckpt_dir: Path, output: Path, n: int):
+    """A stage step: average the last ``n`` update checkpoints of ``ckpt_dir`` into ``output``
+    (Sec. 6.1) with :mod:`attn_kit.checkpoints`, fewer if fewer exist. The averaged set always
+    ends at the run's final update (checkpoint_last.pt when the run did not end on a checkpoint
+    interval); the paths and update numbers averaged go to :func:`averaged_info_path`."""
+    info = averaged_info_path(output)
+    with ctx.output(output) as tmp:
+        if not ctx.dry_run:
+            have = len(update_candidates(ckpt_dir))
+            if have == 0:
+                raise UserError(f"no update checkpoints in {ckpt_dir}; did training run long enough?")
+            if have < n:
+                log(f"only {have} update checkpoints; averaging those")
+                n = have
+        ctx.sh([sys.executable, "-m", "attn_kit.checkpoints", "--inputs", ckpt_dir, "--num-update-checkpoints", n,
+                "--output", tmp, "--info-json", info, "--force"])  # the stage's own files: a killed run's are replaced
+
+
+def averaged_info_path(output: Path) -> Path:
+    """Where :func:`average_checkpoints` records what it averaged into ``output``."""
+    return Path(output).with_suffix(".json")
+
+
+def read_averaged(output: Path) -> Optional[dict]:
+    """``{"paths": [...], "updates": [...]}`` (updates ascending, the last the
+    final update) of the average in ``output``, or None if it was not recorded."""
+    try:
+        return json.loads(averaged_info_path(output).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

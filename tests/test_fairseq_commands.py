@@ -1,0 +1,47 @@
+"""attn_kit.fairseq_commands, the one place fairseq command lines are built: the recipes' and the
+comparison's training share the paper's Adam and log JSON lines that attn_kit.fairseq_log reads."""
+from pathlib import Path
+
+from attn_kit import fairseq_commands as fc
+from attn_kit.fairseq_log import read
+
+
+def contains(cmd, part):
+    return any(cmd[i:i + len(part)] == part for i in range(len(cmd)))
+
+
+def test_both_training_commands_share_adam_and_log_json():
+    recipe = fc.train_command(["fairseq-train"], "bin", "ckpt", arch="attn_paper_base", warmup_updates=4000,
+                              max_tokens=4096, update_freq=1, max_update=10, seed=1, save_interval_updates=5,
+                              keep_interval_updates=2, log_interval=10)
+    compare = fc.comparison_train_command(["worker"], "bin", "ckpt", model=["--arch", "transformer"],
+                                          max_tokens=4096, update_freq=1, seed=1, max_update=10,
+                                          validate_every=5, log_every=10)
+    for cmd in (recipe, compare):
+        assert contains(cmd, fc.ADAM) and contains(cmd, ["--log-format", "json"]) and "--cpu" in cmd
+        assert all(isinstance(c, str) for c in cmd)
+    assert contains(recipe, ["--lr-scheduler", "attn_inverse_sqrt", "--warmup-updates", "4000", "--lr", "1"])
+    assert "--lr-scale" not in recipe and "--stop-time-hours" not in recipe  # eq. 3 as written; no time budget
+    timed = fc.comparison_train_command(["worker"], "bin", "ckpt", model=[], max_tokens=1, update_freq=1, seed=1,
+                                        train_minutes=3.0, precision="bf16", gpus=1, validate_every=5, log_every=10)
+    assert contains(timed, ["--stop-time-hours", repr(0.05), fc.BF16_FLAG]) and "--cpu" not in timed
+
+
+def test_decoding_validation_and_binarizing_commands():
+    gen = fc.generate_command("bin", "c.pt", subset="test", beam=4, penalty_flags=["--gnmt-alpha", "0.6"],
+                              max_len_b=50, batch_size=128, gpus=0, remove_bpe="subword_nmt")
+    assert gen[:2] == ["fairseq-generate", "bin"] and contains(gen, ["--gnmt-alpha", "0.6", "--max-len-a", "1"])
+    assert gen[-3:] == ["--remove-bpe", "subword_nmt", "--cpu"]
+    assert fc.validate_command("bin", "c.pt", max_tokens=500, gpus=1)[-2:] == ["--max-tokens", "500"]
+    pre = fc.preprocess_command("en", "de", Path("out"), trainpref="t/train", validpref="t/valid",
+                                joined_dictionary=True, workers=2)
+    assert pre == ["fairseq-preprocess", "--source-lang", "en", "--target-lang", "de", "--trainpref", "t/train",
+                   "--validpref", "t/valid", "--destdir", "out", "--joined-dictionary", "--workers", "2"]
+    assert fc.thread_env(2) == {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"} and fc.thread_env(None) is None
+
+
+def test_a_json_log_line_reads_back_without_fairseqs_tag_prefix():
+    entry = read('2026-01-01 10:00:22 | INFO | valid | {"epoch": 1, "valid_loss": "8.1", "valid_num_updates": "20"}')
+    assert (entry.tag, entry.stats, entry.update) == ("valid", {"epoch": 1, "loss": "8.1", "num_updates": "20"}, 20)
+    assert read("2026-01-01 10:00:22 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.1").stats is None
+    assert read("$ fairseq-train bin").command and read("no stamp").stamp is None
