@@ -36,7 +36,6 @@ utilization attn_kit.cost measured for the model's width, on a GPU whose peak it
 run keeps (``--average`` interval checkpoints, checkpoint_last.pt and checkpoint_best.pt, and
 the average).
 """
-import argparse
 import json
 import math
 import re
@@ -47,35 +46,14 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..cli import UsageError, UserError, write_json_atomic
+from ..cli import UserError, write_json_atomic
 from ..pipeline.stages import Stage
+from . import common
+from .settings import replace
 
-DEFAULT_MINUTES = 10.0
 WARMUP_SHARE = 0.05  # updates left out of the rates: cuDNN plans, allocator growth, first batches
 GENERATION_SENTENCES = 256  # about this many test sentences (one shard) time the generation
 NEVER = 10 ** 9  # an interval no canary reaches: it saves and validates once, when its time is up
-
-
-def add_options(g):
-    g.add_argument("--canary", action="store_true",
-                   help="run the data stages, then train as the real run would for --canary-minutes and write "
-                        "WORKDIR/canary/canary.json: tokens/s, utilization, memory headroom, loss, the cost of a "
-                        "validation and a checkpoint, and the predicted wall time of the whole run, part by part; "
-                        "exits non-zero with one line when the run would fail or waste the machine")
-    g.add_argument("--canary-minutes", type=float, default=DEFAULT_MINUTES,
-                   help=f"how long the canary trains (default {DEFAULT_MINUTES:g})")
-    g.add_argument("--canary-min-utilization", type=float, metavar="X",
-                   help="the canary fails below this share of the GPU's dense peak (default: half the utilization "
-                        "attn_kit.cost measured for the model's width; not checked on CPUs)")
-    g.add_argument("--canary-min-tokens-per-second", type=float, metavar="N",
-                   help="the canary fails below N target tokens/s over all devices (default: no floor)")
-
-
-def check(args):
-    if args.canary_minutes <= 0:
-        raise UsageError("--canary-minutes must be > 0")
-    if args.canary_min_utilization is not None and not 0 < args.canary_min_utilization <= 1:
-        raise UsageError("--canary-min-utilization must be in (0, 1]")
 
 
 # ---------------------------------------------------------------------------------------------- the stage
@@ -91,9 +69,8 @@ def stage(args, data_bin: Path, data_stages: Sequence[str], train_command: Calla
     out = args.workdir / "canary"
 
     def run(ctx):
-        c = argparse.Namespace(**vars(args))
-        c.train_minutes, c.save_interval_updates, c.validate_interval_updates = args.canary_minutes, NEVER, None
-        c.log_interval = min(args.log_interval, 10)
+        c = replace(args, train_minutes=args.canary_minutes, save_interval_updates=NEVER,
+                    validate_interval_updates=None, log_interval=min(args.log_interval, 10))
         save_dir, stats = out / "checkpoints", out / "stats"
         if not ctx.dry_run:
             for scratch in (save_dir, stats):  # a canary starts from scratch: nothing in them is kept
@@ -119,8 +96,6 @@ def stage(args, data_bin: Path, data_stages: Sequence[str], train_command: Calla
             return
         finish(ctx, args, out, launched, ended, ctx.log_dir / f"{ctx.stage}.log", failure, data_stages, generate_command,
                decoded, model_flags, data_bin, averages)
-
-    from . import common  # not at the top: common imports this module for its options
 
     return Stage(name, run, f"{args.canary_minutes:g} minutes of the real training, then the whole run's "
                                 "predicted cost (canary.json)",
@@ -301,8 +276,7 @@ def generation_seconds(ctx, cmd: List, decoded: Sequence[Sequence[Path]], out: P
     one fairseq-generate each): per split the process's fixed cost, plus the sentences at the
     measured rate times the references' target/source length ratio (a trained model's outputs
     are near the references' length; decoding time grows with the output's length)."""
-    from .common import count_lines
-
+    count_lines = common.count_lines
     sentences = sum(count_lines(source) for source, _ in decoded) if not ctx.dry_run else 0
     test_sentences = count_lines(decoded[-1][0]) if not ctx.dry_run else 2 * GENERATION_SENTENCES
     shards = max(1, test_sentences // GENERATION_SENTENCES)
@@ -328,7 +302,6 @@ def finish(ctx, args, out: Path, launched: float, ended: float, train_log: Path,
     table; raise a one-line UserError naming the first cause of failure."""
     from .. import cost
     from ..results import provenance
-    from . import common
 
     records = read_stats(out / "stats")
     result = {**provenance(), "canary_minutes": args.canary_minutes, "arch": args.arch,

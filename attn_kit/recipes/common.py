@@ -6,7 +6,6 @@ Every recipe trains with the paper's optimizer, schedule and criterion (Sec. 5.3
 5.4) through :func:`train_command`, on ``--ngpus`` GPUs x ``--nnodes`` nodes (or
 ``--cpu-procs`` CPU processes), with the batch of :func:`attn_kit.pipeline.launch.batch_plan`.
 """
-import argparse
 import json
 import os
 import shlex
@@ -15,78 +14,28 @@ from typing import Iterable, List, Optional
 
 from ..cli import UsageError, UserError, log, write_json_atomic
 from ..pipeline.curves import CurveWriter
-from ..pipeline.launch import PRECISIONS, batch_plan, flags_for, launcher, paper_optimization, precision_of
+from ..pipeline.launch import batch_plan, flags_for, launcher, paper_optimization, precision_of
 from ..pipeline.stages import TrainProgress, read_averaged, train_log_summary
 from ..sizes import ARCH_SIZES, SIZES
-from . import canary, scale
+from . import scale
+from .settings import add_device_options, add_run_options, check_run  # noqa: F401 (wsj, table3)
 from ..checkout import PLUGIN_DIR
 
 USER_DIR = PLUGIN_DIR
 
 
 # ---------------------------------------------------------------------------------------------- options
-def add_run_options(p: argparse.ArgumentParser, default_workdir: str):
-    p.add_argument("--workdir", type=Path, help=f"where everything goes (default {default_workdir}); "
-                                               "use a fresh one when you change options")
-    p.add_argument("--dry-run", action="store_true", help="print every command, run nothing")
-    p.add_argument("--stage", default="1", help="first stage to run: a 1-based number or a stage name (default 1)")
-    p.add_argument("--stop-stage", help="last stage to run: a number or a stage name (default: the last)")
-
-
-def add_device_options(g):
-    """Where training runs: GPUs, nodes (torchrun), or data-parallel CPU processes."""
-    g.add_argument("--ngpus", type=int,
-                   help="GPUs per node (default 8, the paper's; --smoke and --bundled: 0 = CPU). The default does not "
-                        "follow the machine, so that --dry-run and --launcher slurm plan the same run wherever they "
-                        "are typed; a run that trains here checks it before its first stage (fewer GPUs visible "
-                        "than asked is one error line saying what to pass)")
-    g.add_argument("--nnodes", type=int, default=1, help="nodes, each with --ngpus GPUs (torchrun; default 1)")
-    g.add_argument("--node-rank", type=int, default=0, help="this node's rank, 0..nnodes-1 (torchrun)")
-    g.add_argument("--master-addr", help="address of node 0, needed with --nnodes > 1 (torchrun)")
-    g.add_argument("--master-port", type=int, help="port on node 0 (torchrun: default 29500; --launcher slurm: "
-                                                   "default 20000 + the job id modulo 20000)")
-    g.add_argument("--cpu-procs", type=int, default=1,
-                   help="with --ngpus 0: data-parallel CPU processes (gloo; default 1)")
-    g.add_argument("--precision", default="auto", choices=PRECISIONS, help=scale.precision_help())
-    g.add_argument("--seed", type=int, default=1, help="random seed of training (default 1)")
-    g.add_argument("--threads", type=int,
-                   help="CPU threads per process (OMP_NUM_THREADS) for training and decoding (default: the "
-                        "mode's, see the config; GPU runs: torch's choice); results are bitwise reproducible for "
-                        "the same thread count")
-    g.add_argument("--train-minutes", type=float,
-                   help="opt-in wall-clock training budget in minutes (fairseq's --stop-time-hours); training then "
-                        "stops at --max-update or the budget, whichever comes first, so the result depends on "
-                        "the machine's speed. Default: none, a fixed number of updates")
-    scale.add_options(g)
-    canary.add_options(g)
-
-
 def apply_settings(args, settings: dict):
-    """Fill every option the command line left unset (None) from ``settings``; keep the
-    settings on ``args.settings`` and the names of those filled on ``args.defaulted``; check
-    the values every recipe shares."""
+    """A recipe still on an argparse.Namespace (wsj, table3, until they build typed settings,
+    attn_kit.recipes.settings): fill every option the command line left unset (None) from
+    ``settings``, name those filled in ``args.defaulted``, check the shared values, resolve the precision."""
     args.settings, args.defaulted = settings, set()
     for key, value in settings.items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
             args.defaulted.add(key)
-    positive = ("max_update", "warmup_updates", "save_interval_updates", "average", "tokens_per_update",
-                "max_tokens_per_gpu", "beam")
-    for name in positive:
-        if getattr(args, name, None) is not None and getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
-    if args.threads is not None and args.threads < 1:
-        raise UsageError("--threads must be >= 1")
-    if args.lr_scale <= 0 or (args.train_minutes is not None and args.train_minutes <= 0):
-        raise UsageError("--lr-scale and --train-minutes must be > 0")
-    if args.ngpus < 0 or args.nnodes < 1 or args.cpu_procs < 1:
-        raise UsageError("--ngpus must be >= 0, --nnodes and --cpu-procs >= 1")
-    if args.nnodes > 1 and args.ngpus == 0:
-        raise UsageError("multi-node training needs GPUs (--ngpus >= 1)")
-    if not 0 <= args.node_rank < args.nnodes:
-        raise UsageError(f"--node-rank must be in 0..{args.nnodes - 1}")
-    scale.check(args)
-    canary.check(args)
+    check_run(args)
+    args.precision_used = scale.resolve_precision(args.precision, args.ngpus, args.launcher, args.dry_run)
 
 
 def model_size(settings: dict, overrides: dict, resize_arch: Optional[str] = None):

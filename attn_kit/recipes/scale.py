@@ -16,6 +16,7 @@ Slurm, fairseq-train flags passed through after ``--``, and the cost up front.
   line before the first stage, where a training stage would start here.
 """
 import argparse
+import dataclasses
 import os
 import re
 import sys
@@ -125,40 +126,44 @@ def precision_help() -> str:
             "CPU); fp32. results.json records the precision that ran")
 
 
-def check(args):
-    """Check and resolve the options of this module (after the recipe's settings are applied)."""
-    if args.launcher == "torchrun" and args.nnodes > 1 and not args.master_addr:
+def check(s):
+    """Check the options of this module, as composed (typed settings or a Namespace)."""
+    if s.launcher == "torchrun" and s.nnodes > 1 and not s.master_addr:
         raise UsageError("--nnodes > 1 needs --master-addr (the address of node 0) with torchrun; or use "
                          "--launcher slurm")
-    if args.launcher == "torchrun":
+    if s.launcher == "torchrun":
         for name, option in SBATCH_OPTIONS.items():
-            if getattr(args, name) not in (None, False):
+            if getattr(s, name) not in (None, False):
                 raise UsageError(f"{option} is an sbatch option: it needs --launcher slurm")
-    for option, size in (("--mem", args.mem), ("--prep-mem", args.prep_mem)):
+    for option, size in (("--mem", s.mem), ("--prep-mem", s.prep_mem)):
         if size is not None and not re.fullmatch(r"\d+[KMGT]?", size, re.I):
             raise UsageError(f"{option} {size}: give a size as sbatch takes it: 64G, 64000M, or 0 (all of a node's "
                              "memory)")
-    if args.cpus_per_task is not None and args.cpus_per_task < 1:
+    if s.cpus_per_task is not None and s.cpus_per_task < 1:
         raise UsageError("--cpus-per-task must be >= 1")
-    if args.signal_seconds is not None and not 0 <= args.signal_seconds <= 65535:
+    if s.signal_seconds is not None and not 0 <= s.signal_seconds <= 65535:
         raise UsageError("--signal-seconds must be in 0..65535 (Slurm's limit)")
-    if args.gpu_tflops is not None and args.gpu_tflops <= 0:
+    if s.gpu_tflops is not None and s.gpu_tflops <= 0:
         raise UsageError("--gpu-tflops must be > 0")
-    if args.utilization is not None and not 0 < args.utilization <= 1:
+    if s.utilization is not None and not 0 < s.utilization <= 1:
         raise UsageError("--utilization must be in (0, 1]")
-    if args.gpu:
+    if s.gpu:
         from ..cost import gpu
 
-        gpu(args.gpu)  # an unknown name is one line listing the known ones
+        gpu(s.gpu)  # an unknown name is one line listing the known ones
+
+
+def resolve_precision(precision: str, ngpus: int, launcher: str, dry_run: bool) -> str:
+    """What ``--precision`` trains in on ``ngpus`` GPUs per node (0: CPU). With auto on GPUs, a Slurm
+    job decides on its own GPUs; where none is visible here, bf16 hardware is assumed (said once)."""
     bf16_ok = None
-    if args.precision == "auto" and args.ngpus > 0:
-        # a Slurm job resolves auto on its own GPUs; where none is visible, assume bf16 hardware
-        bf16_ok = None if args.launcher == "slurm" else gpu_supports_bf16()
-        if bf16_ok is None and (args.dry_run or args.launcher == "slurm"):  # a run here: check_devices says it
+    if precision == "auto" and ngpus > 0:
+        bf16_ok = None if launcher == "slurm" else gpu_supports_bf16()
+        if bf16_ok is None and (dry_run or launcher == "slurm"):  # a run here: check_devices says it
             log("--precision auto: no GPU visible here; the commands assume bf16 GPUs (compute capability 8.0 "
                 "or newer; older GPUs train in fp16)" + (", and the Slurm job decides on its own GPUs"
-                                                        if args.launcher == "slurm" else ""))
-    args.precision_used = used_precision(args.precision, args.ngpus, bf16_ok=bf16_ok)
+                                                        if launcher == "slurm" else ""))
+    return used_precision(precision, ngpus, bf16_ok=bf16_ok)
 
 
 # ---------------------------------------------------------------------------------------------- devices
@@ -266,27 +271,27 @@ def run(args, stages, report, aliases=None, first_training: Optional[str] = None
     """Run the recipe's ``stages``: all of them here, or with ``--launcher slurm`` as two Slurm
     jobs (:mod:`attn_kit.pipeline.slurm`): the stages before the first training stage
     (``first_training``; default: the first :func:`is_training` stage) as a CPU job, unless they
-    are done or ``--prepare-here`` runs them here, and the rest as a job that starts after it."""
+    are done or ``--prepare-here`` runs them here, and the rest as a job that starts after it.
+    ``stages``: a function of the settings that makes them (typed settings), or the list itself."""
     from ..pipeline import slurm
     from ..pipeline.stages import Pipeline, run_recipe
 
-    check_devices(args, stages, aliases)
+    made = stages(args) if callable(stages) else stages
+    check_devices(args, made, aliases)
     for note in schedule_notes(args, budget=args.dry_run):
         log(f"note: {note}")
     if args.launcher != "slurm":
-        return run_recipe(args, stages, report, aliases)
+        return run_recipe(args, made, report, aliases)
     if not args.dry_run:
         slurm.check_no_job(args.workdir)  # before anything runs here (--prepare-here)
-    first_training = first_training or next(s.name for s in stages if is_training(s))
-    cut = [s.name for s in stages].index(first_training) + 1  # the 1-based number of the job's first stage
-    span = Pipeline(args.workdir, stages, True, args.stage, args.stop_stage, aliases)  # checks the range
+    first_training = first_training or next(s.name for s in made if is_training(s))
+    cut = [s.name for s in made].index(first_training) + 1  # the 1-based number of the job's first stage
+    span = Pipeline(args.workdir, made, True, args.stage, args.stop_stage, aliases)  # checks the range
     jobs = []  # (script name and text, first stage, last stage) of each job
     if span.first < cut:
-        data = stages[span.first - 1:min(span.last, cut - 1)]
+        data = made[span.first - 1:min(span.last, cut - 1)]
         if args.prepare_here:
-            here = argparse.Namespace(**vars(args))
-            here.stage, here.stop_stage = data[0].name, data[-1].name
-            run_recipe(here, stages, report, aliases)
+            run_recipe(replace(args, stage=data[0].name, stop_stage=data[-1].name), made, report, aliases)
         elif all_done(span, data):
             log(f"stages {data[0].name}..{data[-1].name} are done already: no data job")
         else:
@@ -297,15 +302,27 @@ def run(args, stages, report, aliases=None, first_training: Optional[str] = None
                                      + (f" in {where}" if where and where != args.workdir else ""), watch=where),
                          first, last))
     if span.last >= cut:
-        first, last = stages[max(span.first, cut) - 1].name, stages[span.last - 1].name
+        first, last = made[max(span.first, cut) - 1].name, made[span.last - 1].name
         jobs.append((train_script(args, first, last), first, last))
     if jobs:
         slurm.submit([script for script, _, _ in jobs], args.workdir, args.dry_run)
     if args.dry_run:  # what each job will run, as its own dry run would print it
         for (name, _), first, last in jobs:
             log(f"the job of {name} runs (--launcher srun, on the first node of its allocation):")
-            args.launcher, args.stage, args.stop_stage = "srun", first, last  # the stages hold args itself
-            run_recipe(args, stages, report, aliases)
+            job = replace(args, launcher="srun", stage=first, stop_stage=last)
+            if callable(stages):
+                run_recipe(job, stages(job), report, aliases)
+            else:  # a recipe on a Namespace: its stages hold args itself (until it builds typed settings)
+                vars(args).update(vars(job))
+                run_recipe(args, made, report, aliases)
+
+
+def replace(settings, **changes):
+    """A copy of ``settings`` with ``changes`` (a recipe's typed settings, or its argparse.Namespace);
+    attn_kit.recipes.settings.replace."""
+    if dataclasses.is_dataclass(settings):
+        return dataclasses.replace(settings, **changes)
+    return argparse.Namespace(**{**vars(settings), **changes})
 
 
 def all_done(pipeline, stages=None) -> bool:

@@ -1,0 +1,203 @@
+"""A recipe's settings as one frozen, typed object, built once from its YAML and its command line.
+
+A recipe subclasses :class:`TrainSettings` (frozen, keyword-only) with one field per option dest
+and YAML key it reads, then builds it in one place (attn_kit.recipes.wmt14.build is the model):
+
+    given = scale.parse(parser, argv)                     # the command line (argparse.Namespace)
+    s = compose(MySettings, given, config.settings("my", "paper", mode), derive)
+
+A field takes, first to last: ``derive(values)`` (values computed from the merged ones), the command
+line (when not None), the YAML (then named in ``s.defaulted``), the field's default. :func:`check_run`
+then checks the values every recipe shares (one-line UsageError). Nothing is written back: a value
+derived later is a property; a changed copy (a canary's budget, a Slurm job's stages) is :func:`replace`.
+"""
+import argparse
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable, Mapping, Optional, Sequence
+
+from ..cli import UsageError
+from ..pipeline.launch import PRECISIONS
+from ..sizes import ModelSize
+from . import scale
+from .scale import replace  # noqa: F401 (a changed copy of settings)
+
+DEFAULT_CANARY_MINUTES = 10.0
+# options that must be >= 1 where a recipe has them
+POSITIVE = ("max_update", "warmup_updates", "save_interval_updates", "average", "tokens_per_update",
+            "max_tokens_per_gpu", "beam")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """What every recipe has: where and how far it runs, its devices, launcher and canary."""
+    workdir: Path
+    dry_run: bool
+    stage: str
+    stop_stage: Optional[str]
+    ngpus: int
+    nnodes: int
+    node_rank: int
+    master_addr: Optional[str]
+    master_port: Optional[int]
+    cpu_procs: int
+    precision: str
+    precision_used: str  # what --precision resolves to on these devices (scale.resolve_precision)
+    seed: int
+    threads: Optional[int]
+    train_minutes: Optional[float]
+    # --launcher slurm and --dry-run's cost (attn_kit.recipes.scale)
+    launcher: str
+    partition: Optional[str]
+    time_limit: Optional[str]
+    account: Optional[str]
+    mem: Optional[str]
+    cpus_per_task: Optional[int]
+    signal_seconds: Optional[int]
+    prepare_here: bool
+    prep_partition: Optional[str]
+    prep_time: Optional[str]
+    prep_mem: Optional[str]
+    gpu: Optional[str]
+    gpu_tflops: Optional[float]
+    utilization: Optional[float]
+    # --canary (attn_kit.recipes.canary)
+    canary: bool
+    canary_minutes: float
+    canary_min_utilization: Optional[float]
+    canary_min_tokens_per_second: Optional[float]
+    # the fairseq-train options after "--", the recipe's own as typed, and its module (Slurm jobs rerun it)
+    fairseq_extra: Sequence[str]
+    recipe_argv: Sequence[str]
+    recipe_module: str
+    defaulted: frozenset = frozenset()  # the fields the YAML filled
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainSettings(RunSettings):
+    """What a recipe that trains and decodes with the paper's optimizer and schedule has (Sec. 5-6)."""
+    arch: str
+    size: Optional[ModelSize]  # the model's size, None: the arch's own
+    max_update: int
+    warmup_updates: int
+    lr_scale: float
+    tokens_per_update: int
+    max_tokens_per_gpu: int
+    save_interval_updates: int
+    validate_interval_updates: Optional[int]
+    log_interval: int
+    train_flags: Sequence[str]
+    average: int
+    beam: int
+    length_penalty: str
+    alpha: float
+    beam_stop: Optional[str]
+
+    @property
+    def model(self) -> list:
+        """The fairseq-train flags that size the arch."""
+        return self.size.flags() if self.size else []
+
+
+def merge(cls, given: argparse.Namespace, config: Mapping) -> dict:
+    """The values of ``cls``'s fields from the command line (``given``, None = not given) over the
+    YAML settings ``config``; ``"defaulted"``: the names the YAML filled. Fields neither names stay out."""
+    given, values, defaulted = vars(given), {}, set()
+    for f in dataclasses.fields(cls):
+        if given.get(f.name) is not None:
+            values[f.name] = given[f.name]
+        elif f.name in config:
+            values[f.name] = config[f.name]
+            defaulted.add(f.name)
+        elif f.name in given:
+            values[f.name] = given[f.name]
+    return {**values, "defaulted": frozenset(defaulted)}
+
+
+def compose(cls, given: argparse.Namespace, config: Mapping, derive: Optional[Callable] = None):
+    """``cls`` from the command line over the YAML (:func:`merge`), with ``derive(values)``'s values
+    (a read-only view of the merged ones) and the precision the devices train in; checked."""
+    values = merge(cls, given, config)
+    view = SimpleNamespace(**values)
+    values.update(derive(view) if derive else {})
+    values["precision_used"] = scale.resolve_precision(view.precision, view.ngpus, view.launcher, view.dry_run)
+    settings = cls(**values)
+    check_run(settings)
+    return settings
+
+
+# ---------------------------------------------------------------------------------------------- options
+def add_run_options(p: argparse.ArgumentParser, default_workdir: str):
+    p.add_argument("--workdir", type=Path, help=f"where everything goes (default {default_workdir}); "
+                                               "use a fresh one when you change options")
+    p.add_argument("--dry-run", action="store_true", help="print every command, run nothing")
+    p.add_argument("--stage", default="1", help="first stage to run: a 1-based number or a stage name (default 1)")
+    p.add_argument("--stop-stage", help="last stage to run: a number or a stage name (default: the last)")
+
+
+def add_device_options(g):
+    """Where training runs (GPUs, nodes with torchrun, or data-parallel CPU processes), its seed,
+    threads and time budget, the launcher (attn_kit.recipes.scale) and the canary."""
+    g.add_argument("--ngpus", type=int,
+                   help="GPUs per node (default 8, the paper's; --smoke and --bundled: 0 = CPU). The default does not "
+                        "follow the machine, so that --dry-run and --launcher slurm plan the same run wherever they "
+                        "are typed; a run that trains here checks it before its first stage (fewer GPUs visible "
+                        "than asked is one error line saying what to pass)")
+    g.add_argument("--nnodes", type=int, default=1, help="nodes, each with --ngpus GPUs (torchrun; default 1)")
+    g.add_argument("--node-rank", type=int, default=0, help="this node's rank, 0..nnodes-1 (torchrun)")
+    g.add_argument("--master-addr", help="address of node 0, needed with --nnodes > 1 (torchrun)")
+    g.add_argument("--master-port", type=int, help="port on node 0 (torchrun: default 29500; --launcher slurm: "
+                                                   "default 20000 + the job id modulo 20000)")
+    g.add_argument("--cpu-procs", type=int, default=1,
+                   help="with --ngpus 0: data-parallel CPU processes (gloo; default 1)")
+    g.add_argument("--precision", default="auto", choices=PRECISIONS, help=scale.precision_help())
+    g.add_argument("--seed", type=int, default=1, help="random seed of training (default 1)")
+    g.add_argument("--threads", type=int,
+                   help="CPU threads per process (OMP_NUM_THREADS) for training and decoding (default: the "
+                        "mode's, see the config; GPU runs: torch's choice); results are bitwise reproducible for "
+                        "the same thread count")
+    g.add_argument("--train-minutes", type=float,
+                   help="opt-in wall-clock training budget in minutes (fairseq's --stop-time-hours); training then "
+                        "stops at --max-update or the budget, whichever comes first, so the result depends on "
+                        "the machine's speed. Default: none, a fixed number of updates")
+    scale.add_options(g)
+    add_canary_options(g)
+
+
+def add_canary_options(g):
+    g.add_argument("--canary", action="store_true",
+                   help="run the data stages, then train as the real run would for --canary-minutes and write "
+                        "WORKDIR/canary/canary.json: tokens/s, utilization, memory headroom, loss, the cost of a "
+                        "validation and a checkpoint, and the predicted wall time of the whole run, part by part; "
+                        "exits non-zero with one line when the run would fail or waste the machine")
+    g.add_argument("--canary-minutes", type=float, default=DEFAULT_CANARY_MINUTES,
+                   help=f"how long the canary trains (default {DEFAULT_CANARY_MINUTES:g})")
+    g.add_argument("--canary-min-utilization", type=float, metavar="X",
+                   help="the canary fails below this share of the GPU's dense peak (default: half the utilization "
+                        "attn_kit.cost measured for the model's width; not checked on CPUs)")
+    g.add_argument("--canary-min-tokens-per-second", type=float, metavar="N",
+                   help="the canary fails below N target tokens/s over all devices (default: no floor)")
+
+
+# ---------------------------------------------------------------------------------------------- checks
+def check_run(s):
+    """The values every recipe shares, as composed (typed settings or a Namespace): one UsageError."""
+    for name in POSITIVE:
+        if getattr(s, name, None) is not None and getattr(s, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
+    if s.threads is not None and s.threads < 1:
+        raise UsageError("--threads must be >= 1")
+    if s.lr_scale <= 0 or (s.train_minutes is not None and s.train_minutes <= 0):
+        raise UsageError("--lr-scale and --train-minutes must be > 0")
+    if s.ngpus < 0 or s.nnodes < 1 or s.cpu_procs < 1:
+        raise UsageError("--ngpus must be >= 0, --nnodes and --cpu-procs >= 1")
+    if s.nnodes > 1 and s.ngpus == 0:
+        raise UsageError("multi-node training needs GPUs (--ngpus >= 1)")
+    if not 0 <= s.node_rank < s.nnodes:
+        raise UsageError(f"--node-rank must be in 0..{s.nnodes - 1}")
+    scale.check(s)
+    if s.canary_minutes <= 0:
+        raise UsageError("--canary-minutes must be > 0")
+    if s.canary_min_utilization is not None and not 0 < s.canary_min_utilization <= 1:
+        raise UsageError("--canary-min-utilization must be in (0, 1]")
