@@ -6,6 +6,7 @@ data source per mode (attn_kit.recipes.wsj_data), --tune's grid and selection fr
 attn_kit.recipes.wsj_tune; each stage is a function of the run's settings. DESCRIPTION is --help's.
 """
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import sys
 from collections import Counter
 from functools import partial
 from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..checkout import REPO
 from ..cli import UsageError, UserError, log, main_guard, write_json_atomic
@@ -22,7 +24,7 @@ from ..pipeline import verify
 from ..pipeline.lock import workdir_lock
 from ..pipeline.progress import watch_output
 from ..pipeline.stages import Stage, average_checkpoints, binarize
-from . import canary, common, config, scale
+from . import canary, common, config, scale, settings
 from .wsj_data import LDC, SMOKE_PTB, SPLITS, SRC, TGT, SilverTrees, Treebank, prepare_data
 from .wsj_tune import (HELP as TUNE_GRID_HELP, decode_settings, evalb_blocks, forget_stale_selection,
                        grid_spec, parse_tune_grid, select_trial, tune_grid, tune_trials, write_trial)
@@ -114,11 +116,11 @@ def _training_options(g, W: dict, S: dict):
                         f"{common.SIZES[S['size']].describe()})")
     g.add_argument("--p-drop", type=float, help="P_drop, residual dropout (default: the arch's, 0.1 as the base "
                                                 "model; the paper tuned it on section 22, t2t used 0.2)")
-    g.add_argument("--dropout", dest="p_drop", type=float, help=argparse.SUPPRESS)  # the old name
+    g.add_argument("--dropout", dest="p_drop", type=float, help=argparse.SUPPRESS)  # the name before --p-drop
     g.add_argument("--attention-dropout", type=float,
                    help="dropout on the attention weights, fairseq's --attention-dropout (default: the arch's, 0.2 "
                         "as t2t transformer_parsing_base; the paper tuned it on section 22)")
-    common.add_device_options(g)
+    settings.add_device_options(g)
     g.add_argument("--tokens-per-update", type=int,
                    help="padded tokens per update over all devices (fairseq's --max-tokens x devices x --update-freq; "
                         f"default {W['tokens_per_update']} as the base model, Sec. 5.1; --smoke "
@@ -141,9 +143,9 @@ def _training_options(g, W: dict, S: dict):
 
 def _decoding_options(g, W: dict):
     g.add_argument("--beam", type=int, help=f"beam size (default {W['beam']}, Sec. 6.3)")
-    g.add_argument("--gnmt-alpha", type=float, help=f"GNMT length penalty alpha (default {W['gnmt_alpha']:g}, "
-                                                    "Sec. 6.3)")
-    g.add_argument("--alpha", dest="gnmt_alpha", type=float, help=argparse.SUPPRESS)  # the old name
+    g.add_argument("--gnmt-alpha", dest="alpha", type=float,
+                   help=f"GNMT length penalty alpha (default {W['alpha']:g}, Sec. 6.3)")
+    g.add_argument("--alpha", dest="alpha", type=float, help=argparse.SUPPRESS)  # the name before --gnmt-alpha
     common.add_beam_stop_option(g)
     g.add_argument("--max-len-b", type=int, help=f"longest output = input length + this (default {W['max_len_b']})")
     g.add_argument("--evalb", type=Path, metavar="PATH",
@@ -161,7 +163,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--smoke", action="store_true",
                    help="all stages on CPU in minutes on the repo's hand-written trees (data/wsj-smoke), tiny model; "
                         "with --ptb, the tiny model on your treebank")
-    common.add_run_options(p, "runs/wsj_<mode>")
+    settings.add_run_options(p, "runs/wsj_<mode>")
     p.add_argument("--tune", action="store_true",
                    help="select P_drop, attention dropout, learning rate, beam and alpha on section 22 as the "
                         "paper did (Sec. 6.3): train every training setting of --tune-grid, decode section 22 "
@@ -176,46 +178,84 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(argv=None):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WsjSettings(settings.TrainSettings):
+    """The settings of a WSJ parsing run (recipes/configs/wsj.yaml, the command line over it)."""
+    mode: str  # wsj, semi-supervised or smoke: the YAML sections and results.json's mode
+    smoke: bool
+    tune: bool
+    ptb: Optional[Path]  # --smoke without --ptb: the repo's own trees
+    extra_trees: Optional[Path]
+    train_sections: str
+    dev_sections: str
+    test_sections: str
+    pos_tags: str
+    vocab: int
+    workers: int
+    p_drop: Optional[float]  # None: the arch's
+    attention_dropout: Optional[float]
+    max_len_b: int
+    evalb: Optional[Path]
+    grid: Optional[Mapping[str, list]]  # --tune's full grid (attn_kit.recipes.wsj_tune), None without --tune
+
+    @property
+    def source(self):
+        """Where the trees come from (attn_kit.recipes.wsj_data)."""
+        treebank = Treebank(self.ptb, (self.train_sections, self.dev_sections, self.test_sections))
+        return SilverTrees(treebank, self.extra_trees) if self.extra_trees else treebank
+
+    @property
+    def sections(self) -> Dict[str, List[str]]:
+        return self.source.sections
+
+    @property
+    def vocab_estimate(self) -> Tuple[int, str]:
+        return self.vocab + 60, (" (about --vocab BPE symbols and ~60 bracket symbols, until the binarize stage "
+                                 "made the dictionary)")
+
+
+def build(argv=None) -> WsjSettings:
     """The run's settings: recipes/configs/wsj.yaml's sections for the mode, the command line over them."""
-    args = scale.parse(parser(), argv)
-    args.mode = "smoke" if args.smoke else "semi-supervised" if args.extra_trees else "wsj"
-    settings = config.settings("wsj", "wsj", "semi-supervised" if args.extra_trees else None,
-                               "smoke" if args.smoke else None)
-    if args.smoke and not args.ptb:  # --smoke --ptb DIR: the tiny model on your treebank
-        args.ptb = SMOKE_PTB
-        settings["train_sections"] = "02"
-    given = {"dropout": args.p_drop, "attention_dropout": args.attention_dropout, "lr_scale": args.lr_scale,
-             "beam": args.beam, "alpha": args.gnmt_alpha}
-    default_grid = settings.pop("tune_grid")  # --tune-grid's default, as data (not a SPEC)
-    args.size = common.model_size(settings, {})
-    args.model = args.size.flags() if args.size else []
-    common.apply_settings(args, settings)
-    args.validate_interval_updates = args.save_interval_updates  # WSJ validates at every checkpoint
-    args.length_penalty = "gnmt"
-    args.workdir = (args.workdir or REPO / "runs" / f"wsj_{args.mode.replace('-', '_')}").resolve()
-    for name in ("ptb", "extra_trees", "evalb"):
-        if getattr(args, name):
-            setattr(args, name, getattr(args, name).expanduser().resolve())
-    args.source = Treebank(args.ptb, (args.train_sections, args.dev_sections, args.test_sections))
-    if args.extra_trees:
-        args.source = SilverTrees(args.source, args.extra_trees)
-    args.sections = args.source.sections
-    check(args)
-    args.tune = args.tune or args.tune_grid is not None
-    if args.tune_grid is not None:
-        args.tune_grid = parse_tune_grid(args.tune_grid)
-    args.grid = tune_grid(args.tune_grid, default_grid, given,
-                          {"lr_scale": args.lr_scale, "beam": args.beam, "alpha": args.gnmt_alpha},
-                          args.arch) if args.tune else None
-    args.recipe_module = "attn_kit.recipes.wsj"
-    args.vocab_estimate = (args.vocab + 60, " (about --vocab BPE symbols and ~60 bracket symbols, until the binarize "
-                                            "stage made the dictionary)")
-    return args
+    given = scale.parse(parser(), argv)
+    mode = "smoke" if given.smoke else "semi-supervised" if given.extra_trees else "wsj"
+    yaml = config.settings("wsj", "wsj", "semi-supervised" if given.extra_trees else None,
+                           "smoke" if given.smoke else None)
+    ptb = given.ptb
+    if given.smoke and not ptb:  # --smoke --ptb DIR: the tiny model on your treebank
+        ptb, yaml["train_sections"] = SMOKE_PTB, "02"
+    default_grid = yaml.pop("tune_grid")  # --tune-grid's default, as data (not a SPEC)
+    s = settings.compose(WsjSettings, given, yaml, lambda v: dict(
+        mode=mode, ptb=_resolved(ptb), extra_trees=_resolved(given.extra_trees), evalb=_resolved(given.evalb),
+        workdir=(given.workdir or REPO / "runs" / f"wsj_{mode.replace('-', '_')}").resolve(),
+        size=common.model_size(yaml, {}), length_penalty="gnmt",
+        validate_interval_updates=v.save_interval_updates,  # WSJ validates at every checkpoint
+        tune=given.tune or given.tune_grid is not None, grid=full_grid(given, v, default_grid),
+        recipe_module="attn_kit.recipes.wsj"))
+    check(s)
+    return s
 
 
-def check(s):
-    """The values this recipe alone takes (common.apply_settings checks the shared ones)."""
+def full_grid(given: argparse.Namespace, merged, default_grid: dict) -> Optional[dict]:
+    """--tune's grid (None without --tune): --tune-grid's or the YAML's, the options ``given`` on the
+    command line fixing their keys, the ``merged`` values filling the rest (wsj_tune.tune_grid)."""
+    if not (given.tune or given.tune_grid is not None):
+        return None
+    fixed = {"dropout": given.p_drop, "attention_dropout": given.attention_dropout, "lr_scale": given.lr_scale,
+             "beam": given.beam, "alpha": given.alpha}
+    return tune_grid(parse_tune_grid(given.tune_grid) if given.tune_grid else None, default_grid, fixed,
+                     {"lr_scale": merged.lr_scale, "beam": merged.beam, "alpha": merged.alpha}, merged.arch)
+
+
+parse_args = build  # the name callers used before the settings were typed
+
+
+def _resolved(path: Optional[Path]) -> Optional[Path]:
+    return path.expanduser().resolve() if path else None
+
+
+def check(s: WsjSettings):
+    """The values this recipe alone takes (settings.check_run checks the shared ones)."""
+    s.sections  # noqa: B018 (a bad section list is one error line)
     if s.evalb and not s.dry_run and not (s.evalb.is_file() and os.access(s.evalb, os.X_OK)):
         raise UserError(f"--evalb {s.evalb}: not an executable file (EVALB builds with 'make' in its "
                         "folder: https://nlp.cs.nyu.edu/evalb/)")
@@ -224,7 +264,7 @@ def check(s):
     for option, value in (("--p-drop", s.p_drop), ("--attention-dropout", s.attention_dropout)):
         if value is not None and not 0 <= value < 1:
             raise UsageError(f"{option} must be in [0, 1)")
-    if s.canary and (s.tune or s.tune_grid is not None):
+    if s.canary and s.tune:
         raise UsageError("--canary checks one training run; each --tune trial is a run like it: run the canary "
                          "without --tune (its prediction times one trial)")
 
@@ -273,7 +313,7 @@ def evaluated(s) -> dict:
         return {"lr_scale": sel["lr_scale"], "dropout": sel["dropout"], "attention_dropout": sel["attention_dropout"],
                 "beam": sel["beam"], "alpha": sel["alpha"], "checkpoint": Path(sel["checkpoint"])}
     return {"lr_scale": s.lr_scale, "dropout": s.p_drop, "attention_dropout": s.attention_dropout, "beam": s.beam,
-            "alpha": s.gnmt_alpha, "checkpoint": s.workdir / "checkpoint_avg.pt"}
+            "alpha": s.alpha, "checkpoint": s.workdir / "checkpoint_avg.pt"}
 
 
 def write_results(s):
@@ -410,7 +450,7 @@ def decode(s, ctx, checkpoint, split, beam, alpha, out: Path):
 
 def generate(s, ctx):
     for split in ("valid", "test"):
-        decode(s, ctx, s.workdir / "checkpoint_avg.pt", split, s.beam, s.gnmt_alpha, s.workdir / "gen" / f"{split}.out")
+        decode(s, ctx, s.workdir / "checkpoint_avg.pt", split, s.beam, s.alpha, s.workdir / "gen" / f"{split}.out")
 
 
 def train_trial(s, trial: dict, ctx):
@@ -598,11 +638,11 @@ def train_stages(s) -> list:
         Stage("average", partial(average, s), f"average the last {s.average} checkpoints", inputs=[ckpt],
               outputs=[avg]),
         Stage("generate", partial(generate, s), f"fairseq-generate on dev and test: beam {s.beam}, GNMT alpha "
-                                                f"{s.gnmt_alpha:g}, max length input + {s.max_len_b}, "
+                                                f"{s.alpha:g}, max length input + {s.max_len_b}, "
                                                 f"{common.BEAM_STOP_NAMES[common.beam_stop(s)]}",
               inputs=[avg, W / "data-bin" / f"test.{SRC}-{TGT}.{SRC}.bin"],
               outputs=[W / "gen" / "valid.out", W / "gen" / "test.out"],
-              options={"beam": s.beam, "alpha": s.gnmt_alpha, "max_len_b": s.max_len_b,
+              options={"beam": s.beam, "alpha": s.alpha, "max_len_b": s.max_len_b,
                        "beam_stop": common.beam_stop(s)}),
     ]
 
@@ -614,7 +654,7 @@ def canary_stage(s, data: list) -> Stage:
         s, W / "data-bin", [stage.name for stage in data],
         lambda c, save_dir: common.train_command(c, W / "data-bin", save_dir,
                                                  model_flags(s, s.p_drop, s.attention_dropout)),
-        lambda checkpoint: decode_command(s, checkpoint, "test", s.beam, s.gnmt_alpha),
+        lambda checkpoint: decode_command(s, checkpoint, "test", s.beam, s.alpha),
         [(W / "bpe" / f"{split}.{SRC}", W / "bpe" / f"{split}.{TGT}") for split in ("valid", "test")], model_flags(s),
         train_data(s))
 
@@ -652,13 +692,13 @@ def main(argv=None):
     s = parse_args(argv)
     report_ = canary.report if s.canary else report
     if s.dry_run:
-        scale.run(s, stages(s), report_)
+        scale.run(s, stages, report_)
         return
     scale.check_devices(s, stages(s))  # scale.run checks too; here it comes before anything is written
     with workdir_lock(s.workdir):  # run_recipe holds it too; taken here so that nothing writes before it
         if s.tune:
             forget_stale_selection(s.workdir, s.grid)
-        scale.run(s, stages(s), report_)
+        scale.run(s, stages, report_)
 
 
 if __name__ == "__main__":
