@@ -229,17 +229,14 @@ def build(argv=None) -> WsjSettings:
         workdir=(given.workdir or REPO / "runs" / f"wsj_{mode.replace('-', '_')}").resolve(),
         size=common.model_size(yaml, {}), length_penalty="gnmt",
         validate_interval_updates=v.save_interval_updates,  # WSJ validates at every checkpoint
-        tune=given.tune or given.tune_grid is not None, grid=full_grid(given, v, default_grid),
-        recipe_module="attn_kit.recipes.wsj"))
-    check(s)
-    return s
+        tune=given.tune or given.tune_grid is not None, grid=None, recipe_module="attn_kit.recipes.wsj"))
+    check(s)  # before the grid, which asks fairseq for the arch's dropouts
+    return settings.replace(s, grid=full_grid(given, s, default_grid)) if s.tune else s
 
 
-def full_grid(given: argparse.Namespace, merged, default_grid: dict) -> Optional[dict]:
-    """--tune's grid (None without --tune): --tune-grid's or the YAML's, the options ``given`` on the
-    command line fixing their keys, the ``merged`` values filling the rest (wsj_tune.tune_grid)."""
-    if not (given.tune or given.tune_grid is not None):
-        return None
+def full_grid(given: argparse.Namespace, merged: WsjSettings, default_grid: dict) -> dict:
+    """--tune's grid: --tune-grid's or the YAML's, the options ``given`` on the command line
+    fixing their keys, the ``merged`` settings filling the rest (wsj_tune.tune_grid)."""
     fixed = {"dropout": given.p_drop, "attention_dropout": given.attention_dropout, "lr_scale": given.lr_scale,
              "beam": given.beam, "alpha": given.alpha}
     return tune_grid(parse_tune_grid(given.tune_grid) if given.tune_grid else None, default_grid, fixed,
