@@ -16,7 +16,7 @@ from conftest import REPO, assert_one_error_line
 
 from attn_kit.cli import UserError
 from attn_kit.pipeline.stages import Pipeline
-from attn_kit.recipes import config, wmt14
+from attn_kit.recipes import config, wmt14, wmt14_data
 
 RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14", "--pair", "en-de"]
 SH = ["bash", str(REPO / "recipes" / "wmt14_en_de.sh")]
@@ -109,7 +109,7 @@ def test_a_corrupt_or_missing_bundled_file_is_one_error_line(tmp_path, monkeypat
                                                      .read_bytes())
     train = data / "train.en-de.tsv.xz"
     train.write_bytes(train.read_bytes()[:-1] + b"x")  # one byte changed
-    monkeypatch.setattr(wmt14, "BUNDLED_DATA", data)
+    monkeypatch.setattr(wmt14_data, "BUNDLED_DATA", data)
     args = wmt14.parse_args(["--bundled", "--workdir", str(tmp_path / "w")])
     with pytest.raises(UserError, match="bundled data damaged: .*train.en-de.tsv.xz.*git checkout"):
         Pipeline(args.workdir, wmt14.stages(args)).run()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SMOKE_RUN
+from conftest import REPO, SMOKE_RUN, assert_one_error_line
 from attn_kit.pipeline.launch import batch_plan
 
 RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14"]
@@ -113,6 +113,26 @@ def test_bad_options_are_one_line(args, message):
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     assert message in proc.stderr.strip().splitlines()[-1]
+
+
+def test_a_pair_other_than_the_scripts_is_one_error_line():
+    """recipes/wmt14_en_fr.sh passes --pair en-fr itself: a user's --pair en-de contradicts it."""
+    proc = subprocess.run(["bash", str(REPO / "recipes" / "wmt14_en_fr.sh"), "--pair", "en-de", "--dry-run"],
+                          capture_output=True, text=True, timeout=300)
+    assert_one_error_line(proc, "--pair en-de: this recipe trains en-fr", "recipes/wmt14_en_de.sh")
+    assert proc.stdout == ""
+
+
+def test_alpha_is_a_hidden_alias_of_gnmt_alpha(tmp_path):
+    """--gnmt-alpha is the option's name in every command; --alpha, its name before, is the same option."""
+    outs = [recipe("--bundled", "--dry-run", "--length-penalty", "gnmt", "--workdir", tmp_path / "w", option, "0.8")
+            for option in ("--gnmt-alpha", "--alpha")]
+    assert all(proc.returncode == 0 for proc in outs), outs[-1].stderr
+    strip = lambda text: re.sub(r"\[\d\d:\d\d:\d\d\]", "", text)  # noqa: E731 -- the log lines' times
+    assert strip(outs[0].stdout) == strip(outs[1].stdout)
+    assert "--gnmt-alpha 0.8" in outs[0].stdout and "GNMT alpha 0.8" in outs[0].stdout
+    help_text = recipe("--help").stdout
+    assert "--gnmt-alpha" in help_text and "--alpha" not in help_text.replace("--gnmt-alpha", "")
 
 
 def _wait_for(path_glob, root: Path, proc, timeout=300):

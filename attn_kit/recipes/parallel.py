@@ -1,38 +1,6 @@
-"""Your own parallel corpus through the WMT14 recipe's stages (run it through recipes/parallel.sh).
-
-    bash recipes/parallel.sh --src en --tgt de --train data/train --valid data/valid --test data/test
-
---train/--valid/--test PREFIX name raw text files PREFIX.SRC and PREFIX.TGT, one
-sentence per line, line N of one the translation of line N of the other. The
-stages are the WMT14 recipe's (attn_kit.recipes.wmt14), with the user's files
-in place of the downloads:
-
-  check      both sides of every split exist, are UTF-8, have as many lines, no empty line;
-             a warning when a split's two sides are the same text, or when splits share
-             sentence pairs (--train = --valid, a test set inside the training data)
-  copy       into WORKDIR/raw, whitespace normalized
-  tokenize   Moses punctuation normalization and tokenization with -a (sacremoses; any
-             language it has rules for: --src/--tgt are checked against them)
-  bpe        joint BPE (subword-nmt, --bpe-merges), then clean-corpus-n on the training pairs
-  binarize   fairseq-preprocess --joined-dictionary
-  train      the paper's model (--arch; --layers, --d-model, ... resize it), optimizer,
-             schedule and batch (Sec. 5), on --ngpus GPUs, --nnodes, --launcher slurm, ...;
-             --preset small: a small model, batch and schedule for a corpus of roughly
-             10K-1M pairs on a CPU or one GPU
-  average    the last checkpoints (Sec. 6.1)
-  generate   beam search on the test split (beam 4, GNMT length penalty 0.6)
-  score      sacreBLEU on detokenized output, tokenized BLEU (multi-bleu), and
-             tensor2tensor's protocol (the paper's); WORKDIR/results.json
-
-The files are read as every command of this project reads text (attn_kit.textio):
-UTF-8, a byte that is not is one error naming the file and line (--errors replace
-reads it as U+FFFD instead), a byte-order mark at the start is removed, and CR,
-CRLF and LF all end a line.
-
-Options after -- go to fairseq-train as they are. Each stage skips work whose
-complete output exists; use a fresh --workdir when the files change. --data-workdir DIR
-prepares the data (check..binarize) in DIR, for runs of several models to share (the
-same files and --bpe-merges; other ones are refused there).
+"""recipes/parallel.sh: your own parallel corpus through the WMT14 recipe's stages (attn_kit.recipes.wmt14),
+with its files as the data source (:class:`YourFiles`: check and copy in place of download and extract)
+and the recipe's settings from ``files:`` (and ``--preset``) in recipes/configs/wmt14.yaml.
 """
 import argparse
 import hashlib
@@ -42,13 +10,30 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Dict, Optional, Set
 
-from ..cli import UsageError, UserError, main_guard
-from ..sizes import PLUGIN_ARCHS
-from ..textio import add_errors_option, iter_lines
-from . import common, config, scale, wmt14
 from ..checkout import REPO
+from ..cli import UsageError, UserError, main_guard
+from ..pipeline.text import copy_corpus
+from ..sizes import PLUGIN_ARCHS, SIZES
+from ..textio import add_errors_option, iter_lines
+from . import config, scale, settings, wmt14
+from .common import model_size
+from .wmt14_data import SPLITS, DataSource, Layout, once
 
-SPLITS = ("train", "valid", "test")
+DESCRIPTION = """\
+    bash recipes/parallel.sh --src en --tgt de --train data/train --valid data/valid --test data/test
+
+--train/--valid/--test PREFIX name raw text files PREFIX.SRC and PREFIX.TGT, one sentence per line,
+line N of one the translation of line N of the other, read as every command of this project reads
+text (UTF-8; --errors replace reads a byte that is not as U+FFFD). The stages are the WMT14 recipe's,
+with your files in place of the downloads: check (exist, UTF-8, as many lines, no empty line; a
+warning for splits that share pairs), copy, tokenize (Moses, sacremoses), bpe (joint, then
+clean-corpus-n), binarize, train (the paper's model, batch and schedule, Sec. 5; --preset small for a
+corpus of roughly 10K-1M pairs on a CPU or one GPU), average, generate (beam 4, GNMT alpha 0.6) and
+score (sacreBLEU, tokenized BLEU, tensor2tensor's protocol; WORKDIR/results.json).
+
+Options after -- go to fairseq-train. Each stage skips work whose complete output exists; use a fresh
+--workdir when the files change. --data-workdir DIR prepares the data (check..binarize) in DIR, for
+runs of several models to share."""
 
 
 def moses_languages() -> list:
@@ -173,6 +158,36 @@ def check_files(files: Dict[str, Path], src: str, tgt: str, errors: str = "stric
              f"{_MEASURES[inside]} counts sentences of {_SOURCE[outside]}")
 
 
+class YourFiles(DataSource):
+    """The user's raw text files (--train/--valid/--test PREFIX, PREFIX.SRC and PREFIX.TGT)."""
+    fetch_name, extract_name = "check", "copy"
+
+    def description(self, s) -> str:
+        return f"your {s.src}-{s.tgt} corpus: {', '.join(f'{k} {v}' for k, v in s.files.items())}"
+
+    def downloads(self, s, lay: Layout) -> list:
+        return []
+
+    def sources(self, s, lay: Layout) -> list:
+        return [Path(f"{prefix}.{lang}") for prefix in s.files.values() for lang in (s.src, s.tgt)]
+
+    def options(self, s) -> dict:
+        return {"data": s.data, "files": []}
+
+    def paper_vocab(self, s):
+        return None
+
+    def fetch(self, ctx, s, lay: Layout):
+        ctx.step(f"check {', '.join(f'{prefix}.{{{s.src},{s.tgt}}}' for prefix in s.files.values())}: there, "
+                 "UTF-8, line counts equal, no empty line", check_files, s.files, s.src, s.tgt, s.errors)
+
+    def extract(self, ctx, s, lay: Layout):
+        for split, prefix in s.files.items():
+            for lang in (s.src, s.tgt):
+                once(ctx, lay.raw / f"{split}.{lang}", f"copy {prefix}.{lang} -> {lay.raw / f'{split}.{lang}'} "
+                     "(whitespace normalized)", lambda out, p=f"{prefix}.{lang}": copy_corpus(p, out, s.errors))
+
+
 PRESETS = ("paper", *config.presets("wmt14"))
 # what each preset is for (its settings: presets: in recipes/configs/wmt14.yaml)
 PRESET_USES = {"small": "a corpus of roughly 10K-1M sentence pairs on a CPU or one GPU (--bundled of "
@@ -181,7 +196,7 @@ PRESET_USES = {"small": "a corpus of roughly 10K-1M sentence pairs on a CPU or o
 
 def preset_help() -> str:
     """--preset's help: what each preset is for and sets, from recipes/configs/wmt14.yaml."""
-    words = {"size": lambda v: f"the model {common.SIZES[v].describe()} (size {v!r})",
+    words = {"size": lambda v: f"the model {SIZES[v].describe()} (size {v!r})",
              "ngpus": lambda v: f"--ngpus {v}" + (" (CPU)" if v == 0 else ""),
              "validate_interval_updates": lambda v: f"a validation every {v} updates",
              "log_interval": lambda v: f"a log line every {v} updates",
@@ -196,10 +211,10 @@ def preset_help() -> str:
                         for name, sets in config.presets("wmt14").items()))
 
 
-def parse_args(argv=None):
+def parser() -> argparse.ArgumentParser:
     cfg = config.load("wmt14")
     P, F = config.settings("wmt14", "paper"), config.settings("wmt14", "paper", "files")
-    p = argparse.ArgumentParser(prog="recipes/parallel.sh", usage=scale.USAGE, description=__doc__,
+    p = argparse.ArgumentParser(prog="recipes/parallel.sh", usage=scale.USAGE, description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("data")
     g.add_argument("--src", help="source language code (Moses' rules for it: en, de, fr, cs, ...)")
@@ -215,45 +230,55 @@ def parse_args(argv=None):
     wmt14.add_bpe_learn_option(g, F)
     wmt14.add_data_workdir_option(g, "the work directory: the corpus is yours, so its prepared copy is shared only "
                                      "where you say, e.g. by the runs of two --arch")
-    common.add_run_options(p, "runs/parallel_<src>_<tgt>_<arch>")
+    settings.add_run_options(p, "runs/parallel_<src>_<tgt>_<arch>")
     p.add_argument("--arch", default="attn_paper_base",
                    help=f"model architecture registered by attn_plugin: {', '.join(PLUGIN_ARCHS)} (default "
                         "attn_paper_base); --layers, --d-model, --d-ff, --h, --p-drop resize it")
     p.add_argument("--preset", default="paper", choices=PRESETS, help=preset_help())
-    wmt14.add_training_options(p, cfg, None, None, P, resize="resize --arch: ")
-    args = scale.parse(p, argv)
+    wmt14.add_training_options(p, cfg, None, None, P, resize="resize --arch: ", cpu_modes="--preset small",
+                               small_model="--preset small's model")
+    return p
 
+
+def check_given(given):
+    """The options only this recipe has: the corpus, its languages, the arch."""
     for option in ("src", "tgt", "train", "valid", "test"):
-        if not getattr(args, option):
+        if not getattr(given, option):
             raise UsageError(f"give --{option}: recipes/parallel.sh --src en --tgt de --train PREFIX --valid PREFIX "
                              "--test PREFIX (raw text files PREFIX.en and PREFIX.de)")
-    if args.src == args.tgt:
-        raise UsageError(f"--src and --tgt are both {args.src!r}")
-    check_language("--src", args.src)
-    check_language("--tgt", args.tgt)
-    if args.arch not in PLUGIN_ARCHS:
-        raise UsageError(f"unknown --arch {args.arch!r}; attn_plugin registers: {', '.join(PLUGIN_ARCHS)}")
-    args.pair, args.mode = f"{args.src}-{args.tgt}", "files"
-    args.files = {split: getattr(args, split).expanduser().resolve() for split in SPLITS}
-    short = args.arch.replace("attn_paper_", "")
-    if args.preset != "paper":
-        short = args.preset if short == "base" else f"{short}_{args.preset}"
-    args.workdir = (args.workdir or REPO / "runs" / f"parallel_{args.src}_{args.tgt}_{short}").resolve()
-    wmt14.set_data_workdir(args, None)
-    arch = args.arch if args.arch in cfg["archs"] else "attn_paper_base"
-    settings = config.settings("wmt14", "paper", f"archs.{arch}", "files",
-                               None if args.preset == "paper" else f"presets.{args.preset}")
-    args.size = common.model_size(settings, wmt14.size_overrides(args), resize_arch=args.arch)
-    args.model = args.size.flags() if args.size else []
-    common.apply_settings(args, settings)
-    args.recipe_module = "attn_kit.recipes.parallel"
-    args.vocab_estimate = wmt14.vocabulary_estimate(args)
-    return args
+    if given.src == given.tgt:
+        raise UsageError(f"--src and --tgt are both {given.src!r}")
+    check_language("--src", given.src)
+    check_language("--tgt", given.tgt)
+    if given.arch not in PLUGIN_ARCHS:
+        raise UsageError(f"unknown --arch {given.arch!r}; attn_plugin registers: {', '.join(PLUGIN_ARCHS)}")
+
+
+def build(argv=None) -> wmt14.Wmt14Settings:
+    """The run's settings: the command line over ``files:``, the arch's and the preset's YAML sections."""
+    given = scale.parse(parser(), argv)
+    check_given(given)
+    short = given.arch.replace("attn_paper_", "")
+    if given.preset != "paper":
+        short = given.preset if short == "base" else f"{short}_{given.preset}"
+    workdir = (given.workdir or REPO / "runs" / f"parallel_{given.src}_{given.tgt}_{short}").resolve()
+    data_workdir, data_home = wmt14.data_folders(given.data_workdir, workdir, None)
+    arch = given.arch if given.arch in config.load("wmt14")["archs"] else "attn_paper_base"
+    yaml = config.settings("wmt14", "paper", f"archs.{arch}", "files",
+                           None if given.preset == "paper" else f"presets.{given.preset}")
+    return settings.compose(wmt14.Wmt14Settings, given, yaml, lambda v: dict(
+        pair=f"{given.src}-{given.tgt}", mode="files", source=YourFiles(), workdir=workdir,
+        data_workdir=data_workdir, data_home=data_home,
+        files={split: getattr(given, split).expanduser().resolve() for split in SPLITS},
+        size=model_size(yaml, wmt14.size_overrides(given), resize_arch=given.arch),
+        recipe_module="attn_kit.recipes.parallel"))
+
+
+parse_args = build  # the name callers used before the settings were typed
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    scale.run(args, wmt14.stages(args), wmt14.report)
+    scale.run(build(argv), wmt14.stages, wmt14.report)
 
 
 if __name__ == "__main__":

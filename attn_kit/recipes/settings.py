@@ -116,15 +116,15 @@ def merge(cls, given: argparse.Namespace, config: Mapping) -> dict:
 
 
 def compose(cls, given: argparse.Namespace, config: Mapping, derive: Optional[Callable] = None):
-    """``cls`` from the command line over the YAML (:func:`merge`), with ``derive(values)``'s values
-    (a read-only view of the merged ones) and the precision the devices train in; checked."""
+    """``cls`` from the command line over the YAML (:func:`merge`) and ``derive(values)``'s values
+    (computed from a read-only view of the merged ones), checked (:func:`check_run`), with the
+    precision its devices train in."""
     values = merge(cls, given, config)
+    values.update(derive(SimpleNamespace(**values)) if derive else {})
     view = SimpleNamespace(**values)
-    values.update(derive(view) if derive else {})
+    check_run(view)
     values["precision_used"] = scale.resolve_precision(view.precision, view.ngpus, view.launcher, view.dry_run)
-    settings = cls(**values)
-    check_run(settings)
-    return settings
+    return cls(**values)
 
 
 # ---------------------------------------------------------------------------------------------- options
@@ -136,11 +136,12 @@ def add_run_options(p: argparse.ArgumentParser, default_workdir: str):
     p.add_argument("--stop-stage", help="last stage to run: a number or a stage name (default: the last)")
 
 
-def add_device_options(g):
+def add_device_options(g, cpu_modes: str = "--smoke and --bundled"):
     """Where training runs (GPUs, nodes with torchrun, or data-parallel CPU processes), its seed,
-    threads and time budget, the launcher (attn_kit.recipes.scale) and the canary."""
+    threads and time budget, the launcher (attn_kit.recipes.scale) and the canary. ``cpu_modes``:
+    the recipe's modes that train on the CPU, as --ngpus's help names them."""
     g.add_argument("--ngpus", type=int,
-                   help="GPUs per node (default 8, the paper's; --smoke and --bundled: 0 = CPU). The default does not "
+                   help=f"GPUs per node (default 8, the paper's; {cpu_modes}: 0 = CPU). The default does not "
                         "follow the machine, so that --dry-run and --launcher slurm plan the same run wherever they "
                         "are typed; a run that trains here checks it before its first stage (fewer GPUs visible "
                         "than asked is one error line saying what to pass)")

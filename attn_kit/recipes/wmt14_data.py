@@ -1,16 +1,22 @@
-"""What the WMT14 recipes download, and where each corpus sits inside its archive;
-and the bundled EN-DE corpus the --bundled mode reads instead (data/tatoeba-en-de).
+"""Where the WMT14 recipes' text comes from: a run's folders (:class:`Layout`), the data sources
+behind the first two stages (:class:`DataSource`: the WMT14 download, the bundled corpus; the smoke
+mirror is in wmt14_smoke, your files in parallel), and what WMT14 downloads.
 
-Sizes and sha256 of the training archives are the values published with
-TensorFlow Datasets' WMT14 builder (``url_checksums/wmt14_translate.txt``); the
-md5 of the two test archives are the ones sacreBLEU checks. The UN corpus and
-the 10^9 French-English corpus have no published checksum: the first download
-records its sha256 and later runs check against it (the log says so).
+Sizes and sha256 of the training archives are the values published with TensorFlow Datasets'
+WMT14 builder (``url_checksums/wmt14_translate.txt``); the md5 of the two test archives are the
+ones sacreBLEU checks. The UN corpus and the 10^9 French-English corpus have no published
+checksum: the first download records its sha256 and later runs check against it (the log says so).
 """
+import lzma
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
 
-from attn_kit.pipeline.download import RemoteFile
+from ..checkout import REPO
+from ..cli import UserError, log
+from ..pipeline.download import RemoteFile, fetch, mirror_url, sha256_of
+from ..pipeline.text import concatenate, extract_members, read_sgm, write_lines
+from ..prep_cost import recipe_lines
 
 STATMT = "http://www.statmt.org"
 
@@ -92,3 +98,204 @@ def files_for(pair: str) -> List[str]:
     """FILES keys a pair needs, in download order (small test sets first)."""
     p = PAIRS[pair]
     return ["dev", "test"] + [key for key, _, _ in p.train]
+
+
+# ---------------------------------------------------------------------------------------------- a run's folders
+SPLITS = ("train", "valid", "test")
+BUNDLED_DATA = REPO / "data" / "tatoeba-en-de"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a run's files go: the data stages' in the data folder ``D`` (--data-workdir), the
+    training and evaluation's in the work directory ``W``."""
+    W: Path
+    D: Path
+    src: str
+    tgt: str
+    clean: bool  # clean-corpus-n after BPE: the binarize stage reads prep/, else bpe/
+
+    @classmethod
+    def of(cls, s) -> "Layout":
+        return cls(s.workdir, s.data_workdir, s.src, s.tgt, s.clean)
+
+    dl = property(lambda self: self.D / "downloads")
+    orig = property(lambda self: self.D / "orig")
+    raw = property(lambda self: self.D / "raw")
+    tok = property(lambda self: self.D / "tok")
+    bpe = property(lambda self: self.D / "bpe")
+    prep = property(lambda self: self.D / "prep")
+    data_bin = property(lambda self: self.D / "data-bin")
+    ckpt = property(lambda self: self.W / "checkpoints")
+    avg = property(lambda self: self.W / "checkpoint_avg.pt")
+    gen = property(lambda self: self.W / "gen" / "test.out")
+
+    @property
+    def texts(self) -> List[str]:
+        """The text files of every split and side: train.en, train.de, valid.en, ..."""
+        return [f"{split}.{lang}" for split in SPLITS for lang in (self.src, self.tgt)]
+
+    @property
+    def binarize_from(self) -> Path:
+        return self.prep if self.clean else self.bpe
+
+    def pairs(self, folder: Path) -> List[Tuple[Path, Path]]:
+        """(source, target) text files of every split in ``folder``, for the line-count checks."""
+        return [(folder / f"{split}.{self.src}", folder / f"{split}.{self.tgt}") for split in SPLITS]
+
+
+def once(ctx, path: Path, description: str, fn, *args):
+    """A step whose output ``path`` is kept between runs: skipped when ``path`` exists,
+    so that a stage killed half-way redoes only its unfinished steps."""
+    if path.exists() and not ctx.dry_run:
+        print(f"  # {description}: done already", flush=True)
+        return
+    with ctx.output(path) as tmp:
+        ctx.step(description, fn, *args, tmp)
+
+
+# ---------------------------------------------------------------------------------------------- data sources
+class DataSource:
+    """Where a run's text comes from, behind the first two stages: ``fetch`` gets or checks it,
+    ``extract`` writes one raw text file per split and side (``Layout.raw``). Stateless: each
+    method takes the run's settings ``s`` and folders ``lay``."""
+    fetch_name, extract_name = "download", "extract"
+
+    def description(self, s) -> str:
+        raise NotImplementedError
+
+    def downloads(self, s, lay: Layout) -> List[Path]:
+        """What ``fetch`` writes (none: it only checks)."""
+        return [dl_path(lay, key) for key in files_for(s.pair)]
+
+    def sources(self, s, lay: Layout) -> List[Path]:
+        """What ``extract`` reads."""
+        return self.downloads(s, lay)
+
+    def options(self, s) -> dict:
+        """The fetch stage's options (a change runs it again)."""
+        return {"data": s.data, "files": files_for(s.pair)}
+
+    def paper_vocab(self, s) -> Optional[int]:
+        """The paper's dictionary size for this data, for the binarize stage's log (None: not the paper's)."""
+        return PAIRS[s.pair].paper_vocab
+
+    def notes(self, s) -> List[str]:
+        """Lines --dry-run prints before tokenizing (what preparing this data costs)."""
+        return []
+
+    def fetch(self, ctx, s, lay: Layout):
+        raise NotImplementedError
+
+    def extract(self, ctx, s, lay: Layout):
+        raise NotImplementedError
+
+
+def dl_path(lay: Layout, key: str) -> Path:
+    return lay.dl / FILES[key].name
+
+
+class Wmt14Download(DataSource):
+    """WMT14 from statmt.org (or --mirror): the pair's training corpora, newstest2013 and newstest2014."""
+
+    def description(self, s) -> str:
+        return f"WMT14 {s.pair} corpora, newstest2013 and newstest2014"
+
+    def notes(self, s) -> List[str]:
+        return recipe_lines(s.pair, PAIRS[s.pair].train_pairs, s.workers, s.bpe_learn_pairs)
+
+    def manifest(self, ctx, s, lay: Layout):
+        """(the files by key, the mirror to fetch them from, a function that stops serving it or None)."""
+        return dict(FILES), s.mirror, None
+
+    def fetch(self, ctx, s, lay: Layout):
+        manifest, mirror, stop = self.manifest(ctx, s, lay)
+        try:
+            for key in files_for(s.pair):
+                rf = manifest[key]
+                checks = ", ".join(f"{k} {getattr(rf, k)}" for k in ("size", "sha256", "md5") if getattr(rf, k))
+                ctx.step(f"fetch {mirror_url(rf.url, mirror)} -> {lay.dl / rf.name} "
+                         f"({checks or 'no published checksum'})", fetch, rf, lay.dl, mirror, log)
+        finally:
+            if stop:
+                stop()
+
+    def extract(self, ctx, s, lay: Layout):
+        """The training corpora as text, the test sets' sgm as text; each archive read once."""
+        pair, src, tgt, orig, raw = PAIRS[s.pair], s.src, s.tgt, lay.orig, lay.raw
+
+        def unpack(key, wanted):
+            if all(p.exists() for p in wanted.values()) and not ctx.dry_run:
+                print(f"  # extract from {FILES[key].name}: done already", flush=True)
+                return
+            ctx.step(f"extract {', '.join(wanted)} from {FILES[key].name}", extract_members, dl_path(lay, key), wanted)
+
+        for d in (orig, raw):
+            if not ctx.dry_run:
+                d.mkdir(parents=True, exist_ok=True)
+        for key, en_member, f_member in pair.train:
+            unpack(key, {en_member: orig / f"{key}.{src}", f_member: orig / f"{key}.{tgt}"})
+        for split, key, members in (("valid", "dev", pair.dev), ("test", "test", pair.test)):
+            unpack(key, {m: orig / Path(m).name for m in members})
+            for member, lang in zip(members, (src, tgt)):
+                once(ctx, raw / f"{split}.{lang}", f"sgm -> text: {Path(member).name}",
+                     lambda out, m=member: write_lines(out, read_sgm(orig / Path(m).name)))
+        for lang in (src, tgt):
+            once(ctx, raw / f"train.{lang}", f"concatenate the {len(pair.train)} training corpora ({lang})",
+                 lambda out, lang=lang: concatenate([orig / f"{key}.{lang}" for key, _, _ in pair.train], out))
+
+
+class Bundled(DataSource):
+    """The repo's Tatoeba EN-DE corpus (data/tatoeba-en-de), checked against its committed sha256."""
+
+    def description(self, s) -> str:
+        return f"bundled Tatoeba EN-DE ({BUNDLED_DATA})"
+
+    def downloads(self, s, lay: Layout) -> List[Path]:
+        return []
+
+    def sources(self, s, lay: Layout) -> List[Path]:
+        return [BUNDLED_DATA / rf.name for rf in BUNDLED.values()]
+
+    def paper_vocab(self, s) -> Optional[int]:
+        return None
+
+    def fetch(self, ctx, s, lay: Layout):
+        ctx.step(f"check the bundled Tatoeba EN-DE files in {BUNDLED_DATA} (sizes, sha256)", check_bundled,
+                 BUNDLED_DATA)
+
+    def extract(self, ctx, s, lay: Layout):
+        with ctx.output(lay.raw) as tmp:
+            ctx.step(f"extract {BUNDLED_DATA}/*.tsv.xz into {lay.raw}", lambda: (
+                tmp.mkdir(parents=True), extract_bundled(BUNDLED_DATA, tmp, s.src, s.tgt)))
+
+
+def check_bundled(folder: Path):
+    """The bundled splits are there and intact (sizes and sha256 as committed)."""
+    for rf in BUNDLED.values():
+        path = folder / rf.name
+        if not path.exists():
+            raise UserError(f"bundled data missing: {path} (is this a complete clone of the repo?)")
+        if path.stat().st_size != rf.size or sha256_of(path) != rf.sha256:
+            raise UserError(f"bundled data damaged: {path} (its sha256 is not the committed one); restore it with "
+                            f"git checkout -- {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
+
+
+def extract_bundled(src_dir: Path, out_dir: Path, src: str, tgt: str):
+    """``{split}.{src}-{tgt}.tsv.xz`` (source<TAB>target) -> plain ``{split}.{src}`` and ``{split}.{tgt}``."""
+    for split in SPLITS:
+        path = src_dir / f"{split}.{src}-{tgt}.tsv.xz"
+        if not path.exists():
+            raise UserError(f"bundled data missing: {path} (is this a complete clone of the repo?)")
+        try:
+            with lzma.open(path, "rt", encoding="utf-8") as f, \
+                    open(out_dir / f"{split}.{src}", "w", encoding="utf-8") as fs, \
+                    open(out_dir / f"{split}.{tgt}", "w", encoding="utf-8") as ft:
+                for n, line in enumerate(f, 1):
+                    fields = line.rstrip("\n").split("\t")
+                    if len(fields) != 2:
+                        raise UserError(f"{path}: line {n} is not 'source<TAB>target'")
+                    fs.write(fields[0] + "\n")
+                    ft.write(fields[1] + "\n")
+        except (lzma.LZMAError, EOFError, UnicodeDecodeError) as exc:
+            raise UserError(f"bundled data damaged: {path} ({exc}); restore it with git checkout") from None

@@ -15,8 +15,8 @@ from typing import Dict, List, Tuple
 from urllib.parse import urlparse
 
 from attn_kit.pipeline.download import RemoteFile, sha256_of
-from attn_kit.pipeline.mirror import make_tar
-from .wmt14_data import FILES, PAIRS, files_for
+from attn_kit.pipeline.mirror import make_tar, serve
+from .wmt14_data import FILES, PAIRS, Layout, Wmt14Download, files_for
 from ..checkout import REPO
 
 SAMPLES = {"de": REPO / "data" / "tatoeba-en-de", "fr": REPO / "data" / "tatoeba-en-fr-sample"}
@@ -88,3 +88,25 @@ def build_mirror(root: Path, pair: str) -> Dict[str, RemoteFile]:
         manifest[key] = RemoteFile(real.name, real.url, size=out.stat().st_size, sha256=sha256_of(out),
                                    note=f"{real.note} (smoke stand-in)")
     return manifest
+
+
+class SmokeMirror(Wmt14Download):
+    """--smoke: the WMT14 download code against the smoke archives, built here and served on
+    127.0.0.1 (or from a --mirror of them, checked against the ones built here)."""
+
+    def description(self, s) -> str:
+        return super().description(s) + " (smoke archives, local mirror)"
+
+    def notes(self, s) -> list:
+        return []
+
+    def manifest(self, ctx, s, lay: Layout):
+        manifest, mirror, stop = dict(FILES), s.mirror, None
+        if not mirror:
+            ctx.step(f"build the smoke archives in {lay.D / 'mirror'} and serve them on 127.0.0.1", lambda: None)
+            if not ctx.dry_run:
+                manifest.update(build_mirror(lay.D / "mirror", s.pair))
+                mirror, stop = serve(lay.D / "mirror")
+        elif not ctx.dry_run:  # a user-given mirror of smoke archives: their checksums come from ours
+            manifest.update(build_mirror(lay.D / "mirror-expected", s.pair))
+        return manifest, mirror, stop
