@@ -18,7 +18,7 @@ from ..cli import UserError, add_force_option, check_output, log, write_json_ato
 from ..pipeline.lock import workdir_lock
 from ..results import provenance
 from ..checkout import REPO
-from .common import read_hypotheses
+from .common import generate_command, read_hypotheses
 
 DESCRIPTION = """\
 The sweep that chose the bundled run's settings (``bundled`` in recipes/configs/wmt14.yaml).
@@ -117,8 +117,6 @@ def valid_bleu(s: SweepSettings, work: Path, checkpoint: Path, flags) -> float:
     (:func:`attn_kit.recipes.common.generate_command`) with ``flags`` (beam, length penalty)."""
     import sacrebleu
     from sacremoses import MosesDetokenizer
-
-    from .common import generate_command
 
     beam, penalty = flags[1], flags[2:]
     cmd = generate_command(s, work / "data-bin", checkpoint, "valid", beam, penalty, 50, 128)

@@ -14,13 +14,14 @@ from functools import partial
 from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
-from ..cli import UsageError, UserError, log, main_guard, write_json_atomic, write_text_atomic
+from ..cli import UsageError, UserError, atomic_output, log, main_guard, write_json_atomic, write_text_atomic
 from ..paper import BASE, EN_DE_VOCAB, TABLE3, Table3Row
+from ..results import provenance
 from ..pipeline import slurm
 from ..pipeline.lock import workdir_lock
 from ..pipeline.process import stream
 from ..pipeline.stages import Pipeline, Stage
-from . import canary, common, config, scale, settings
+from . import canary, common, config, scale, settings, wmt14
 from ..checkout import REPO
 from .common import USER_DIR
 
@@ -318,8 +319,6 @@ def spearman(ours: List[float], paper: List[float]) -> Optional[float]:
 
 def write_table(s: Table3Settings):
     """WORKDIR/table3.{json,md,png}: every row's numbers beside the paper's, with rank correlations."""
-    from ..results import provenance
-
     rows = [json.loads((s.workdir / "rows" / r.name / "row.json").read_text()) for r in s.rows]
     correlation = {"bleu": spearman([r["bleu"] for r in rows], [r["paper"]["bleu"] for r in rows]),
                    "ppl": spearman([r["dev_ppl"] for r in rows], [r["paper"]["ppl"] for r in rows])}
@@ -353,8 +352,6 @@ def draw(info: dict, path: Path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from ..cli import atomic_output
 
     rows = info["rows"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.5))
@@ -410,13 +407,11 @@ def canary_stage(s: Table3Settings, row: Table3Row) -> Stage:
 
 def write_canary_table(s: Table3Settings):
     """WORKDIR/canary.json: each row's predicted wall time, the EN-DE data preparation once, and the total."""
-    from .wmt14 import STAGE_NAMES
-
     rows = {}
     for row in s.rows:
         c = json.loads((s.workdir / "rows" / row.name / "canary" / "canary.json").read_text())
         rows[row.name] = c["predicted_seconds"]["total"]
-    data = canary.data_seconds(s.data_workdir, STAGE_NAMES)
+    data = canary.data_seconds(s.data_workdir, wmt14.STAGE_NAMES)
     total = sum(rows.values()) + (data or 0.0)
     write_json_atomic(s.workdir / "canary.json", {"rows_predicted_seconds": rows, "data_preparation": data,
                                                       "total": round(total, 1)})
@@ -449,10 +444,8 @@ def stages(s: Table3Settings) -> List[Stage]:
 def data_job(s: Table3Settings):
     """--launcher slurm: (script name, text) of a job that prepares the EN-DE data, or None when it
     is prepared already (the EN-DE recipe would skip every data stage)."""
-    from . import wmt14
-
     command = [c for c in data_command(s) if c != "--dry-run"]
-    data = wmt14.parse_args(command[3:])
+    data = wmt14.build(command[3:])
     span = Pipeline(data.workdir, wmt14.stages(data), True, data.stage, data.stop_stage, wmt14.STAGE_ALIASES)
     if scale.all_done(span):
         log(f"the EN-DE data in {data.workdir} is prepared already: no data job")

@@ -120,7 +120,7 @@ def _training_options(g, W: dict, S: dict):
     g.add_argument("--attention-dropout", type=float,
                    help="dropout on the attention weights, fairseq's --attention-dropout (default: the arch's, 0.2 "
                         "as t2t transformer_parsing_base; the paper tuned it on section 22)")
-    settings.add_device_options(g)
+    settings.add_device_options(g, cpu_modes="--smoke")
     g.add_argument("--tokens-per-update", type=int,
                    help="padded tokens per update over all devices (fairseq's --max-tokens x devices x --update-freq; "
                         f"default {W['tokens_per_update']} as the base model, Sec. 5.1; --smoke "
@@ -172,8 +172,6 @@ def parser() -> argparse.ArgumentParser:
     _data_options(p.add_argument_group("data"), W, S)
     g = p.add_argument_group("training")
     _training_options(g, W, S)
-    ngpus = next(a for a in g._group_actions if a.dest == "ngpus")  # this recipe has --smoke but no --bundled
-    ngpus.help = ngpus.help.replace("--smoke and --bundled: 0 = CPU", "--smoke: 0 = CPU")
     _decoding_options(p.add_argument_group("decoding and scoring"), W)
     return p
 

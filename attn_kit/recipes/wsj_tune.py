@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from ..cli import UsageError, UserError, log, write_json_atomic
+from ..metrics.evalb import parse_summary
 from . import common
 
 # training keys (one training each) and decoding keys (tried on section 22 with every trained model,
@@ -160,8 +161,6 @@ def _clean(summary: dict) -> dict:
 
 def evalb_blocks(path: Path):
     """EVALB's ``-- All --`` and ``-- len<=40 --`` blocks of the report in ``path``, cleaned."""
-    from ..metrics.evalb import parse_summary
-
     try:
         summary = parse_summary(path.read_text(encoding="latin-1"))
     except ValueError as exc:
