@@ -77,6 +77,15 @@ def imports_of(tree: ast.AST, module: str, is_package: bool, known: set) -> set:
     return found
 
 
+def import_graph(root: Path, trees: Dict[Path, ast.AST] = None) -> Dict[str, set]:
+    """attn_kit's modules and the attn_kit modules each imports, anywhere in its file."""
+    if trees is None:
+        trees = {p: ast.parse(p.read_text(encoding="utf-8")) for p in python_files(Path(root), "attn_kit")}
+    known = {module_name(root, p) for p in trees}
+    return {module_name(root, p): imports_of(t, module_name(root, p), p.name == "__init__.py", known)
+            for p, t in trees.items()}
+
+
 def cycles(graph: Dict[str, set]) -> List[List[str]]:
     """Strongly connected components of more than one module (Tarjan's algorithm)."""
     index, low, stack, on, out = {}, {}, [], set(), []
@@ -131,9 +140,7 @@ def measure(root: Path) -> dict:
             if folder == "attn_kit":
                 kit_trees[path] = tree
                 all_functions += [(f"{rel}:{name}", n, nested) for name, n, nested in functions(tree)]
-    known = {module_name(root, p) for p in kit_trees}
-    graph = {module_name(root, p): imports_of(t, module_name(root, p), p.name == "__init__.py", known)
-             for p, t in kit_trees.items()}
+    graph = import_graph(root, kit_trees)
     takes_args = sum(1 for t in kit_trees.values() for node in ast.walk(t)
                      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                      and any(a.arg == "args" for a in node.args.args + node.args.kwonlyargs))

@@ -45,11 +45,28 @@ def test_help_through_the_shell_script(tmp_path):
     proc = recipe(["--help"], cwd=tmp_path, cmd=SH, timeout=300)
     assert proc.returncode == 0, proc.stderr
     for option in ("--smoke", "--ptb", "--extra-trees", "--workdir", "--dry-run", "--stage", "--stop-stage",
-                   "--ngpus", "--pos-tags", "--vocab", "--beam", "--alpha", "--evalb", "LDC99T42",
+                   "--ngpus", "--pos-tags", "--vocab", "--beam", "--gnmt-alpha", "--p-drop", "--evalb", "LDC99T42",
                    "parsed/mrg/wsj/NN/wsj_NNNN.mrg", "--tune", "--tune-grid", "--attention-dropout",
                    "dropout=0.1,0.2;attention_dropout=0.1,0.2;lr_scale=0.5,1;beam=10,21;alpha=0.3,1",
                    "JSON"):
         assert option in proc.stdout, option
+    assert "bundled" not in proc.stdout  # this recipe has --smoke, no --bundled
+    assert "--dropout DROPOUT" not in proc.stdout and "--alpha ALPHA" not in proc.stdout  # hidden aliases
+
+
+def _dry_run_lines(argv, tmp_path):
+    proc = recipe(["--smoke", "--dry-run", "--workdir", tmp_path / "w", *argv])
+    assert proc.returncode == 0, proc.stderr
+    return [line.split("] ", 1)[-1] for line in proc.stdout.splitlines()]  # without the time stamps
+
+
+def test_old_option_names_are_hidden_aliases_of_the_new(tmp_path):
+    """--dropout and --alpha (the names before the one vocabulary) give the commands of --p-drop and
+    --gnmt-alpha; the --tune-grid keys p_drop and gnmt_alpha are those of dropout and alpha."""
+    new = _dry_run_lines(["--p-drop", "0.3", "--gnmt-alpha", "0.7"], tmp_path)
+    assert "--dropout 0.3" in "\n".join(new) and "--gnmt-alpha 0.7" in "\n".join(new)
+    assert _dry_run_lines(["--dropout", "0.3", "--alpha", "0.7"], tmp_path) == new
+    assert wsj.parse_tune_grid("p_drop=0.1,0.2;gnmt-alpha=0.6") == wsj.parse_tune_grid("dropout=0.1,0.2;alpha=0.6")
 
 
 def test_dry_run_prints_the_papers_commands_and_creates_nothing(tmp_path):
@@ -154,6 +171,8 @@ def test_extra_trees_join_the_training_data(tmp_path):
     (["--smoke", "--evalb", "/nonexistent/evalb"], "--evalb /nonexistent/evalb: not an executable file"),
     (["--smoke", "--stage", "nonsense"], "unknown stage 'nonsense'"),
     (["--smoke", "--beam", "0"], "--beam must be >= 1"),
+    (["--smoke", "--p-drop", "1"], "--p-drop must be in [0, 1)"),
+    (["--smoke", "--tune-grid", "dropout=0.1", "--dropout", "0.2"], "--p-drop and --tune-grid both set dropout"),
     (["--smoke", "--attention-dropout", "1.5"], "--attention-dropout must be in [0, 1)"),
     (["--smoke", "--tune-grid", "dropout=0.1;heads=8"], "unknown key 'heads'; keys: dropout, attention_dropout"),
     (["--smoke", "--tune-grid", "dropout=0.1,x"], "dropout value 'x' is not a number"),
@@ -189,12 +208,12 @@ def test_tune_grid_syntax_and_defaults(tmp_path):
     assert a.tune and a.grid == {"dropout": [0.1, 0.3], "attention_dropout": [0.2], "lr_scale": [0.5],
                                  "beam": [12], "alpha": [0.3]}
     a = wsj.parse_args(["--ptb", str(tmp_path), "--tune"])
-    assert a.grid == config.settings("wsj", "wsj")["tune_grid"] and len(wsj.tune_trials(a)) == 8 and len(wsj.decode_settings(a)) == 4
+    assert a.grid == config.settings("wsj", "wsj")["tune_grid"] and len(wsj.tune_trials(a.grid)) == 8 and len(wsj.decode_settings(a.grid)) == 4
     a = wsj.parse_args(["--ptb", str(tmp_path), "--tune", "--lr-scale", "0.5"])
     assert a.grid["lr_scale"] == [0.5] and a.grid["dropout"] == [0.1, 0.2]
     a = wsj.parse_args(["--smoke", "--tune"])
-    assert [t["stage"] for t in wsj.tune_trials(a)] == ["tune-d0.1-a0-lr0.25", "tune-d0.1-a0.2-lr0.25"]
-    assert [d["name"] for d in wsj.decode_settings(a)] == ["beam21-alpha0.3", "beam21-alpha1"]
+    assert [t["stage"] for t in wsj.tune_trials(a.grid)] == ["tune-d0.1-a0-lr0.25", "tune-d0.1-a0.2-lr0.25"]
+    assert [d["name"] for d in wsj.decode_settings(a.grid)] == ["beam21-alpha0.3", "beam21-alpha1"]
     assert not wsj.parse_args(["--smoke"]).tune
 
 
@@ -435,7 +454,7 @@ def test_real_trees_through_prepare_bpe_binarize_trees_and_score(tmp_path):
     repairs = json.loads((work / "eval" / "repairs.json").read_text())
     for split in ("valid", "test"):
         assert repairs[split]["repaired_sentences"] == 1 and repairs[split]["missing_leaves"] > 0
-        proc = subprocess.run([*map(str, wsj.evalb_command(args, work / "prep" / f"{split}.gold",
+        proc = subprocess.run([*map(str, wsj.evalb_command(args.evalb, work / "prep" / f"{split}.gold",
                                                            work / "eval" / f"{split}.parsed"))],
                               capture_output=True, text=True)
         s = evalb.parse_summary(proc.stdout)["all"]

@@ -91,11 +91,28 @@ def test_dry_run_prints_the_paper_scale_commands_of_every_row(tmp_path):
 
 @pytest.mark.parametrize("argv,message", [
     (["--rows", "Z"], "--rows 'Z': unknown Z"),
-    (["--minutes-per-row", "0"], "--minutes-per-row must be > 0"),
-    (["--train-minutes", "3"], "--minutes-per-row"),
+    (["--train-minutes", "0"], "--train-minutes must be > 0"),
+    (["--minutes-per-row", "0"], "--train-minutes must be > 0"),
 ])
 def test_bad_options_are_one_line(argv, message, tmp_path):
     assert_one_error_line(recipe("--smoke", "--dry-run", "--workdir", tmp_path, *argv), message)
+
+
+def test_minutes_per_row_is_a_hidden_alias_of_train_minutes(tmp_path):
+    """--train-minutes is a budget per row (the big row 3x); --minutes-per-row, its name before
+    the one vocabulary of options, gives the same commands and is not in --help."""
+    def commands(*argv):
+        proc = recipe("--smoke", "--dry-run", "--rows", "base,big", "--workdir", tmp_path / "t3",
+                      "--data-workdir", tmp_path / "data", *argv)
+        assert proc.returncode == 0, proc.stderr
+        return [line.split("] ", 1)[-1] for line in proc.stdout.splitlines()]  # without the time stamps
+
+    new = commands("--train-minutes", "2")
+    out = "\n".join(new)
+    assert "--stop-time-hours 0.0333" in out and "--stop-time-hours 0.1000" in out  # base 2 minutes, big 6
+    assert commands("--minutes-per-row", "2") == new
+    help_text = recipe("--help").stdout
+    assert "--train-minutes" in help_text and "per row" in help_text and "--minutes-per-row" not in help_text
 
 
 def test_smoke_rows_make_the_table_and_resume(smoke_run, tmp_path):

@@ -19,23 +19,9 @@ from ..fairseq_commands import MAX_LEN_A, batch_plan, launcher, precision_of, re
 from ..fairseq_log import TrainProgress, train_log_summary
 from ..sizes import ARCH_SIZES, SIZES
 from . import scale
-from .settings import add_device_options, add_run_options, check_run  # noqa: F401 (wsj, table3)
 
 
 # ---------------------------------------------------------------------------------------------- options
-def apply_settings(args, settings: dict):
-    """A recipe still on an argparse.Namespace (wsj, table3, until they build typed settings,
-    attn_kit.recipes.settings): fill every option the command line left unset (None) from
-    ``settings``, name those filled in ``args.defaulted``, check the shared values, resolve the precision."""
-    args.settings, args.defaulted = settings, set()
-    for key, value in settings.items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
-            args.defaulted.add(key)
-    check_run(args)
-    args.precision_used = scale.resolve_precision(args.precision, args.ngpus, args.launcher, args.dry_run)
-
-
 def model_size(settings: dict, overrides: dict, resize_arch: Optional[str] = None):
     """The named size of ``settings["size"]`` (None: the arch's own) with the size options the
     command line gave (``overrides``: layers, d_model, d_ff, h, p_drop; None = not given).

@@ -261,11 +261,11 @@ def run(args, stages, report, aliases=None, first_training: Optional[str] = None
     jobs (:mod:`attn_kit.pipeline.slurm`): the stages before the first training stage
     (``first_training``; default: the first :func:`is_training` stage) as a CPU job, unless they
     are done or ``--prepare-here`` runs them here, and the rest as a job that starts after it.
-    ``stages``: a function of the settings that makes them (typed settings), or the list itself."""
+    ``stages``: a function of the settings that makes them."""
     from ..pipeline import slurm
     from ..pipeline.stages import Pipeline, run_recipe
 
-    made = stages(args) if callable(stages) else stages
+    made = stages(args)
     check_devices(args, made, aliases)
     for note in schedule_notes(args, budget=args.dry_run):
         log(f"note: {note}")
@@ -299,19 +299,12 @@ def run(args, stages, report, aliases=None, first_training: Optional[str] = None
         for (name, _), first, last in jobs:
             log(f"the job of {name} runs (--launcher srun, on the first node of its allocation):")
             job = replace(args, launcher="srun", stage=first, stop_stage=last)
-            if callable(stages):
-                run_recipe(job, stages(job), report, aliases)
-            else:  # a recipe on a Namespace: its stages hold args itself (until it builds typed settings)
-                vars(args).update(vars(job))
-                run_recipe(args, made, report, aliases)
+            run_recipe(job, stages(job), report, aliases)
 
 
 def replace(settings, **changes):
-    """A copy of ``settings`` with ``changes`` (a recipe's typed settings, or its argparse.Namespace);
-    attn_kit.recipes.settings.replace."""
-    if dataclasses.is_dataclass(settings):
-        return dataclasses.replace(settings, **changes)
-    return argparse.Namespace(**{**vars(settings), **changes})
+    """A copy of the frozen ``settings`` with ``changes`` (attn_kit.recipes.settings.replace)."""
+    return dataclasses.replace(settings, **changes)
 
 
 def all_done(pipeline, stages=None) -> bool:

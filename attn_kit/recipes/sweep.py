@@ -1,4 +1,27 @@
-"""The sweep that chose the bundled run's settings (``bundled`` in recipes/configs/wmt14.yaml).
+"""The sweep that chose the bundled run's settings (scripts/bundled_sweep.py; ``bundled`` in
+recipes/configs/wmt14.yaml): each configuration is the bundled recipe with some options changed,
+trained a fixed number of updates and scored on the bundled valid split, several decodings and
+averages each; one results file per configuration. DESCRIPTION is --help's.
+"""
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict
+
+from ..cli import UserError, add_force_option, check_output, log, write_json_atomic
+from ..pipeline.lock import workdir_lock
+from ..results import provenance
+from ..checkout import REPO
+from .common import generate_command, read_hypotheses
+
+DESCRIPTION = """\
+The sweep that chose the bundled run's settings (``bundled`` in recipes/configs/wmt14.yaml).
 
 Each configuration is the bundled recipe with some options changed
 (``NAME=--flag value ...``); each trains a fixed number of updates with the
@@ -17,21 +40,6 @@ valid sacreBLEU of the 5-checkpoint average every 100 updates from half-way
 (the curve that says how many updates are worth their time), and at the end
 per decoding and averaging. Runs go under ``--root`` (default runs/bundled_sweep).
 """
-import argparse
-import json
-import os
-import shlex
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
-from ..cli import UserError, add_force_option, check_output, log, write_json_atomic
-from ..pipeline.lock import workdir_lock
-from ..results import provenance
-from ..checkout import REPO
-from .common import read_hypotheses
-
 STAGES_OF_THE_DATA = ("download", "extract", "tokenize", "bpe", "binarize")
 
 DEFAULT_CONFIGS = {
@@ -71,17 +79,48 @@ def share_data(base: Path, work: Path):
         shutil.copy(base / ".stages" / f"{stage}.done", work / ".stages" / f"{stage}.done")
 
 
-def valid_bleu(work: Path, checkpoint: Path, flags, threads: str) -> float:
+@dataclasses.dataclass(frozen=True)
+class SweepSettings:
+    """The sweep's options, read once (:func:`build`)."""
+    configs: Dict[str, str]  # name: recipe options on top of --bundled
+    root: Path
+    output: Path
+    threads: str
+    max_update: int
+    curve_every: int
+    force: bool
+    ngpus: int = 0  # every decoding runs on the CPU (attn_kit.recipes.common.generate_command)
+
+    def results_file(self, name: str) -> Path:
+        return self.output.with_name(f"{self.output.stem}.{name}.json")
+
+
+def build(argv=None) -> SweepSettings:
+    p = argparse.ArgumentParser(description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", action="append", default=[], metavar="NAME=FLAGS",
+                   help="a configuration: recipe options on top of --bundled (repeatable; default: the table)")
+    p.add_argument("--root", type=Path, default=REPO / "runs" / "bundled_sweep")
+    p.add_argument("--output", type=Path, default=REPO / "recipes" / "results" / "bundled_sweep.json")
+    p.add_argument("--threads", default="1", help="threads per training and decoding (default 1, so that two "
+                                                  "configurations can run side by side on 2 cores)")
+    p.add_argument("--max-update", type=int, default=1000, help="updates each configuration trains (default 1000)")
+    p.add_argument("--curve-every", type=int, default=100,
+                   help="valid BLEU of the 5-checkpoint average ending every N updates from half-way on")
+    add_force_option(p, "the results files")
+    a = p.parse_args(argv)
+    configs = dict(c.split("=", 1) for c in a.config) if a.config else DEFAULT_CONFIGS
+    return SweepSettings(configs, a.root, a.output, a.threads, a.max_update, a.curve_every, a.force)
+
+
+def valid_bleu(s: SweepSettings, work: Path, checkpoint: Path, flags) -> float:
     """sacreBLEU of ``checkpoint`` on the bundled valid split, decoded as the recipe decodes
     (:func:`attn_kit.recipes.common.generate_command`) with ``flags`` (beam, length penalty)."""
     import sacrebleu
     from sacremoses import MosesDetokenizer
 
-    from .common import generate_command
-
     beam, penalty = flags[1], flags[2:]
-    cmd = generate_command(argparse.Namespace(ngpus=0), work / "data-bin", checkpoint, "valid", beam, penalty, 50, 128)
-    env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONWARNINGS="ignore")
+    cmd = generate_command(s, work / "data-bin", checkpoint, "valid", beam, penalty, 50, 128)
+    env = dict(os.environ, OMP_NUM_THREADS=s.threads, MKL_NUM_THREADS=s.threads, PYTHONWARNINGS="ignore")
     out = work / "sweep" / f"valid.{checkpoint.stem}.{'_'.join(flags)}.out"
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
@@ -106,46 +145,38 @@ def average(work: Path, n: int, upper: int) -> Path:
     return out
 
 
+def run_config(s: SweepSettings, name: str, flags: str):
+    """One configuration: its data (shared by BPE size), its training, its evaluation, its results file."""
+    argv = shlex.split(flags)
+    merges = argv[argv.index("--bpe-merges") + 1] if "--bpe-merges" in argv else "default"
+    base = s.root / f"data-bpe{merges}"
+    if not (base / ".stages" / "binarize.done").exists():
+        recipe([*argv, "--workdir", base, "--stop-stage", "binarize"])
+    work = s.root / name
+    with workdir_lock(work):  # the recipe below takes it for itself: not held across that
+        share_data(base, work)
+    keep = max(10, s.max_update // 2 // s.curve_every + 5)
+    recipe([*argv, "--workdir", work, "--threads", s.threads, "--max-update", str(s.max_update),
+            "--average", str(keep)])
+    with workdir_lock(work):
+        entry = evaluate(s, work, flags)
+    data = {"what": "one configuration of the sweep of the bundled EN-DE run's settings; selection on the "
+                    "valid split (1000 pairs), test scored by the recipe",
+            **provenance(), "threads": s.threads,
+            "decodings": {k: " ".join(v) for k, v in DECODINGS.items()}, "name": name, "result": entry}
+    write_json_atomic(s.results_file(name), data)
+    log(f"wrote {s.results_file(name)}", sys.stderr)
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", action="append", default=[], metavar="NAME=FLAGS",
-                   help="a configuration: recipe options on top of --bundled (repeatable; default: the table)")
-    p.add_argument("--root", type=Path, default=REPO / "runs" / "bundled_sweep")
-    p.add_argument("--output", type=Path, default=REPO / "recipes" / "results" / "bundled_sweep.json")
-    p.add_argument("--threads", default="1", help="threads per training and decoding (default 1, so that two "
-                                                  "configurations can run side by side on 2 cores)")
-    p.add_argument("--max-update", type=int, default=1000, help="updates each configuration trains (default 1000)")
-    p.add_argument("--curve-every", type=int, default=100,
-                   help="valid BLEU of the 5-checkpoint average ending every N updates from half-way on")
-    add_force_option(p, "the results files")
-    args = p.parse_args(argv)
-    configs = dict(c.split("=", 1) for c in args.config) if args.config else DEFAULT_CONFIGS
-    for name in configs:  # every results file checked before anything trains
-        check_output(args.output.with_name(f"{args.output.stem}.{name}.json"), "--output", args.force)
-    for name, flags in configs.items():
-        out_path = args.output.with_name(f"{args.output.stem}.{name}.json")
-        argv = shlex.split(flags)
-        merges = argv[argv.index("--bpe-merges") + 1] if "--bpe-merges" in argv else "default"
-        base = args.root / f"data-bpe{merges}"
-        if not (base / ".stages" / "binarize.done").exists():
-            recipe([*argv, "--workdir", base, "--stop-stage", "binarize"])
-        work = args.root / name
-        with workdir_lock(work):  # the recipe below takes it for itself: not held across that
-            share_data(base, work)
-        keep = max(10, args.max_update // 2 // args.curve_every + 5)
-        recipe([*argv, "--workdir", work, "--threads", args.threads, "--max-update", str(args.max_update),
-                "--average", str(keep)])
-        with workdir_lock(work):
-            entry = evaluate(work, flags, args)
-        data = {"what": "one configuration of the sweep of the bundled EN-DE run's settings; selection on the "
-                        "valid split (1000 pairs), test scored by the recipe",
-                **provenance(), "threads": args.threads,
-                "decodings": {k: " ".join(v) for k, v in DECODINGS.items()}, "name": name, "result": entry}
-        write_json_atomic(out_path, data)
-        log(f"wrote {out_path}", sys.stderr)
+    s = build(argv)
+    for name in s.configs:  # every results file checked before anything trains
+        check_output(s.results_file(name), "--output", s.force)
+    for name, flags in s.configs.items():
+        run_config(s, name, flags)
 
 
-def evaluate(work: Path, flags: str, args) -> dict:
+def evaluate(s: SweepSettings, work: Path, flags: str) -> dict:
     """The finished run in ``work``: its test score, and valid BLEU of averages along the way
     and of each decoding setting at the end."""
     name = work.name
@@ -155,8 +186,8 @@ def evaluate(work: Path, flags: str, args) -> dict:
              "test_sacrebleu_avg": {"checkpoints": len(r["averaged_updates"]), "sacrebleu": r["sacrebleu"]}}
     final = r["updates"]
     curve = {}
-    for upper in range(max(args.max_update // 2, 5 * args.curve_every), final + 1, args.curve_every):
-        curve[upper] = valid_bleu(work, average(work, 5, upper), DECODINGS["beam4_lenpen1.0"], args.threads)
+    for upper in range(max(s.max_update // 2, 5 * s.curve_every), final + 1, s.curve_every):
+        curve[upper] = valid_bleu(s, work, average(work, 5, upper), DECODINGS["beam4_lenpen1.0"])
         log(f"{name}: avg5 ending at {upper}: valid {curve[upper]}", sys.stderr)
     entry["valid_bleu_avg5_by_update"] = curve
     decodings = {}
@@ -167,7 +198,7 @@ def evaluate(work: Path, flags: str, args) -> dict:
         for dname, dflags in DECODINGS.items():
             if which != "avg5" and dname != "beam4_lenpen1.0":
                 continue
-            decodings[f"{which}_{dname}"] = valid_bleu(work, ckpt, dflags, args.threads)
+            decodings[f"{which}_{dname}"] = valid_bleu(s, work, ckpt, dflags)
     entry["valid_bleu_final"] = decodings
     log(f"{name}: {json.dumps(entry['valid_bleu_final'])}", sys.stderr)
     return entry

@@ -1,45 +1,27 @@
-"""Table 3 as one command: every variation of the base model trained, evaluated as
-the paper did, and tabled beside the paper's numbers.
+"""Table 3 as one command (recipes/table3.sh): every variation of the base model trained on
+the EN-DE recipe's data, evaluated as Sec. 6.2 says, and tabled beside the paper's numbers.
 
-    bash recipes/table3.sh --bundled                      # all 20 rows, small, on the bundled data (CPU)
-    bash recipes/table3.sh --bundled --rows base,A,C5     # some groups and rows
-    bash recipes/table3.sh --ngpus 8 --dry-run            # the paper-scale commands of every row
-
-Rows: base, A1-A4 (heads), B1-B2 (d_k), C1-C7 (N, d_model, d_ff), D1-D4 (P_drop,
-eps_ls), E (learned positions), big; ``--rows`` takes groups and rows. Each row
-trains on the EN-DE recipe's prepared data (its work directory, whose data stages
-run first if needed: nothing is prepared twice) with that recipe's batch,
-optimizer and schedule, for Table 3's steps (base 100K, big 300K; scaled with
-``--max-update``). Sec. 6.2's evaluation: the development set (newstest2013;
-``--bundled``: the bundled valid split), beam search as in Sec. 6.1 (beam 4,
-GNMT alpha 0.6, input + 50) from the final checkpoint, no checkpoint averaging;
-perplexity per word piece = 2^(unsmoothed loss in bits per target token);
-parameters counted from the checkpoint. ``--bundled`` and ``--smoke`` shrink the
-base model and apply each row's change to it the way Table 3 applies it to the
-paper's base (``recipes/configs/table3.yaml``).
-
-Each row is its own resumable stage (``WORKDIR/rows/ROW/``): a finished row is
-not trained again. The last stage writes ``WORKDIR/table3.md`` (the table in the
-paper's layout, the paper's values beside ours), ``table3.json`` (every row's
-settings, commands and numbers) and ``table3.png`` (dev BLEU and PPL per row
-against the paper's), with the Spearman rank correlation of our rows' dev
-BLEU (and PPL) with the paper's.
+Each row is a resumable stage (WORKDIR/rows/ROW/) with its own settings (:func:`row_settings`,
+a copy of the run's); the last stage writes table3.md, table3.json and table3.png. DESCRIPTION
+is --help's; recipes/configs/table3.yaml says how the smaller bases scale each row.
 """
 import argparse
+import dataclasses
 import json
-import math
 import re
 import sys
+from functools import partial
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Mapping, Optional, Tuple
 
-from ..cli import UsageError, UserError, log, main_guard, write_json_atomic, write_text_atomic
+from ..cli import UsageError, UserError, atomic_output, log, main_guard, write_json_atomic, write_text_atomic
 from ..paper import BASE, EN_DE_VOCAB, TABLE3, Table3Row
+from ..results import provenance
 from ..pipeline import slurm
 from ..pipeline.lock import workdir_lock
 from ..pipeline.process import stream
 from ..pipeline.stages import Pipeline, Stage
-from . import canary, common, config, scale
+from . import canary, common, config, scale, settings, wmt14
 from ..checkout import REPO
 from ..fairseq_commands import validate_command
 
@@ -103,16 +85,57 @@ def row_updates(row: Table3Row, max_update: int) -> int:
     return max_update * row.settings["steps"] // BASE["steps"]
 
 
-# ---------------------------------------------------------------------------------------------- options
-def parse_args(argv=None):
+# ---------------------------------------------------------------------------------------------- settings
+DESCRIPTION = """\
+Table 3 as one command: every variation of the base model trained, evaluated as
+the paper did, and tabled beside the paper's numbers.
+
+    bash recipes/table3.sh --bundled                      # all 20 rows, small, on the bundled data (CPU)
+    bash recipes/table3.sh --bundled --rows base,A,C5     # some groups and rows
+    bash recipes/table3.sh --ngpus 8 --dry-run            # the paper-scale commands of every row
+
+Rows: base, A1-A4 (heads), B1-B2 (d_k), C1-C7 (N, d_model, d_ff), D1-D4 (P_drop,
+eps_ls), E (learned positions), big; ``--rows`` takes groups and rows. Each row
+trains on the EN-DE recipe's prepared data (its work directory, whose data stages
+run first if needed: nothing is prepared twice) with that recipe's batch,
+optimizer and schedule, for Table 3's steps (base 100K, big 300K; scaled with
+``--max-update``). Sec. 6.2's evaluation: the development set (newstest2013;
+``--bundled``: the bundled valid split), beam search as in Sec. 6.1 (beam 4,
+GNMT alpha 0.6, input + 50) from the final checkpoint, no checkpoint averaging;
+perplexity per word piece = 2^(unsmoothed loss in bits per target token);
+parameters counted from the checkpoint. ``--bundled`` and ``--smoke`` shrink the
+base model and apply each row's change to it the way Table 3 applies it to the
+paper's base (``recipes/configs/table3.yaml``).
+
+Each row is its own resumable stage (``WORKDIR/rows/ROW/``): a finished row is
+not trained again. The last stage writes ``WORKDIR/table3.md`` (the table in the
+paper's layout, the paper's values beside ours), ``table3.json`` (every row's
+settings, commands and numbers) and ``table3.png`` (dev BLEU and PPL per row
+against the paper's), with the Spearman rank correlation of our rows' dev
+BLEU (and PPL) with the paper's.
+"""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Table3Settings(settings.TrainSettings):
+    """A Table 3 run (recipes/configs/table3.yaml over the EN-DE recipe's training settings for the
+    mode), or one row's (:func:`row_settings`). ``train_minutes``: the base rows' budget."""
+    mode: str  # paper, bundled or smoke
+    rows: Tuple[Table3Row, ...]
+    base: Optional[Mapping[str, int]]  # the size the rows change; None: the paper's base
+    data_workdir: Path  # the EN-DE recipe's prepared data
+    vocab_estimate: Tuple[int, str]  # (size, note) for --dry-run's cost
+
+
+def parser() -> argparse.ArgumentParser:
     P = config.settings("table3", "paper")
-    p = argparse.ArgumentParser(prog="recipes/table3.sh", usage=scale.USAGE, description=__doc__,
+    p = argparse.ArgumentParser(prog="recipes/table3.sh", usage=scale.USAGE, description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--bundled", action="store_true",
-                      help="every row on a small base (recipes/configs/table3.yaml) on the bundled Tatoeba EN-DE data, on CPU")
+    mode.add_argument("--bundled", action="store_true", help="every row on a small base (recipes/configs/table3.yaml) "
+                                                             "on the bundled Tatoeba EN-DE data, on CPU")
     mode.add_argument("--smoke", action="store_true", help="tiny rows on the --smoke data, for checking the plumbing")
-    common.add_run_options(p, "runs/table3_<mode>")
+    settings.add_run_options(p, "runs/table3_<mode>")
     p.add_argument("--rows", default="all", help="groups (base, A, B, C, D, E, big) and rows (A2, C5, ...), "
                                                 "comma-separated (default all)")
     p.add_argument("--data-workdir", type=Path,
@@ -121,47 +144,53 @@ def parse_args(argv=None):
                         "prepares for the mode: wmt14_en_de_data beside the work directory, shared with the "
                         "base and big runs; --bundled, --smoke: runs/wmt14_en_de_bundled, _smoke)")
     g = p.add_argument_group("training")
-    common.add_device_options(g)
+    settings.add_device_options(g)
+    minutes = next(a for a in g._group_actions if a.dest == "train_minutes")
+    minutes.help = ("opt-in wall-clock training budget per row in minutes (the big row 3x; fairseq's "
+                    "--stop-time-hours), on top of --max-update: the table then depends on the machine's speed. "
+                    "Default: none, a fixed number of updates per row")
+    g.add_argument("--minutes-per-row", dest="train_minutes", type=float, help=argparse.SUPPRESS)  # the old name
     g.add_argument("--max-update", type=int, help=f"updates of every row but big, which trains 3x as many "
                                                   f"(default {P['max_update']}, Table 3's 100K; --bundled "
                                                   f"{config.settings('table3', 'bundled')['max_update']})")
-    g.add_argument("--minutes-per-row", type=float,
-                   help="a wall-clock training budget per row (the big row 3x), on top of --max-update: the "
-                        "table then depends on the machine's speed. Default: none")
     g.add_argument("--save-interval-updates", type=int, help="a checkpoint every N updates, to resume from "
                                                             f"(default {P['save_interval_updates']})")
-    args = scale.parse(p, argv)
-    args.mode = "bundled" if args.bundled else "smoke" if args.smoke else "paper"
-    args.rows = select_rows(args.rows)
-    args.workdir = (args.workdir or REPO / "runs" / f"table3_{args.mode}").resolve()
-    args.data_workdir = (args.data_workdir or default_data_workdir(args)).resolve()
-    # the EN-DE recipe's training set-up for this mode, then Table 3's own settings
-    training = config.settings("wmt14", "paper", "archs.attn_paper_base", None if args.mode == "paper" else args.mode)
-    table3 = config.settings("table3", args.mode)
-    args.base = table3["base"]
-    settings = {k: v for k, v in training.items() if k not in ("size", "average", "max_update")}
-    settings.update(max_update=table3["max_update"], save_interval_updates=table3["save_interval_updates"])
-    if args.train_minutes is not None:
-        raise UsageError("--train-minutes: give a budget per row with --minutes-per-row")
-    common.apply_settings(args, settings)
-    if args.minutes_per_row is not None and args.minutes_per_row <= 0:
-        raise UsageError("--minutes-per-row must be > 0")
-    args.arch = "attn_paper_base"
-    args.recipe_module = "attn_kit.recipes.table3"
-    dictionary = args.data_workdir / "data-bin" / "dict.en.txt"
-    args.vocab_estimate = (common.dictionary_size(dictionary), " (the EN-DE data's dictionary)") \
-        if dictionary.exists() else (training.get("bpe_merges") or EN_DE_VOCAB, " (until the EN-DE data is prepared)")
-    return args
+    return p
 
 
-def default_data_workdir(args) -> Path:
-    """Where the EN-DE recipe prepares this mode's data by default (attn_kit.recipes.wmt14.set_data_workdir):
+def build(argv=None) -> Table3Settings:
+    """The run's settings: the EN-DE recipe's training set-up for the mode, then Table 3's own
+    (recipes/configs/table3.yaml), the command line over both."""
+    given = scale.parse(parser(), argv)
+    mode = "bundled" if given.bundled else "smoke" if given.smoke else "paper"
+    training = config.settings("wmt14", "paper", "archs.attn_paper_base", None if mode == "paper" else mode)
+    table3 = config.settings("table3", mode)
+    yaml = {k: v for k, v in training.items() if k not in ("size", "average", "max_update")}
+    yaml.update(max_update=table3["max_update"], save_interval_updates=table3["save_interval_updates"])
+    workdir = (given.workdir or REPO / "runs" / f"table3_{mode}").resolve()
+    data_workdir = (given.data_workdir or default_data_workdir(mode, workdir)).resolve()
+    dictionary = data_workdir / "data-bin" / "dict.en.txt"
+    vocab = (common.dictionary_size(dictionary), " (the EN-DE data's dictionary)") if dictionary.exists() \
+        else (training.get("bpe_merges") or EN_DE_VOCAB, " (until the EN-DE data is prepared)")
+    return settings.compose(Table3Settings, given, yaml, lambda v: dict(
+        mode=mode, rows=tuple(select_rows(given.rows)), base=table3["base"], workdir=workdir,
+        data_workdir=data_workdir, vocab_estimate=vocab, arch="attn_paper_base", size=None,
+        average=1,  # no checkpoint averaging in Table 3 (Sec. 6.2)
+        validate_interval_updates=None,  # fairseq validates when training ends; fairseq-validate scores the row
+        beam=BEAM, length_penalty="gnmt", alpha=ALPHA, beam_stop=None, recipe_module="attn_kit.recipes.table3"))
+
+
+parse_args = build  # the name callers used before the settings were typed
+
+
+def default_data_workdir(mode: str, workdir: Path) -> Path:
+    """Where the EN-DE recipe prepares this mode's data by default (attn_kit.recipes.wmt14.data_folders):
     the shared wmt14_en_de_data beside the work directory; --bundled, --smoke: that recipe's work
     directory. Data an earlier version prepared in runs/wmt14_en_de_base (this option's default then)
     is used while the shared folder has nothing."""
-    if args.mode != "paper":
-        return REPO / "runs" / f"wmt14_en_de_{args.mode}"
-    folder, old = args.workdir.parent / "wmt14_en_de_data", REPO / "runs" / "wmt14_en_de_base"
+    if mode != "paper":
+        return REPO / "runs" / f"wmt14_en_de_{mode}"
+    folder, old = workdir.parent / "wmt14_en_de_data", REPO / "runs" / "wmt14_en_de_base"
     if not (folder / ".stages").is_dir() and (old / ".stages" / "binarize.done").is_file():
         log(f"{old} holds EN-DE data prepared by an earlier version: using it (--data-workdir {folder} shares one "
             "copy with the base and big runs)")
@@ -170,17 +199,14 @@ def default_data_workdir(args) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------- a row
-def row_args(args, row: Table3Row) -> argparse.Namespace:
-    """The options of one row's training: the run's, in the row's own folder and for its steps."""
-    r = argparse.Namespace(**vars(args))
-    r.workdir = args.workdir / "rows" / row.name
-    r.arch = row.arch  # attn_paper_base, or attn_paper_big (its sizes are given as flags anyway)
-    r.max_update = row_updates(row, args.max_update)
-    r.train_minutes = args.minutes_per_row * r.max_update / args.max_update if args.minutes_per_row else None
-    r.save_interval_updates = min(args.save_interval_updates, r.max_update)
-    r.average = 1  # no checkpoint averaging in Table 3 (Sec. 6.2)
-    r.validate_interval_updates = None  # fairseq validates when training ends; fairseq-validate scores the row
-    return r
+def row_settings(s: Table3Settings, row: Table3Row) -> Table3Settings:
+    """The settings of one row's training: the run's, in the row's own folder and for its steps."""
+    updates = row_updates(row, s.max_update)
+    return settings.replace(
+        s, workdir=s.workdir / "rows" / row.name,
+        arch=row.arch,  # attn_paper_base, or attn_paper_big (its sizes are given as flags anyway)
+        max_update=updates, train_minutes=s.train_minutes * updates / s.max_update if s.train_minutes else None,
+        save_interval_updates=min(s.save_interval_updates, updates))
 
 
 def count_parameters(checkpoint: Path) -> int:
@@ -210,46 +236,55 @@ def score_dev(data_w: Path, gen_out: Path) -> dict:
             "sacrebleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2), "dev_sentences": len(refs)}
 
 
-def row_stage(args, row: Table3Row) -> Stage:
-    r = row_args(args, row)
-    s = scaled_settings(row, args.base)
-    flags = model_flags(s)
-    folder, data_bin = r.workdir, args.data_workdir / "data-bin"
-    ckpt = folder / "checkpoints" / "checkpoint_last.pt"
+def dev_command(r: Table3Settings, checkpoint) -> list:
+    """fairseq-generate of the dev split as Sec. 6.1 decodes (beam 4, GNMT alpha 0.6, input + 50)."""
+    return common.generate_command(r, r.data_workdir / "data-bin", checkpoint, "valid", BEAM,
+                                   ["--gnmt-alpha", str(ALPHA)], MAX_LEN_B, 128)
 
-    def run(ctx):
-        done = folder / "train.done"
-        if done.exists() and not ctx.dry_run:
-            print(f"  # train: done already ({done})", flush=True)
-        else:
-            cmd = common.train_command(r, data_bin, folder / "checkpoints", flags, label_smoothing=s["eps_ls"])
-            common.run_training(ctx, r, cmd, record=folder / "train_command.json", model=flags)
-            ctx.step(f"mark {done}", lambda: write_json_atomic(done, {"updates": common.last_update(
-                ctx.log_dir / f"{ctx.stage}.log")}))
-        lines = []
-        ctx.sh(validate_command(data_bin, ckpt, max_tokens=r.max_tokens_per_gpu, gpus=r.ngpus),
-               tail=lambda line: lines.append(line) or "valid on" in line,
-               env=common.thread_env(r))
-        with ctx.output(folder / "valid.out") as tmp:
-            ctx.sh(common.generate_command(r, data_bin, ckpt, "valid", BEAM, ["--gnmt-alpha", str(ALPHA)], MAX_LEN_B,
-                                           128), stdout=tmp, tail=1, env=common.thread_env(r))
-        ctx.step(f"write {folder / 'row.json'}: dev PPL, dev BLEU, parameters", write_row, r, row, s, flags, lines,
-                 ckpt, folder, data_bin, ctx.log_dir / f"{ctx.stage}.log")
 
+def run_row(r: Table3Settings, row: Table3Row, ctx):
+    """A row's stage: train (once: ``train.done`` marks a finished training), then dev PPL
+    (fairseq-validate) and dev BLEU from the final checkpoint; write its row.json."""
+    values, folder, data_bin = scaled_settings(row, r.base), r.workdir, r.data_workdir / "data-bin"
+    flags, ckpt, done = model_flags(values), folder / "checkpoints" / "checkpoint_last.pt", folder / "train.done"
+    if done.exists() and not ctx.dry_run:
+        print(f"  # train: done already ({done})", flush=True)
+    else:
+        cmd = common.train_command(r, data_bin, folder / "checkpoints", flags, label_smoothing=values["eps_ls"])
+        common.run_training(ctx, r, cmd, record=folder / "train_command.json", model=flags)
+        ctx.step(f"mark {done}", lambda: write_json_atomic(done, {"updates": common.last_update(
+            ctx.log_dir / f"{ctx.stage}.log")}))
+    lines = []
+    ctx.sh(validate_command(data_bin, ckpt, max_tokens=r.max_tokens_per_gpu, gpus=r.ngpus), tail=lambda line: lines.append(line) or "valid on" in line,
+           env=common.thread_env(r))
+    with ctx.output(folder / "valid.out") as tmp:
+        ctx.sh(dev_command(r, ckpt), stdout=tmp, tail=1, env=common.thread_env(r))
+    ctx.step(f"write {folder / 'row.json'}: dev PPL, dev BLEU, parameters", write_row, r, row, values, flags, lines,
+             ckpt, ctx.log_dir / f"{ctx.stage}.log")
+
+
+def row_inputs(data_bin: Path) -> List[Path]:
+    """What a row's training reads: the EN-DE dictionaries and binarized train and valid splits."""
+    return [data_bin / f"dict.{lang}.txt" for lang in ("en", "de")] + [
+        data_bin / f"{split}.en-de.{lang}.{ext}" for split in ("train", "valid") for lang in ("en", "de")
+        for ext in ("bin", "idx")]
+
+
+def row_stage(s: Table3Settings, row: Table3Row) -> Stage:
+    r, values = row_settings(s, row), scaled_settings(row, s.base)
     help_text = (f"{row.describe()}: train {r.max_update} updates"
                  + (f" (or {r.train_minutes:g} minutes)" if r.train_minutes else "")
                  + ", dev PPL and BLEU (beam 4, alpha 0.6, final checkpoint)")
-    inputs = [data_bin / f"dict.{lang}.txt" for lang in ("en", "de")] + [
-        data_bin / f"{split}.en-de.{lang}.{ext}" for split in ("train", "valid") for lang in ("en", "de")
-        for ext in ("bin", "idx")]
-    return Stage(row.name, run, help_text, inputs=inputs, outputs=[folder / "row.json"], scratch=[folder],
-                 options={**common.train_options(r, flags), "eps_ls": s["eps_ls"],
-                          "minutes_per_row": args.minutes_per_row},
+    return Stage(row.name, partial(run_row, r, row), help_text, inputs=row_inputs(s.data_workdir / "data-bin"),
+                 outputs=[r.workdir / "row.json"], scratch=[r.workdir],
+                 options={**common.train_options(r, model_flags(values)), "eps_ls": values["eps_ls"],
+                          "minutes_per_row": s.train_minutes},  # the option's name before --train-minutes
                  resumable=common.RESUMABLE_TRAIN_OPTIONS)
 
 
-def write_row(r, row: Table3Row, s: dict, flags, validate_lines, ckpt: Path, folder: Path, data_bin: Path,
-              stage_log: Path):
+def write_row(r: Table3Settings, row: Table3Row, values: dict, flags, validate_lines, ckpt: Path, stage_log: Path):
+    """WORKDIR/rows/ROW/row.json: the row's settings, training, dev PPL and BLEU, parameters."""
+    folder = r.workdir
     text = "".join(validate_lines)
     m = re.search(r"\| nll_loss ([\d.]+)", text)
     if not m:
@@ -257,7 +292,7 @@ def write_row(r, row: Table3Row, s: dict, flags, validate_lines, ckpt: Path, fol
     nll = float(m.group(1))
     train = common.train_log_summary(stage_log)
     write_json_atomic(folder / "row.json", {
-        "row": row.name, "group": row.group, "change": row.describe(), "settings": s, "flags": flags,
+        "row": row.name, "group": row.group, "change": row.describe(), "settings": values, "flags": flags,
         "train_command": common.recorded_train_command(folder / "train_command.json"),
         "updates": train.get("updates"), "tokens_per_update": train.get("tokens_per_update"),
         "dev_nll_loss_bits": nll, "dev_ppl": round(2 ** nll, 2), **score_dev(r.data_workdir, folder / "valid.out"),
@@ -275,18 +310,17 @@ def spearman(ours: List[float], paper: List[float]) -> Optional[float]:
     return round(float(spearmanr(ours, paper).statistic), 3)
 
 
-def write_table(args):
-    from ..results import provenance
-
-    rows = [json.loads((args.workdir / "rows" / r.name / "row.json").read_text()) for r in args.rows]
+def write_table(s: Table3Settings):
+    """WORKDIR/table3.{json,md,png}: every row's numbers beside the paper's, with rank correlations."""
+    rows = [json.loads((s.workdir / "rows" / r.name / "row.json").read_text()) for r in s.rows]
     correlation = {"bleu": spearman([r["bleu"] for r in rows], [r["paper"]["bleu"] for r in rows]),
                    "ppl": spearman([r["dev_ppl"] for r in rows], [r["paper"]["ppl"] for r in rows])}
-    info = {**provenance(), "mode": args.mode, "base": args.base or {k: BASE[k] for k in ("N", "d_model", "d_ff", "h")},
-            "max_update": args.max_update, "minutes_per_row": args.minutes_per_row,
-            "data": str(args.data_workdir / "data-bin"), "spearman": correlation, "rows": rows}
-    write_json_atomic(args.workdir / "table3.json", info)
-    write_text_atomic(args.workdir / "table3.md", markdown(info) + "\n")
-    draw(info, args.workdir / "table3.png")
+    info = {**provenance(), "mode": s.mode, "base": s.base or {k: BASE[k] for k in ("N", "d_model", "d_ff", "h")},
+            "max_update": s.max_update, "minutes_per_row": s.train_minutes,
+            "data": str(s.data_workdir / "data-bin"), "spearman": correlation, "rows": rows}
+    write_json_atomic(s.workdir / "table3.json", info)
+    write_text_atomic(s.workdir / "table3.md", markdown(info) + "\n")
+    draw(info, s.workdir / "table3.png")
 
 
 def markdown(info: dict) -> str:
@@ -312,8 +346,6 @@ def draw(info: dict, path: Path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..cli import atomic_output
-
     rows = info["rows"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.5))
     for ax, ours, paper, name in ((axes[0], "bleu", "bleu", "BLEU (dev)"), (axes[1], "dev_ppl", "ppl", "PPL (dev)")):
@@ -334,117 +366,118 @@ def draw(info: dict, path: Path):
 
 
 # ---------------------------------------------------------------------------------------------- running
-def data_command(args) -> list:
+def data_command(s: Table3Settings) -> list:
     """The EN-DE recipe's data stages in --data-workdir (skipping what is done): given as that recipe's
     --data-workdir, so that data prepared there with other options is refused, never redone."""
-    mode = {"bundled": ["--bundled"], "smoke": ["--smoke"]}.get(args.mode, [])
+    mode = {"bundled": ["--bundled"], "smoke": ["--smoke"]}.get(s.mode, [])
     return [sys.executable, "-m", "attn_kit.recipes.wmt14", "--pair", "en-de", *mode, "--workdir",
-            str(args.data_workdir), "--data-workdir", str(args.data_workdir), "--stop-stage", "binarize",
-            *(["--dry-run"] if args.dry_run else [])]
+            str(s.data_workdir), "--data-workdir", str(s.data_workdir), "--stop-stage", "binarize",
+            *(["--dry-run"] if s.dry_run else [])]
 
 
-def prepare_data(args):
-    cmd = data_command(args)
-    log(f"data: the EN-DE recipe's stages download..binarize in {args.data_workdir}")
+def prepare_data(s: Table3Settings):
+    """The EN-DE recipe's data stages (:func:`data_command`), here, their output shown indented."""
+    cmd = data_command(s)
+    log(f"data: the EN-DE recipe's stages download..binarize in {s.data_workdir}")
     print("  $ " + " ".join(cmd), flush=True)
     rc, last = stream(cmd, lambda line: print("  | " + line, end="", flush=True))
     if rc != 0:
-        raise UserError(f"preparing the EN-DE data in {args.data_workdir} failed: {last}")
+        raise UserError(f"preparing the EN-DE data in {s.data_workdir} failed: {last}")
 
 
-def canary_stage(args, row: Table3Row) -> Stage:
+def canary_stage(s: Table3Settings, row: Table3Row) -> Stage:
     """The canary of one row (attn_kit.recipes.canary): its training for --canary-minutes, then
     its predicted cost (training, validations, checkpoint writes, the dev decoding)."""
-    r = row_args(args, row)
-    s = scaled_settings(row, args.base)
-    flags, data_bin, bpe = model_flags(s), args.data_workdir / "data-bin", args.data_workdir / "bpe"
+    r, values = row_settings(s, row), scaled_settings(row, s.base)
+    flags, data_bin, bpe = model_flags(values), s.data_workdir / "data-bin", s.data_workdir / "bpe"
     inputs = [data_bin / f"dict.{lang}.txt" for lang in ("en", "de")]
     return canary.stage(
-        r, data_bin, [], lambda c, save_dir: common.train_command(c, data_bin, save_dir, flags, label_smoothing=s["eps_ls"]),
-        lambda checkpoint: common.generate_command(r, data_bin, checkpoint, "valid", BEAM, ["--gnmt-alpha", str(ALPHA)],
-                                                   MAX_LEN_B, 128),
+        r, data_bin, [],
+        lambda c, save_dir: common.train_command(c, data_bin, save_dir, flags, label_smoothing=values["eps_ls"]),
+        lambda checkpoint: dev_command(r, checkpoint),
         [(bpe / "valid.en", bpe / "valid.de")], flags, inputs, name=f"canary-{row.name}", averages=False)
 
 
-def write_canary_table(args):
+def write_canary_table(s: Table3Settings):
     """WORKDIR/canary.json: each row's predicted wall time, the EN-DE data preparation once, and the total."""
-    from .wmt14 import STAGE_NAMES
-
     rows = {}
-    for row in args.rows:
-        c = json.loads((args.workdir / "rows" / row.name / "canary" / "canary.json").read_text())
+    for row in s.rows:
+        c = json.loads((s.workdir / "rows" / row.name / "canary" / "canary.json").read_text())
         rows[row.name] = c["predicted_seconds"]["total"]
-    data = canary.data_seconds(args.data_workdir, STAGE_NAMES)
+    data = canary.data_seconds(s.data_workdir, wmt14.STAGE_NAMES)
     total = sum(rows.values()) + (data or 0.0)
-    write_json_atomic(args.workdir / "canary.json", {"rows_predicted_seconds": rows, "data_preparation": data,
+    write_json_atomic(s.workdir / "canary.json", {"rows_predicted_seconds": rows, "data_preparation": data,
                                                       "total": round(total, 1)})
     print("\npredicted wall time of Table 3 (each row's canary, attn_kit.recipes.canary):")
     for name, seconds in [*rows.items(), ("EN-DE data preparation (as it ran)", data), ("all rows", total)]:
         print(f"  {name:<36} {canary.clock(seconds)}")
 
 
-def stages(args) -> List[Stage]:
-    if args.canary:
-        rows = [canary_stage(args, r) for r in args.rows]
-        return [*rows, Stage("canary-table", lambda ctx: ctx.step(f"write {args.workdir / 'canary.json'}",
-                                                                   write_canary_table, args),
-                             "the rows' predicted wall times, summed",
-                             inputs=[args.workdir / "rows" / r.name / "canary" / "canary.json" for r in args.rows],
-                             outputs=[args.workdir / "canary.json"])]
-    rows = [row_stage(args, r) for r in args.rows]
-    table = Stage("table", lambda ctx: ctx.step(f"write {args.workdir}/table3.{{md,json,png}}", write_table, args),
-                  "Table 3: ours beside the paper's, with rank correlations",
-                  inputs=[args.workdir / "rows" / r.name / "row.json" for r in args.rows],
-                  outputs=[args.workdir / f"table3.{ext}" for ext in ("md", "json", "png")])
-    return [*rows, table]
+def canary_table(s: Table3Settings, ctx):
+    ctx.step(f"write {s.workdir / 'canary.json'}", write_canary_table, s)
 
 
-def data_job(args):
+def table(s: Table3Settings, ctx):
+    ctx.step(f"write {s.workdir}/table3.{{md,json,png}}", write_table, s)
+
+
+def stages(s: Table3Settings) -> List[Stage]:
+    """A stage per row (with --canary: the row's canary), then the table (the canaries' sum)."""
+    if s.canary:
+        rows = [canary_stage(s, r) for r in s.rows]
+        return [*rows, Stage("canary-table", partial(canary_table, s), "the rows' predicted wall times, summed",
+                             inputs=[s.workdir / "rows" / r.name / "canary" / "canary.json" for r in s.rows],
+                             outputs=[s.workdir / "canary.json"])]
+    rows = [row_stage(s, r) for r in s.rows]
+    return [*rows, Stage("table", partial(table, s), "Table 3: ours beside the paper's, with rank correlations",
+                         inputs=[s.workdir / "rows" / r.name / "row.json" for r in s.rows],
+                         outputs=[s.workdir / f"table3.{ext}" for ext in ("md", "json", "png")])]
+
+
+def data_job(s: Table3Settings):
     """--launcher slurm: (script name, text) of a job that prepares the EN-DE data, or None when it
     is prepared already (the EN-DE recipe would skip every data stage)."""
-    from . import wmt14
-
-    command = [c for c in data_command(args) if c != "--dry-run"]
-    data = wmt14.parse_args(command[3:])
+    command = [c for c in data_command(s) if c != "--dry-run"]
+    data = wmt14.build(command[3:])
     span = Pipeline(data.workdir, wmt14.stages(data), True, data.stage, data.stop_stage, wmt14.STAGE_ALIASES)
     if scale.all_done(span):
         log(f"the EN-DE data in {data.workdir} is prepared already: no data job")
         return None
-    return scale.prep_script(args, [*command, "--workers", str(data.workers)], data.workers,
+    return scale.prep_script(s, [*command, "--workers", str(data.workers)], data.workers,
                              f"the EN-DE data stages in {data.workdir}", watch=data.workdir)
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    pipeline_stages = stages(args)
-    scale.check_devices(args, pipeline_stages, training=lambda stage: not stage.name.startswith(("table", "canary-t")))
+    s = build(argv)
+    pipeline_stages = stages(s)
+    scale.check_devices(s, pipeline_stages, training=lambda stage: not stage.name.startswith(("table", "canary-t")))
     prep = None
-    if args.launcher == "slurm" and not args.dry_run:
-        slurm.check_no_job(args.workdir)
-    if args.launcher == "slurm" and not args.prepare_here:
-        prep = data_job(args)
-    elif not args.dry_run:
-        with workdir_lock(args.workdir):
-            prepare_data(args)
+    if s.launcher == "slurm" and not s.dry_run:
+        slurm.check_no_job(s.workdir)
+    if s.launcher == "slurm" and not s.prepare_here:
+        prep = data_job(s)
+    elif not s.dry_run:
+        with workdir_lock(s.workdir):
+            prepare_data(s)
     else:
-        prepare_data(args)
-    if args.launcher == "slurm":
-        train = scale.train_script(args, pipeline_stages[0].name, "table")
-        slurm.submit([job for job in (prep, train) if job], args.workdir, args.dry_run)
-        if args.dry_run and prep:
+        prepare_data(s)
+    if s.launcher == "slurm":
+        train = scale.train_script(s, pipeline_stages[0].name, "table")
+        slurm.submit([job for job in (prep, train) if job], s.workdir, s.dry_run)
+        if s.dry_run and prep:
             log(f"the job of {prep[0]} runs:")
-            prepare_data(args)
+            prepare_data(s)
         return 0
-    pipeline = Pipeline(args.workdir, pipeline_stages, args.dry_run, args.stage, args.stop_stage)
-    if args.dry_run:
+    pipeline = Pipeline(s.workdir, pipeline_stages, s.dry_run, s.stage, s.stop_stage)
+    if s.dry_run:
         pipeline.run()
         return 0
-    with workdir_lock(args.workdir):
+    with workdir_lock(s.workdir):
         pipeline.run()
-    if args.canary:
+    if s.canary:
         return 0  # the canary-table stage printed the predictions
-    print("\n" + (args.workdir / "table3.md").read_text(encoding="utf-8")
-          + f"table: {args.workdir / 'table3.md'}, {args.workdir / 'table3.json'}, {args.workdir / 'table3.png'}")
+    print("\n" + (s.workdir / "table3.md").read_text(encoding="utf-8")
+          + f"table: {s.workdir / 'table3.md'}, {s.workdir / 'table3.json'}, {s.workdir / 'table3.png'}")
     return 0
 
 
