@@ -9,6 +9,7 @@ checks the values every recipe shares (one-line UsageError). Nothing is written 
 later is a property, a changed copy (a canary's budget, a Slurm job's stages) is :func:`replace`.
 """
 import argparse
+import os
 import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
@@ -96,6 +97,11 @@ class TrainSettings(RunSettings):
     def model(self) -> list:
         """The fairseq-train flags that size the arch."""
         return self.size.flags() if self.size else []
+
+
+def default_workers() -> int:
+    """Processes of the data stages by default: the machine's CPUs, at most 8."""
+    return min(8, os.cpu_count() or 1)
 
 
 def merge(cls, given: argparse.Namespace, config: Mapping) -> dict:

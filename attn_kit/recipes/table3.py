@@ -165,7 +165,9 @@ def build(argv=None) -> Table3Settings:
     mode = "bundled" if given.bundled else "smoke" if given.smoke else "paper"
     training = config.settings("wmt14", "paper", "archs.attn_paper_base", None if mode == "paper" else mode)
     table3 = config.settings("table3", mode)
-    yaml = {k: v for k, v in training.items() if k not in ("size", "average", "max_update")}
+    # the EN-DE recipe's training settings only: its data settings belong to the data stages it runs
+    trains = {f.name for f in dataclasses.fields(Table3Settings)} - {"size", "average", "max_update"}
+    yaml = {k: v for k, v in training.items() if k in trains}
     yaml.update(max_update=table3["max_update"], save_interval_updates=table3["save_interval_updates"])
     workdir = (given.workdir or REPO / "runs" / f"table3_{mode}").resolve()
     data_workdir = (given.data_workdir or default_data_workdir(mode, workdir)).resolve()
@@ -173,7 +175,8 @@ def build(argv=None) -> Table3Settings:
     vocab = (common.dictionary_size(dictionary), " (the EN-DE data's dictionary)") if dictionary.exists() \
         else (training.get("bpe_merges") or EN_DE_VOCAB, " (until the EN-DE data is prepared)")
     return settings.compose(Table3Settings, given, yaml, lambda v: dict(
-        mode=mode, rows=tuple(select_rows(given.rows)), base=table3["base"], workdir=workdir,
+        mode=mode, rows=tuple(select_rows(given.rows)), workers=settings.default_workers(), base=table3["base"],
+        workdir=workdir,
         data_workdir=data_workdir, vocab_estimate=vocab, arch="attn_paper_base", size=None,
         average=1,  # no checkpoint averaging in Table 3 (Sec. 6.2)
         validate_interval_updates=None,  # fairseq validates when training ends; fairseq-validate scores the row

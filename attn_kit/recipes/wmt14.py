@@ -199,7 +199,7 @@ def data_folders(given: Optional[Path], workdir: Path, shared: Optional[str]) ->
 
 
 def add_workers_option(g):
-    g.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
+    g.add_argument("--workers", type=int, default=settings.default_workers(),
                    help="processes for tokenization, BPE and binarization (default: CPUs, at most 8)")
 
 

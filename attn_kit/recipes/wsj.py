@@ -107,7 +107,7 @@ def _data_options(g, W: dict, S: dict):
                                              f"default {W['vocab']}, "
                                              f"{config.settings('wsj', 'semi-supervised')['vocab']} with "
                                              f"--extra-trees, Sec. 6.3; --smoke {S['vocab']})")
-    g.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
+    g.add_argument("--workers", type=int, default=settings.default_workers(),
                    help="processes for BPE and binarization (default: CPUs, at most 8)")
 
 
