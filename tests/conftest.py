@@ -152,6 +152,22 @@ def smoke_run(tmp_path_factory):
                      lambda folder: run([*RECIPE, *SMOKE_RUN, "--workdir", folder / "w"], timeout=900)) / "w"
 
 
+# The WMT14 recipe's data stages and the folders they write in a work directory.
+DATA_STAGES = ("download", "extract", "tokenize", "bpe", "binarize")
+DATA_FOLDERS = ("downloads", "orig", "raw", "tok", "bpe", "prep", "data-bin")
+
+
+def copy_prepared(work: Path, dst: Path) -> Path:
+    """A new work directory holding the finished data stages of ``work`` (their folders and stamps)
+    and nothing else: a run in it skips download..binarize and starts at training."""
+    for folder in DATA_FOLDERS:
+        shutil.copytree(work / folder, dst / folder)
+    (dst / ".stages").mkdir()
+    for stage in DATA_STAGES:
+        shutil.copy(work / ".stages" / f"{stage}.done", dst / ".stages")
+    return dst
+
+
 @pytest.fixture(scope="session")
 def stock_checkpoint(data_bin, tmp_path_factory):
     """A checkpoint of stock fairseq's transformer, trained with stock fairseq-train."""

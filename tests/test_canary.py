@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import USER_DIR, assert_one_error_line, run, train_cmd
+from conftest import USER_DIR, assert_one_error_line, copy_prepared, run, train_cmd
 
 from attn_kit.cli import UserError
 from attn_kit.recipes import canary
@@ -95,8 +95,10 @@ def copy_data(src, dst):
 
 
 @pytest.fixture(scope="module")
-def smoke_canary(tmp_path_factory):
-    work = tmp_path_factory.mktemp("canary") / "w"
+def smoke_canary(smoke_run, tmp_path_factory):
+    """The canary of --smoke on the smoke run's prepared data (the same data options): its data stages
+    are done already, and it trains, averages and decodes as a canary does."""
+    work = copy_prepared(smoke_run, tmp_path_factory.mktemp("canary") / "w")
     proc = run([*RECIPE, *SMOKE_CANARY, "--workdir", work], timeout=600)
     return work, proc
 
