@@ -22,6 +22,7 @@ SMOKE_CANARY = ["--smoke", "--canary", "--canary-minutes", "0.2"]
 
 
 # --------------------------------------------------------------------------- the record of each step
+@pytest.mark.slow  # trains a model
 def test_each_step_recorded_agrees_with_fairseqs_log(data_bin, tmp_path):
     """ATTN_RUN_STATS: two micro-batches per update (--update-freq 2); summed per update over the
     logging interval, loss / sample_size / ln 2 and the target tokens are fairseq's logged loss
