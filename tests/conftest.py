@@ -52,8 +52,9 @@ def last_line(proc):
     return lines[-1] if lines else ""
 
 
-# The two tiers. slow: a test that trains a model, decodes with a trained one or runs a recipe end to end,
-# i.e. uses one of SLOW_FIXTURES (directly or through another fixture) or is marked pytest.mark.slow;
+# The two tiers. slow: a test that trains a model (or times one), decodes with a trained one or runs a
+# recipe's stages for real, i.e. uses one of SLOW_FIXTURES (directly or through another fixture) or is
+# marked pytest.mark.slow;
 # quick: every other test (bash scripts/test.sh --quick, i.e. pytest -m quick). Each test gets one of
 # the two marks at collection, so a new test is in the right tier by the fixtures it uses.
 SLOW_FIXTURES = {"plugin_run", "smoke_run", "stock_checkpoint", "smoke", "smoke_tune"}  # smoke*: WSJ runs

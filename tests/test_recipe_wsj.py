@@ -411,6 +411,7 @@ def pseudo_split(root):
     return root
 
 
+@pytest.mark.slow  # runs the recipe's data, trees and score stages for real
 def test_real_trees_through_prepare_bpe_binarize_trees_and_score(tmp_path):
     """The sample's trees through every stage but training: prepare, BPE and fairseq-preprocess
     for real, then a stand-in for fairseq-generate that "predicts" the reference sequence,
