@@ -61,8 +61,9 @@ SLOW_FIXTURES = {"plugin_run", "smoke_run", "stock_checkpoint", "smoke", "smoke_
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: trains a model, decodes with one or runs a recipe end to end "
-                                       "(set by conftest for the tests that use " + ", ".join(sorted(SLOW_FIXTURES)) + ")")
+    config.addinivalue_line("markers", "slow: trains or times a model, decodes with a trained one or runs a recipe's "
+                                       "stages for real (set by conftest on the tests that use " + ", ".join(
+                                           sorted(SLOW_FIXTURES)) + ")")
     config.addinivalue_line("markers", "quick: every test that is not slow (set by conftest): pytest -m quick")
     # pytest-xdist's workers ignore SIGINT and a child inherits an ignored signal, so the recipes the
     # fault tests interrupt would never see their Ctrl-C: the workers catch it again, as a shell's child does
