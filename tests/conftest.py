@@ -65,9 +65,17 @@ def pytest_configure(config):
                                        "stages for real (set by conftest on the tests that use " + ", ".join(
                                            sorted(SLOW_FIXTURES)) + ")")
     config.addinivalue_line("markers", "quick: every test that is not slow (set by conftest): pytest -m quick")
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist >= 3.7 would order the files by test count
+        config.option.loadscopereorder = False
     # pytest-xdist's workers ignore SIGINT and a child inherits an ignored signal, so the recipes the
     # fault tests interrupt would never see their Ctrl-C: the workers catch it again, as a shell's child does
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# The files that take longest (recipes run end to end, several times) run first, so that pytest-xdist's
+# workers (whole files each, in this order) do not end on one of them while the others are idle.
+LONGEST_FIRST = ("test_recipe_wsj.py", "test_faults.py", "test_data_workdir.py", "test_recipe_wmt14.py",
+                 "test_canary.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's -m selection reads the marks
@@ -75,6 +83,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         slow = item.get_closest_marker("slow") or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
         item.add_marker(pytest.mark.slow if slow else pytest.mark.quick)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests keep their order
 
 
 def made_once(tmp_path_factory, name, make):
