@@ -1,5 +1,7 @@
 """Shared fixtures: a tiny synthetic parallel corpus binarized with the real
-fairseq-preprocess, and small models trained with the real fairseq-train."""
+fairseq-preprocess, and small models trained with the real fairseq-train, each made once per
+test run (shared by pytest-xdist's workers); and the two tiers, quick and slow."""
+import fcntl
 import os
 import random
 import shutil
@@ -16,7 +18,6 @@ REPO = Path(__file__).resolve().parents[1]
 USER_DIR = str(REPO / "attn_plugin")
 BIN = Path(sys.executable).parent
 SHARED = REPO.parent / "shared"
-
 
 
 def cli(name):
@@ -51,42 +52,65 @@ def last_line(proc):
     return lines[-1] if lines else ""
 
 
-# The quick tier (bash scripts/test.sh --quick): every test but those that train or decode with a
-# trained model, i.e. that use one of these fixtures or are marked slow (pytest.mark.slow).
+# The two tiers. slow: a test that trains a model (or times one), decodes with a trained one or runs a
+# recipe's stages for real, i.e. uses one of SLOW_FIXTURES (directly or through another fixture) or is
+# marked pytest.mark.slow;
+# quick: every other test (bash scripts/test.sh --quick, i.e. pytest -m quick). Each test gets one of
+# the two marks at collection, so a new test is in the right tier by the fixtures it uses.
 SLOW_FIXTURES = {"plugin_run", "smoke_run", "stock_checkpoint", "smoke", "smoke_tune"}  # smoke*: WSJ runs
 
 
-def pytest_addoption(parser):
-    parser.addoption("--quick", action="store_true",
-                     help="the quick tier: leave out the tests that train models (fixtures " + ", ".join(
-                         sorted(SLOW_FIXTURES)) + ", or marked slow)")
-
-
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: trains a model (left out by --quick)")
+    config.addinivalue_line("markers", "slow: trains or times a model, decodes with a trained one or runs a recipe's "
+                                       "stages for real (set by conftest on the tests that use " + ", ".join(
+                                           sorted(SLOW_FIXTURES)) + ")")
+    config.addinivalue_line("markers", "quick: every test that is not slow (set by conftest): pytest -m quick")
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist >= 3.7 would order the files by test count
+        config.option.loadscopereorder = False
     # pytest-xdist's workers ignore SIGINT and a child inherits an ignored signal, so the recipes the
     # fault tests interrupt would never see their Ctrl-C: the workers catch it again, as a shell's child does
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# The files that take longest (recipes run end to end, several times) run first, so that pytest-xdist's
+# workers (whole files each, in this order) do not end on one of them while the others are idle.
+LONGEST_FIRST = ("test_recipe_wsj.py", "test_faults.py", "test_data_workdir.py", "test_recipe_wmt14.py",
+                 "test_canary.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's -m selection reads the marks
 def pytest_collection_modifyitems(config, items):
-    if not config.getoption("--quick"):
-        return
-    slow = [item for item in items
-            if item.get_closest_marker("slow") or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if item not in slow]
+    for item in items:
+        slow = item.get_closest_marker("slow") or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
+        item.add_marker(pytest.mark.slow if slow else pytest.mark.quick)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests keep their order
+
+
+def made_once(tmp_path_factory, name, make):
+    """The folder ``name`` made by ``make(folder)`` once per test run: the first pytest-xdist worker
+    to ask makes it under a lock, the others wait for it and share it (none may change it)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above every worker's own
+    folder, done = root / "made_once" / name, root / "made_once" / f"{name}.done"
+    folder.parent.mkdir(exist_ok=True)
+    with open(root / "made_once" / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes (or its worker dies)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a worker that failed to make it left
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder
 
 
 # Small model flags on top of --arch attn_paper_base (or a stock fairseq arch).
 TINY_MODEL = SIZES["tiny"].flags()
 
 
-@pytest.fixture(scope="session")
-def data_bin(tmp_path_factory):
-    """Reverse-the-sentence task over 30 words, binarized with a joined dictionary."""
-    root = tmp_path_factory.mktemp("tiny")
+def make_data_bin(root):
+    """Reverse-the-sentence task over 30 words, binarized with a joined dictionary (root/bin)."""
     rng = random.Random(0)
     words = [f"w{i}" for i in range(30)]
     for split, n in [("train", 600), ("valid", 40), ("test", 21)]:
@@ -98,7 +122,11 @@ def data_bin(tmp_path_factory):
     run([cli("fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
          "--trainpref", root / "train", "--validpref", root / "valid", "--testpref", root / "test",
          "--destdir", root / "bin", "--joined-dictionary", "--workers", "1"])
-    return root / "bin"
+
+
+@pytest.fixture(scope="session")
+def data_bin(tmp_path_factory):
+    return made_once(tmp_path_factory, "tiny", make_data_bin) / "bin"
 
 
 def train_cmd(data, save_dir, arch_flags, extra=()):
@@ -110,13 +138,16 @@ def train_cmd(data, save_dir, arch_flags, extra=()):
 
 @pytest.fixture(scope="session")
 def plugin_run(data_bin, tmp_path_factory):
-    """fairseq-train --user-dir attn_plugin --arch attn_paper_base, 40 updates."""
-    save = tmp_path_factory.mktemp("plugin_ckpt")
-    proc = run(train_cmd(data_bin, save, ["--user-dir", USER_DIR, "--arch", "attn_paper_base"],
-                         ["--lr", "1", "--lr-scheduler", "attn_inverse_sqrt", "--warmup-updates", "20",
-                          "--lr-scale", "2", "--criterion", "attn_label_smoothed_cross_entropy",
-                          "--max-update", "40", "--save-interval-updates", "10", "--no-epoch-checkpoints"]))
-    return save, proc.stdout + proc.stderr
+    """fairseq-train --user-dir attn_plugin --arch attn_paper_base, 40 updates: (save dir, its log)."""
+    def make(folder):
+        proc = run(train_cmd(data_bin, folder / "plugin_ckpt", ["--user-dir", USER_DIR, "--arch", "attn_paper_base"],
+                             ["--lr", "1", "--lr-scheduler", "attn_inverse_sqrt", "--warmup-updates", "20",
+                              "--lr-scale", "2", "--criterion", "attn_label_smoothed_cross_entropy",
+                              "--max-update", "40", "--save-interval-updates", "10", "--no-epoch-checkpoints"]))
+        (folder / "train.log").write_text(proc.stdout + proc.stderr)
+
+    folder = made_once(tmp_path_factory, "plugin_run", make)
+    return folder / "plugin_ckpt", (folder / "train.log").read_text()
 
 
 # A --smoke run of the WMT14 recipe small enough to repeat: 25 updates, checkpoints at 10 and 20, and the
@@ -128,16 +159,32 @@ RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14"]
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
     """A finished run of the WMT14 recipe with SMOKE_RUN, shared by the tests that compare with
-    it or copy it (tests/test_recipe_wmt14.py, tests/test_faults.py); none may change it."""
-    work = tmp_path_factory.mktemp("smoke_run") / "w"
-    run([*RECIPE, *SMOKE_RUN, "--workdir", work], timeout=900)
-    return work
+    it or copy it (tests/test_recipe_wmt14.py, tests/test_faults.py, ...); none may change it."""
+    return made_once(tmp_path_factory, "smoke_run",
+                     lambda folder: run([*RECIPE, *SMOKE_RUN, "--workdir", folder / "w"], timeout=900)) / "w"
+
+
+# The WMT14 recipe's data stages and the folders they write in a work directory.
+DATA_STAGES = ("download", "extract", "tokenize", "bpe", "binarize")
+DATA_FOLDERS = ("downloads", "orig", "raw", "tok", "bpe", "prep", "data-bin")
+
+
+def copy_prepared(work: Path, dst: Path) -> Path:
+    """A new work directory holding the finished data stages of ``work`` (their folders and stamps)
+    and nothing else: a run in it skips download..binarize and starts at training."""
+    for folder in DATA_FOLDERS:
+        shutil.copytree(work / folder, dst / folder)
+    (dst / ".stages").mkdir()
+    for stage in DATA_STAGES:
+        shutil.copy(work / ".stages" / f"{stage}.done", dst / ".stages")
+    return dst
 
 
 @pytest.fixture(scope="session")
 def stock_checkpoint(data_bin, tmp_path_factory):
     """A checkpoint of stock fairseq's transformer, trained with stock fairseq-train."""
-    save = tmp_path_factory.mktemp("stock_ckpt")
-    run(train_cmd(data_bin, save, ["--arch", "transformer", "--share-all-embeddings"],
-                  ["--lr", "0.001", "--criterion", "label_smoothed_cross_entropy", "--max-update", "10"]))
-    return save / "checkpoint_last.pt"
+    def make(folder):
+        run(train_cmd(data_bin, folder, ["--arch", "transformer", "--share-all-embeddings"],
+                      ["--lr", "0.001", "--criterion", "label_smoothed_cross_entropy", "--max-update", "10"]))
+
+    return made_once(tmp_path_factory, "stock_ckpt", make) / "checkpoint_last.pt"

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import USER_DIR, assert_one_error_line, run, train_cmd
+from conftest import USER_DIR, assert_one_error_line, copy_prepared, run, train_cmd
 
 from attn_kit.cli import UserError
 from attn_kit.fairseq_log import stats_lines
@@ -23,6 +23,7 @@ SMOKE_CANARY = ["--smoke", "--canary", "--canary-minutes", "0.2"]
 
 
 # --------------------------------------------------------------------------- the record of each step
+@pytest.mark.slow  # trains a model
 def test_each_step_recorded_agrees_with_fairseqs_log(data_bin, tmp_path):
     """ATTN_RUN_STATS: two micro-batches per update (--update-freq 2); summed per update over the
     logging interval, loss / sample_size / ln 2 and the target tokens are fairseq's logged loss
@@ -95,8 +96,10 @@ def copy_data(src, dst):
 
 
 @pytest.fixture(scope="module")
-def smoke_canary(tmp_path_factory):
-    work = tmp_path_factory.mktemp("canary") / "w"
+def smoke_canary(smoke_run, tmp_path_factory):
+    """The canary of --smoke on the smoke run's prepared data (the same data options): its data stages
+    are done already, and it trains, averages and decodes as a canary does."""
+    work = copy_prepared(smoke_run, tmp_path_factory.mktemp("canary") / "w")
     proc = run([*RECIPE, *SMOKE_CANARY, "--workdir", work], timeout=600)
     return work, proc
 

@@ -280,6 +280,7 @@ def test_benchmark_shapes_are_the_bundled_model_and_the_papers():
         assert getattr(flags["plugin"], key) == getattr(flags["stock"], key), key
 
 
+@pytest.mark.slow  # times training and decoding
 @pytest.mark.parametrize("script,ratio_key", [("train_throughput.py", "ratio_tokens_per_s"),
                                               ("generate_throughput.py", "ratio_sentences_per_s")])
 def test_benchmark_writes_its_ratio_table_and_json(tmp_path, script, ratio_key):

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SMOKE_RUN, assert_one_error_line
+from conftest import DATA_STAGES, REPO, SMOKE_RUN, assert_one_error_line
 
 from attn_kit.cli import UserError
 from attn_kit.pipeline.lock import workdir_lock
@@ -21,7 +21,6 @@ from attn_kit.pipeline.stages import Pipeline, Stage
 RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14"]
 TABLE3 = [sys.executable, "-m", "attn_kit.recipes.table3"]
 TRANSLATE = [sys.executable, str(REPO / "scripts" / "translate.py")]
-DATA_STAGES = ("download", "extract", "tokenize", "bpe", "binarize")
 
 
 def command(cmd, *args, timeout=900):

@@ -202,6 +202,7 @@ def test_checkpoints_with_separate_q_k_v_still_load(data_bin):
     assert torch.equal(log_probs(model.eval(), src, lengths, prev), log_probs(fresh.eval(), src, lengths, prev))
 
 
+@pytest.mark.slow  # trains a model
 def test_compiled_layers_train_exactly_like_the_plain_ones(data_bin):
     """--compile-layers changes kernels, not the function: same loss and gradients."""
     _, plain = plugin_model(data_bin, "--dropout", "0")

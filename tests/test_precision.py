@@ -109,6 +109,7 @@ def linear_dtypes(model, fn):
     return seen
 
 
+@pytest.mark.slow  # trains a model
 def test_a_checkpoint_trained_in_bf16_validates_and_decodes_in_fp32(data_bin, tmp_path):
     """The task is rebuilt from the checkpoint, as fairseq-validate, from_pretrained and translate.py
     load it: --bf16-autocast is in its options, and evaluation still runs in fp32 unless asked."""
@@ -136,6 +137,7 @@ def test_a_checkpoint_trained_in_bf16_validates_and_decodes_in_fp32(data_bin, tm
         assert linear_dtypes(model, lambda: task.inference_step(generator, [model], sample)) == expected
 
 
+@pytest.mark.slow  # trains a model
 def test_fairseq_train_with_bf16_autocast_has_no_loss_scale(data_bin, tmp_path):
     """fairseq-train --bf16-autocast: the plain fp32 optimizer (no FP16Optimizer, no loss_scale in
     the log), and training runs: the loss goes down."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SMOKE_RUN, assert_one_error_line
+from conftest import REPO, SMOKE_RUN, assert_one_error_line, copy_prepared
 from attn_kit.fairseq_commands import batch_plan
 
 RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14"]
@@ -231,19 +231,13 @@ def test_smoke_same_command_same_numbers_and_the_average_ends_at_the_final_updat
     """A fixed number of updates, a fixed seed and a fixed thread count: the same command gives the same
     averaged model (bit for bit) and the same BLEU. 25 updates with a checkpoint every 10: fairseq writes
     checkpoint_1_10.pt and checkpoint_1_20.pt, and the average of "the last 2" must be 20 and the final 25."""
-    import shutil
-
     import torch
 
     args = SMOKE_RUN
     a, b = smoke_run, tmp_path / "b"
     # the second run: the same command on a copy of the prepared data (download..binarize), so that it
     # trains, averages, decodes and scores again from scratch
-    for d in ("downloads", "orig", "raw", "tok", "bpe", "prep", "data-bin"):
-        shutil.copytree(a / d, b / d)
-    (b / ".stages").mkdir()
-    for stage in ("download", "extract", "tokenize", "bpe", "binarize"):
-        shutil.copy(a / ".stages" / f"{stage}.done", b / ".stages")
+    copy_prepared(a, b)
     second = recipe(*args, "--workdir", b)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
     assert "stage 6/9 train: fairseq-train" in second.stdout and "updates, " in second.stdout  # progress, ETA

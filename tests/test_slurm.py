@@ -242,6 +242,7 @@ def test_data_job_first_then_the_training_job_after_it(tmp_path, slurm_path):
     assert "--gpus-per-node=2" in directives((work / slurm.SCRIPT).read_text())
 
 
+@pytest.mark.slow  # runs the recipe's data stages for real
 def test_prepare_here_runs_the_data_stages_here_and_submits_training_alone(tmp_path, slurm_path):
     data, work = corpus(tmp_path / "corpus", sizes=(("train", 60), ("valid", 5), ("test", 5))), tmp_path / "w"
     argv = ["--src", "en", "--tgt", "de", "--train", data / "train", "--valid", data / "valid", "--test",
