@@ -382,18 +382,18 @@ def predict(ctx, args, out: Path, result: dict, r: dict, writes: List[float], va
     return causes
 
 
-def schedule_warnings(args, startup: float, per_update: float) -> List[str]:
+def schedule_warnings(s, startup: float, per_update: float) -> List[str]:
     """What the run's schedule cannot do in its budget (--train-minutes): the updates it reaches
     against --max-update and the warm-up."""
-    if not args.train_minutes:
+    if not s.train_minutes:
         return []
-    reach = max(0, int((args.train_minutes * 60 - startup) / per_update))
+    reach = max(0, int((s.train_minutes * 60 - startup) / per_update))
     out = []
-    if reach < args.max_update:
-        out.append(f"--train-minutes {args.train_minutes:g} stops training near update {reach} of --max-update "
-                   f"{args.max_update}")
-    if reach < args.warmup_updates:
-        out.append(f"the budget ends before the {args.warmup_updates}-update warm-up does (eq. 3): the learning rate "
+    if reach < s.max_update:
+        out.append(f"--train-minutes {s.train_minutes:g} stops training near update {reach} of --max-update "
+                   f"{s.max_update}")
+    if reach < s.warmup_updates:
+        out.append(f"the budget ends before the {s.warmup_updates}-update warm-up does (eq. 3): the learning rate "
                    "never reaches its peak; a shorter --warmup-updates or a smaller --tokens-per-update fits it")
     return out
 

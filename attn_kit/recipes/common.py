@@ -38,46 +38,46 @@ def model_size(settings: dict, overrides: dict, resize_arch: Optional[str] = Non
 
 
 # ---------------------------------------------------------------------------------------------- training
-def thread_env(args) -> Optional[dict]:
+def thread_env(s) -> Optional[dict]:
     """OMP_NUM_THREADS for every training and decoding process, if --threads is set."""
-    return fairseq_commands.thread_env(args.threads)
+    return fairseq_commands.thread_env(s.threads)
 
 
-def devices(args) -> int:
-    return args.ngpus * args.nnodes if args.ngpus else args.cpu_procs
+def devices(s) -> int:
+    return s.ngpus * s.nnodes if s.ngpus else s.cpu_procs
 
 
-def plan(args):
+def plan(s):
     """How an update's tokens are spread over devices and accumulation steps (Sec. 5.1)."""
-    return batch_plan(args.tokens_per_update, devices(args), args.max_tokens_per_gpu)
+    return batch_plan(s.tokens_per_update, devices(s), s.max_tokens_per_gpu)
 
 
-def train_budget(args) -> str:
-    budget = f"{args.max_update} updates"
-    return budget + (f" or {args.train_minutes:g} minutes, whichever comes first" if args.train_minutes else "")
+def train_budget(s) -> str:
+    budget = f"{s.max_update} updates"
+    return budget + (f" or {s.train_minutes:g} minutes, whichever comes first" if s.train_minutes else "")
 
 
-def train_command(args, data_bin: Path, save_dir: Path, model: Iterable[str] = (), lr_scale: float = None,
+def train_command(s, data_bin: Path, save_dir: Path, model: Iterable[str] = (), lr_scale: float = None,
                   label_smoothing: float = 0.1) -> list:
     """fairseq-train with the paper's optimizer, schedule and criterion (Sec. 5.3-5.4),
     launched on the run's devices; ``model``: flags that size the arch; ``lr_scale``:
     eq. 3's multiplier when it differs from --lr-scale (a --tune trial's); ``label_smoothing``:
     eps_ls (Table 3 row D varies it). Everything else comes from ``args`` (the recipe's
     options over its config)."""
-    p = plan(args)
-    launch = launcher(args.ngpus, args.cpu_procs, args.nnodes, args.node_rank, args.master_addr, args.master_port,
-                      log_dir=str(args.workdir / "logs"), kind=args.launcher)
+    p = plan(s)
+    launch = launcher(s.ngpus, s.cpu_procs, s.nnodes, s.node_rank, s.master_addr, s.master_port,
+                      log_dir=str(s.workdir / "logs"), kind=s.launcher)
     # torchrun's processes join one job only when fairseq's world size is not 1; its default is the GPUs
     # visible on one node, so one GPU on each of several nodes would otherwise train as separate jobs
-    world = devices(args) if args.launcher == "torchrun" and args.ngpus and devices(args) > 1 else None
+    world = devices(s) if s.launcher == "torchrun" and s.ngpus and devices(s) > 1 else None
     return fairseq_commands.train_command(
-        launch, data_bin, save_dir, arch=args.arch, model=model, warmup_updates=args.warmup_updates,
-        lr_scale=args.lr_scale if lr_scale is None else lr_scale, label_smoothing=label_smoothing,
-        max_tokens=p.max_tokens, update_freq=p.update_freq, train_flags=args.train_flags,
-        precision=args.precision_used, gpus=args.ngpus, world_size=world, max_update=args.max_update,
-        seed=args.seed, train_minutes=args.train_minutes, save_interval_updates=args.save_interval_updates,
-        keep_interval_updates=args.average, validate_interval_updates=args.validate_interval_updates,
-        log_interval=args.log_interval, extra=args.fairseq_extra)
+        launch, data_bin, save_dir, arch=s.arch, model=model, warmup_updates=s.warmup_updates,
+        lr_scale=s.lr_scale if lr_scale is None else lr_scale, label_smoothing=label_smoothing,
+        max_tokens=p.max_tokens, update_freq=p.update_freq, train_flags=s.train_flags,
+        precision=s.precision_used, gpus=s.ngpus, world_size=world, max_update=s.max_update,
+        seed=s.seed, train_minutes=s.train_minutes, save_interval_updates=s.save_interval_updates,
+        keep_interval_updates=s.average, validate_interval_updates=s.validate_interval_updates,
+        log_interval=s.log_interval, extra=s.fairseq_extra)
 
 
 # Options of a training stage that run it again on top of its checkpoints when changed: fairseq-train
@@ -85,26 +85,26 @@ def train_command(args, data_bin: Path, save_dir: Path, model: Iterable[str] = (
 RESUMABLE_TRAIN_OPTIONS = ("max_update", "train_minutes", "save_interval_updates")
 
 
-def train_options(args, model: Iterable[str] = (), **changes) -> dict:
+def train_options(s, model: Iterable[str] = (), **changes) -> dict:
     """What shapes a training run, as a stage's ``options`` (attn_kit.pipeline.stages): the
     model, optimizer schedule, batch, seed and precision; not where it runs (devices, threads),
     which resuming may change. ``changes``: a --tune trial's own values."""
-    options = {"arch": args.arch, "model": list(model), "warmup_updates": args.warmup_updates,
-               "lr_scale": args.lr_scale, "tokens_per_update": args.tokens_per_update, "seed": args.seed,
-               "precision": args.precision_used, "train_flags": list(args.train_flags),
-               "fairseq_extra_args": list(args.fairseq_extra),
-               **{name: getattr(args, name) for name in RESUMABLE_TRAIN_OPTIONS}}
+    options = {"arch": s.arch, "model": list(model), "warmup_updates": s.warmup_updates,
+               "lr_scale": s.lr_scale, "tokens_per_update": s.tokens_per_update, "seed": s.seed,
+               "precision": s.precision_used, "train_flags": list(s.train_flags),
+               "fairseq_extra_args": list(s.fairseq_extra),
+               **{name: getattr(s, name) for name in RESUMABLE_TRAIN_OPTIONS}}
     return {**options, **changes}
 
 
-def train_records(args, record: Optional[Path] = None) -> list:
+def train_records(s, record: Optional[Path] = None) -> list:
     """What a training run writes besides its checkpoints (its log, command and curves), which
     go aside with them when training starts over."""
-    record = Path(record or args.workdir / "train_command.json")
-    return [args.workdir / "logs" / "train.log", record, record.parent / "curves.csv", record.parent / "curves.png"]
+    record = Path(record or s.workdir / "train_command.json")
+    return [s.workdir / "logs" / "train.log", record, record.parent / "curves.csv", record.parent / "curves.png"]
 
 
-def run_training(ctx, args, cmd: list, tail=None, record: Optional[Path] = None, model: Iterable[str] = (),
+def run_training(ctx, s, cmd: list, tail=None, record: Optional[Path] = None, model: Iterable[str] = (),
                  env: Optional[dict] = None):
     """Run ``cmd`` (from :func:`train_command`) showing updates done / total and an ETA,
     writing curves.csv / curves.png next to ``record`` at each validation; record the exact
@@ -113,10 +113,10 @@ def run_training(ctx, args, cmd: list, tail=None, record: Optional[Path] = None,
     ``env``: more environment for the training processes (the canary's ATTN_RUN_STATS).
     A damaged or missing checkpoint_last.pt is replaced by the newest intact checkpoint first
     (:func:`attn_kit.checkpoints.recover_last`), so that training resumes from there."""
-    p = plan(args)
-    record = Path(record or args.workdir / "train_command.json")
+    p = plan(s)
+    record = Path(record or s.workdir / "train_command.json")
     log(f"{p.devices} device(s) x --max-tokens {p.max_tokens} x --update-freq {p.update_freq} "
-        f"= {p.tokens_per_update} tokens per update (at most; padding included); precision {args.precision_used}")
+        f"= {p.tokens_per_update} tokens per update (at most; padding included); precision {s.precision_used}")
     reached = 0
     if not ctx.dry_run:
         from ..checkpoints import checkpoint_update, recover_last
@@ -124,27 +124,27 @@ def run_training(ctx, args, cmd: list, tail=None, record: Optional[Path] = None,
         last = Path(cmd[cmd.index("--save-dir") + 1]) / "checkpoint_last.pt"
         recover_last(last.parent)
         reached = checkpoint_update(last) if last.exists() else 0
-        write_json_atomic(record, {"argv": cmd, "env": thread_env(args) or {},
-                                   "fairseq_extra_args": list(args.fairseq_extra)})
-    with CurveWriter(ctx.log_dir / f"{ctx.stage}.log", record.parent, tail or TrainProgress(args.max_update),
-                     f"{args.arch}, {record.parent.name}", final=not ctx.dry_run) as curves:
+        write_json_atomic(record, {"argv": cmd, "env": thread_env(s) or {},
+                                   "fairseq_extra_args": list(s.fairseq_extra)})
+    with CurveWriter(ctx.log_dir / f"{ctx.stage}.log", record.parent, tail or TrainProgress(s.max_update),
+                     f"{s.arch}, {record.parent.name}", final=not ctx.dry_run) as curves:
         if reached and reached >= int(cmd[cmd.index("--max-update") + 1]):  # fairseq-train would add an update
             log(f"{last} is at update {reached} already (a run stopped after training ended): nothing to train")
         else:
-            ctx.sh(cmd, tail=curves, env={**(thread_env(args) or {}), **(env or {})} or None)
+            ctx.sh(cmd, tail=curves, env={**(thread_env(s) or {}), **(env or {})} or None)
     if ctx.dry_run:
-        vocab, note = vocabulary_estimate(args)
-        scale.print_cost(args, model, vocab, note)
+        vocab, note = vocabulary_estimate(s)
+        scale.print_cost(s, model, vocab, note)
 
 
-def vocabulary_estimate(args):
+def vocabulary_estimate(s):
     """(vocabulary size, how it is known) for the cost estimate: the binarized dictionary's size,
     else the recipe's estimate (``args.vocab_estimate``: size, note)."""
-    dictionary = next(iter(sorted((args.workdir / "data-bin").glob("dict.*.txt"))), None) \
-        if (args.workdir / "data-bin").is_dir() else None
+    dictionary = next(iter(sorted((s.workdir / "data-bin").glob("dict.*.txt"))), None) \
+        if (s.workdir / "data-bin").is_dir() else None
     if dictionary:
         return dictionary_size(dictionary), f" ({dictionary.parent.name}'s dictionary)"
-    return args.vocab_estimate
+    return s.vocab_estimate
 
 
 def training_record(path: Path) -> dict:
@@ -177,38 +177,38 @@ def add_beam_stop_option(group):
                             "rule (the one rule with --length-penalty fairseq)")
 
 
-def beam_stop(args) -> str:
+def beam_stop(s) -> str:
     """The stopping rule the run's beam search uses (the plugin task's ``--beam-stop``)."""
-    gnmt = getattr(args, "length_penalty", "gnmt") == "gnmt"
-    rule = getattr(args, "beam_stop", None)
+    gnmt = getattr(s, "length_penalty", "gnmt") == "gnmt"
+    rule = getattr(s, "beam_stop", None)
     if rule == "t2t" and not gnmt:
         raise UsageError("--beam-stop t2t needs --length-penalty gnmt: the paper's stopping rule bounds scores "
                          "with its length penalty")
     return rule or ("t2t" if gnmt else "fairseq")
 
 
-def length_penalty(args):
+def length_penalty(s):
     """(description, fairseq-generate flags) of the run's length penalty and stopping rule: GNMT's
     (Sec. 6.1, ``--task attn_translation --gnmt-alpha``; the paper's stopping rule unless
     ``--beam-stop fairseq``) or fairseq's ``--lenpen`` (with fairseq's rule)."""
-    if getattr(args, "length_penalty", "gnmt") == "gnmt":
-        return f"GNMT alpha {args.alpha:g}", ["--gnmt-alpha", str(args.alpha), *beam_stop_flags(args)]
-    beam_stop(args)
-    return f"fairseq lenpen {args.lenpen:g}", ["--lenpen", str(args.lenpen)]
+    if getattr(s, "length_penalty", "gnmt") == "gnmt":
+        return f"GNMT alpha {s.alpha:g}", ["--gnmt-alpha", str(s.alpha), *beam_stop_flags(s)]
+    beam_stop(s)
+    return f"fairseq lenpen {s.lenpen:g}", ["--lenpen", str(s.lenpen)]
 
 
-def beam_stop_flags(args) -> List[str]:
+def beam_stop_flags(s) -> List[str]:
     """What fairseq-generate needs besides ``--gnmt-alpha`` for the run's stopping rule (the paper's
     is the task's default with that penalty)."""
-    return ["--beam-stop", "fairseq"] if beam_stop(args) == "fairseq" else []
+    return ["--beam-stop", "fairseq"] if beam_stop(s) == "fairseq" else []
 
 
-def generate_command(args, data_bin: Path, checkpoint, subset: str, beam, penalty_flags: List[str],
+def generate_command(s, data_bin: Path, checkpoint, subset: str, beam, penalty_flags: List[str],
                      max_len_b: int, batch_size: int) -> list:
     """fairseq-generate of the run (:func:`attn_kit.fairseq_commands.generate_command`) on its devices."""
     return fairseq_commands.generate_command(data_bin, checkpoint, subset=subset, beam=beam,
                                              penalty_flags=penalty_flags, max_len_b=max_len_b,
-                                             batch_size=batch_size, gpus=args.ngpus)
+                                             batch_size=batch_size, gpus=s.ngpus)
 
 
 def run_path(workdir: Path, path: Path) -> str:
@@ -279,19 +279,19 @@ def averaged_record(avg: Path, workdir: Optional[Path] = None) -> dict:
     return {"averaged_checkpoints": paths, "averaged_updates": info.get("updates")}
 
 
-def run_record(args, train_log: Path, avg: Path, command: Path) -> dict:
+def run_record(s, train_log: Path, avg: Path, command: Path) -> dict:
     """What a reader needs to repeat the run: the exact training command, seed, threads,
     updates, the real tokens per update (from the training log) and what was averaged (the
     checkpoints relative to the run directory; the command as it ran)."""
-    record = {"seed": args.seed, "threads": args.threads, "max_update": args.max_update,
-              "train_minutes": args.train_minutes}
+    record = {"seed": s.seed, "threads": s.threads, "max_update": s.max_update,
+              "train_minutes": s.train_minutes}
     line = recorded_train_command(command)
     if line:
         record["train_command"] = line
     record.update(training_record(command))
     record.update(train_log_summary(train_log))
-    record["checkpoint"] = run_path(args.workdir, avg)
-    record.update(averaged_record(avg, args.workdir))
+    record["checkpoint"] = run_path(s.workdir, avg)
+    record.update(averaged_record(avg, s.workdir))
     return record
 
 

@@ -161,24 +161,24 @@ def is_training(stage) -> bool:
     return stage.name in ("train", "canary") or stage.name.startswith("tune-")
 
 
-def device_problem(args, visible: int) -> Optional[str]:
+def device_problem(s, visible: int) -> Optional[str]:
     """Why ``visible`` GPUs cannot train on ``--ngpus`` (per node), saying what to pass; None if they can."""
-    if not args.ngpus or visible >= args.ngpus:
+    if not s.ngpus or visible >= s.ngpus:
         return None
-    default = " (the default)" if "ngpus" in getattr(args, "defaulted", ()) else ""
-    where = "this node" if args.nnodes > 1 else "this machine"
+    default = " (the default)" if "ngpus" in getattr(s, "defaulted", ()) else ""
+    where = "this node" if s.nnodes > 1 else "this machine"
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
         where += f" (CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r})"
     if not visible:
-        return (f"--ngpus {args.ngpus}{default}: no CUDA GPU is visible on {where}; pass --ngpus 0 to train on its "
-                f"CPU (--cpu-procs N for N data-parallel processes), or run where {args.ngpus} GPUs are "
+        return (f"--ngpus {s.ngpus}{default}: no CUDA GPU is visible on {where}; pass --ngpus 0 to train on its "
+                f"CPU (--cpu-procs N for N data-parallel processes), or run where {s.ngpus} GPUs are "
                 "(--launcher slurm submits the training from here)")
-    return (f"--ngpus {args.ngpus}{default}: {visible} CUDA GPU{'s' if visible > 1 else ''} visible on {where}; "
-            f"pass --ngpus {visible} (an update keeps its {args.tokens_per_update} tokens: --update-freq makes up "
-            f"the difference), or run where {args.ngpus} GPUs are")
+    return (f"--ngpus {s.ngpus}{default}: {visible} CUDA GPU{'s' if visible > 1 else ''} visible on {where}; "
+            f"pass --ngpus {visible} (an update keeps its {s.tokens_per_update} tokens: --update-freq makes up "
+            f"the difference), or run where {s.ngpus} GPUs are")
 
 
-def check_devices(args, stages, aliases=None, training=is_training):
+def check_devices(s, stages, aliases=None, training=is_training):
     """Before the first stage: when a ``training`` stage among --stage..--stop-stage would start
     on this machine, refuse a --ngpus it cannot provide (:func:`device_problem`) in one line.
     Where nothing trains here it is not checked: ``--launcher slurm`` submits from a login node
@@ -186,27 +186,27 @@ def check_devices(args, stages, aliases=None, training=is_training):
     (it prints the plan, with the line as a note); with ``--nnodes`` each node's recipe checks
     its own GPUs. The training processes check that they form one job themselves
     (``attn_plugin.fairseq_patches``, patch 8)."""
-    if args.launcher == "slurm" or not args.ngpus:
+    if s.launcher == "slurm" or not s.ngpus:
         return
     from ..pipeline.stages import Pipeline
 
-    span = Pipeline(args.workdir, stages, True, args.stage, args.stop_stage, aliases)  # checks the range
+    span = Pipeline(s.workdir, stages, True, s.stage, s.stop_stage, aliases)  # checks the range
     if not any(training(stage) for stage in stages[span.first - 1:span.last]):
         return
-    problem = device_problem(args, visible_gpus())
-    if problem and args.dry_run:
+    problem = device_problem(s, visible_gpus())
+    if problem and s.dry_run:
         log(f"note: a run on this machine would stop before its first stage: {problem}")
     elif problem:
         raise UsageError(problem)
 
 
-def schedule_notes(args, budget: bool = True) -> List[str]:
+def schedule_notes(s, budget: bool = True) -> List[str]:
     """What the run's schedule cannot do, as far as it is known before anything runs: a warm-up
     longer than the run (eq. 3's rate never reaches its peak) and, with ``budget``, that how
     far --train-minutes reaches is unknown until a rate is measured (the canary measures it and
     warns: attn_kit.recipes.canary.schedule_warnings). ``scale.run`` prints them as ``note:`` lines
     (the budget's under --dry-run only)."""
-    warmup, updates, minutes = (getattr(args, k, None) for k in ("warmup_updates", "max_update", "train_minutes"))
+    warmup, updates, minutes = (getattr(s, k, None) for k in ("warmup_updates", "max_update", "train_minutes"))
     notes = []
     if warmup and updates and warmup > updates:
         notes.append(f"--warmup-updates {warmup} is longer than --max-update {updates}: training ends "
@@ -256,7 +256,7 @@ def parse(parser: argparse.ArgumentParser, argv=None):
 
 
 # ---------------------------------------------------------------------------------------------- Slurm
-def run(args, stages, report, aliases=None, first_training: Optional[str] = None):
+def run(s, stages, report, aliases=None, first_training: Optional[str] = None):
     """Run the recipe's ``stages``: all of them here, or with ``--launcher slurm`` as two Slurm
     jobs (:mod:`attn_kit.pipeline.slurm`): the stages before the first training stage
     (``first_training``; default: the first :func:`is_training` stage) as a CPU job, unless they
@@ -265,40 +265,40 @@ def run(args, stages, report, aliases=None, first_training: Optional[str] = None
     from ..pipeline import slurm
     from ..pipeline.stages import Pipeline, run_recipe
 
-    made = stages(args)
-    check_devices(args, made, aliases)
-    for note in schedule_notes(args, budget=args.dry_run):
+    made = stages(s)
+    check_devices(s, made, aliases)
+    for note in schedule_notes(s, budget=s.dry_run):
         log(f"note: {note}")
-    if args.launcher != "slurm":
-        return run_recipe(args, made, report, aliases)
-    if not args.dry_run:
-        slurm.check_no_job(args.workdir)  # before anything runs here (--prepare-here)
-    first_training = first_training or next(s.name for s in made if is_training(s))
-    cut = [s.name for s in made].index(first_training) + 1  # the 1-based number of the job's first stage
-    span = Pipeline(args.workdir, made, True, args.stage, args.stop_stage, aliases)  # checks the range
+    if s.launcher != "slurm":
+        return run_recipe(s, made, report, aliases)
+    if not s.dry_run:
+        slurm.check_no_job(s.workdir)  # before anything runs here (--prepare-here)
+    first_training = first_training or next(st.name for st in made if is_training(st))
+    cut = [st.name for st in made].index(first_training) + 1  # the 1-based number of the job's first stage
+    span = Pipeline(s.workdir, made, True, s.stage, s.stop_stage, aliases)  # checks the range
     jobs = []  # (script name and text, first stage, last stage) of each job
     if span.first < cut:
         data = made[span.first - 1:min(span.last, cut - 1)]
-        if args.prepare_here:
-            run_recipe(replace(args, stage=data[0].name, stop_stage=data[-1].name), made, report, aliases)
+        if s.prepare_here:
+            run_recipe(replace(s, stage=data[0].name, stop_stage=data[-1].name), made, report, aliases)
         elif all_done(span, data):
             log(f"stages {data[0].name}..{data[-1].name} are done already: no data job")
         else:
             first, last = data[0].name, data[-1].name
-            command = job_command(args, first, last, workers=args.workers)
-            where = getattr(args, "data_workdir", None)  # the data stages' folder (--data-workdir)
-            jobs.append((prep_script(args, command, args.workers, f"stages {first}..{last}"
-                                     + (f" in {where}" if where and where != args.workdir else ""), watch=where),
+            command = job_command(s, first, last, workers=s.workers)
+            where = getattr(s, "data_workdir", None)  # the data stages' folder (--data-workdir)
+            jobs.append((prep_script(s, command, s.workers, f"stages {first}..{last}"
+                                     + (f" in {where}" if where and where != s.workdir else ""), watch=where),
                          first, last))
     if span.last >= cut:
         first, last = made[max(span.first, cut) - 1].name, made[span.last - 1].name
-        jobs.append((train_script(args, first, last), first, last))
+        jobs.append((train_script(s, first, last), first, last))
     if jobs:
-        slurm.submit([script for script, _, _ in jobs], args.workdir, args.dry_run)
-    if args.dry_run:  # what each job will run, as its own dry run would print it
+        slurm.submit([script for script, _, _ in jobs], s.workdir, s.dry_run)
+    if s.dry_run:  # what each job will run, as its own dry run would print it
         for (name, _), first, last in jobs:
             log(f"the job of {name} runs (--launcher srun, on the first node of its allocation):")
-            job = replace(args, launcher="srun", stage=first, stop_stage=last)
+            job = replace(s, launcher="srun", stage=first, stop_stage=last)
             run_recipe(job, stages(job), report, aliases)
 
 
@@ -327,62 +327,62 @@ def without(argv: Sequence[str], options: dict) -> List[str]:
     return out
 
 
-def job_command(args, first: str, last: str, workers: Optional[int] = None) -> List[str]:
+def job_command(s, first: str, last: str, workers: Optional[int] = None) -> List[str]:
     """This recipe's command line as a Slurm job runs it: stages ``first``..``last`` with ``--launcher
     srun`` (and ``--workers``, where given, set to what the job asked for); the rest as typed."""
-    sets = {"--launcher": "srun", "--workdir": args.workdir, "--stage": first, "--stop-stage": last,
+    sets = {"--launcher": "srun", "--workdir": s.workdir, "--stage": first, "--stop-stage": last,
             **({"--workers": workers} if workers else {})}
-    typed = without(args.recipe_argv, {"--dry-run": 0, **{name: 1 for name in sets}})
-    command = [sys.executable, "-m", args.recipe_module, *typed, *(str(x) for item in sets.items() for x in item)]
-    return command + (["--", *args.fairseq_extra] if args.fairseq_extra else [])
+    typed = without(s.recipe_argv, {"--dry-run": 0, **{name: 1 for name in sets}})
+    command = [sys.executable, "-m", s.recipe_module, *typed, *(str(x) for item in sets.items() for x in item)]
+    return command + (["--", *s.fairseq_extra] if s.fairseq_extra else [])
 
 
-def task_cpus(args) -> int:
+def task_cpus(s) -> int:
     """--cpus-per-task of the training job (see its help)."""
-    need = (args.threads or 1) + 1  # the compute threads and fairseq's data-loader worker
-    return args.cpus_per_task or (max(GPU_TASK_CPUS, need) if args.ngpus else need)
+    need = (s.threads or 1) + 1  # the compute threads and fairseq's data-loader worker
+    return s.cpus_per_task or (max(GPU_TASK_CPUS, need) if s.ngpus else need)
 
 
-def _signal_seconds(args) -> int:
-    return SIGNAL_SECONDS if args.signal_seconds is None else args.signal_seconds
+def _signal_seconds(s) -> int:
+    return SIGNAL_SECONDS if s.signal_seconds is None else s.signal_seconds
 
 
-def prep_script(args, command: List[str], workers: int, what: str, watch: Optional[Path] = None) -> Tuple[str, str]:
+def prep_script(s, command: List[str], workers: int, what: str, watch: Optional[Path] = None) -> Tuple[str, str]:
     """(file name, text) of the data job: ``command`` (which runs ``what``, in words) on one CPU task
     of ``workers`` CPUs; ``watch``: the folder it works in (default WORKDIR)."""
     from ..pipeline import slurm
 
     log(f"Slurm data job: {what} on {workers} CPU(s)")
     return slurm.PREP_SCRIPT, slurm.sbatch_script(
-        command, args.workdir, slurm.PREP_SCRIPT, cpus_per_task=workers, mem=args.prep_mem or PREP_MEM,
-        partition=args.prep_partition or args.partition, time_limit=args.prep_time or args.time_limit,
-        account=args.account, signal_seconds=_signal_seconds(args), env=slurm.job_environment(), cwd=Path.cwd(),
+        command, s.workdir, slurm.PREP_SCRIPT, cpus_per_task=workers, mem=s.prep_mem or PREP_MEM,
+        partition=s.prep_partition or s.partition, time_limit=s.prep_time or s.time_limit,
+        account=s.account, signal_seconds=_signal_seconds(s), env=slurm.job_environment(), cwd=Path.cwd(),
         watch=watch)
 
 
-def train_script(args, first: str, last: str) -> Tuple[str, str]:
+def train_script(s, first: str, last: str) -> Tuple[str, str]:
     """(file name, text) of the training job: stages ``first``..``last`` on --nnodes x (--ngpus or
     --cpu-procs) tasks."""
     from ..pipeline import slurm
 
-    per_node = args.ngpus if args.ngpus else args.cpu_procs
-    log(f"Slurm training job: stages {first}..{last} on {args.nnodes} node(s) x "
-        f"{f'{args.ngpus} GPU(s)' if args.ngpus else f'{args.cpu_procs} CPU task(s)'} of {task_cpus(args)} CPUs")
+    per_node = s.ngpus if s.ngpus else s.cpu_procs
+    log(f"Slurm training job: stages {first}..{last} on {s.nnodes} node(s) x "
+        f"{f'{s.ngpus} GPU(s)' if s.ngpus else f'{s.cpu_procs} CPU task(s)'} of {task_cpus(s)} CPUs")
     return slurm.SCRIPT, slurm.sbatch_script(
-        job_command(args, first, last), args.workdir, slurm.SCRIPT, args.nnodes, per_node, args.ngpus,
-        task_cpus(args), args.mem or TRAIN_MEM, args.partition, args.time_limit, args.account,
-        _signal_seconds(args), env=slurm.job_environment(), cwd=Path.cwd())
+        job_command(s, first, last), s.workdir, slurm.SCRIPT, s.nnodes, per_node, s.ngpus,
+        task_cpus(s), s.mem or TRAIN_MEM, s.partition, s.time_limit, s.account,
+        _signal_seconds(s), env=slurm.job_environment(), cwd=Path.cwd())
 
 
 # ---------------------------------------------------------------------------------------------- cost
-def print_cost(args, model_flags: Sequence[str], vocab: int, vocab_note: str):
+def print_cost(s, model_flags: Sequence[str], vocab: int, vocab_note: str):
     """--dry-run: the run's analytic training FLOPs, the paper's Table 2 cost and a wall-time estimate."""
     from .. import cost
 
-    shape = cost.model_shape(args.arch, [*model_flags, *args.fairseq_extra], vocab)
-    lines = cost.describe_run(shape, args.arch, args.tokens_per_update, args.max_update,
-                              gpus=args.ngpus * args.nnodes, precision=args.precision_used, gpu_name=args.gpu,
-                              gpu_tflops=args.gpu_tflops, utilization=args.utilization, vocab_note=vocab_note,
-                              average=getattr(args, "average", None))
+    shape = cost.model_shape(s.arch, [*model_flags, *s.fairseq_extra], vocab)
+    lines = cost.describe_run(shape, s.arch, s.tokens_per_update, s.max_update,
+                              gpus=s.ngpus * s.nnodes, precision=s.precision_used, gpu_name=s.gpu,
+                              gpu_tflops=s.gpu_tflops, utilization=s.utilization, vocab_note=vocab_note,
+                              average=getattr(s, "average", None))
     for line in lines:
         print(f"  # {line}", flush=True)
