@@ -21,11 +21,19 @@ _attn_env_ok() {
   (cd / && "$1" -c 'import fairseq, sacremoses, subword_nmt, sacrebleu, torch' >/dev/null 2>&1)
 }
 
+# The stamped ./.venv passed _attn_env_ok when it was set up; later calls only check that the packages
+# are still there, without importing fairseq and torch (seconds, paid by every recipe command).
+_attn_env_present() {
+  (cd / && "$1" -c 'import importlib.util as u, sys
+sys.exit(any(u.find_spec(m) is None for m in ("fairseq", "sacremoses", "subword_nmt", "sacrebleu", "torch")))' \
+    >/dev/null 2>&1)
+}
+
 _attn_env_setup() {
   local venv="$ATTN_ROOT/.venv" stamp="$ATTN_ROOT/.venv/.attn_plugin_env"
   local want
   want="$(cat "$ATTN_ROOT/requirements-env.txt" "$ATTN_ROOT/setup.py" | cksum)"
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && _attn_env_ok "$venv/bin/python"; then
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && _attn_env_present "$venv/bin/python"; then
     ATTN_PY="$venv/bin/python"
     return 0
   fi
