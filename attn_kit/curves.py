@@ -113,7 +113,7 @@ def write(log_path: Path, out_dir: Path, title: str = "") -> Optional[List[dict]
     try:
         plot(points, out_dir / "curves.png", title)
     except ImportError:
-        pass  # the CSV holds the same numbers; README's environment installs matplotlib
+        pass  # the CSV holds the same numbers; the set-up (scripts/env.sh) installs matplotlib
     return points
 
 

@@ -1,6 +1,6 @@
 """How long the WMT14 recipes' data stages take and how much memory they hold, projected from
 the fits benchmarks/data_prep.py files in ``benchmarks/results/cpu2core_data_prep.json``; the
-recipes' ``--dry-run``, README's planning table and the benchmark all project through
+recipes' ``--dry-run``, docs/scaling.md's planning table and the benchmark all project through
 :func:`project`, so every projection comes from the one file.
 
 Per part (tokenize, sample, learn_bpe, apply_bpe, clean, binarize), CPU seconds (not wall time,
@@ -88,7 +88,7 @@ def project(fits: dict, pairs: int, workers: int, bpe_learn_pairs: Optional[int]
 
 def planning_table(fits: dict, pairs: dict, bpe_learn_pairs: int, cores=(2, 16)) -> str:
     """The projections for ``pairs`` (name -> attn_kit.recipes.wmt14_data.Pair) on ``cores`` (workers =
-    cores), the recipe before its speed-ups and now, as a markdown table (README's, the benchmark's)."""
+    cores), the recipe before its speed-ups and now, as a markdown table (docs/scaling.md's, the benchmark's)."""
     parts = ("tokenize", "sample", "learn_bpe", "apply_bpe", "clean", "binarize")
     lines = ["| pair | training pairs | cores | recipe | " + " | ".join(p.replace("_", " ") for p in parts)
              + " | all data stages | peak memory |", "|" + "---|" * (len(parts) + 6)]

@@ -5,7 +5,7 @@ A results file is JSON with the ``command`` that made the numbers, the git
 (``result``). :func:`provenance` makes the first four; recipes, benchmarks and
 ``scripts/record_result.py`` write them; ``scripts/readme_tables.py`` turns
 the committed ones (under ``recipes/results/`` and ``benchmarks/results/``)
-into README's tables.
+into the tables of README and docs/.
 """
 import argparse
 import json
@@ -75,7 +75,7 @@ writes the JSON file ``{"command", "commit", "machine", "date", "seconds",
 text), and ``--copy FILE`` instead files an existing JSON output (such as a
 recipe's results.json) under the command given. Every number README reports
 as measured comes from such a file; ``python scripts/readme_tables.py`` makes
-README's tables from them.
+README's and docs/' tables from them.
 """
 
 

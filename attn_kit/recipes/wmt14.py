@@ -206,7 +206,7 @@ def add_workers_option(g):
 def add_bpe_learn_option(g, P):
     g.add_argument("--bpe-learn-pairs", type=int, metavar="N",
                    help=f"learn BPE on a random sample of N training pairs when there are more (default "
-                        f"{P['bpe_learn_pairs']}; README 'Preparing WMT-sized data' says what it saves and costs); "
+                        f"{P['bpe_learn_pairs']}; docs/scaling.md, 'Preparing WMT-sized data', says what it saves and costs); "
                         "BPE is applied to every pair all the same. 0: learn on every pair")
 
 
