@@ -1,6 +1,6 @@
 """Train attn_plugin's Transformer and its stock fairseq counterpart the same way, and compare them.
 
-    python scripts/compare_baselines.py --bundled --train-minutes 5
+    python scripts/compare_baselines.py --bundled --train-minutes 2.5
     python scripts/compare_baselines.py data-bin/wmt14_en_de --arch big --ngpus 8 --max-update 20000
     python scripts/compare_baselines.py --bundled --max-update 300 --seeds 1 2 3   # seed-to-seed noise
 

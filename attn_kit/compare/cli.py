@@ -30,9 +30,10 @@ def parser() -> argparse.ArgumentParser:
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--max-update", type=int, help="budget: train each model for N updates")
     budget.add_argument("--train-minutes", type=float,
-                        help="budget: M minutes of training for the pair, split equally: each model trains "
-                             "M/2 minutes (per seed)")
-    budget.add_argument("--minutes", type=float, dest="train_minutes", **OLD_NAME)
+                        help="budget: each model trains M minutes (per seed; the two one after the other), "
+                             "as --train-minutes means for every training in the kit")
+    # the old name's budget was the pair's, split equally (--minutes 10 = --train-minutes 5)
+    budget.add_argument("--minutes", type=float, dest="pair_minutes", **OLD_NAME)
     p.add_argument("--seeds", type=int, nargs="+", default=[1],
                    help="one training of each model per seed; several seeds give mean +- sd and a noise "
                         "verdict (default: 1)")
@@ -110,9 +111,11 @@ def parse_args(argv=None):
     args.arch = arch
     if args.bundled == (args.data is not None):
         raise UsageError("give a binarized data directory or --bundled (one of the two)")
+    if getattr(args, "pair_minutes", None) is not None:
+        args.train_minutes = args.pair_minutes / 2
     if args.max_update is None and args.train_minutes is None:
         raise UsageError("give a training budget: --max-update N (updates per model) or --train-minutes M "
-                         "(training minutes for the pair)")
+                         "(training minutes for each model)")
     if args.max_update is not None and args.max_update < 1:
         raise UsageError("--max-update must be >= 1")
     if args.train_minutes is not None and args.train_minutes <= 0:
@@ -171,7 +174,7 @@ def main(argv=None):
 def compare(args, data: Path, src: str, tgt: str, joined: bool, subset: str, workdir: Path):
     """Train and evaluate both models for every seed in ``workdir``; write and print the comparison."""
     pair, env = PAIRS[args.arch], child_env(args)
-    budget = f"{args.max_update} updates" if args.max_update else f"{args.train_minutes / 2:g} min"
+    budget = f"{args.max_update} updates" if args.max_update else f"{args.train_minutes:g} min"
     log(f"comparing {pair.plugin_arch} (attn_plugin) with {pair.stock_arch} (stock fairseq) on {data} "
         f"({src}-{tgt}); {budget} of training each, seeds {' '.join(map(str, args.seeds))}; workdir {workdir}")
     log(f"same schedule: plugin eq. 3 with --lr-scale {args.lr_scale:g}, warmup {args.warmup_updates}; "

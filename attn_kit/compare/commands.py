@@ -77,7 +77,7 @@ def train_command(which: str, args, data: Path, joined: bool, seed: int, run_dir
         [*launch, run_dir / "stats.json"], data, run_dir / "checkpoints",
         model=[*model_flags(which, args, joined), *precision_task(which, args)], max_tokens=args.max_tokens,
         update_freq=args.update_freq, seed=seed, max_update=args.max_update,
-        train_minutes=None if args.max_update else args.train_minutes / 2, precision=args.precision, gpus=args.ngpus,
+        train_minutes=None if args.max_update else args.train_minutes, precision=args.precision, gpus=args.ngpus,
         validate_every=args.validate_every, log_every=args.log_every)
 
 

@@ -68,7 +68,7 @@ def markdown(summary, args, runs) -> str:
         rows.append(("generation output tokens/s (fairseq-generate)", fmt(*P["gen_tokens_per_s"], ".0f"),
                      fmt(*S["gen_tokens_per_s"], ".0f"), ratio(summary, "gen_tokens_per_s")))
     budget = (f"{args.max_update} updates each" if args.max_update
-              else f"{args.train_minutes / 2:g} min of training each")
+              else f"{args.train_minutes:g} min of training each")
     head = [f"attn_plugin `{plugin_arch}` vs stock fairseq `{stock_arch}`: {budget}, {device_label(args)}, "
             f"seed{'s' if n > 1 else ''} {' '.join(map(str, args.seeds))}"
             + (" (mean ± sd over seeds)" if n > 1 else ""), "",
@@ -92,7 +92,7 @@ def write_comparison(workdir: Path, args, data: Path, langs: str, commands: dict
     result = {**provenance(), "data": str(data), "pair": langs, "arch": args.arch, "plugin_arch": pair.plugin_arch,
               "stock_arch": pair.stock_arch, "precision": args.precision,
               "budget": {"max_update": args.max_update,
-                         "minutes_per_model": args.train_minutes / 2 if args.train_minutes else None},
+                         "minutes_per_model": args.train_minutes},
               "settings": settings(args), "stock_peak_lr": peak_lr(args),
               "stock_warmup_init_lr": warmup_init_lr(args), "commands": commands, "runs": runs, "summary": summary,
               "table": table}
