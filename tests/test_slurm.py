@@ -11,7 +11,6 @@ import csv
 import io
 import json
 import os
-import random
 import shlex
 import signal
 import subprocess

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, assert_one_error_line
+from conftest import assert_one_error_line
 
 from attn_kit.build import build_model, count_parameters, plugin_flags
 from attn_kit.cli import UsageError

@@ -8,6 +8,7 @@ canary.json (throughput, utilization, memory, loss, one validation and checkpoin
 predicted wall time part by part) and exits non-zero with one line when the run would fail
 (a diverged or flat loss, out of memory, throughput below the floor, a disk too small).
 """
+import dataclasses
 import json
 import math
 import re
@@ -21,7 +22,6 @@ from typing import Callable, Dict, List, Optional, Sequence
 from ..cli import UserError, write_json_atomic
 from ..pipeline.stages import Stage
 from . import common
-from .settings import replace
 
 WARMUP_SHARE = 0.05  # updates left out of the rates: cuDNN plans, allocator growth, first batches
 GENERATION_SENTENCES = 256  # about this many test sentences (one shard) time the generation
@@ -41,7 +41,7 @@ def stage(args, data_bin: Path, data_stages: Sequence[str], train_command: Calla
     out = args.workdir / "canary"
 
     def run(ctx):
-        c = replace(args, train_minutes=args.canary_minutes, save_interval_updates=NEVER,
+        c = dataclasses.replace(args, train_minutes=args.canary_minutes, save_interval_updates=NEVER,
                     validate_interval_updates=None, log_interval=min(args.log_interval, 10))
         save_dir, stats = out / "checkpoints", out / "stats"
         if not ctx.dry_run:

@@ -280,7 +280,7 @@ def run(s, stages, report, aliases=None, first_training: Optional[str] = None):
     if span.first < cut:
         data = made[span.first - 1:min(span.last, cut - 1)]
         if s.prepare_here:
-            run_recipe(replace(s, stage=data[0].name, stop_stage=data[-1].name), made, report, aliases)
+            run_recipe(dataclasses.replace(s, stage=data[0].name, stop_stage=data[-1].name), made, report, aliases)
         elif all_done(span, data):
             log(f"stages {data[0].name}..{data[-1].name} are done already: no data job")
         else:
@@ -298,13 +298,8 @@ def run(s, stages, report, aliases=None, first_training: Optional[str] = None):
     if s.dry_run:  # what each job will run, as its own dry run would print it
         for (name, _), first, last in jobs:
             log(f"the job of {name} runs (--launcher srun, on the first node of its allocation):")
-            job = replace(s, launcher="srun", stage=first, stop_stage=last)
+            job = dataclasses.replace(s, launcher="srun", stage=first, stop_stage=last)
             run_recipe(job, stages(job), report, aliases)
-
-
-def replace(settings, **changes):
-    """A copy of the frozen ``settings`` with ``changes`` (attn_kit.recipes.settings.replace)."""
-    return dataclasses.replace(settings, **changes)
 
 
 def all_done(pipeline, stages=None) -> bool:

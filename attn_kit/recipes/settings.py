@@ -6,7 +6,7 @@ key it reads) and builds it in one place (the model: attn_kit.recipes.wmt14.buil
 A field takes, first to last: ``derive(values)`` (computed from a read-only view of the merged values),
 the command line (when not None), the YAML (named in ``.defaulted``), its default; :func:`check_run`
 checks the values every recipe shares (one-line UsageError). Nothing is written back: a value derived
-later is a property, a changed copy (a canary's budget, a Slurm job's stages) is :func:`replace`.
+later is a property, a changed copy (a canary's budget, a Slurm job's stages) is ``dataclasses.replace``.
 """
 import argparse
 import os
@@ -19,7 +19,6 @@ from ..cli import UsageError, UserError
 from ..fairseq_commands import PRECISIONS
 from ..sizes import ModelSize
 from . import scale
-from .scale import replace  # noqa: F401 (a changed copy of settings)
 
 DEFAULT_CANARY_MINUTES = 10.0
 # options that must be >= 1 where a recipe has them

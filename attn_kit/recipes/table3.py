@@ -205,7 +205,7 @@ def default_data_workdir(mode: str, workdir: Path) -> Path:
 def row_settings(s: Table3Settings, row: Table3Row) -> Table3Settings:
     """The settings of one row's training: the run's, in the row's own folder and for its steps."""
     updates = row_updates(row, s.max_update)
-    return settings.replace(
+    return dataclasses.replace(
         s, workdir=s.workdir / "rows" / row.name,
         arch=row.arch,  # attn_paper_base, or attn_paper_big (its sizes are given as flags anyway)
         max_update=updates, train_minutes=s.train_minutes * updates / s.max_update if s.train_minutes else None,

@@ -230,7 +230,7 @@ def build(argv=None) -> WsjSettings:
         validate_interval_updates=v.save_interval_updates,  # WSJ validates at every checkpoint
         tune=given.tune or given.tune_grid is not None, grid=None, recipe_module="attn_kit.recipes.wsj"))
     check(s)  # before the grid, which asks fairseq for the arch's dropouts
-    return settings.replace(s, grid=full_grid(given, s, default_grid)) if s.tune else s
+    return dataclasses.replace(s, grid=full_grid(given, s, default_grid)) if s.tune else s
 
 
 def full_grid(given: argparse.Namespace, merged: WsjSettings, default_grid: dict) -> dict:
