@@ -135,10 +135,11 @@ def test_alpha_is_a_hidden_alias_of_gnmt_alpha(tmp_path):
     assert "--gnmt-alpha" in help_text and "--alpha" not in help_text.replace("--gnmt-alpha", "")
 
 
-def _wait_for(path_glob, root: Path, proc, timeout=300):
+def _wait_for(pattern, log: Path, proc, timeout=300):
+    """Until ``log`` has a line matching ``pattern`` (False if ``proc`` ends first)."""
     start = time.time()
     while time.time() - start < timeout:
-        if list(root.glob(path_glob)):
+        if log.exists() and re.search(pattern, log.read_text(errors="replace")):
             return True
         if proc.poll() is not None:
             return False
@@ -151,11 +152,13 @@ def test_smoke_en_de_kill_resume_two_cpu_processes_and_idempotent_rerun(tmp_path
     work = tmp_path / "w"
     args = ["--pair", "en-de", "--smoke", "--workdir", work, "--cpu-procs", "2"]
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    # 1. start, and kill the whole process tree once a mid-training checkpoint exists
+    # 1. start, and kill the whole process tree once a mid-training checkpoint is saved: fairseq logs
+    # "Saved checkpoint" after checkpoint_last.pt is written too (the file alone may precede that copy)
     proc = subprocess.Popen(RECIPE + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=env, start_new_session=True)
     try:
-        assert _wait_for("checkpoints/checkpoint_1_20.pt", work, proc), proc.stdout.read().decode()[-3000:]
+        saved = _wait_for(r"Saved checkpoint \S*checkpoint_1_20\.pt", work / "logs" / "train.log", proc)
+        assert saved, proc.stdout.read().decode()[-3000:]
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
