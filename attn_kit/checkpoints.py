@@ -67,13 +67,18 @@ def checkpoint_update(path):
                         "(no optimizer_history[-1]['num_updates'])") from None
 
 
-def update_checkpoints(directory, n, upper_bound=None):
+def update_checkpoints(directory, n, upper_bound=None, or_fewer=False):
     """The ``n`` update checkpoints to average, as [(update, path)] ascending,
     ending at the final update of the run in ``directory`` (see
-    :func:`update_candidates`)."""
+    :func:`update_candidates`); ``or_fewer``: all there are when fewer exist (at least one)."""
     if n < 1:
         raise UsageError(f"--num-update-checkpoints must be >= 1 (got {n})")
     found = update_candidates(directory, upper_bound)
+    if or_fewer and not found:
+        raise UserError(f"no update checkpoints in {directory}; did training run long enough?")
+    if or_fewer and len(found) < n:
+        log(f"only {len(found)} update checkpoints; averaging those")
+        n = len(found)
     if len(found) < n:
         raise UserError(f"found {len(found)} update checkpoints in {directory}, need {n} "
                         "(files named checkpoint_E_U.pt, and checkpoint_last.pt)")
@@ -206,6 +211,9 @@ def parse_args(argv=None):
     group.add_argument("--num-update-checkpoints", type=int,
                        help="average the last N update checkpoints in the --inputs directory, ending at the final "
                             "update: checkpoint_E_U.pt files, and checkpoint_last.pt when it is newer")
+    parser.add_argument("--or-fewer", action="store_true",
+                        help="with --num-update-checkpoints N: average all the update checkpoints there are when "
+                             "fewer than N exist (at least one), instead of stopping with an error")
     parser.add_argument("--checkpoint-upper-bound", type=int,
                         help="ignore checkpoints after this epoch / update number")
     parser.add_argument("--info-json", metavar="FILE",
@@ -231,7 +239,7 @@ def main(argv=None) -> int:
         if len(args.inputs) != 1 or not os.path.isdir(args.inputs[0]):
             raise UsageError("--num-epoch/update-checkpoints needs --inputs to be one directory")
         if args.num_update_checkpoints is not None:
-            picked = update_checkpoints(args.inputs[0], n, args.checkpoint_upper_bound)
+            picked = update_checkpoints(args.inputs[0], n, args.checkpoint_upper_bound, args.or_fewer)
             updates, paths = [u for u, _ in picked], [p for _, p in reversed(picked)]  # newest first
         else:
             paths = epoch_checkpoints(args.inputs[0], n, args.checkpoint_upper_bound)

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from .checkpoints import update_candidates
 from .checkout import PLUGIN_DIR
-from .cli import UsageError, UserError, log
+from .cli import UsageError, UserError
 from .pipeline.process import console_script
 
 TASK = ["--task", "attn_translation"]
@@ -329,16 +328,9 @@ def average_checkpoints(ctx, ckpt_dir: Path, output: Path, n: int):
     ends at the run's final update (checkpoint_last.pt when the run did not end on a checkpoint
     interval); the paths and update numbers averaged go to :func:`averaged_info_path`."""
     info = averaged_info_path(output)
-    with ctx.output(output) as tmp:
-        if not ctx.dry_run:
-            have = len(update_candidates(ckpt_dir))
-            if have == 0:
-                raise UserError(f"no update checkpoints in {ckpt_dir}; did training run long enough?")
-            if have < n:
-                log(f"only {have} update checkpoints; averaging those")
-                n = have
+    with ctx.output(output) as tmp:  # the command counts the checkpoints: this process loads none (no torch)
         ctx.sh([sys.executable, "-m", "attn_kit.checkpoints", "--inputs", ckpt_dir, "--num-update-checkpoints", n,
-                "--output", tmp, "--info-json", info, "--force"])  # the stage's own files: a killed run's are replaced
+                "--or-fewer", "--output", tmp, "--info-json", info, "--force"])  # --force: a killed run's files
 
 
 def averaged_info_path(output: Path) -> Path:

@@ -2,6 +2,7 @@
 fairseq-preprocess, and small models trained with the real fairseq-train, each made once per
 test run (shared by pytest-xdist's workers); and the two tiers, quick and slow."""
 import fcntl
+import json
 import os
 import random
 import shutil
@@ -167,6 +168,19 @@ def smoke_run(tmp_path_factory):
 # The WMT14 recipe's data stages and the folders they write in a work directory.
 DATA_STAGES = ("download", "extract", "tokenize", "bpe", "binarize")
 DATA_FOLDERS = ("downloads", "orig", "raw", "tok", "bpe", "prep", "data-bin")
+
+
+def assert_same_results(work: Path, reference: Path):
+    """The run in ``work`` ended as the reference run did: the same scores, the same
+    translations, and the same averaged model, bit for bit."""
+    import torch
+
+    a, b = (json.loads((w / "results.json").read_text()) for w in (reference, work))
+    for key in ("bleu_t2t", "sacrebleu", "bleu_tokenized", "bleu_compound_split", "updates", "averaged_updates"):
+        assert a[key] == b[key], key
+    assert (work / "gen" / "test.out").read_bytes() == (reference / "gen" / "test.out").read_bytes()
+    ma, mb = (torch.load(w / "checkpoint_avg.pt", weights_only=True)["model"] for w in (reference, work))
+    assert ma.keys() == mb.keys() and all(torch.equal(ma[k], mb[k]) for k in ma)
 
 
 def copy_prepared(work: Path, dst: Path) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import RECIPE, REPO, SMOKE_RUN, USER_DIR, assert_one_error_line, cli
+from conftest import RECIPE, REPO, SMOKE_RUN, USER_DIR, assert_one_error_line, assert_same_results, cli
 
 from attn_kit import checkpoints, faults
 from attn_kit.cli import UsageError, UserError
@@ -63,17 +63,6 @@ def copy_of(smoke_run, tmp_path) -> Path:
     work = tmp_path / "w"
     shutil.copytree(smoke_run, work)
     return work
-
-
-def assert_same_results(work: Path, reference: Path):
-    """The run in ``work`` ended as the reference run did: the same scores, the same
-    translations, and the same averaged model, bit for bit."""
-    a, b = (json.loads((w / "results.json").read_text()) for w in (reference, work))
-    for key in ("bleu_t2t", "sacrebleu", "bleu_tokenized", "bleu_compound_split", "updates", "averaged_updates"):
-        assert a[key] == b[key], key
-    assert (work / "gen" / "test.out").read_bytes() == (reference / "gen" / "test.out").read_bytes()
-    ma, mb = (torch.load(w / "checkpoint_avg.pt", weights_only=True)["model"] for w in (reference, work))
-    assert ma.keys() == mb.keys() and all(torch.equal(ma[k], mb[k]) for k in ma)
 
 
 def partial_files(work: Path):

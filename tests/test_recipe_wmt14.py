@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SMOKE_RUN, assert_one_error_line, copy_prepared
+from conftest import REPO, assert_one_error_line
 from attn_kit.fairseq_commands import batch_plan
 
 RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14"]
@@ -230,25 +230,16 @@ def test_tampered_mirror_file_is_refused(tmp_path):
     assert not (work / ".stages" / "download.done").exists()
 
 
-def test_smoke_same_command_same_numbers_and_the_average_ends_at_the_final_update(smoke_run, tmp_path):
-    """A fixed number of updates, a fixed seed and a fixed thread count: the same command gives the same
-    averaged model (bit for bit) and the same BLEU. 25 updates with a checkpoint every 10: fairseq writes
-    checkpoint_1_10.pt and checkpoint_1_20.pt, and the average of "the last 2" must be 20 and the final 25."""
+def test_smoke_average_ends_at_the_final_update(smoke_run):
+    """25 updates with a checkpoint every 10: fairseq writes checkpoint_1_10.pt and checkpoint_1_20.pt,
+    and the average of "the last 2" must be 20 and the final 25. (The same command giving the same numbers
+    and averaged model bit for bit: tests/test_data_workdir.py's two fresh runs and tests/test_faults.py's
+    killed-and-resumed run, each compared with this one.)"""
     import torch
 
-    args = SMOKE_RUN
-    a, b = smoke_run, tmp_path / "b"
-    # the second run: the same command on a copy of the prepared data (download..binarize), so that it
-    # trains, averages, decodes and scores again from scratch
-    copy_prepared(a, b)
-    second = recipe(*args, "--workdir", b)
-    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
-    assert "stage 6/9 train: fairseq-train" in second.stdout and "updates, " in second.stdout  # progress, ETA
-    ra, rb = (json.loads((w / "results.json").read_text()) for w in (a, b))
-    for key in ("sacrebleu", "bleu_tokenized", "bleu_compound_split", "updates", "averaged_updates"):
-        assert ra[key] == rb[key], key
-    ma, mb = (torch.load(w / "checkpoint_avg.pt", weights_only=True)["model"] for w in (a, b))
-    assert all(torch.equal(ma[k], mb[k]) for k in ma)
+    a = smoke_run
+    ra = json.loads((a / "results.json").read_text())
+    ma = torch.load(a / "checkpoint_avg.pt", weights_only=True)["model"]
     # Sec. 6.1's average ends at the final update: checkpoint_last.pt (25) joins checkpoint_1_20.pt
     assert ra["updates"] == 25 and ra["averaged_updates"] == [20, 25]
     assert [Path(p).name for p in ra["averaged_checkpoints"]] == ["checkpoint_1_20.pt", "checkpoint_last.pt"]
