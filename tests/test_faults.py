@@ -430,6 +430,23 @@ def test_averaging_refuses_a_bad_command_line_before_reading(two_checkpoints, ar
     assert sorted(p.name for p in tmp.iterdir()) == ["a.pt"]
 
 
+def test_averaging_or_fewer_takes_every_checkpoint_there_is_and_none_is_one_line(plugin_run, tmp_path, capsys):
+    """The recipes' average stage (--or-fewer): the last N update checkpoints, all there are when fewer
+    exist (plugin_run kept updates 10, 20, 30, 40), saying so; none at all is the error its run reports."""
+    save, _ = plugin_run
+    average("--inputs", save, "--num-update-checkpoints", "50", "--or-fewer", "--output", tmp_path / "avg.pt",
+            "--info-json", tmp_path / "avg.json")
+    assert "only 4 update checkpoints; averaging those" in capsys.readouterr().out
+    assert json.loads((tmp_path / "avg.json").read_text())["updates"] == [10, 20, 30, 40]
+    with pytest.raises(UserError, match="found 4 update checkpoints in .*, need 50"):  # without it: refused
+        average("--inputs", save, "--num-update-checkpoints", "50", "--output", tmp_path / "other.pt")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match=r"no update checkpoints in .*empty; did training run long enough\?"):
+        average("--inputs", tmp_path / "empty", "--num-update-checkpoints", "5", "--or-fewer",
+                "--output", tmp_path / "none.pt")
+    assert not (tmp_path / "other.pt").exists() and not (tmp_path / "none.pt").exists()
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere: no folder is unwritable to it")
 def test_averaging_into_an_unwritable_folder_is_refused_before_reading(two_checkpoints):
     state, tmp = two_checkpoints
