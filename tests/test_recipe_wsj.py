@@ -3,6 +3,7 @@ lines for bad input, the whole --smoke run (about a minute on 2 CPU cores),
 the --smoke --tune run (dev-set tuning as Sec. 6.3, about 2 minutes) and the
 tree/scoring stages on real WSJ trees (NLTK's sample in ../shared, skipped
 when absent)."""
+import io
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import pytest
 from conftest import REPO, SHARED, assert_one_error_line
 
 from attn_kit.cli import UserError
+from attn_kit.inference.translate import main as translate_main
 from attn_kit.metrics import evalb
 from attn_kit.pipeline.stages import Pipeline
 from attn_kit.recipes import config, wsj
@@ -307,31 +309,41 @@ def test_a_removed_output_reruns_only_its_stage(smoke, tmp_path):
     assert (copy / "eval" / "test.parsed").read_text() == (smoke[0] / "eval" / "test.parsed").read_text()
 
 
-def translate(work, *args, stdin=None):
-    return subprocess.run([sys.executable, REPO / "scripts" / "translate.py", work, *map(str, args)], input=stdin,
-                          capture_output=True, text=True, timeout=300)
+def translate(capsys, monkeypatch, work, *args, stdin=""):
+    """scripts/translate.py's main in this process (its command line, one error line and exit status are
+    tests/test_translate.py's): a subprocess would import fairseq again, ~4 s of CPU each. --threads 1 as
+    the recipe's --smoke decoding: torch's default threads spun on the busy 2-core machine, 5x the CPU
+    (24 s instead of 5 s for the tuned model). Returns its stdout."""
+    import torch
+
+    threads = torch.get_num_threads()
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+    try:
+        assert translate_main([str(work), "--threads", "1", *map(str, args)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return capsys.readouterr().out
 
 
-def test_translate_parses_the_test_words_as_the_recipe_did(smoke):
+def test_translate_parses_the_test_words_as_the_recipe_did(smoke, capsys, monkeypatch):
     """scripts/translate.py on the run's test words gives the trees the recipe made of its
     fairseq-generate output (with the model's own XX tags: raw text has no gold tags)."""
     work, _ = smoke
     r = json.loads((work / "results.json").read_text())
     assert r["test_source_tokenized"] and r["test_output"] == "eval/test.trees"  # relative to the run
-    proc = translate(work, "--tokenized", "--input", work / r["test_source"])
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == (work / "eval" / "test.trees").read_text().splitlines()
+    out = translate(capsys, monkeypatch, work, "--tokenized", "--input", work / r["test_source"])
+    assert out.splitlines() == (work / "eval" / "test.trees").read_text().splitlines()
     gold_tagged = (work / "eval" / "test.parsed").read_text().splitlines()
-    assert len(gold_tagged) == 6 and all("(XX " in t for t in proc.stdout.splitlines())
+    assert len(gold_tagged) == 6 and all("(XX " in t for t in out.splitlines())
 
 
-def test_translate_parses_a_raw_sentence_into_a_tree_over_its_treebank_words(smoke):
+def test_translate_parses_a_raw_sentence_into_a_tree_over_its_treebank_words(smoke, capsys, monkeypatch):
     work, _ = smoke
-    proc = translate(work, stdin='The coach said "I can\'t go (now)."\n')
-    assert proc.returncode == 0, proc.stderr
+    out = translate(capsys, monkeypatch, work, stdin='The coach said "I can\'t go (now)."\n')
     from attn_kit.metrics.trees import parse_trees
 
-    (tree, _), = parse_trees(proc.stdout)
+    (tree, _), = parse_trees(out)
     assert tree.words() == ["The", "coach", "said", "``", "I", "ca", "n't", "go", "-LRB-", "now", "-RRB-", ".", "''"]
 
 
@@ -339,10 +351,20 @@ def test_translate_parses_a_raw_sentence_into_a_tree_over_its_treebank_words(smo
 SMOKE_TRIALS = ["tune-d0.1-a0-lr0.25", "tune-d0.1-a0.2-lr0.25"]
 
 
+DATA_STAGES = ("prepare", "bpe", "binarize")
+
+
 @pytest.fixture(scope="module")
-def smoke_tune(tmp_path_factory):
-    """--smoke --tune: 2 trainings (attention dropout 0 and 0.2) x 2 decodings (alpha 0.3 and 1)."""
+def smoke_tune(smoke, tmp_path_factory):
+    """--smoke --tune: 2 trainings (attention dropout 0 and 0.2) x 2 decodings (alpha 0.3 and 1), in a
+    work directory holding the smoke run's finished data stages (their folders and stamps), which the
+    tuned run, with the same data options, skips: the smoke run checks them (~6 s of CPU saved)."""
     work = tmp_path_factory.mktemp("wsj-tune") / "tune"
+    (work / ".stages").mkdir(parents=True)
+    for folder in ("prep", "bpe", "data-bin"):
+        shutil.copytree(smoke[0] / folder, work / folder)
+    for stage in DATA_STAGES:
+        shutil.copy(smoke[0] / ".stages" / f"{stage}.done", work / ".stages")
     proc = recipe([*SMOKE, "--tune", "--workdir", work], cmd=SH, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return work, proc
@@ -351,8 +373,9 @@ def smoke_tune(tmp_path_factory):
 def test_smoke_tune_selects_on_dev_and_scores_test_once(smoke_tune):
     work, proc = smoke_tune
     stages = ["prepare", "bpe", "binarize", *SMOKE_TRIALS, "select", "generate", "trees", "score"]
-    for i, name in enumerate(stages, 1):
-        assert f"stage {i}/{len(stages)} {name}: finished" in proc.stdout
+    for i, name in enumerate(stages, 1):  # the data stages: the smoke run's, copied by the fixture
+        assert f"stage {i}/{len(stages)} {name}: {'done already' if name in DATA_STAGES else 'finished'}" \
+            in proc.stdout
     r = json.loads((work / "results.json").read_text())
     tune = r["tune"]
     assert tune["grid"] == {"dropout": [0.1], "attention_dropout": [0.0, 0.2], "lr_scale": [0.25], "beam": [21],
@@ -468,12 +491,11 @@ def test_real_trees_through_prepare_bpe_binarize_trees_and_score(tmp_path):
         assert s["complete_match"] == pytest.approx(100 * (1 - 1 / s["sentences"]), abs=0.005)
 
 
-def test_a_tuned_run_translates_with_the_selected_model_and_decoding(smoke_tune):
+def test_a_tuned_run_translates_with_the_selected_model_and_decoding(smoke_tune, capsys, monkeypatch):
     work, _ = smoke_tune
     selected = json.loads((work / "tune" / "selected.json").read_text())["selected"]
     card = json.loads((work / "inference.json").read_text())
     assert work / card["checkpoint"] == Path(selected["checkpoint"])
     assert card["generation"]["beam"] == selected["beam"] and card["args"]["gnmt_alpha"] == selected["alpha"]
-    proc = translate(work, "--tokenized", "--input", work / "prep" / "test.words")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == (work / "eval" / "test.trees").read_text().splitlines()
+    out = translate(capsys, monkeypatch, work, "--tokenized", "--input", work / "prep" / "test.words")
+    assert out.splitlines() == (work / "eval" / "test.trees").read_text().splitlines()
