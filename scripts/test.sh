@@ -18,7 +18,7 @@ for arg in "$@"; do
     *) args+=("$arg") ;;
   esac
 done
-# Most tests run one-thread subprocesses (conftest.run sets OMP_NUM_THREADS=1), so one pytest worker per
+# Every test process runs one thread (tests/conftest.py sets OMP_NUM_THREADS=1 unless set), so one pytest worker per
 # core (at most 4) uses the machine; whole files go to a worker, which makes their module fixtures once
 # (conftest.made_once makes the session ones once for all workers).
 workers=()

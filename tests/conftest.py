@@ -15,6 +15,12 @@ import pytest
 
 from attn_kit.sizes import SIZES
 
+# One thread per process unless told otherwise (before torch is imported here or in any command a test
+# starts): scripts/test.sh runs one pytest worker per core, and torch's threads, one per core by default,
+# spin against each other and the other worker. A test of a thread setting passes its own.
+for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
 REPO = Path(__file__).resolve().parents[1]
 USER_DIR = str(REPO / "attn_plugin")
 BIN = Path(sys.executable).parent
