@@ -53,6 +53,44 @@ def assert_one_error_line(proc, *fragments):
     return lines[0]
 
 
+def run_main(main, *argv, stdin=b""):
+    """``main_guard(main, ARGV)`` in this process, as a script runs it, with ``stdin`` (text or bytes):
+    a CompletedProcess of its exit status, stdout and stderr (warnings shown as a fresh interpreter
+    shows them). For a command's other bad inputs once a real subprocess test checks its process-level
+    contract (assert_one_error_line on the script): no fairseq import of ~3.5 s CPU each. main_guard's
+    signal handlers, sys.unraisablehook and stdin are restored after."""
+    import contextlib
+    import io
+    import warnings
+
+    from attn_kit import cli as kit_cli
+
+    saved = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), sys.unraisablehook, sys.stdin,
+             list(kit_cli._GUARDED), list(kit_cli._SIGNALLED))
+    out, err, status = io.StringIO(), io.StringIO(), 0
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin.encode() if isinstance(stdin, str) else stdin))
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                warnings.catch_warnings(record=True) as caught:
+            warnings.resetwarnings()  # what a new interpreter shows
+            warnings.simplefilter("default")
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)
+            try:
+                kit_cli.main_guard(main, [str(a) for a in argv])
+            except SystemExit as exc:
+                status = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        for w in caught:
+            err.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
+    finally:
+        signal.signal(signal.SIGINT, saved[0])
+        signal.signal(signal.SIGTERM, saved[1])
+        sys.unraisablehook, sys.stdin = saved[2], saved[3]
+        kit_cli._GUARDED[:], kit_cli._SIGNALLED[:] = saved[4], saved[5]
+    return subprocess.CompletedProcess([getattr(main, "__module__", "main"), *map(str, argv)], status,
+                                       out.getvalue(), err.getvalue())
+
+
 def last_line(proc):
     """The last line a failed command printed on stderr (fairseq logs to stdout)."""
     lines = [line for line in (proc.stderr or proc.stdout).strip().splitlines() if line.strip()]

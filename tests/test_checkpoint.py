@@ -6,11 +6,19 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, USER_DIR, cli, last_line, run
+from conftest import REPO, USER_DIR, cli, last_line, run, run_main
 
+from attn_kit.checkpoints import main as average_main
 from attn_kit.checkpoints import update_candidates, update_checkpoints
 
 AVERAGE = str(REPO / "scripts" / "average_checkpoints.py")
+
+
+def average(*args):
+    """scripts/average_checkpoints.py's main() in this process (conftest.run_main): the script itself runs
+    in test_average_checkpoints_is_the_elementwise_mean and test_average_script_records_the_updates_and_
+    rejects_a_bad_count (its process-level contract); here no fairseq import of ~3.5 s CPU."""
+    return run_main(average_main, *args)
 
 
 def generate(data_bin, path, *extra, check=True):
@@ -159,15 +167,15 @@ def test_average_checkpoints_explicit_files_and_generate(data_bin, plugin_run, t
     save, _ = plugin_run
     files = [save / f"checkpoint_{e}_{u}.pt" for e, u in _update_checkpoints(save)[-2:]]
     out = tmp_path / "avg2.pt"
-    run([cli("python"), AVERAGE, "--inputs", *files, "--output", out])
+    averaged = average("--inputs", *files, "--output", out)
+    assert averaged.returncode == 0, averaged.stderr
     proc = generate(data_bin, out, "--user-dir", USER_DIR)
     assert proc.stdout.count("\nH-") == 21
 
 
 def test_average_checkpoints_too_few_is_one_clear_error(plugin_run, tmp_path):
     save, _ = plugin_run
-    proc = run([cli("python"), AVERAGE, "--inputs", save, "--num-update-checkpoints", "50",
-                "--output", tmp_path / "x.pt"], check=False)
+    proc = average("--inputs", save, "--num-update-checkpoints", "50", "--output", tmp_path / "x.pt")
     assert proc.returncode == 1
     assert last_line(proc).startswith("error: found") and "need 50" in last_line(proc)
     assert not (tmp_path / "x.pt").exists()
@@ -211,8 +219,8 @@ def test_average_script_records_the_updates_and_rejects_a_bad_count(tmp_path):
         state["model"] = {"w": torch.tensor([float(u)])}
         torch.save(state, tmp_path / "c" / name)
     out, info = tmp_path / "avg.pt", tmp_path / "avg.json"
-    run([cli("python"), AVERAGE, "--inputs", tmp_path / "c", "--num-update-checkpoints", "2", "--output", out,
-         "--info-json", info])
+    done = average("--inputs", tmp_path / "c", "--num-update-checkpoints", "2", "--output", out, "--info-json", info)
+    assert done.returncode == 0, done.stderr  # the script's bad counts, below, run as processes
     assert json.loads(info.read_text())["updates"] == [900, 1000]
     assert torch.load(out, weights_only=True)["model"]["w"].item() == pytest.approx(950.0)  # (900 + 1000) / 2
     for bad in ("0", "-1"):

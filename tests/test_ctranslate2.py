@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, assert_one_error_line
+from conftest import REPO, assert_one_error_line, run_main
 from test_translate import add_noise, copy_run
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -35,6 +35,20 @@ def run(cmd, *args, stdin=None, env=None, timeout=300):
 
 def lines(path):
     return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def export_here(*args):
+    """scripts/export_ctranslate2.py's main() in this process (conftest.run_main): for what the process
+    boundary does not change; the script itself runs in the ``exported`` fixture and in
+    test_missing_inputs_and_ctranslate2_are_one_line (its process-level contract)."""
+    return run_main(engine.main, *args)
+
+
+def translate_here(*args, stdin=b""):
+    """scripts/translate.py's main() in this process, as export_here for the export."""
+    from attn_kit.inference.translate import main
+
+    return run_main(main, *args, stdin=stdin)
 
 
 @pytest.fixture(scope="module")
@@ -249,8 +263,12 @@ def test_translate_engine_ctranslate2_matches_the_fairseq_engine(smoke_run, expo
     # outputs that vary, with --lenpen and a batch of 16 (several batches decoded at once)
     work, out = noisy
     raw = lines(source)[:64]
-    proc = run(TRANSLATE, "--engine", "ctranslate2", out, "--lenpen", "1.0", "--max-len-b", "8", "--batch-size", "16",
-               "--threads", "2", stdin="".join(s + "\n" for s in raw))
+    threads = torch.get_num_threads()
+    try:  # in this process (the script ran above): --threads sets torch's, which is put back after
+        proc = translate_here("--engine", "ctranslate2", out, "--lenpen", "1.0", "--max-len-b", "8", "--batch-size",
+                              "16", "--threads", "2", stdin="".join(s + "\n" for s in raw))
+    finally:
+        torch.set_num_threads(threads)
     assert proc.returncode == 0, proc.stderr
     ours = proc.stdout.split("\n")[:-1]
     theirs = Translator(work, {"lenpen": 1.0, "max_len_b": 8}).translate(raw, 16)
@@ -281,23 +299,25 @@ def test_d_k_not_d_v_is_refused_in_one_line(smoke_run, tmp_path):
             k, v = state[name].split(64)
             state[name] = torch.cat([k[:32], v])
     torch.save(ckpt, work / "checkpoint_avg.pt")
-    proc = run(EXPORT, work, tmp_path / "out")
+    proc = export_here(work, tmp_path / "out")
     assert_one_error_line(proc, "CTranslate2 cannot represent this model", "--attention-key-dim 8 != "
                           "--attention-value-dim 16")
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 
 def test_missing_inputs_and_ctranslate2_are_one_line(smoke_run, exported, tmp_path):
-    assert_one_error_line(run(EXPORT, tmp_path / "nowhere", tmp_path / "out"), "no such run directory")
+    """The bad inputs in this process; the two scripts as processes (their process-level contract) where
+    ctranslate2 cannot be imported, below."""
+    assert_one_error_line(export_here(tmp_path / "nowhere", tmp_path / "out"), "no such run directory")
     keep = tmp_path / "keep"
     keep.mkdir()
     (keep / "notes.txt").write_text("mine")
-    assert_one_error_line(run(EXPORT, smoke_run, keep), "is not an earlier export", "give a new folder")
+    assert_one_error_line(export_here(smoke_run, keep), "is not an earlier export", "give a new folder")
     assert (keep / "notes.txt").read_text() == "mine"
-    assert_one_error_line(run(TRANSLATE, "--engine", "ctranslate2", smoke_run, stdin="x\n"),
+    assert_one_error_line(translate_here("--engine", "ctranslate2", smoke_run, stdin="x\n"),
                           "is a recipe run, not a CTranslate2 model", "export_ctranslate2.py")
-    assert_one_error_line(run(TRANSLATE, "--engine", "ctranslate2", tmp_path, stdin="x\n"), "ct2_card.json")
-    proc = run(TRANSLATE, "--engine", "ctranslate2", exported, stdin="Hello.\n" + " ".join(["Tom"] * 1100) + "\n")
+    assert_one_error_line(translate_here("--engine", "ctranslate2", tmp_path, stdin="x\n"), "ct2_card.json")
+    proc = translate_here("--engine", "ctranslate2", exported, stdin="Hello.\n" + " ".join(["Tom"] * 1100) + "\n")
     assert_one_error_line(proc, "line 2 is ", "at most 1024", "split it")
     assert proc.stdout == ""
     # no ctranslate2 importable: a package of that name that fails to import shadows the real one
@@ -320,7 +340,7 @@ def test_a_damaged_card_is_one_line_naming_the_key(exported, tmp_path, damage, k
     card = json.loads((out / engine.CARD).read_text())
     del (card["args"] if damage == "bpe" else card)[damage]
     (out / engine.CARD).write_text(json.dumps(card))
-    proc = run(TRANSLATE, "--engine", "ctranslate2", out, stdin="Tom is here.\n")
+    proc = translate_here("--engine", "ctranslate2", out, stdin="Tom is here.\n")
     assert_one_error_line(proc, str(out / engine.CARD), f"has no {key}", "export the run again")
     assert proc.stdout == ""
 
@@ -332,7 +352,7 @@ def test_the_export_copies_no_file_from_outside_the_run(smoke_run, tmp_path):
     card = json.loads((work / "inference.json").read_text())
     card["args"]["bpe_vocabulary"] = str(smoke_run / "bpe" / "vocab.en")
     (work / "inference.json").write_text(json.dumps(card))
-    proc = run(EXPORT, work, tmp_path / "out")
+    proc = export_here(work, tmp_path / "out")
     assert_one_error_line(proc, "'args.bpe_vocabulary' points outside", str(smoke_run / "bpe" / "vocab.en"))
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
@@ -341,9 +361,9 @@ def test_an_earlier_export_is_replaced_only_with_force(smoke_run, exported, tmp_
     out = tmp_path / "ct2"
     shutil.copytree(exported, out)
     (out / "model.bin").write_bytes(b"mine")
-    assert_one_error_line(run(EXPORT, smoke_run, out), "OUT_DIR", "exists", "--force")
+    assert_one_error_line(export_here(smoke_run, out), "OUT_DIR", "exists", "--force")
     assert (out / "model.bin").read_bytes() == b"mine"
-    proc = run(EXPORT, smoke_run, out, "--force")
+    proc = export_here(smoke_run, out, "--force")
     assert proc.returncode == 0, proc.stderr
     assert (out / "model.bin").read_bytes() == (exported / "model.bin").read_bytes()
 
@@ -417,4 +437,6 @@ def test_benchmark_run_refuses_what_it_cannot_time(smoke_run, tmp_path):
     proc = run(bench, "--run", smoke_run)
     assert proc.returncode == 2
     assert_one_error_line(proc, "--ctranslate2")
-    assert_one_error_line(run(bench, "--ctranslate2", "--run", tmp_path / "nothing"), "no such run directory")
+    from attn_kit.bench.generate import main  # the script's main() in this process: its contract is checked above
+
+    assert_one_error_line(run_main(main, "--ctranslate2", "--run", tmp_path / "nothing"), "no such run directory")

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import USER_DIR, cli, last_line, run
+from conftest import USER_DIR, cli, last_line, run, run_main
 from fairseq import options
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 
@@ -146,13 +146,19 @@ def test_plugin_and_library_format_errors_alike(message):
 
 
 def test_plugin_and_library_print_the_same_error_line():
-    """An AttnPluginError printed by the plugin's sys.excepthook (uncaught in a fairseq command)
-    and by attn_kit.cli.main_guard (a library command): the same one line, exit status 1."""
+    """An AttnPluginError printed by the plugin's sys.excepthook (uncaught in a fairseq command, so a
+    process) and by attn_kit.cli.main_guard (a library command; in this process, conftest.run_main): the
+    same one line, exit status 1."""
+    from attn_plugin.errors import CheckpointError
+
     raise_it = ("from attn_plugin.errors import CheckpointError\n"
                 "def main():\n    raise CheckpointError('bad\\nfile.pt')\n")
     plugin = run([sys.executable, "-c", f"import attn_plugin\n{raise_it}main()"], check=False)
-    library = run([sys.executable, "-c", f"from attn_kit.cli import main_guard\n{raise_it}main_guard(main)"],
-                  check=False)
+
+    def main(argv):
+        raise CheckpointError("bad\nfile.pt")
+
+    library = run_main(main)
     for proc in (plugin, library):
         assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert last_line(plugin) == last_line(library) == "error: bad file.pt"

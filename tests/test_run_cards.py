@@ -9,7 +9,7 @@ import pickle
 import sys
 
 import pytest
-from conftest import REPO, assert_one_error_line
+from conftest import REPO, assert_one_error_line, run_main
 from test_translate import copy_run, finish, start
 
 from attn_plugin.errors import ConfigError
@@ -17,8 +17,6 @@ from attn_plugin.run_cards import read_run_card
 
 SCRIPTS = REPO / "scripts"
 TRANSLATE = [sys.executable, str(SCRIPTS / "translate.py")]
-PLOT = [sys.executable, str(SCRIPTS / "plot_attention.py")]
-EXPORT = [sys.executable, str(SCRIPTS / "export_ctranslate2.py")]
 HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
 
 
@@ -28,10 +26,18 @@ def run_all(commands, stdin="Tom is here.\n"):
 
 
 def every_command(work, tmp_path):
-    """Each command that reads RUN_DIR/inference.json, on ``work``."""
-    commands = [[*TRANSLATE, work], [*TRANSLATE, work, "--print-interactive-command"],
-                [*PLOT, work, "--sentence", "Tom is here.", "--out", tmp_path / "fig.png"]]
-    return commands + ([[*EXPORT, work, tmp_path / "ct2"]] if HAS_CT2 else [])
+    """Each command that reads RUN_DIR/inference.json, run on ``work``: scripts/translate.py as a process
+    (the scripts' process-level contract), the others' main() in this process (conftest.run_main)."""
+    from attn_kit.inference import attention, translate
+
+    procs = run_all([[*TRANSLATE, work]])
+    procs.append(run_main(translate.main, work, "--print-interactive-command", stdin="Tom is here.\n"))
+    procs.append(run_main(attention.main, work, "--sentence", "Tom is here.", "--out", tmp_path / "fig.png"))
+    if HAS_CT2:
+        from attn_kit.inference import ctranslate2
+
+        procs.append(run_main(ctranslate2.main, work, tmp_path / "ct2"))
+    return procs
 
 
 def edit_card(work, change):
@@ -60,7 +66,7 @@ def test_a_user_dir_in_the_run_card_is_refused_and_never_imported(work, tmp_path
         card["paths"].append("user_dir")  # resolved in RUN_DIR, as the card's files are
 
     edit_card(work, hook)
-    for proc in run_all(every_command(work, tmp_path)):
+    for proc in every_command(work, tmp_path):
         assert_one_error_line(proc, str(work / "inference.json"), "'args.user_dir'", "never code")
         assert proc.stdout == ""
     from attn_plugin.models.attn_transformer import AttnTransformerModel
@@ -126,7 +132,10 @@ def test_a_raw_pickle_checkpoint_is_the_projects_one_line_only(work, smoke_run, 
 
     with open(work / "checkpoint_avg.pt", "wb") as f:
         pickle.dump({"model": Payload()}, f, protocol=4)
-    card, option = run_all([[*TRANSLATE, work], [*TRANSLATE, smoke_run, "--checkpoint", work / "checkpoint_avg.pt"]])
+    from attn_kit.inference.translate import main
+
+    [card] = run_all([[*TRANSLATE, work]])  # --checkpoint in this process (warnings shown as in a new one)
+    option = run_main(main, smoke_run, "--checkpoint", work / "checkpoint_avg.pt", stdin="Tom is here.\n")
     assert_one_error_line(card, "'checkpoint' names", "is not a PyTorch checkpoint")
     assert_one_error_line(option, str(work / "checkpoint_avg.pt"), "is not a PyTorch checkpoint")
     assert not marker.exists()

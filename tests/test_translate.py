@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import torch
-from conftest import BIN, REPO, assert_one_error_line
+from conftest import BIN, REPO, assert_one_error_line, run_main
 
 TRANSLATE = [sys.executable, str(REPO / "scripts" / "translate.py")]
 
@@ -41,6 +41,21 @@ def finish(*procs, timeout=300):
 def run(*args, stdin=None, timeout=300, env=None):
     """scripts/translate.py ARGS with ``stdin``; its output as text."""
     return finish(start([*TRANSLATE, *args], stdin, env), timeout=timeout)[0]
+
+
+def translate(*args, stdin=b""):
+    """scripts/translate.py's main() in this process (conftest.run_main): for what the process boundary
+    does not change; the script itself runs in the tests that check its process-level contract."""
+    from attn_kit.inference.translate import main
+
+    return run_main(main, *args, stdin=stdin)
+
+
+def plot(*args):
+    """scripts/plot_attention.py's main() in this process, as translate() for scripts/translate.py."""
+    from attn_kit.inference.attention import main
+
+    return run_main(main, *args)
 
 
 def lines(path):
@@ -157,7 +172,7 @@ def test_fairseq_interactive_with_the_plugins_encoders_matches(smoke_run, tmp_pa
 
 def test_overrides_change_the_decoding(smoke_run, hub):
     """--beam 1 is greedy search: every hypothesis list has one entry."""
-    proc = run(smoke_run, "--beam", "1", "--lenpen", "1.0", stdin="Tom is here.\n")
+    proc = translate(smoke_run, "--beam", "1", "--lenpen", "1.0", stdin="Tom is here.\n")
     assert proc.returncode == 0, proc.stderr
     greedy = hub.generate([hub.encode("Tom is here.")], beam=1)
     assert len(greedy[0]) == 1 and proc.stdout.strip() == hub.decode(greedy[0][0]["tokens"])
@@ -168,21 +183,22 @@ def test_a_run_without_inference_json_or_average_is_one_line(smoke_run, tmp_path
     work = tmp_path / "w"
     shutil.copytree(smoke_run, work, ignore=shutil.ignore_patterns("checkpoints", "*.bin"))
     (work / "checkpoint_avg.pt").unlink()
-    assert_one_error_line(run(work, stdin="x\n"), "checkpoint_avg.pt is missing", "average stage")
+    # the script's process-level contract is the line above; the other inputs in this process
+    assert_one_error_line(translate(work, stdin="x\n"), "checkpoint_avg.pt is missing", "average stage")
     (work / "inference.json").unlink()
-    assert_one_error_line(run(work, stdin="x\n"), "has no inference.json", "finish the run first")
-    assert_one_error_line(run(smoke_run, "--input", tmp_path / "missing.txt"), "--input", "no such file")
+    assert_one_error_line(translate(work, stdin="x\n"), "has no inference.json", "finish the run first")
+    assert_one_error_line(translate(smoke_run, "--input", tmp_path / "missing.txt"), "--input", "no such file")
 
 
 def test_a_sentence_longer_than_the_models_positions_is_one_line(smoke_run):
     long_line = " ".join(["Tom"] * 1100)
-    proc = run(smoke_run, stdin=f"Hello.\n{long_line}\n")
+    proc = translate(smoke_run, stdin=f"Hello.\n{long_line}\n")
     assert_one_error_line(proc, "line 2 is ", "at most 1024", "split it")
     assert proc.stdout == ""  # nothing translated and printed before the check
 
 
 def test_text_in_another_script_gets_a_translation(smoke_run):
-    proc = run(smoke_run, stdin="東京は日本の首都です。\nМосква — столица России.\n")
+    proc = translate(smoke_run, stdin="東京は日本の首都です。\nМосква — столица России.\n")
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.split("\n")[:-1]) == 2
 
@@ -240,16 +256,15 @@ def test_query_finds_every_bpe_piece_of_every_occurrence():
     ([], "give --out FIG.png, --dump WEIGHTS.npz or both"),
 ])
 def test_plot_attention_bad_options_are_one_line(smoke_run, tmp_path, argv, message):
+    """In this process: the script's own one line is checked in test_an_existing_folder_given_as_output_is_left_alone."""
     argv = [str(tmp_path / a) if a.endswith(".jpg") else a for a in argv]
     if "--out" not in argv and argv:
         argv += ["--out", str(tmp_path / "fig.png")]
-    proc = subprocess.run([*PLOT, smoke_run, "--sentence", "Hello.", *argv], capture_output=True, text=True,
-                          timeout=300)
-    assert_one_error_line(proc, message)
+    assert_one_error_line(plot(smoke_run, "--sentence", "Hello.", *argv), message)
 
 
 def test_check_test_set_compares_with_the_recipes_output(smoke_run):
-    proc = run(smoke_run, "--check-test-set", "--quiet")
+    proc = translate(smoke_run, "--check-test-set", "--quiet")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["sentences"] == 200 and report["identical_lines"] >= 198
@@ -305,20 +320,21 @@ def test_an_existing_folder_given_as_output_is_left_alone(smoke_run, tmp_path):
     (folder / "notes.txt").write_text("keep me")
     (tmp_path / "in.en").write_text("Hello.\n")
     source = ["--input", tmp_path / "in.en"]  # progress lines on stderr while it translates
-    for proc in finish(*(start(cmd) for cmd in (
+    # each script once as a process (its process-level contract), the other command lines in this process
+    for proc in [*finish(*(start(cmd) for cmd in (
             [*TRANSLATE, smoke_run, *source, "--output", folder],
-            [*TRANSLATE, smoke_run, *source, "--output", folder, "--force"],
-            [*PLOT, smoke_run, "--sentence", "Hello.", "--dump", folder],
-            [*PLOT, smoke_run, "--sentence", "Hello.", "--out", figures, "--force"]))):
+            [*PLOT, smoke_run, "--sentence", "Hello.", "--dump", folder]))),
+            translate(smoke_run, *source, "--output", folder, "--force"),
+            plot(smoke_run, "--sentence", "Hello.", "--out", figures, "--force")]:
         assert_one_error_line(proc, "is a folder")
         assert proc.stdout == ""  # plot_attention.py prints the translation once it has one
     assert [p.name for p in folder.iterdir()] == ["notes.txt"] and (folder / "notes.txt").read_text() == "keep me"
     assert not any(figures.iterdir())
     mine = tmp_path / "mine.de"
     mine.write_text("mine\n")
-    assert_one_error_line(run(smoke_run, "--output", mine, stdin="Hello.\n"), "exists", "--force")
+    assert_one_error_line(translate(smoke_run, "--output", mine, stdin="Hello.\n"), "exists", "--force")
     assert mine.read_text() == "mine\n"
-    replaced = run(smoke_run, "--output", mine, "--force", stdin="Hello.\n")
+    replaced = translate(smoke_run, "--output", mine, "--force", stdin="Hello.\n")
     assert replaced.returncode == 0, replaced.stderr
     assert mine.read_text() != "mine\n" and len(lines(mine)) == 1
 
@@ -327,6 +343,6 @@ def test_an_output_that_cannot_be_written_fails_before_any_translation(smoke_run
     """--output /proc/x: one line naming --output before the input is even looked at (here its
     line 2 is too long for the model, which translating would report first)."""
     (tmp_path / "in.en").write_text("Hello.\n" + " ".join(["Tom"] * 1100) + "\n")
-    proc = run(smoke_run, "--input", tmp_path / "in.en", "--output", "/proc/x")
+    proc = translate(smoke_run, "--input", tmp_path / "in.en", "--output", "/proc/x")
     assert_one_error_line(proc, "--output /proc/x", "cannot write in /proc")
     assert proc.stdout == ""
