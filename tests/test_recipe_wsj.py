@@ -3,7 +3,6 @@ lines for bad input, the whole --smoke run (about a minute on 2 CPU cores),
 the --smoke --tune run (dev-set tuning as Sec. 6.3, about 2 minutes) and the
 tree/scoring stages on real WSJ trees (NLTK's sample in ../shared, skipped
 when absent)."""
-import io
 import json
 import os
 import shutil
@@ -13,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED, assert_one_error_line
+from conftest import REPO, SHARED, assert_one_error_line, run_main
 
 from attn_kit.cli import UserError
 from attn_kit.inference.translate import main as translate_main
@@ -309,38 +308,30 @@ def test_a_removed_output_reruns_only_its_stage(smoke, tmp_path):
     assert (copy / "eval" / "test.parsed").read_text() == (smoke[0] / "eval" / "test.parsed").read_text()
 
 
-def translate(capsys, monkeypatch, work, *args, stdin=""):
-    """scripts/translate.py's main in this process (its command line, one error line and exit status are
-    tests/test_translate.py's): a subprocess would import fairseq again, ~4 s of CPU each. --threads 1 as
-    the recipe's --smoke decoding: torch's default threads spun on the busy 2-core machine, 5x the CPU
-    (24 s instead of 5 s for the tuned model). Returns its stdout."""
-    import torch
-
-    threads = torch.get_num_threads()
-    capsys.readouterr()
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
-    try:
-        assert translate_main([str(work), "--threads", "1", *map(str, args)]) == 0
-    finally:
-        torch.set_num_threads(threads)
-    return capsys.readouterr().out
+def translate(work, *args, stdin=""):
+    """scripts/translate.py's main in this process (conftest.run_main; its command line, one error line and
+    exit status are tests/test_translate.py's): a subprocess would import fairseq again, ~4 s of CPU each.
+    --threads 1 as the recipe's --smoke decoding. Returns its stdout."""
+    proc = run_main(translate_main, work, "--threads", "1", *args, stdin=stdin)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
 
 
-def test_translate_parses_the_test_words_as_the_recipe_did(smoke, capsys, monkeypatch):
+def test_translate_parses_the_test_words_as_the_recipe_did(smoke):
     """scripts/translate.py on the run's test words gives the trees the recipe made of its
     fairseq-generate output (with the model's own XX tags: raw text has no gold tags)."""
     work, _ = smoke
     r = json.loads((work / "results.json").read_text())
     assert r["test_source_tokenized"] and r["test_output"] == "eval/test.trees"  # relative to the run
-    out = translate(capsys, monkeypatch, work, "--tokenized", "--input", work / r["test_source"])
+    out = translate(work, "--tokenized", "--input", work / r["test_source"])
     assert out.splitlines() == (work / "eval" / "test.trees").read_text().splitlines()
     gold_tagged = (work / "eval" / "test.parsed").read_text().splitlines()
     assert len(gold_tagged) == 6 and all("(XX " in t for t in out.splitlines())
 
 
-def test_translate_parses_a_raw_sentence_into_a_tree_over_its_treebank_words(smoke, capsys, monkeypatch):
+def test_translate_parses_a_raw_sentence_into_a_tree_over_its_treebank_words(smoke):
     work, _ = smoke
-    out = translate(capsys, monkeypatch, work, stdin='The coach said "I can\'t go (now)."\n')
+    out = translate(work, stdin='The coach said "I can\'t go (now)."\n')
     from attn_kit.metrics.trees import parse_trees
 
     (tree, _), = parse_trees(out)
@@ -496,11 +487,11 @@ def test_real_trees_through_prepare_bpe_binarize_trees_and_score(tmp_path):
         assert s["complete_match"] == pytest.approx(100 * (1 - 1 / s["sentences"]), abs=0.005)
 
 
-def test_a_tuned_run_translates_with_the_selected_model_and_decoding(smoke_tune, capsys, monkeypatch):
+def test_a_tuned_run_translates_with_the_selected_model_and_decoding(smoke_tune):
     work, _ = smoke_tune
     selected = json.loads((work / "tune" / "selected.json").read_text())["selected"]
     card = json.loads((work / "inference.json").read_text())
     assert work / card["checkpoint"] == Path(selected["checkpoint"])
     assert card["generation"]["beam"] == selected["beam"] and card["args"]["gnmt_alpha"] == selected["alpha"]
-    out = translate(capsys, monkeypatch, work, "--tokenized", "--input", work / "prep" / "test.words")
+    out = translate(work, "--tokenized", "--input", work / "prep" / "test.words")
     assert out.splitlines() == (work / "eval" / "test.trees").read_text().splitlines()
