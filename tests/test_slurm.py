@@ -142,7 +142,7 @@ def parallel(argv, env=None, cwd=None, timeout=900):
 
 
 @pytest.mark.slow
-def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path):
+def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path, capsys):
     data, work = corpus(tmp_path / "corpus"), tmp_path / "w"
     argv = ["--src", "en", "--tgt", "de", "--train", data / "train", "--valid", data / "valid", "--test",
             data / "test", "--workdir", work, *TINY, "--cpu-procs", "2", "--precision", "bf16",
@@ -205,8 +205,15 @@ def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path)
     hours = [float(r["hours"]) for r in rows]
     assert hours == sorted(hours) and (work / "curves.png").stat().st_size > 10000
 
-    # the data is prepared: the same command submits the training job alone
-    again = parallel(argv, env={"PATH": slurm_path, "FAKE_SBATCH_RUN": "0"})
+    # the data is prepared: the same command submits the training job alone (its main() in this process: a
+    # process of its own would import torch again, ~2 s CPU; the refusal below is the recipe's process)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATH", slurm_path)
+        mp.setenv("FAKE_SBATCH_RUN", "0")
+        mp.setenv("OMP_NUM_THREADS", "1")
+        capsys.readouterr()
+        rc = parallel_recipe.main([str(a) for a in argv])
+    again = subprocess.CompletedProcess([], 0 if rc is None else rc, *capsys.readouterr())
     assert again.returncode == 0, again.stderr
     assert "stages check..binarize are done already: no data job" in again.stdout
     third = submitted(tmp_path)[2:]
