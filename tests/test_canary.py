@@ -3,6 +3,7 @@ training step agrees with fairseq's own log, the run's checkpoint writes and val
 counted as fairseq-train makes them, the rates are what hand arithmetic gives, and the canary of
 the WMT14 --smoke run passes, and fails in one line when its loss diverges or its disk is full."""
 import collections
+import importlib
 import json
 import math
 import os
@@ -130,7 +131,10 @@ def test_the_smoke_canary_passes_with_every_field(smoke_canary):
 @pytest.mark.slow
 def test_a_diverging_run_fails_its_canary_in_one_line(smoke_canary, tmp_path):
     work = copy_data(smoke_canary[0], tmp_path / "w")
-    proc = run([*RECIPE, *SMOKE_CANARY, "--workdir", work, "--lr-scale", "300"], check=False, timeout=600)
+    # --max-update 20 (a third of --smoke's 60, which the canary reaches before its time is up): the loss
+    # diverges within the first updates at --lr-scale 300; the check is that it did not fall
+    proc = run([*RECIPE, *SMOKE_CANARY, "--workdir", work, "--lr-scale", "300", "--max-update", "20"], check=False,
+               timeout=600)
     line = assert_one_error_line(proc, "canary: the loss did not fall")
     assert canary_json(work)["failed"] in line
     assert "predicted_seconds" not in canary_json(work)  # failed fast: no averaging or generation timed
@@ -143,8 +147,17 @@ def test_a_disk_too_small_for_the_kept_checkpoints_fails_the_canary(smoke_canary
     work = copy_data(smoke_canary[0], tmp_path / "w")
     usage = shutil.disk_usage(work)
     monkeypatch.setattr(canary.shutil, "disk_usage", lambda path: usage._replace(free=1_000_000))
+    # The timing of the averaging and the generation (three processes that import fairseq, ~11 s CPU) is
+    # test_the_smoke_canary_passes_with_every_field's; here it stands still: the disk's check needs only the
+    # sizes of the checkpoint and of an average (at most a checkpoint's), far above the 1 MB free
+    monkeypatch.setattr(canary, "averaging_seconds", lambda ctx, checkpoint, n, out: {
+        "predicted": 0.0, "averaged_bytes": checkpoint.stat().st_size})
+    monkeypatch.setattr(canary, "generation_seconds", lambda ctx, cmd, decoded, out, env=None: {
+        "predicted": 0.0, "decoded_sentences": 0})
+    # --max-update 20 (a third of --smoke's 60, which the canary reaches before its time is up): the loss falls
+    # and a checkpoint is written as in 60; the disk's check depends on the checkpoints' size and number only
     with pytest.raises(UserError, match=r"^canary: disk: the run keeps 7 checkpoints of .* 0\.0 GB free"):
-        wmt14.main([*SMOKE_CANARY, "--workdir", str(work)])
+        wmt14.main([*SMOKE_CANARY, "--workdir", str(work), "--max-update", "20"])
     assert canary_json(work)["failed"].startswith("disk:")
 
 
@@ -156,11 +169,14 @@ def test_a_disk_too_small_for_the_kept_checkpoints_fails_the_canary(smoke_canary
     ("wsj", ["--smoke"], ["canary"]),
     ("table3", ["--smoke", "--rows", "base,big"], ["canary-base", "canary-big"]),
 ])
-def test_every_training_recipe_has_a_canary_in_place_of_its_training(recipe, argv, canaries, tmp_path):
+def test_every_training_recipe_has_a_canary_in_place_of_its_training(recipe, argv, canaries, tmp_path, capsys):
     """--canary --dry-run: the data stages, then the canary (Table 3: one per row, then their sum),
     whose commands are the run's fairseq-train with the canary's budget, averaging and generation."""
-    proc = run([sys.executable, "-m", f"attn_kit.recipes.{recipe}", *argv, "--canary", "--canary-minutes", "3",
-                "--workdir", tmp_path / "w", "--dry-run"])
+    # the recipe's main() here (its process would import torch again for the parallel recipe's device check);
+    # the recipes' processes are run by the tests of their errors (test_a_canary_of_the_tuning_grid_..., ...)
+    main = importlib.import_module(f"attn_kit.recipes.{recipe}").main
+    assert main([*argv, "--canary", "--canary-minutes", "3", "--workdir", str(tmp_path / "w"), "--dry-run"]) in (None, 0)
+    proc = subprocess.CompletedProcess([], 0, capsys.readouterr().out, "")
     names = re.findall(r"stage \d+/\d+ ([\w-]+):", proc.stdout)
     assert names[-len(canaries) - (recipe == "table3"):] == canaries + (["canary-table"] if recipe == "table3" else [])
     assert not {"train", "average", "generate", "score"} & set(names)

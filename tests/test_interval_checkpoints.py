@@ -4,9 +4,11 @@ where an interval update ends an epoch, which fairseq alone does not keep."""
 import re
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO, USER_DIR, assert_one_error_line, run, train_cmd
+from fairseq_forks import ForkedTrainings
 
 from attn_kit import checkpoints
 from attn_kit.cli import UserError
@@ -17,11 +19,20 @@ pytestmark = pytest.mark.slow  # trains models (left out by scripts/test.sh --qu
 TRAIN = ["--user-dir", USER_DIR, "--arch", "attn_paper_base"]
 
 
-def train(data_bin, save_dir, *extra):
+@pytest.fixture(scope="module")
+def trainings():
+    """The module's fairseq-train runs, one import of fairseq for all (tests/fairseq_forks.py)."""
+    forks = ForkedTrainings()
+    yield forks
+    forks.close()
+
+
+def train(trainings, data_bin, save_dir, *extra):
     cmd = train_cmd(data_bin, save_dir, TRAIN, ["--lr", "0.001", "--no-epoch-checkpoints", "--disable-validation",
                                                 *extra])
     cmd[cmd.index("--max-tokens") + 1] = "2000"
-    proc = run(cmd)
+    Path(save_dir).mkdir(parents=True, exist_ok=True)
+    proc = trainings.train(cmd, Path(save_dir) / "train.log")
     return proc.stdout + proc.stderr
 
 
@@ -41,10 +52,11 @@ def averaged(save_dir, n):
 
 
 @pytest.fixture(scope="module")
-def every_update(data_bin, tmp_path_factory):
+def every_update(trainings, data_bin, tmp_path_factory):
     """15 updates, a checkpoint every update, the last 6 kept."""
     save = tmp_path_factory.mktemp("every_update")
-    log = train(data_bin, save, "--max-update", "15", "--save-interval-updates", "1", "--keep-interval-updates", "6")
+    log = train(trainings, data_bin, save, "--max-update", "15", "--save-interval-updates", "1",
+                "--keep-interval-updates", "6")
     return save, log
 
 
@@ -57,25 +69,26 @@ def test_an_interval_that_ends_an_epoch_is_averaged(every_update):
     assert len(names) == 6, names  # --keep-interval-updates holds at an epoch's end too
 
 
-def test_every_interval_ends_an_epoch(data_bin, tmp_path):
+def test_every_interval_ends_an_epoch(trainings, data_bin, every_update, tmp_path):
     """An interval of one epoch's length: every interval checkpoint, the final one too, ends an epoch."""
-    probe = epoch_ends(train(data_bin, tmp_path / "probe", "--max-epoch", "1"))
-    per_epoch = probe[0]
-    log = train(data_bin, tmp_path / "run", "--max-update", str(5 * per_epoch), "--save-interval-updates",
+    # the epoch's length: where every_update's first epoch ended (the same data, batches and seed as
+    # this run's; checkpoints do not change the batches), not a run of its own
+    per_epoch = epoch_ends(every_update[1])[0]
+    log = train(trainings, data_bin, tmp_path / "run", "--max-update", str(5 * per_epoch), "--save-interval-updates",
                 str(per_epoch))
     assert epoch_ends(log)[-1] == 5 * per_epoch
     assert averaged(tmp_path / "run", 5) == last_multiples(5 * per_epoch, per_epoch, 5)
 
 
-def test_a_resume_after_a_kill_between_the_two_writes_keeps_it(data_bin, tmp_path):
+def test_a_resume_after_a_kill_between_the_two_writes_keeps_it(trainings, data_bin, tmp_path):
     """Killed after fairseq wrote checkpoint_last.pt at an epoch-ending interval, before the copy:
     the resumed run makes the interval checkpoint from the state it resumed from."""
     save = tmp_path / "ck"
-    log = train(data_bin, save, "--max-update", "12", "--save-interval-updates", "1")
+    log = train(trainings, data_bin, save, "--max-update", "12", "--save-interval-updates", "1")
     assert 12 in epoch_ends(log)
     (lost,) = save.glob("checkpoint_*_12.pt")
     lost.unlink()
-    train(data_bin, save, "--max-update", "15", "--save-interval-updates", "1")
+    train(trainings, data_bin, save, "--max-update", "15", "--save-interval-updates", "1")
     assert checkpoints.checkpoint_update(str(lost)) == 12
     assert averaged(save, 5) == [11, 12, 13, 14, 15]
 

@@ -8,6 +8,7 @@ writing its curves, then averages, translates and scores. A job's script, run by
 stand-ins: USR1 (Slurm's signal before the time limit) stops the recipe and requeues the job with
 scontrol; SIGTERM only stops it."""
 import csv
+import importlib
 import io
 import json
 import os
@@ -22,6 +23,7 @@ import pytest
 from conftest import REPO, assert_one_error_line
 
 from attn_kit.pipeline import slurm
+from attn_kit.recipes import parallel as parallel_recipe
 
 # Stand-ins for Slurm's commands, each a few lines of Python run by this interpreter.
 SRUN = r'''
@@ -140,7 +142,7 @@ def parallel(argv, env=None, cwd=None, timeout=900):
 
 
 @pytest.mark.slow
-def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path):
+def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path, capsys):
     data, work = corpus(tmp_path / "corpus"), tmp_path / "w"
     argv = ["--src", "en", "--tgt", "de", "--train", data / "train", "--valid", data / "valid", "--test",
             data / "test", "--workdir", work, *TINY, "--cpu-procs", "2", "--precision", "bf16",
@@ -203,8 +205,15 @@ def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path)
     hours = [float(r["hours"]) for r in rows]
     assert hours == sorted(hours) and (work / "curves.png").stat().st_size > 10000
 
-    # the data is prepared: the same command submits the training job alone
-    again = parallel(argv, env={"PATH": slurm_path, "FAKE_SBATCH_RUN": "0"})
+    # the data is prepared: the same command submits the training job alone (its main() in this process: a
+    # process of its own would import torch again, ~2 s CPU; the refusal below is the recipe's process)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATH", slurm_path)
+        mp.setenv("FAKE_SBATCH_RUN", "0")
+        mp.setenv("OMP_NUM_THREADS", "1")
+        capsys.readouterr()
+        rc = parallel_recipe.main([str(a) for a in argv])
+    again = subprocess.CompletedProcess([], 0 if rc is None else rc, *capsys.readouterr())
     assert again.returncode == 0, again.stderr
     assert "stages check..binarize are done already: no data job" in again.stdout
     third = submitted(tmp_path)[2:]
@@ -216,12 +225,17 @@ def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path)
     assert len(submitted(tmp_path)) == 3
 
 
-def test_data_job_first_then_the_training_job_after_it(tmp_path, slurm_path):
+def test_data_job_first_then_the_training_job_after_it(tmp_path, slurm_path, monkeypatch, capsys):
     data, work = corpus(tmp_path / "corpus", sizes=(("train", 20), ("valid", 5), ("test", 5))), tmp_path / "w"
     argv = ["--src", "en", "--tgt", "de", "--train", data / "train", "--valid", data / "valid", "--test",
             data / "test", "--workdir", work, "--ngpus", "2", "--workers", "3", "--launcher", "slurm",
             "--partition", "gpu", "--prep-partition", "cpu", "--prep-time", "4:00:00", "--time", "1-00:00:00"]
-    proc = parallel(argv, env={"PATH": slurm_path, "FAKE_SBATCH_RUN": "0"})
+    # the recipe's main() in this process (its own would import torch again, ~2 s CPU), with the stand-ins on
+    # PATH; the recipe's process submits in the tests above and below
+    monkeypatch.setenv("PATH", slurm_path)
+    monkeypatch.setenv("FAKE_SBATCH_RUN", "0")
+    rc = parallel_recipe.main([str(a) for a in argv])
+    proc = subprocess.CompletedProcess([], 0 if rc is None else rc, *capsys.readouterr())
     assert proc.returncode == 0, proc.stderr
     prep, train = submitted(tmp_path)
     assert prep["script"] == str(work / slurm.PREP_SCRIPT) and prep["options"] == []
@@ -419,12 +433,16 @@ def test_options_that_would_break_the_run_are_one_line(argv, message):
     assert_one_error_line(proc, message)
 
 
-def test_passed_through_options_end_the_training_command_of_every_recipe(tmp_path):
+def test_passed_through_options_end_the_training_command_of_every_recipe(tmp_path, capsys):
     extra = ["--tensorboard-logdir", str(tmp_path / "tb"), "--patience", "3"]
     for module, argv in (("wmt14", ["--smoke"]), ("wsj", ["--smoke"]),
                          ("parallel", ["--src", "en", "--tgt", "de", "--train", "a", "--valid", "b", "--test", "c"])):
-        proc = subprocess.run([sys.executable, "-m", f"attn_kit.recipes.{module}", "--dry-run", *argv, "--workdir",
-                               tmp_path / module, "--", *extra], capture_output=True, text=True)
+        # each recipe's main() in this process (the parallel recipe's process would import torch again, ~2 s
+        # CPU); their processes are run by the one-line error tests (here, test_devices.py, test_canary.py)
+        capsys.readouterr()
+        rc = importlib.import_module(f"attn_kit.recipes.{module}").main(
+            ["--dry-run", *argv, "--workdir", str(tmp_path / module), "--", *extra])
+        proc = subprocess.CompletedProcess([], 0 if rc is None else rc, *capsys.readouterr())
         assert proc.returncode == 0, (module, proc.stderr)
         train = next(line for line in proc.stdout.splitlines()
                      if line.startswith("  $ ") and ("fairseq-train " in line or "fairseq_cli.train" in line))

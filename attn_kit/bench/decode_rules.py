@@ -88,13 +88,13 @@ def main(argv=None) -> int:
     check_output(args.out, "--out", force=args.force)
     if args.trials < 1:
         raise UsageError("--trials must be >= 1")
-    run_dir = args.run.resolve()
-    info = _card(run_dir)
-    src, tgt = info["args"]["source_lang"], info["args"]["target_lang"]
-    for name, source, reference in args.test_set:
+    for name, source, reference in args.test_set:  # before the run card, whose reading imports fairseq (seconds)
         for path in (source, reference):
             if not Path(path).is_file():
                 raise UserError(f"--test-set {name}: {path} is not a file")
+    run_dir = args.run.resolve()
+    info = _card(run_dir)
+    src, tgt = info["args"]["source_lang"], info["args"]["target_lang"]
     own = dict(info["generation"], gnmt_alpha=info["args"].get("gnmt_alpha"), beam_stop=info["args"].get("beam_stop"))
     base = generate_command(run_dir, info, gpu=False, batch_size=info["batch_size"])
     penalty_at = next(i for i, a in enumerate(base) if a in ("--gnmt-alpha", "--lenpen"))
