@@ -8,6 +8,7 @@ fairseq-generate runs) on the conftest corpus.
 """
 import json
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -155,10 +156,10 @@ def test_precision_is_what_runs():
     from attn_kit.compare.report import device_label
     from attn_kit.fairseq_commands import used_precision
 
-    args.ngpus = 8
+    args = replace(args, ngpus=8)  # the settings are frozen: a changed copy
     for asked, bf16_ok, used in (("auto", True, "bf16"), ("auto", False, "fp16"), ("fp16", True, "fp16"),
                                  ("bf16", True, "bf16"), ("fp32", True, "fp32")):
-        args.precision = used_precision(asked, args.ngpus, bf16_ok=bf16_ok)
+        args = replace(args, precision=used_precision(asked, args.ngpus, bf16_ok=bf16_ok))
         assert args.precision == used
         cmd = commands.train_command("stock", args, REPO, True, 1, REPO / "x")
         assert ("--fp16" in cmd) == (used == "fp16") and ("--bf16-autocast" in cmd) == (used == "bf16")
@@ -167,7 +168,7 @@ def test_precision_is_what_runs():
         gen = commands.generate_command(args, REPO, REPO / "c.pt", "test")  # evaluation in fp32, whatever trained
         assert "--fp16" not in gen and "--bf16-autocast" not in gen and "--cpu" not in gen
     assert device_label(args) == "8 GPU(s), fp32"
-    args.precision = "fp16"
+    args = replace(args, precision="fp16")
     assert device_label(args) == "8 GPU(s), fp16 mixed precision"
 
 

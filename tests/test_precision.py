@@ -1,6 +1,8 @@
 """--precision: what each choice trains in, and the plugin task's bf16 autocast (--bf16-autocast)
 checked on CPU, where torch has bf16 autocast too: the matmuls run in bf16, the weights, their
 gradients and the loss stay fp32, and the loss equals the fp32 loss within bf16's precision."""
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import REPO, TINY_MODEL, USER_DIR
@@ -172,5 +174,4 @@ def test_comparison_trains_both_models_under_the_plugin_task_in_bf16():
     assert stock[stock.index("--arch") + 1] == "transformer_wmt_en_de" and "--user-dir" in stock
     assert BF16_FLAG not in commands.generate_command(args, REPO, REPO / "c.pt", "test")  # evaluation in fp32
     assert device_label(args).startswith("CPU, bf16 autocast")
-    args.ngpus = 8
-    assert device_label(args) == "8 GPU(s), bf16 autocast (fp32 weights)"
+    assert device_label(replace(args, ngpus=8)) == "8 GPU(s), bf16 autocast (fp32 weights)"

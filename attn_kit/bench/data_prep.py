@@ -102,14 +102,12 @@ def parse_args(argv=None):
         return args
     if args.refit:
         saved = [json.loads(path.read_text()) for path in args.refit]
-        args.saved = saved[0]
         for other in saved[1:]:  # more measurements of the same corpus (another worker count)
-            args.saved["result"]["measurements"] += other["result"]["measurements"]
-        for key, value in args.saved["result"]["settings"].items():
-            setattr(args, key, value)
-        args.out = check_output(args.out or DEFAULT_OUT, "--out", args.force or args.out is None
-                                and args.refit[0].resolve() == DEFAULT_OUT.resolve())
-        return args
+            saved[0]["result"]["measurements"] += other["result"]["measurements"]
+        out = check_output(args.out or DEFAULT_OUT, "--out", args.force or args.out is None
+                           and args.refit[0].resolve() == DEFAULT_OUT.resolve())
+        # the measured run's settings, as it recorded them, with this command line's --refit and --out
+        return argparse.Namespace(**{**vars(args), **saved[0]["result"]["settings"], "saved": saved[0], "out": out})
     try:
         args.sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     except ValueError:

@@ -1,13 +1,15 @@
 """The comparison's command line (``python scripts/compare_baselines.py``) and its run."""
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
+from typing import List, Optional
 
 from ..cli import UsageError, log, main_guard
 from ..pairs import ARCH_ALIASES, MODELS, PAIRS, arch_size
 from ..fairseq_commands import PRECISIONS, used_precision
 from ..pipeline.lock import workdir_lock
 from ..checkout import REPO
-from ..sizes import SIZES
+from ..sizes import SIZES, ModelSize
 from . import __doc__ as DESCRIPTION
 from .commands import BUNDLED_TRAINING, DEFAULT_TRAINING, child_env, peak_lr, train_command, warmup_init_lr
 from .report import markdown, plot, write_comparison
@@ -101,64 +103,105 @@ def add_evaluation_options(p):
     g.add_argument("--no-bleu", action="store_true", help="skip generation and BLEU")
 
 
-def parse_args(argv=None):
-    """The checked command line, with the defaults of --bundled or the paper filled in."""
-    args = parser().parse_args(argv)
+@dataclass(frozen=True, kw_only=True)
+class CompareSettings:
+    """The comparison's settings, built once by :func:`parse_args`: the command line, the
+    preset of --bundled or the paper filling what it leaves unset (BUNDLED_TRAINING,
+    DEFAULT_TRAINING), and the derived model size and the precision that runs."""
+    data: Optional[Path]
+    bundled: bool
+    arch: str  # a key of attn_kit.pairs.PAIRS
+    max_update: Optional[int]
+    train_minutes: Optional[float]  # per model
+    seeds: List[int]
+    workdir: Optional[Path]
+    bundled_workdir: Path
+    layers: Optional[int]
+    d_model: Optional[int]
+    d_ff: Optional[int]
+    h: Optional[int]
+    p_drop: Optional[float]
+    max_tokens: int
+    update_freq: int
+    warmup_updates: int
+    lr_scale: float
+    label_smoothing: float
+    validate_every: int
+    log_every: int
+    ngpus: int
+    precision: str  # what runs: bf16, fp16 or fp32
+    threads: Optional[int]
+    gen_subset: str
+    beam: int
+    gnmt_alpha: float
+    remove_bpe: str
+    no_bleu: bool
+    size: Optional[ModelSize]  # both models' size; None: the archs' own
 
-    arch = ARCH_ALIASES.get(args.arch, args.arch)
-    if arch not in PAIRS:
-        raise UsageError(f"unknown --arch {args.arch!r}; choose base or big (or {', '.join(ARCH_ALIASES)})")
-    args.arch = arch
-    if args.bundled == (args.data is not None):
+
+def parse_args(argv=None) -> CompareSettings:
+    """The checked command line, with the defaults of --bundled or the paper filled in."""
+    given = parser().parse_args(argv)
+    check(given)
+    arch = ARCH_ALIASES.get(given.arch, given.arch)
+    pair_minutes = getattr(given, "pair_minutes", None)  # the old --minutes: the pair's budget
+    preset = BUNDLED_TRAINING if given.bundled else DEFAULT_TRAINING
+    values = {**vars(given), **{k: v for k, v in preset.items() if getattr(given, k) is None}}
+    values.pop("pair_minutes", None)
+    max_update = given.max_update
+    return CompareSettings(**{
+        **values, "arch": arch, "train_minutes": pair_minutes / 2 if pair_minutes is not None else given.train_minutes,
+        "precision": used_precision(given.precision, given.ngpus),
+        "size": model_size(given.bundled, arch, given),
+        "validate_every": given.validate_every or (max(1, max_update // 10) if max_update else 50)})
+
+
+def check(given: argparse.Namespace):
+    """One usage-error line for a contradictory or out-of-range command line."""
+    if ARCH_ALIASES.get(given.arch, given.arch) not in PAIRS:
+        raise UsageError(f"unknown --arch {given.arch!r}; choose base or big (or {', '.join(ARCH_ALIASES)})")
+    if given.bundled == (given.data is not None):
         raise UsageError("give a binarized data directory or --bundled (one of the two)")
-    if getattr(args, "pair_minutes", None) is not None:
-        args.train_minutes = args.pair_minutes / 2
-    if args.max_update is None and args.train_minutes is None:
+    if given.max_update is None and given.train_minutes is None and getattr(given, "pair_minutes", None) is None:
         raise UsageError("give a training budget: --max-update N (updates per model) or --train-minutes M "
                          "(training minutes for each model)")
-    if args.max_update is not None and args.max_update < 1:
+    if given.max_update is not None and given.max_update < 1:
         raise UsageError("--max-update must be >= 1")
-    if args.train_minutes is not None and args.train_minutes <= 0:
-        raise UsageError("--train-minutes must be > 0")
-    if len(set(args.seeds)) != len(args.seeds):
+    for minutes in (given.train_minutes, getattr(given, "pair_minutes", None)):
+        if minutes is not None and minutes <= 0:
+            raise UsageError("--train-minutes must be > 0")
+    if len(set(given.seeds)) != len(given.seeds):
         raise UsageError("--seeds must be different numbers")
-    if args.ngpus < 0:
+    if given.ngpus < 0:
         raise UsageError("--ngpus must be >= 0")
     for name in ("layers", "d_model", "d_ff", "h", "max_tokens", "update_freq", "warmup_updates",
                  "validate_every", "log_every", "beam", "threads"):
-        value = getattr(args, name)
+        value = getattr(given, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
-    if args.p_drop is not None and not 0 <= args.p_drop < 1:
+    if given.p_drop is not None and not 0 <= given.p_drop < 1:
         raise UsageError("--p-drop must be in [0, 1)")
-    args.precision = used_precision(args.precision, args.ngpus)  # what runs (bf16, fp16 or fp32)
-    if args.ngpus > 0:
+    used_precision(given.precision, given.ngpus)  # an unknown --precision is its usage error
+    if given.ngpus > 0:
         try:
             import torch
 
             have = torch.cuda.device_count()
         except Exception:
             have = 0
-        if have < args.ngpus:
-            raise UsageError(f"--ngpus {args.ngpus}: torch sees {have} CUDA GPU(s)")
-    args.size = model_size(args)
-    for key, value in (BUNDLED_TRAINING if args.bundled else DEFAULT_TRAINING).items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    if args.validate_every is None:
-        args.validate_every = max(1, args.max_update // 10) if args.max_update else 50
-    return args
+        if have < given.ngpus:
+            raise UsageError(f"--ngpus {given.ngpus}: torch sees {have} CUDA GPU(s)")
 
 
-def model_size(args):
+def model_size(bundled: bool, arch: str, given: argparse.Namespace) -> Optional[ModelSize]:
     """The size both models get: --bundled's (attn_kit.sizes.SIZES["bundled"]) or, when
-    --layers/--d-model/--d-ff/--h/--p-drop resize them, the arch's with those
+    --layers/--d-model/--d-ff/--h/--p-drop resize them, ``arch``'s with those
     changes; None: the archs' own."""
-    changes = {k: v for k, v in dict(layers=args.layers, d_model=args.d_model, d_ff=args.d_ff, h=args.h,
-                                     p_drop=args.p_drop).items() if v is not None}
-    if args.bundled:
+    changes = {k: v for k, v in dict(layers=given.layers, d_model=given.d_model, d_ff=given.d_ff, h=given.h,
+                                     p_drop=given.p_drop).items() if v is not None}
+    if bundled:
         return SIZES["bundled"].replace(**changes)
-    return arch_size(args.arch).replace(**changes) if changes else None
+    return arch_size(arch).replace(**changes) if changes else None
 
 
 def main(argv=None):

@@ -1,6 +1,6 @@
 """The comparison's outputs: the markdown table (printed and comparison.md), every
 number with its provenance (comparison.json) and the validation curves (comparison.png)."""
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 
 from ..cli import UserError, atomic_output, write_json_atomic, write_text_atomic
@@ -81,8 +81,13 @@ def markdown(summary, args, runs) -> str:
 
 
 def settings(args) -> dict:
-    """The parsed command line as JSON values (paths as text, the model size as its fields)."""
-    return {k: str(v) if isinstance(v, Path) else asdict(v) if is_dataclass(v) else v for k, v in vars(args).items()}
+    """The comparison's settings (attn_kit.compare.cli.CompareSettings) as JSON values (paths as
+    text, the model size as its fields)."""
+    return {f.name: _json(getattr(args, f.name)) for f in fields(args)}
+
+
+def _json(value):
+    return str(value) if isinstance(value, Path) else asdict(value) if is_dataclass(value) else value
 
 
 def write_comparison(workdir: Path, args, data: Path, langs: str, commands: dict, runs, summary, table: str):
