@@ -29,7 +29,7 @@ NEVER = 10 ** 9  # an interval no canary reaches: it saves and validates once, w
 
 
 # ---------------------------------------------------------------------------------------------- the stage
-def stage(args, data_bin: Path, data_stages: Sequence[str], train_command: Callable, generate_command: Callable,
+def stage(s, data_bin: Path, data_stages: Sequence[str], train_command: Callable, generate_command: Callable,
           decoded: Sequence[Sequence[Path]], model_flags: Sequence[str], train_inputs: Sequence[Path],
           name: str = "canary", averages: bool = True) -> Stage:
     """The ``canary`` stage of a recipe. ``train_command(canary_args, save_dir)``: the run's
@@ -38,11 +38,11 @@ def stage(args, data_bin: Path, data_stages: Sequence[str], train_command: Calla
     ``checkpoint``; ``decoded``: (source, target) files, in the model's tokens, of each
     split the run decodes, the test set last; ``model_flags``: the flags that size the arch, for the FLOPs;
     ``averages``: whether the run averages checkpoints (Table 3's rows do not)."""
-    out = args.workdir / "canary"
+    out = s.workdir / "canary"
 
     def run(ctx):
-        c = dataclasses.replace(args, train_minutes=args.canary_minutes, save_interval_updates=NEVER,
-                    validate_interval_updates=None, log_interval=min(args.log_interval, 10))
+        c = dataclasses.replace(s, train_minutes=s.canary_minutes, save_interval_updates=NEVER,
+                    validate_interval_updates=None, log_interval=min(s.log_interval, 10))
         save_dir, stats = out / "checkpoints", out / "stats"
         if not ctx.dry_run:
             for scratch in (save_dir, stats):  # a canary starts from scratch: nothing in them is kept
@@ -63,17 +63,17 @@ def stage(args, data_bin: Path, data_stages: Sequence[str], train_command: Calla
                   "the test set, outputs as long as their sources), write " + str(out / "canary.json"), flush=True)
             checkpoint = save_dir / "checkpoint_last.pt"
             if averages:
-                averaging_seconds(ctx, checkpoint, args.average, out)
+                averaging_seconds(ctx, checkpoint, s.average, out)
             generation_seconds(ctx, generate_command(checkpoint), decoded, out)
             return
-        finish(ctx, args, out, launched, ended, ctx.log_dir / f"{ctx.stage}.log", failure, data_stages, generate_command,
+        finish(ctx, s, out, launched, ended, ctx.log_dir / f"{ctx.stage}.log", failure, data_stages, generate_command,
                decoded, model_flags, data_bin, averages)
 
-    return Stage(name, run, f"{args.canary_minutes:g} minutes of the real training, then the whole run's "
+    return Stage(name, run, f"{s.canary_minutes:g} minutes of the real training, then the whole run's "
                                 "predicted cost (canary.json)",
                  inputs=list(train_inputs), outputs=[out / "canary.json"],
-                 options={**common.train_options(args, model_flags), "canary_minutes": args.canary_minutes,
-                          "floors": [args.canary_min_utilization, args.canary_min_tokens_per_second]})
+                 options={**common.train_options(s, model_flags), "canary_minutes": s.canary_minutes,
+                          "floors": [s.canary_min_utilization, s.canary_min_tokens_per_second]})
 
 
 # ---------------------------------------------------------------------------------------------- training
@@ -268,7 +268,7 @@ def generation_seconds(ctx, cmd: List, decoded: Sequence[Sequence[Path]], out: P
 
 
 # ---------------------------------------------------------------------------------------------- the report
-def finish(ctx, args, out: Path, launched: float, ended: float, train_log: Path, failure: Optional[str], data_stages,
+def finish(ctx, s, out: Path, launched: float, ended: float, train_log: Path, failure: Optional[str], data_stages,
            generate_command, decoded, model_flags, data_bin: Path, averages: bool = True):
     """Analyse the canary's training, time averaging and generation, write canary.json, print the
     table; raise a one-line UserError naming the first cause of failure."""
@@ -276,9 +276,9 @@ def finish(ctx, args, out: Path, launched: float, ended: float, train_log: Path,
     from ..results import provenance
 
     records = read_stats(out / "stats")
-    result = {**provenance(), "canary_minutes": args.canary_minutes, "arch": args.arch,
-              "model_flags": list(model_flags), "precision": args.precision_used,
-              "devices": common.devices(args), "failed": None}
+    result = {**provenance(), "canary_minutes": s.canary_minutes, "arch": s.arch,
+              "model_flags": list(model_flags), "precision": s.precision_used,
+              "devices": common.devices(s), "failed": None}
     causes = [failure] if failure else []
     if not records or not records[0]["steps"]:
         causes.append(failure or "the canary recorded no training step (see the log)")
@@ -290,21 +290,21 @@ def finish(ctx, args, out: Path, launched: float, ended: float, train_log: Path,
     writes = [float(x) for x in re.findall(r"writing took ([\d.]+) seconds", text)]
     checkpoint = out / "checkpoints" / "checkpoint_last.pt"
     vocab = common.dictionary_size(next(iter(sorted(data_bin.glob("dict.*.txt"))), data_bin / "dict.txt"))
-    shape = cost.model_shape(args.arch, [*model_flags, *args.fairseq_extra], vocab or cost.EN_DE_VOCAB)
+    shape = cost.model_shape(s.arch, [*model_flags, *s.fairseq_extra], vocab or cost.EN_DE_VOCAB)
     flops = achieved_flops(records, r["first_timed"], r["last"], shape, r["window_seconds"])
     devices = [{"device": rec.get("device"), "tokens_per_second": round(tps, 1),
                 "peak_memory_bytes": rec.get("peak_reserved_bytes", rec.get("peak_rss_bytes")),
                 "total_memory_bytes": rec.get("total_bytes")} for rec, tps in zip(records, r["tokens_per_second"])]
-    peak = device_peak(records[0], args.precision_used)
+    peak = device_peak(records[0], s.precision_used)
     utilization = flops / len(records) / (peak * 1e12) if peak else None
-    floor = args.canary_min_utilization or (0.5 * cost.default_utilization(shape) if peak else None)
+    floor = s.canary_min_utilization or (0.5 * cost.default_utilization(shape) if peak else None)
     loss = r["loss"]
     values = list(loss.values())
     k = max(1, len(values) // 10)
     head, tail = sum(values[:k]) / k, sum(values[-k:]) / k
     spans = r["validations"]
     valid_seconds = spans[-1][1] - spans[-1][0] if spans else None
-    plan = events(args.max_update, per_epoch, args.save_interval_updates, args.validate_interval_updates)
+    plan = events(s.max_update, per_epoch, s.save_interval_updates, s.validate_interval_updates)
     result.update({
         "updates": r["updates"], "warmup_updates_left_out": r["warmup_updates_left_out"],
         "seconds_per_update": round(r["seconds_per_update"], 4),
@@ -316,9 +316,9 @@ def finish(ctx, args, out: Path, launched: float, ended: float, train_log: Path,
         "validation_seconds": None if valid_seconds is None else round(valid_seconds, 2),
         "checkpoint": {"write_seconds": writes[-1] if writes else None,
                        "bytes": checkpoint.stat().st_size if checkpoint.exists() else None},
-        "plan": {"max_update": args.max_update, "updates_per_epoch": per_epoch,
-                 "save_interval_updates": args.save_interval_updates,
-                 "validate_interval_updates": args.validate_interval_updates, "average": args.average, **plan},
+        "plan": {"max_update": s.max_update, "updates_per_epoch": per_epoch,
+                 "save_interval_updates": s.save_interval_updates,
+                 "validate_interval_updates": s.validate_interval_updates, "average": s.average, **plan},
     })
     if not all(math.isfinite(v) for v in values):
         causes.append(f"the loss is NaN/Inf at update {next(u for u, v in loss.items() if not math.isfinite(v))}: "
@@ -327,23 +327,23 @@ def finish(ctx, args, out: Path, launched: float, ended: float, train_log: Path,
         causes.append(f"the loss did not fall ({head:.3f} bits over the first {k} updates, {tail:.3f} over the "
                       f"last {k}): check --lr-scale, --warmup-updates and the data")
     if floor and utilization is not None and utilization < floor:
-        causes.append(f"throughput: {utilization:.1%} of the GPU's dense {args.precision_used} peak, below the floor "
+        causes.append(f"throughput: {utilization:.1%} of the GPU's dense {s.precision_used} peak, below the floor "
                       f"{floor:.1%} (--canary-min-utilization): a larger --max-tokens-per-gpu, or check the GPUs")
     total_tps = sum(r["tokens_per_second"])
-    if args.canary_min_tokens_per_second and total_tps < args.canary_min_tokens_per_second:
+    if s.canary_min_tokens_per_second and total_tps < s.canary_min_tokens_per_second:
         causes.append(f"throughput: {total_tps:.0f} target tokens/s, below --canary-min-tokens-per-second "
-                      f"{args.canary_min_tokens_per_second:g}")
+                      f"{s.canary_min_tokens_per_second:g}")
     if not checkpoint.exists() or not writes:
         causes.append(failure or "the canary wrote no checkpoint (see the log)")
     if causes:  # fail fast: nothing more is worth measuring
         return conclude(out, result, causes)
-    causes += predict(ctx, args, out, result, r, writes, valid_seconds, (launched, ended), data_stages,
+    causes += predict(ctx, s, out, result, r, writes, valid_seconds, (launched, ended), data_stages,
                       generate_command, decoded, averages)
     shutil.rmtree(out / "checkpoints", ignore_errors=True)  # measured; a canary's weights are no product
     return conclude(out, result, causes)
 
 
-def predict(ctx, args, out: Path, result: dict, r: dict, writes: List[float], valid_seconds: Optional[float],
+def predict(ctx, s, out: Path, result: dict, r: dict, writes: List[float], valid_seconds: Optional[float],
             times: Sequence[float], data_stages, generate_command, decoded, averages: bool) -> List[str]:
     """Time averaging and generation, predict the whole run's wall time part by part (``r``: the
     training's :func:`rates`; ``times``: when it was launched and ended) and check the disk, into
@@ -352,23 +352,23 @@ def predict(ctx, args, out: Path, result: dict, r: dict, writes: List[float], va
     checkpoint = out / "checkpoints" / "checkpoint_last.pt"
     spans, plan = r["validations"], result["plan"]
     size = checkpoint.stat().st_size
-    avg = averaging_seconds(ctx, checkpoint, args.average, out) if averages else {"predicted": 0.0, "averaged_bytes": 0}
-    kept = (args.average + 2) * size + avg["averaged_bytes"]
-    have = sum(p.stat().st_size for p in (args.workdir / "checkpoints").glob("*.pt")) \
-        if (args.workdir / "checkpoints").is_dir() else 0
-    free = shutil.disk_usage(args.workdir).free
-    result["disk"] = {"kept_bytes": kept, "free_bytes": free, "kept_checkpoints": args.average + 2}
+    avg = averaging_seconds(ctx, checkpoint, s.average, out) if averages else {"predicted": 0.0, "averaged_bytes": 0}
+    kept = (s.average + 2) * size + avg["averaged_bytes"]
+    have = sum(p.stat().st_size for p in (s.workdir / "checkpoints").glob("*.pt")) \
+        if (s.workdir / "checkpoints").is_dir() else 0
+    free = shutil.disk_usage(s.workdir).free
+    result["disk"] = {"kept_bytes": kept, "free_bytes": free, "kept_checkpoints": s.average + 2}
     if kept - have > free:
-        causes.append(f"disk: the run keeps {args.average + 2} checkpoints of {size / 1e9:.2f} GB and an average "
-                      f"({kept / 1e9:.1f} GB), {args.workdir}'s file system has {free / 1e9:.1f} GB free")
-    gen = generation_seconds(ctx, generate_command(checkpoint), decoded, out, env=common.thread_env(args))
+        causes.append(f"disk: the run keeps {s.average + 2} checkpoints of {size / 1e9:.2f} GB and an average "
+                      f"({kept / 1e9:.1f} GB), {s.workdir}'s file system has {free / 1e9:.1f} GB free")
+    gen = generation_seconds(ctx, generate_command(checkpoint), decoded, out, env=common.thread_env(s))
     startup = r["first_end"] - launched
     # after the last update: the final validation and checkpoint write (counted below), then the
     # process ends (the dataloaders, the distributed group): measured from the last event to the exit
     last_event = max([r["last_end"], *(s[1] for s in spans)])
     shutdown = max(0.0, ended - last_event - writes[-1])
-    training = startup + (args.max_update - r["first_timed"]) * r["seconds_per_update"] + shutdown
-    data_workdir = getattr(args, "data_workdir", None) or args.workdir  # where the data stages ran (wsj: here)
+    training = startup + (s.max_update - r["first_timed"]) * r["seconds_per_update"] + shutdown
+    data_workdir = getattr(s, "data_workdir", None) or s.workdir  # where the data stages ran (wsj: here)
     predicted = {"data_preparation": data_seconds(data_workdir, data_stages), "training": training,
                  "validations": plan["validations"] * (valid_seconds or 0.0),
                  "checkpoint_writes": plan["checkpoint_writes"] * statistics.median(writes),
@@ -377,8 +377,8 @@ def predict(ctx, args, out: Path, result: dict, r: dict, writes: List[float], va
     result["predicted_seconds"] = {k: None if v is None else round(v, 1) for k, v in predicted.items()}
     result["measured"] = {"startup_seconds": round(startup, 2), "shutdown_seconds": round(shutdown, 2),
                           "averaging": avg, "generation": gen, "decoded_sentences": gen["decoded_sentences"]}
-    result["warnings"] = schedule_warnings(args, startup, r["seconds_per_update"])
-    result["checked_against"] = checked_against(args.workdir, data_workdir, data_stages, result["predicted_seconds"])
+    result["warnings"] = schedule_warnings(s, startup, r["seconds_per_update"])
+    result["checked_against"] = checked_against(s.workdir, data_workdir, data_stages, result["predicted_seconds"])
     return causes
 
 
