@@ -20,6 +20,17 @@ _LOADED = re.compile(r"Loaded checkpoint \S+ \(epoch \d+ @ (\d+) updates\)|No ex
 _AT_UPDATE = re.compile(r"@ (\d+) updates")  # "Saved checkpoint ... (epoch 1 @ 712 updates, ...)", "Loaded ..."
 
 
+# what of a fairseq command's output a stage echoes under its line (attn_kit.pipeline's Context.sh tail)
+PROGRESS = ("| train_inner |", "| valid |", "| train |", "Translated", "BLEU", "Stopping training", "Loaded checkpoint",
+            "done training")
+
+
+def progress_line(line: str) -> bool:
+    """Whether ``line`` of a fairseq command's output shows its progress or its result (a ``tail``
+    for :meth:`attn_kit.pipeline.stages.Context.sh`)."""
+    return any(word in line for word in PROGRESS)
+
+
 @dataclass
 class Entry:
     """One line of a training log: ``command`` (a ``$ `` line the recipe wrote: a new run

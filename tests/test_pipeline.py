@@ -256,25 +256,25 @@ def test_parallel_text_must_have_equal_line_counts(tmp_path):
 def test_a_binarized_dataset_must_match_its_index(data_bin, tmp_path):
     """fairseq-preprocess's real output passes; a .bin cut short, an index cut short and a
     .bin from another split fail, each naming the file."""
-    from attn_kit.pipeline import verify
+    from attn_kit import fairseq_data
 
     copy = tmp_path / "bin"
     shutil.copytree(data_bin, copy)
-    verify.binarized(copy, "src", "tgt", ["train", "valid", "test"])
-    assert verify.fairseq_dataset(copy / "train.src-tgt.src") == 600
+    fairseq_data.binarized(copy, "src", "tgt", ["train", "valid", "test"])
+    assert fairseq_data.fairseq_dataset(copy / "train.src-tgt.src") == 600
     train = copy / "train.src-tgt.tgt.bin"
     data = train.read_bytes()
     train.write_bytes(data[:len(data) // 2])
     with pytest.raises(UserError, match=rf"^{train} is {len(data) // 2} bytes but .*idx describes 600 sentences in "
                                         rf"{len(data)} bytes"):
-        verify.binarized(copy, "src", "tgt", ["train"])
+        fairseq_data.binarized(copy, "src", "tgt", ["train"])
     idx = copy / "valid.src-tgt.src.idx"
     idx.write_bytes(idx.read_bytes()[:-8])
     with pytest.raises(UserError, match=rf"^{idx} is \d+ bytes but its header says 40 sentences"):
-        verify.fairseq_dataset(copy / "valid.src-tgt.src")
+        fairseq_data.fairseq_dataset(copy / "valid.src-tgt.src")
     shutil.copy(copy / "train.src-tgt.src.bin", copy / "test.src-tgt.src.bin")
     with pytest.raises(UserError, match="test.src-tgt.src.bin is .* bytes but"):
-        verify.fairseq_dataset(copy / "test.src-tgt.src")
+        fairseq_data.fairseq_dataset(copy / "test.src-tgt.src")
 
 
 def _signal_dispositions(lang, line):

@@ -64,12 +64,12 @@ class Context:
         self.log_dir = self.workdir / "logs"
 
     def sh(self, cmd: List, stdin: Optional[Path] = None, stdout: Optional[Path] = None,
-           env: Optional[dict] = None, tail: Union[int, Callable[[str], bool]] = 0):
+           env: Optional[dict] = None, tail: Optional[Callable[[str], Union[bool, str]]] = None):
         """Run ``cmd`` (a list); stdout goes to the ``stdout`` file if given,
-        everything else to ``logs/STAGE.log``; ``tail`` > 0 echoes log lines
-        containing progress to the console as they come (a function of the
-        line instead picks the lines to echo: true to echo the line, a string
-        to echo that instead)."""
+        everything else to ``logs/STAGE.log``; ``tail``, a function of each log
+        line, picks the lines to echo to the console as they come: true to echo
+        the line, a string to echo that instead (e.g.
+        :func:`attn_kit.fairseq_log.progress_line`)."""
         cmd = [str(c) for c in cmd]
         shown = " ".join([*(f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items()),
                           *(shlex.quote(c) for c in cmd)])
@@ -90,7 +90,7 @@ class Context:
             def on_line(line: str):
                 log_file.write(line)
                 log_file.flush()  # the log is the place to watch a long stage
-                echo = (tail(line) if callable(tail) else _is_progress(line)) if tail else False
+                echo = tail(line) if tail else False
                 if echo:
                     print(f"    {(echo if isinstance(echo, str) else line).rstrip()[:160]}", flush=True)
 
@@ -122,11 +122,6 @@ class _DryOutput:
 
     def __exit__(self, *exc):
         return False
-
-
-def _is_progress(line: str) -> bool:
-    return any(k in line for k in ("| train_inner |", "| valid |", "| train |", "Translated", "BLEU",
-                                   "Stopping training", "Loaded checkpoint", "done training"))
 
 
 def _plain(value):

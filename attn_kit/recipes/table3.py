@@ -24,6 +24,7 @@ from ..pipeline.stages import Pipeline, Stage
 from . import canary, common, config, scale, settings, wmt14
 from ..checkout import REPO
 from ..fairseq_commands import validate_command
+from ..fairseq_log import progress_line
 
 GROUPS = ("base", "A", "B", "C", "D", "E", "big")
 ALPHA, BEAM, MAX_LEN_B = 0.6, 4, 50  # Sec. 6.1's decoding, which Sec. 6.2 uses for Table 3
@@ -261,7 +262,7 @@ def run_row(r: Table3Settings, row: Table3Row, ctx):
     ctx.sh(validate_command(data_bin, ckpt, max_tokens=r.max_tokens_per_gpu, gpus=r.ngpus), tail=lambda line: lines.append(line) or "valid on" in line,
            env=common.thread_env(r))
     with ctx.output(folder / "valid.out") as tmp:
-        ctx.sh(dev_command(r, ckpt), stdout=tmp, tail=1, env=common.thread_env(r))
+        ctx.sh(dev_command(r, ckpt), stdout=tmp, tail=progress_line, env=common.thread_env(r))
     ctx.step(f"write {folder / 'row.json'}: dev PPL, dev BLEU, parameters", write_row, r, row, values, flags, lines,
              ckpt, ctx.log_dir / f"{ctx.stage}.log")
 

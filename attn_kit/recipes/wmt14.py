@@ -18,6 +18,8 @@ from ..cli import UsageError, log, main_guard, write_json_atomic
 from ..paper import TABLE2_BLEU
 from ..pipeline import verify
 from ..pipeline.progress import Progress, watch_output
+from .. import fairseq_data
+from ..fairseq_log import progress_line
 from ..fairseq_commands import average_checkpoints, averaged_info_path, binarize
 from ..pipeline.stages import Stage
 from ..pipeline.text import clean_parallel, count_lines, moses_tokenize, moses_tokenizer_args, sample_pairs
@@ -391,7 +393,7 @@ def generate(ctx, s: Wmt14Settings, lay: Layout):
     src, tgt, bpe = s.src, s.tgt, lay.bpe
     with ctx.output(lay.gen) as tmp, watch_output(ctx, tmp, lay.raw / f"test.{src}", "translate the test set",
                                                   "sentences", b"D-"):
-        ctx.sh(generate_command(s, lay, lay.avg), stdout=tmp, tail=1, env=common.thread_env(s))
+        ctx.sh(generate_command(s, lay, lay.avg), stdout=tmp, tail=progress_line, env=common.thread_env(s))
     ctx.step(f"write {lay.W / 'inference.json'}: this pre-processing and decoding, for scripts/translate.py",
              common.write_run_card, lay.W, "translation", lay.avg, lay.data_bin, src, tgt, {
                  **moses_tokenizer_args(), "bpe": "attn_subword_nmt", "bpe_codes": bpe / "codes",
@@ -436,7 +438,7 @@ def data_stages(s: Wmt14Settings, lay: Layout) -> List[Stage]:
               check=lambda: verify.parallel_text(lay.pairs(bpe) + (lay.pairs(prep) if s.clean else [])), home=home),
         Stage("binarize", bound(binarize_stage, s, lay), "fairseq-preprocess --joined-dictionary",
               inputs=[lay.binarize_from / t for t in texts], outputs=[*dictionaries(lay), *binaries(lay)],
-              check=lambda: verify.binarized(lay.data_bin, src, tgt, SPLITS), home=home),
+              check=lambda: fairseq_data.binarized(lay.data_bin, src, tgt, SPLITS), home=home),
     ]
 
 

@@ -20,9 +20,10 @@ from ..checkout import REPO
 from ..cli import UsageError, UserError, log, main_guard, write_json_atomic
 from ..metrics.trees import REPAIRS, delinearize
 from ..paper import TABLE4_F1
-from ..pipeline import verify
 from ..pipeline.lock import workdir_lock
 from ..pipeline.progress import watch_output
+from .. import fairseq_data
+from ..fairseq_log import progress_line
 from ..fairseq_commands import average_checkpoints, binarize
 from ..pipeline.stages import Stage
 from . import canary, common, config, scale, settings
@@ -441,7 +442,7 @@ def decode(s, ctx, checkpoint, split, beam, alpha, out: Path):
         return
     with ctx.output(out) as tmp, watch_output(ctx, tmp, s.workdir / "prep" / f"{split}.{SRC}", f"parse {split}",
                                               "sentences", b"D-"):
-        ctx.sh(decode_command(s, checkpoint, split, beam, alpha), stdout=tmp, tail=1, env=common.thread_env(s))
+        ctx.sh(decode_command(s, checkpoint, split, beam, alpha), stdout=tmp, tail=progress_line, env=common.thread_env(s))
 
 
 def generate(s, ctx):
@@ -577,7 +578,7 @@ def data_stages(s) -> list:
               options={"vocab": s.vocab}),
         Stage("binarize", partial(binarize_data, s), "fairseq-preprocess --joined-dictionary",
               inputs=[bpe / t for t in texts], outputs=[data_bin / f"dict.{SRC}.txt", data_bin / f"dict.{TGT}.txt"],
-              check=lambda: verify.binarized(data_bin, SRC, TGT, SPLITS)),
+              check=lambda: fairseq_data.binarized(data_bin, SRC, TGT, SPLITS)),
     ]
 
 
