@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import USER_DIR, assert_one_error_line, copy_prepared, run, train_cmd
+from conftest import USER_DIR, assert_one_error_line, copy_prepared, run, run_main, train_cmd
 
 from attn_kit.cli import UserError
 from attn_kit.fairseq_log import stats_lines
@@ -169,14 +169,14 @@ def test_a_disk_too_small_for_the_kept_checkpoints_fails_the_canary(smoke_canary
     ("wsj", ["--smoke"], ["canary"]),
     ("table3", ["--smoke", "--rows", "base,big"], ["canary-base", "canary-big"]),
 ])
-def test_every_training_recipe_has_a_canary_in_place_of_its_training(recipe, argv, canaries, tmp_path, capsys):
+def test_every_training_recipe_has_a_canary_in_place_of_its_training(recipe, argv, canaries, tmp_path):
     """--canary --dry-run: the data stages, then the canary (Table 3: one per row, then their sum),
     whose commands are the run's fairseq-train with the canary's budget, averaging and generation."""
     # the recipe's main() here (its process would import torch again for the parallel recipe's device check);
     # the recipes' processes are run by the tests of their errors (test_a_canary_of_the_tuning_grid_..., ...)
-    main = importlib.import_module(f"attn_kit.recipes.{recipe}").main
-    assert main([*argv, "--canary", "--canary-minutes", "3", "--workdir", str(tmp_path / "w"), "--dry-run"]) in (None, 0)
-    proc = subprocess.CompletedProcess([], 0, capsys.readouterr().out, "")
+    proc = run_main(importlib.import_module(f"attn_kit.recipes.{recipe}").main,
+                    *argv, "--canary", "--canary-minutes", "3", "--workdir", tmp_path / "w", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
     names = re.findall(r"stage \d+/\d+ ([\w-]+):", proc.stdout)
     assert names[-len(canaries) - (recipe == "table3"):] == canaries + (["canary-table"] if recipe == "table3" else [])
     assert not {"train", "average", "generate", "score"} & set(names)

@@ -17,7 +17,7 @@ import sys
 import time
 
 import pytest
-from conftest import USER_DIR, assert_one_error_line, train_cmd
+from conftest import USER_DIR, assert_one_error_line, run_main, train_cmd
 from test_slurm import corpus, parallel
 
 from attn_kit.checkpoints import load_checkpoint
@@ -30,8 +30,7 @@ from attn_plugin.fairseq_patches import SAVE_DIR_LOCK, one_job_problem
 NO_GPUS = {"CUDA_VISIBLE_DEVICES": ""}  # this machine without its GPUs, if it has any
 
 
-def test_the_default_8_gpus_on_a_machine_without_gpus_is_one_line_before_the_first_stage(tmp_path, monkeypatch,
-                                                                                          capsys):
+def test_the_default_8_gpus_on_a_machine_without_gpus_is_one_line_before_the_first_stage(tmp_path, monkeypatch):
     data = corpus(tmp_path / "corpus", sizes=(("train", 60), ("valid", 10), ("test", 10)))
     work = tmp_path / "w"
     argv = ["--src", "en", "--tgt", "de", "--train", data / "train", "--valid", data / "valid", "--test",
@@ -46,10 +45,8 @@ def test_the_default_8_gpus_on_a_machine_without_gpus_is_one_line_before_the_fir
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     monkeypatch.setattr(scale, "visible_gpus", lambda: 0)  # this process's torch may have seen the GPUs already
     monkeypatch.chdir(tmp_path)
-    capsys.readouterr()
-    rc = parallel_recipe.main([str(a) for a in [*argv, "--stop-stage", "copy"]])
-    out = capsys.readouterr()
-    assert rc in (None, 0) and "stage 2/9 copy: finished" in out.out, out.err
+    proc = run_main(parallel_recipe.main, *argv, "--stop-stage", "copy")
+    assert proc.returncode == 0 and "stage 2/9 copy: finished" in proc.stdout, proc.stderr
 
 
 def test_fewer_gpus_than_asked_are_refused_where_training_starts_and_planned_where_it_does_not(

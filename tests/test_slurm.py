@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, assert_one_error_line
+from conftest import REPO, assert_one_error_line, run_main
 
 from attn_kit.pipeline import slurm
 from attn_kit.recipes import parallel as parallel_recipe
@@ -142,7 +142,7 @@ def parallel(argv, env=None, cwd=None, timeout=900):
 
 
 @pytest.mark.slow
-def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path, capsys):
+def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path):
     data, work = corpus(tmp_path / "corpus"), tmp_path / "w"
     argv = ["--src", "en", "--tgt", "de", "--train", data / "train", "--valid", data / "valid", "--test",
             data / "test", "--workdir", work, *TINY, "--cpu-procs", "2", "--precision", "bf16",
@@ -211,9 +211,7 @@ def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path,
         mp.setenv("PATH", slurm_path)
         mp.setenv("FAKE_SBATCH_RUN", "0")
         mp.setenv("OMP_NUM_THREADS", "1")
-        capsys.readouterr()
-        rc = parallel_recipe.main([str(a) for a in argv])
-    again = subprocess.CompletedProcess([], 0 if rc is None else rc, *capsys.readouterr())
+        again = run_main(parallel_recipe.main, *argv)
     assert again.returncode == 0, again.stderr
     assert "stages check..binarize are done already: no data job" in again.stdout
     third = submitted(tmp_path)[2:]
@@ -225,7 +223,7 @@ def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path,
     assert len(submitted(tmp_path)) == 3
 
 
-def test_data_job_first_then_the_training_job_after_it(tmp_path, slurm_path, monkeypatch, capsys):
+def test_data_job_first_then_the_training_job_after_it(tmp_path, slurm_path, monkeypatch):
     data, work = corpus(tmp_path / "corpus", sizes=(("train", 20), ("valid", 5), ("test", 5))), tmp_path / "w"
     argv = ["--src", "en", "--tgt", "de", "--train", data / "train", "--valid", data / "valid", "--test",
             data / "test", "--workdir", work, "--ngpus", "2", "--workers", "3", "--launcher", "slurm",
@@ -234,8 +232,7 @@ def test_data_job_first_then_the_training_job_after_it(tmp_path, slurm_path, mon
     # PATH; the recipe's process submits in the tests above and below
     monkeypatch.setenv("PATH", slurm_path)
     monkeypatch.setenv("FAKE_SBATCH_RUN", "0")
-    rc = parallel_recipe.main([str(a) for a in argv])
-    proc = subprocess.CompletedProcess([], 0 if rc is None else rc, *capsys.readouterr())
+    proc = run_main(parallel_recipe.main, *argv)
     assert proc.returncode == 0, proc.stderr
     prep, train = submitted(tmp_path)
     assert prep["script"] == str(work / slurm.PREP_SCRIPT) and prep["options"] == []
@@ -433,16 +430,14 @@ def test_options_that_would_break_the_run_are_one_line(argv, message):
     assert_one_error_line(proc, message)
 
 
-def test_passed_through_options_end_the_training_command_of_every_recipe(tmp_path, capsys):
+def test_passed_through_options_end_the_training_command_of_every_recipe(tmp_path):
     extra = ["--tensorboard-logdir", str(tmp_path / "tb"), "--patience", "3"]
     for module, argv in (("wmt14", ["--smoke"]), ("wsj", ["--smoke"]),
                          ("parallel", ["--src", "en", "--tgt", "de", "--train", "a", "--valid", "b", "--test", "c"])):
         # each recipe's main() in this process (the parallel recipe's process would import torch again, ~2 s
         # CPU); their processes are run by the one-line error tests (here, test_devices.py, test_canary.py)
-        capsys.readouterr()
-        rc = importlib.import_module(f"attn_kit.recipes.{module}").main(
-            ["--dry-run", *argv, "--workdir", str(tmp_path / module), "--", *extra])
-        proc = subprocess.CompletedProcess([], 0 if rc is None else rc, *capsys.readouterr())
+        proc = run_main(importlib.import_module(f"attn_kit.recipes.{module}").main,
+                        "--dry-run", *argv, "--workdir", tmp_path / module, "--", *extra)
         assert proc.returncode == 0, (module, proc.stderr)
         train = next(line for line in proc.stdout.splitlines()
                      if line.startswith("  $ ") and ("fairseq-train " in line or "fairseq_cli.train" in line))

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from conftest import assert_one_error_line
+from conftest import assert_one_error_line, run_main
 
 from attn_kit.build import build_model, count_parameters, plugin_flags
 from attn_kit.cli import UsageError
@@ -72,18 +72,15 @@ def test_spearman_against_hand_computed_values():
     assert spearman([1, 1, 1], [1, 2, 3]) is None
 
 
-def in_process(capsys, *args):
-    """The recipe's main() in this process, as a CompletedProcess of what it printed: a process of its own
-    costs ~1 s CPU more; the recipe's process is what test_bad_options_are_one_line and
+def in_process(*args):
+    """The recipe's main() in this process (conftest.run_main): a process of its own costs ~1 s CPU more;
+    the recipe's process is what test_bad_options_are_one_line and
     test_minutes_per_row_is_a_hidden_alias_of_train_minutes run (its data stages still run in theirs)."""
-    capsys.readouterr()
-    rc = table3_main([str(a) for a in args])
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(args, 0 if rc is None else rc, out.out, out.err)
+    return run_main(table3_main, *args)
 
 
-def test_dry_run_prints_the_paper_scale_commands_of_every_row(tmp_path, capsys):
-    proc = in_process(capsys, "--ngpus", "8", "--dry-run", "--workdir", tmp_path / "t3", "--data-workdir",
+def test_dry_run_prints_the_paper_scale_commands_of_every_row(tmp_path):
+    proc = in_process("--ngpus", "8", "--dry-run", "--workdir", tmp_path / "t3", "--data-workdir",
                       tmp_path / "data")
     assert proc.returncode == 0, proc.stderr
     trains = [shlex.split(line.strip()[2:]) for line in proc.stdout.splitlines()
@@ -129,7 +126,7 @@ def test_minutes_per_row_is_a_hidden_alias_of_train_minutes(tmp_path):
     assert "--train-minutes" in help_text and "per row" in help_text and "--minutes-per-row" not in help_text
 
 
-def test_smoke_rows_make_the_table_and_resume(smoke_run, tmp_path, capsys):
+def test_smoke_rows_make_the_table_and_resume(smoke_run, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(smoke_run, data)
     work = tmp_path / "t3"
@@ -150,7 +147,7 @@ def test_smoke_rows_make_the_table_and_resume(smoke_run, tmp_path, capsys):
     md = (work / "table3.md").read_text()
     assert sum(line.startswith("| ") for line in md.splitlines()) == 4 and "Spearman rank correlation" in md
     assert (work / "table3.png").read_bytes()[:4] == b"\x89PNG"
-    again = in_process(capsys, "--smoke", "--rows", "base,A2,C4", "--data-workdir", data, "--workdir", work)
+    again = in_process("--smoke", "--rows", "base,A2,C4", "--data-workdir", data, "--workdir", work)
     assert again.returncode == 0
     for i, name in enumerate(["base", "A2", "C4", "table"], 1):
         assert f"stage {i}/4 {name}: done already, skipping" in again.stdout

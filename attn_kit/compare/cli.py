@@ -142,7 +142,7 @@ class CompareSettings:
 def parse_args(argv=None) -> CompareSettings:
     """The checked command line, with the defaults of --bundled or the paper filled in."""
     given = parser().parse_args(argv)
-    check(given)
+    precision = check(given)
     arch = ARCH_ALIASES.get(given.arch, given.arch)
     pair_minutes = getattr(given, "pair_minutes", None)  # the old --minutes: the pair's budget
     preset = BUNDLED_TRAINING if given.bundled else DEFAULT_TRAINING
@@ -151,13 +151,14 @@ def parse_args(argv=None) -> CompareSettings:
     max_update = given.max_update
     return CompareSettings(**{
         **values, "arch": arch, "train_minutes": pair_minutes / 2 if pair_minutes is not None else given.train_minutes,
-        "precision": used_precision(given.precision, given.ngpus),
+        "precision": precision,
         "size": model_size(given.bundled, arch, given),
         "validate_every": given.validate_every or (max(1, max_update // 10) if max_update else 50)})
 
 
-def check(given: argparse.Namespace):
-    """One usage-error line for a contradictory or out-of-range command line."""
+def check(given: argparse.Namespace) -> str:
+    """One usage-error line for a contradictory or out-of-range command line; else the precision
+    that runs (bf16, fp16 or fp32: attn_kit.fairseq_commands.used_precision)."""
     if ARCH_ALIASES.get(given.arch, given.arch) not in PAIRS:
         raise UsageError(f"unknown --arch {given.arch!r}; choose base or big (or {', '.join(ARCH_ALIASES)})")
     if given.bundled == (given.data is not None):
@@ -181,7 +182,7 @@ def check(given: argparse.Namespace):
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
     if given.p_drop is not None and not 0 <= given.p_drop < 1:
         raise UsageError("--p-drop must be in [0, 1)")
-    used_precision(given.precision, given.ngpus)  # an unknown --precision is its usage error
+    precision = used_precision(given.precision, given.ngpus)  # an unknown --precision is its usage error
     if given.ngpus > 0:
         try:
             import torch
@@ -191,6 +192,7 @@ def check(given: argparse.Namespace):
             have = 0
         if have < given.ngpus:
             raise UsageError(f"--ngpus {given.ngpus}: torch sees {have} CUDA GPU(s)")
+    return precision
 
 
 def model_size(bundled: bool, arch: str, given: argparse.Namespace) -> Optional[ModelSize]:

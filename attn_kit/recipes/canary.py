@@ -365,7 +365,7 @@ def predict(ctx, s, out: Path, result: dict, r: dict, writes: List[float], valid
     startup = r["first_end"] - launched
     # after the last update: the final validation and checkpoint write (counted below), then the
     # process ends (the dataloaders, the distributed group): measured from the last event to the exit
-    last_event = max([r["last_end"], *(s[1] for s in spans)])
+    last_event = max([r["last_end"], *(span[1] for span in spans)])
     shutdown = max(0.0, ended - last_event - writes[-1])
     training = startup + (s.max_update - r["first_timed"]) * r["seconds_per_update"] + shutdown
     data_workdir = getattr(s, "data_workdir", None) or s.workdir  # where the data stages ran (wsj: here)
