@@ -13,7 +13,7 @@ checkpoint is one ``error:`` line).
 The plugin is self-contained: it imports nothing from ``attn_kit`` (the library
 of the recipes, scripts and tests), which may import it.
 """
-from . import criterions, encoders, fairseq_patches, lr_scheduler, models, tasks  # noqa: F401
+from . import criterions, encoders, fairseq_patches, lr_scheduler, models, optim, tasks  # noqa: F401
 
 fairseq_patches.install()
 

@@ -17,8 +17,8 @@ def test_both_training_commands_share_adam_and_log_json():
     compare = fc.comparison_train_command(["worker"], "bin", "ckpt", model=["--arch", "transformer"],
                                           max_tokens=4096, update_freq=1, seed=1, max_update=10,
                                           validate_every=5, log_every=10)
-    for cmd in (recipe, compare):
-        assert contains(cmd, fc.ADAM) and contains(cmd, ["--log-format", "json"]) and "--cpu" in cmd
+    for cmd, adam in ((recipe, fc.PAPER_ADAM), (compare, fc.ADAM)):  # the plugin's Adam; fairseq's for comparisons
+        assert contains(cmd, adam) and contains(cmd, ["--log-format", "json"]) and "--cpu" in cmd
         assert all(isinstance(c, str) for c in cmd)
     assert contains(recipe, ["--lr-scheduler", "attn_inverse_sqrt", "--warmup-updates", "4000", "--lr", "1"])
     assert "--lr-scale" not in recipe and "--stop-time-hours" not in recipe  # eq. 3 as written; no time budget

@@ -1,0 +1,481 @@
+"""The prepared GPU check (benchmarks/gpu_check.sh): what one call on a lent GPU machine measures,
+built here and dry-run on CPU first, so that a rare GPU hour is not spent on a typo.
+
+``prepare`` (here, with internet and ../shared): the WMT-shaped synthetic corpus (newstest's
+sentence shapes, :mod:`attn_kit.bench.corpus`) through the recipe's own data stages
+(``recipes/parallel.sh --stop-stage binarize``), and the part of its data folder the GPU needs
+(data-bin, the BPE'd test text, the stamps) copied to ``.gpu_check/data``.
+
+``run`` (there; ``--dry-run`` here prints and checks every command): the measured bf16 matmul
+rate; the recipe's ``--canary`` at the paper's base and big sizes and tokens per update; the
+recipe's own fairseq-train command at per-GPU forwards of 4K / 8K / 16K / 28K tokens, with
+fairseq's Adam in place of the plugin's, with ``--compile-layers``, with lengths padded to a
+multiple of 8; a profile of a few updates. Each step is checked against a deadline, and the results
+file is rewritten after each, so a run cut short keeps what it measured.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from ..checkout import REPO
+from ..cli import UsageError, UserError, log, main_guard, write_json_atomic
+
+HERE = REPO / ".gpu_check"
+SHARED = REPO.parent / "shared" / "data"
+TOKENS_PER_UPDATE = 28000  # the paper's ~25K + 25K tokens per update (recipes/configs/wmt14.yaml)
+HELD_OUT = 3000
+
+
+# ---------------------------------------------------------------------------------------------- prepare
+def recipe_data_argv(corpus: Path, data_workdir: Path, workdir: Path, workers: int) -> List[str]:
+    """recipes/parallel.sh's options for the synthetic EN-DE corpus: the paper's EN-DE BPE (35000 merges)."""
+    return ["--src", "en", "--tgt", "de", *(x for split in ("train", "valid", "test")
+                                               for x in (f"--{split}", str(corpus / split))),
+            "--data-workdir", str(data_workdir), "--workdir", str(workdir), "--workers", str(workers),
+            "--bpe-merges", "35000"]
+
+
+def prepare(args) -> int:
+    from . import corpus as C
+    from ..recipes import parallel
+
+    corpus, prep, data = args.dir / "corpus", args.dir / "prep", args.dir / "data"
+    shapes = [SHARED / "wmt14" / "plain" / f"newstest{y}.en-de.{lang}" for lang in ("en", "de") for y in (2013, 2014)]
+    if args.shapes:
+        shapes = list(args.shapes)
+    for path in shapes:
+        if not Path(path).exists():
+            raise UserError(f"{path}: no such file (newstest's sentence shapes; give --shapes EN DE)")
+    if not (corpus / "test.de").exists():
+        found = C.read_shapes(shapes[0], shapes[2]) + C.read_shapes(shapes[1], shapes[3]) if len(shapes) == 4 \
+            else C.read_shapes(*shapes)
+        vocab = (C.wordfreq_vocabulary("en"), C.wordfreq_vocabulary("de"))
+        corpus.mkdir(parents=True, exist_ok=True)
+        for name, n, seed in (("train", args.pairs, 1), ("valid", HELD_OUT, 2), ("test", HELD_OUT, 3)):
+            log(f"corpus: {n} {name} pairs")
+            C.write_corpus(C.generate(found, vocab, n, seed), corpus / f"{name}.en", corpus / f"{name}.de")
+    parallel.main([*recipe_data_argv(corpus, prep, args.dir / "prep-run", args.workers), "--ngpus", "0",
+                   "--stop-stage", "binarize"])
+    s = parallel.build(recipe_data_argv(corpus, prep, args.dir / "prep-run", args.workers))
+    from ..recipes.wmt14_data import Layout
+
+    lay = Layout.of(s)
+    shutil.rmtree(data, ignore_errors=True)
+    keep = [lay.data_bin, *(lay.binarize_from / f"test.{lang}" for lang in ("en", "de")), prep / ".stages"]
+    for path in keep:
+        target = data / path.relative_to(prep)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if path.is_dir() else shutil.copy2)(path, target)
+    size = sum(p.stat().st_size for p in data.rglob("*") if p.is_file())
+    log(f"{data}: {size / 2 ** 20:.1f} MiB for the GPU machine (data-bin, the BPE'd test text, the stamps)")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- what runs
+MODELS = {"base": "attn_paper_base", "big": "attn_paper_big"}
+FORWARDS = (4096, 8192, 16384, 28000)  # --max-tokens-per-gpu: 7, 4, 2, 1 forwards per update of 28000 tokens
+CANARY_MINUTES = 0.3
+SWEEP_SECONDS = 12  # of training per sweep run (fairseq's --stop-time-hours; start-up comes on top)
+COMPILE_SECONDS = 30  # --compile-layers compiles in its first updates (and again for new shapes)
+STARTUP_SECONDS = 12  # a sweep run's start (CUDA, data, model) and end, for the deadline
+CANARY_OVERHEAD_SECONDS = 75  # recipe start, fairseq-train start, validation, checkpoint, averaging, generation
+PROFILE_STEPS = (12, 17)  # trainer.train_step calls profiled: [start, stop)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One run of the recipe's training command, changed in one respect."""
+    name: str
+    model: str                      # base | big
+    max_tokens_per_gpu: int = 28000
+    optimizer: str = "attn_adam"    # the recipe's; "adam": fairseq's own
+    compile_layers: bool = False
+    pad8: bool = False              # --required-seq-len-multiple 8
+    seconds: int = SWEEP_SECONDS
+    profile: bool = False
+
+    def extra(self) -> List[str]:
+        return [*(["--compile-layers"] if self.compile_layers else []),
+                *(["--required-seq-len-multiple", "8"] if self.pad8 else [])]
+
+
+def plan() -> List[object]:
+    """What runs, most telling first, as the deadline may cut the list short: the recipe's
+    training as it was (4K-token forwards, fairseq's Adam) and as it is (one 28K-token forward,
+    the plugin's Adam) at base and big size, a profile, the two canaries, then one change at a time."""
+    out: List[object] = [Variant("base_28k_profile", "base", profile=True, seconds=10)]
+    for model in ("base", "big"):
+        out += [Variant(f"{model}_4k_fairseq_adam", model, 4096, optimizer="adam"), Variant(f"{model}_28k", model)]
+    out += ["canary:base", "canary:big"]
+    out += [Variant(f"{model}_28k_fairseq_adam", model, optimizer="adam") for model in ("base", "big")]
+    out += [Variant(f"{model}_28k_compile", model, compile_layers=True, seconds=COMPILE_SECONDS)
+            for model in ("base", "big")]
+    out += [Variant(f"{model}_{f // 1000}k", model, f) for model in ("base", "big") for f in FORWARDS[:-1]]
+    out += [Variant("base_28k_pad8", "base", pad8=True)]
+    return out
+
+
+def recipe_argv(data: Path, model: str, workdir: Path, max_tokens_per_gpu: int = 28000,
+                extra: List[str] = ()) -> List[str]:
+    """recipes/parallel.sh on the prepared data folder, from the canary stage (the data stages ran
+    at ``prepare``; their raw text stays here): the paper's model, tokens per update and schedule,
+    one GPU, bf16."""
+    argv = [*recipe_data_argv(data.parent / "corpus", data, workdir, 4), "--arch", MODELS[model],
+            "--ngpus", "1", "--precision", "bf16", "--tokens-per-update", str(TOKENS_PER_UPDATE),
+            "--max-tokens-per-gpu", str(max_tokens_per_gpu)]
+    return [*argv, "--", *extra] if extra else argv
+
+
+def canary_argv(data: Path, model: str, runs: Path) -> List[str]:
+    return [*recipe_argv(data, model, runs / f"canary_{model}"), "--canary", "--canary-minutes", str(CANARY_MINUTES),
+            "--stage", "canary"]
+
+
+def sweep_command(data: Path, v: Variant, runs: Path) -> List[str]:
+    """The recipe's own fairseq-train command (attn_kit.recipes.common.train_command) for ``v``,
+    with a time budget of ``v.seconds``, no checkpoints and no validation."""
+    import dataclasses as dc
+
+    from ..recipes import common, parallel
+    from ..recipes.wmt14_data import Layout
+
+    s = parallel.build(recipe_argv(data, v.model, runs / v.name, v.max_tokens_per_gpu, v.extra()))
+    s = dc.replace(s, precision_used="bf16", train_minutes=v.seconds / 60, log_interval=10)
+    cmd = common.train_command(s, Layout.of(s).data_bin, runs / v.name / "checkpoints", s.model)
+    cmd = [*cmd, "--no-save", "--disable-validation"]
+    if v.optimizer != "attn_adam":
+        cmd[cmd.index("attn_adam")] = v.optimizer
+    return cmd
+
+
+def check_parses(cmd: List[str]):
+    """fairseq-train's own parser (the plugin's options included) accepts ``cmd``."""
+    from fairseq import options
+
+    parser = options.get_training_parser()
+    try:
+        options.parse_args_and_arch(parser, input_args=[str(c) for c in cmd[1:]])
+    except SystemExit:
+        raise UserError(f"fairseq-train does not parse: {' '.join(map(str, cmd))}") from None
+
+
+# ---------------------------------------------------------------------------------------------- running
+RUNNER = r"""
+import json, os, sys
+status_out = os.fdopen(os.dup(1), "w")
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+import fairseq_cli.train
+for line in sys.stdin:
+    job = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1), os.dup2(fd, 2)
+        os.environ.update(job["env"])
+        sys.argv = ["fairseq-train", *job["argv"]]
+        if job.get("profile"):
+            from attn_kit.bench.gpu_check import profile_steps
+            profile_steps(job["profile"])
+        try:
+            fairseq_cli.train.cli_main()
+            status = 0
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        except BaseException:
+            sys.excepthook(*sys.exc_info())
+            status = 1
+        import atexit
+        atexit._run_exitfuncs()  # attn_plugin.run_stats writes its record at exit
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(status)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), file=status_out, flush=True)
+"""
+
+
+class Forks:
+    """fairseq-train runs in children of one interpreter that imported fairseq once (nothing
+    touches CUDA before the fork: each child starts it as a fresh fairseq-train would)."""
+
+    def __init__(self):
+        import subprocess
+
+        self.proc = subprocess.Popen([sys.executable, "-c", RUNNER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=REPO)
+
+    def train(self, cmd: List[str], log_path: Path, env: Dict[str, str], profile: Optional[str] = None) -> int:
+        from ..fairseq_commands import installed
+
+        assert Path(cmd[0]).name == "fairseq-train" or cmd[0] == installed("fairseq-train"), cmd[0]
+        self.proc.stdin.write(json.dumps({"argv": cmd[1:], "log": str(log_path), "env": env,
+                                          "profile": profile}) + "\n")
+        self.proc.stdin.flush()
+        status = self.proc.stdout.readline()
+        if not status:
+            raise UserError(f"the fairseq-train runner died ({self.proc.poll()})")
+        return int(status)
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def profile_steps(path: str, steps=PROFILE_STEPS):
+    """In a fairseq-train child: profile trainer.train_step calls ``steps`` (torch.profiler, CPU
+    and CUDA) and write where their time went to ``path``."""
+    import torch
+    from fairseq.trainer import Trainer
+
+    original, calls = Trainer.train_step, [0]
+    cuda = torch.cuda.is_available()
+    activities = [torch.profiler.ProfilerActivity.CPU, *([torch.profiler.ProfilerActivity.CUDA] if cuda else [])]
+    prof = torch.profiler.profile(activities=activities)
+    clock = {}
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def train_step(self, samples, raise_oom=False):
+        calls[0] += 1
+        if calls[0] == steps[0]:
+            sync()
+            prof.start()
+            clock["start"] = time.perf_counter()
+        out = original(self, samples, raise_oom)
+        if calls[0] == steps[1] - 1:
+            sync()
+            seconds = time.perf_counter() - clock["start"]
+            prof.stop()
+            write_json_atomic(Path(path), profile_summary(prof, seconds, steps[1] - steps[0]))
+        return out
+
+    Trainer.train_step = train_step
+
+
+def profile_summary(prof, seconds: float, steps: int) -> dict:
+    """Wall time per update, GPU kernel time and launches per update, and the top CPU and GPU entries."""
+    rows = prof.key_averages()
+
+    def device_self(e):
+        return getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0) or 0
+
+    kernels = [e for e in rows if device_self(e) > 0]
+    gpu_us = sum(device_self(e) for e in kernels)
+    launches = sum(e.count for e in rows if e.key in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
+                                                      "cudaGraphLaunch"))
+    top_gpu = sorted(kernels, key=device_self, reverse=True)[:15]
+    top_cpu = sorted(rows, key=lambda e: e.cpu_time_total, reverse=True)[:25]
+    return {"updates": steps, "wall_ms_per_update": round(1e3 * seconds / steps, 2),
+            "gpu_kernel_ms_per_update": round(gpu_us / 1e3 / steps, 2),
+            "gpu_busy_share": round(gpu_us / 1e6 / seconds, 3) if seconds else None,
+            "kernel_launches_per_update": round(launches / steps),
+            "top_gpu": [{"name": e.key[:120], "calls_per_update": round(e.count / steps, 1),
+                         "ms_per_update": round(device_self(e) / 1e3 / steps, 3)} for e in top_gpu],
+            "top_cpu_total": [{"name": e.key[:120], "calls_per_update": round(e.count / steps, 1),
+                               "ms_per_update": round(e.cpu_time_total / 1e3 / steps, 3),
+                               "self_ms_per_update": round(e.self_cpu_time_total / 1e3 / steps, 3)}
+                              for e in top_cpu]}
+
+
+def sweep_result(v: Variant, cmd: List[str], folder: Path, rc: int, matmul: Optional[float]) -> dict:
+    """What one sweep run did: updates, seconds per update, target and padded tokens/s, model FLOP
+    utilization against the measured matmul rate and the datasheet's dense peak, peak memory."""
+    import math
+
+    from .. import cost
+    from ..recipes import canary, common
+
+    out = {"name": v.name, "model": v.model, "max_tokens": int(cmd[cmd.index("--max-tokens") + 1]),
+           "update_freq": int(cmd[cmd.index("--update-freq") + 1]), "optimizer": v.optimizer,
+           "compile_layers": v.compile_layers, "pad_to_multiple": 8 if v.pad8 else 1, "train_seconds": v.seconds,
+           "exit_status": rc}
+    records = canary.read_stats(folder / "stats")
+    log_path = folder / "train.log"
+    if rc != 0 or not records:
+        text = log_path.read_text(errors="replace") if log_path.exists() else ""
+        out["log_tail"] = text.splitlines()[-12:]
+        return out
+    ends = canary.update_times(records[0])
+    updates = list(ends)
+    if len(updates) < 6:
+        out["updates"] = len(updates)
+        return out
+    skip = max(3, math.ceil(0.3 * len(updates)))  # start-up, allocator growth, compilation
+    first, last = updates[skip - 1], updates[-1]
+    window = ends[last] - ends[first]
+    steps = [st for st in records[0]["steps"] if first < st[0] + 1 <= last]
+    data_bin = Path(cmd[1])
+    vocab = common.dictionary_size(next(iter(sorted(data_bin.glob("dict.*.txt")))))
+    model_flags = cmd[cmd.index("--arch"):cmd.index("--arch") + 2]
+    shape = cost.model_shape(model_flags[1], cmd[2:], vocab)
+    flops = canary.achieved_flops(records, first, last, shape, window)
+    peak = canary.device_peak(records[0], "bf16")
+    rec = records[0]
+    out.update({
+        "updates": len(updates), "timed_updates": last - first, "seconds_per_update": round(window / (last - first), 5),
+        "target_tokens_per_second": round(sum(st[2] for st in steps) / window, 1),
+        "padded_tokens_per_second": round(sum(st[3] + st[4] for st in steps) / 2 / window, 1),
+        "target_tokens_per_update": round(sum(st[2] for st in steps) / (last - first), 1),
+        "model_tflops_per_second": round(flops / 1e12, 2),
+        "mfu_vs_measured_matmul": round(flops / matmul, 4) if matmul else None,
+        "mfu_vs_datasheet_peak": round(flops / (peak * 1e12), 4) if peak else None,
+        "peak_allocated_gib": round(rec.get("peak_allocated_bytes", 0) / 2 ** 30, 2),
+        "peak_reserved_gib": round(rec.get("peak_reserved_bytes", 0) / 2 ** 30, 2),
+        "device": rec.get("device"), "total_memory_gib": round(rec.get("total_bytes", 0) / 2 ** 30, 1),
+        "loss_bits_first_last": [round(v, 3) for v in (steps[0][6] / steps[0][7] / math.log(2),
+                                                       steps[-1][6] / steps[-1][7] / math.log(2))],
+    })
+    return out
+
+
+def environment() -> dict:
+    import platform
+
+    import torch
+
+    env = {"python": platform.python_version(), "torch": torch.__version__}
+    try:
+        import fairseq
+
+        env["fairseq"] = fairseq.__version__
+    except ImportError:
+        env["fairseq"] = None
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env.update({"gpu": props.name, "gpu_memory_gib": round(props.total_memory / 2 ** 30, 1),
+                    "multiprocessors": props.multi_processor_count})
+    return env
+
+
+def run(args) -> int:
+    from ..results import provenance
+    from ..recipes import parallel
+
+    data, runs = args.dir / "data", args.dir / "runs"
+    start = time.time()
+    deadline = start + args.seconds
+    items = [(item, canary_argv(data, item.split(":")[1], runs)) if isinstance(item, str)
+             else (item, sweep_command(data, item, runs)) for item in plan()]
+    log(f"the GPU check: {len(items)} runs (the recipe's canary, and its training command changed one way at a "
+        f"time), none started later than {args.seconds} s after the start")
+    for item, cmd in items:
+        print(f"  $ [{item}] bash recipes/parallel.sh " + " ".join(cmd) if isinstance(item, str)
+              else f"  $ [{item.name}] " + " ".join(cmd), flush=True)
+    if args.dry_run:
+        trainings = [cmd for item, cmd in items if not isinstance(item, str)]
+        for cmd in trainings:
+            check_parses(cmd)
+        log(f"fairseq-train's parser accepts the {len(trainings)} training commands")
+        for item, argv in items:
+            if isinstance(item, str):
+                log(f"the recipe's dry run of {item}:")
+                parallel.main([*argv, "--dry-run"])
+        return 0
+    if not data.joinpath("data-bin").exists():
+        raise UserError(f"{data}/data-bin: not there; run bash benchmarks/gpu_check.sh --prepare first (where "
+                        "../shared is) and carry .gpu_check/data")
+    result = {**provenance(args.command_line), "commit": args.commit or provenance()["commit"],
+              "benchmark": "gpu_check", "environment": environment(), "seconds_allowed": args.seconds,
+              "install_seconds": args.install_seconds,
+              "install_as_documented": args.install_as_documented, "tokens_per_update": TOKENS_PER_UPDATE, "canary": {}, "sweep": [], "skipped": []}
+    out = args.out
+
+    def save():
+        result["seconds"] = round(time.time() - start, 1)
+        write_json_atomic(out, result)
+
+    from .measure import matmul_rate
+
+    result["environment"]["measured_bf16_matmul_tflops"] = round(matmul_rate("cuda", "bf16") / 1e12, 1)
+    matmul = result["environment"]["measured_bf16_matmul_tflops"] * 1e12
+    log(f"bf16 matmul: {matmul / 1e12:.0f} TFLOP/s")
+    save()
+    import subprocess
+
+    forks = Forks()
+    try:
+        for item, cmd in items:
+            if isinstance(item, str):
+                model = item.split(":")[1]
+                if time.time() + CANARY_MINUTES * 60 + CANARY_OVERHEAD_SECONDS > deadline:
+                    result["skipped"].append(item)
+                    continue
+                t0 = time.time()
+                proc = subprocess.run(["bash", str(REPO / "recipes" / "parallel.sh"), *cmd], capture_output=True,
+                                      text=True)
+                folder = runs / f"canary_{model}" / "canary"
+                entry = {"exit_status": proc.returncode, "seconds": round(time.time() - t0, 1),
+                         "output_tail": (proc.stdout + proc.stderr).splitlines()[-25:]}
+                if (folder / "canary.json").exists():
+                    entry["canary"] = json.loads((folder / "canary.json").read_text())
+                result["canary"][model] = entry
+                log(f"canary {model}: exit {proc.returncode} in {entry['seconds']} s")
+                save()
+                continue
+            v = item
+            if time.time() + v.seconds + STARTUP_SECONDS > deadline:
+                result["skipped"].append(v.name)
+                continue
+            folder = runs / v.name
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            profile = str(folder / "profile.json") if v.profile else None
+            rc = forks.train(cmd, folder / "train.log", {"ATTN_RUN_STATS": str(folder / "stats")}, profile)
+            entry = sweep_result(v, cmd, folder, rc, matmul)
+            if profile and Path(profile).exists():
+                result["profile"] = {"run": v.name, **json.loads(Path(profile).read_text())}
+            result["sweep"].append(entry)
+            log(f"{v.name}: " + ", ".join(f"{k} {entry.get(k)}" for k in (
+                "exit_status", "updates", "seconds_per_update", "target_tokens_per_second", "mfu_vs_measured_matmul",
+                "peak_reserved_gib")))
+            save()
+    finally:
+        forks.close()
+    save()
+    log(f"wrote {out}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- command line
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m attn_kit.bench.gpu_check", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    pp = sub.add_parser("prepare", help="the synthetic corpus and its data-bin, here (needs ../shared and wordfreq)")
+    pp.add_argument("--pairs", type=int, default=200000, help="training pairs of the synthetic corpus (default 200000)")
+    pp.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="the data stages' --workers")
+    pp.add_argument("--shapes", type=Path, nargs=2, metavar=("EN", "DE"),
+                    help="sentence-shape text (default: newstest2013+2014 EN-DE from ../shared)")
+    pp.add_argument("--dir", type=Path, default=HERE, help=f"where (default {HERE})")
+    pr = sub.add_parser("run", help="measure on the GPU (--dry-run: print and check every command, on any machine)")
+    pr.add_argument("--dry-run", action="store_true", help="print every command and check that it parses; run none")
+    pr.add_argument("--seconds", type=int, default=420,
+                    help="stop starting runs that would end later than this many seconds after the start (default 420)")
+    pr.add_argument("--out", type=Path, default=HERE / "gpu_check.json", help="the results file")
+    pr.add_argument("--commit", help="the commit the tree is at (the GPU machine's copy has no .git)")
+    pr.add_argument("--dir", type=Path, default=HERE, help=f"the prepared folder (default {HERE})")
+    pr.add_argument("--install-seconds", type=int, help="how long the install took (gpu_check.sh measures it)")
+    pr.add_argument("--install-as-documented", choices=("yes", "no"),
+                    help="whether docs/scaling.md's install commands worked as written (gpu_check.sh)")
+    args = p.parse_args(argv)
+    if args.command == "prepare" and args.pairs < 1000:
+        raise UsageError("--pairs must be >= 1000")
+    if args.command == "run" and args.seconds < 60:
+        raise UsageError("--seconds must be >= 60")
+    args.command_line = "bash benchmarks/gpu_check.sh" + (" --dry-run" if getattr(args, "dry_run", False) else "")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    return prepare(args) if args.command == "prepare" else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main_guard(main))
