@@ -70,7 +70,7 @@ INSTALL=(
 FALLBACK=(
   ""
   "env -u CUDA_HOME python3 -m pip install ${FIND[*]} --no-deps --no-build-isolation fairseq-fixed==0.12.3.1"
-  "python3 -m pip install ${FIND[*]} --no-deps --no-build-isolation -e ."
+  "export PYTHONPATH=$PWD"
 )
 
 if [ "$MODE" = dry ]; then
