@@ -37,7 +37,7 @@ case "$SECONDS_ALLOWED" in ''|*[!0-9]*) echo "error: --seconds takes a whole num
 # What the GPU machine lacks (its image has torch, numpy, sacrebleu, scikit-learn, pyyaml, click, joblib,
 # regex, tqdm, setuptools): fairseq-fixed's sdist, built there against its torch, and pure-Python or cp312
 # wheels of the rest.
-WHEEL_PINS=(hydra-core==1.3.2 omegaconf==2.3.0 bitarray cffi pycparser sacremoses subword-nmt mock nltk)
+WHEEL_PINS=(hydra-core==1.3.2 omegaconf==2.3.0 bitarray cffi pycparser sacremoses subword-nmt mock nltk defusedxml)
 PLATFORM=(--python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
           --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
 FIND=(--no-index --find-links "$WHEELS")

@@ -15,6 +15,7 @@ import sys
 import pytest
 from conftest import USER_DIR, assert_one_error_line, copy_prepared, run, run_main, train_cmd
 
+from attn_kit.checkout import REPO
 from attn_kit.cli import UserError
 from attn_kit.fairseq_log import stats_lines
 from attn_kit.recipes import canary
@@ -202,3 +203,31 @@ def test_the_peak_of_the_gpu_torch_names(device, precision, peak):
     (the longest name that fits: an A100 is no A10, an H100 PCIe no H100 SXM); a V100 has no bf16 units."""
     assert canary.device_peak({"kind": "cuda", "device": device}, precision) == peak
     assert canary.device_peak({"kind": "cpu", "device": "cpu"}, precision) is None
+
+
+@pytest.mark.parametrize("recipe,argv", [
+    ("parallel", ["--src", "en", "--tgt", "de", "--train", "t", "--valid", "v", "--test", "s", "--ngpus", "0"]),
+    ("wmt14", ["--smoke"]), ("wsj", ["--smoke"])])
+def test_every_recipes_canary_reports_its_canary_table(recipe, argv, tmp_path, monkeypatch):
+    """A canary's results are its canary.json, whichever recipe ran it: reported with the canary's table.
+    (recipes/parallel.sh --canary once printed them with the full run's report: a KeyError traceback
+    after the canary had run, seen on the GPU machine.) The canary.json is the base canary the GPU
+    check filed; the recipe's stages are replaced by one that writes it."""
+    from attn_kit.pipeline.stages import Stage
+
+    filed = json.loads((REPO / "benchmarks" / "results" / "h200_gpu_check.json").read_text())
+    result = filed["canary"]["base"]["canary"]
+    work = tmp_path / "w"
+
+    def write(ctx):
+        (work / "canary").mkdir(parents=True, exist_ok=True)
+        (work / "canary" / "canary.json").write_text(json.dumps(result))
+
+    module = importlib.import_module(f"attn_kit.recipes.{recipe}")
+    stages_module = module if recipe != "parallel" else importlib.import_module("attn_kit.recipes.wmt14")
+    monkeypatch.setattr(stages_module, "stages", lambda s: [Stage("canary", write, outputs=[work / "canary" /
+                                                                                             "canary.json"])])
+    proc = run_main(module.main, *argv, "--canary", "--workdir", work)
+    assert proc.returncode == 0, proc.stderr
+    assert "target tokens/s" in proc.stdout and f"{result['tokens_per_second']['total']:.0f}" in proc.stdout
+    assert "Traceback" not in proc.stderr

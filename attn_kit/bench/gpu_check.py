@@ -265,11 +265,14 @@ def profile_summary(prof, seconds: float, steps: int) -> dict:
     def device_self(e):
         return getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0) or 0
 
-    kernels = [e for e in rows if device_self(e) > 0]
+    from torch.autograd import DeviceType
+
+    # the kernels themselves: CPU-side rows (an aten op, a user annotation) carry their kernels' time too
+    kernels = [e for e in rows if e.device_type == DeviceType.CUDA]
     gpu_us = sum(device_self(e) for e in kernels)
     launches = sum(e.count for e in rows if e.key in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
                                                       "cudaGraphLaunch"))
-    top_gpu = sorted(kernels, key=device_self, reverse=True)[:15]
+    top_gpu = sorted(kernels, key=device_self, reverse=True)[:20]
     top_cpu = sorted(rows, key=lambda e: e.cpu_time_total, reverse=True)[:25]
     return {"updates": steps, "wall_ms_per_update": round(1e3 * seconds / steps, 2),
             "gpu_kernel_ms_per_update": round(gpu_us / 1e3 / steps, 2),

@@ -261,9 +261,14 @@ def run(s, stages, report, aliases=None, first_training: Optional[str] = None):
     jobs (:mod:`attn_kit.pipeline.slurm`): the stages before the first training stage
     (``first_training``; default: the first :func:`is_training` stage) as a CPU job, unless they
     are done or ``--prepare-here`` runs them here, and the rest as a job that starts after it.
-    ``stages``: a function of the settings that makes them."""
+    ``stages``: a function of the settings that makes them. ``report``: the full run's report; a
+    ``--canary`` run reports with :func:`attn_kit.recipes.canary.report` whatever the recipe."""
     from ..pipeline import slurm
     from ..pipeline.stages import Pipeline, run_recipe
+    from . import canary
+
+    if getattr(s, "canary", False):
+        report = canary.report
 
     made = stages(s)
     check_devices(s, made, aliases)

@@ -584,7 +584,7 @@ def report(r: dict):
 
 def main(argv=None):
     s = build(argv)
-    scale.run(s, stages, canary.report if s.canary else report, aliases=STAGE_ALIASES)
+    scale.run(s, stages, report, aliases=STAGE_ALIASES)
 
 
 if __name__ == "__main__":
