@@ -1,34 +1,21 @@
-"""What a training run costs, before it starts: analytic FLOPs from the model's shape (Sec. 3),
-the paper's own Table 2 arithmetic (time x GPUs x sustained TFLOPS, footnote of Table 2), and a
-compute-only wall time on a GPU (FLOPs / (GPUs x dense peak x utilization)). The recipes'
---dry-run prints the same lines (describe_run); the count also gives the benchmarks'
-model FLOP utilization.
-
-    python scripts/training_cost.py                      # the paper's base and big, Table 2's arithmetic
-    python scripts/training_cost.py --arch attn_paper_big --gpu H100 --ngpus 8
-    python scripts/training_cost.py --arch transformer_wmt_en_de --max-update 50000 -- --encoder-layers 8
-"""
-import argparse
+"""What a training run computes: analytic FLOPs from the model's shape (Sec. 3), the paper's own
+Table 2 arithmetic (time x GPUs x sustained TFLOPS, footnote of Table 2), the GPUs a run can be
+planned for (dense peaks, memory) and the disk its checkpoints take. The count also gives the
+benchmarks' and the canary's model FLOP utilization; attn_kit.step_model turns it into time on a GPU
+and attn_kit.training_cost prints a run's cost (scripts/training_cost.py, the recipes' --dry-run)."""
 import re
-import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
-from .cli import UsageError, main_guard
+from .cli import UsageError
 from .paper import EN_DE_VOCAB, P100_SUSTAINED_TFLOPS, TABLE2_FLOPS, TABLE2_TRAINING, TABLE3
 from .sizes import ARCH_SIZES
 
 # The length of a sentence in tokens, for the attention terms (about WMT14's BPE sentences); the
 # matmuls against weights dominate, so the total depends little on it.
 MEAN_LENGTH = 30
-# The plugin's model FLOP utilization on an H100 in bf16, as a share of its dense peak, from
-# benchmarks/results/h100_train_bf16.json (rounded): small models are bound by kernel launches.
-MEASURED_UTILIZATION = {"base": 0.08, "big": 0.26}
 
 
-def default_utilization(shape: "Shape") -> float:
-    """:data:`MEASURED_UTILIZATION` of the measured model nearer in width (big from d_model 1024)."""
-    return MEASURED_UTILIZATION["big" if shape.encoder.d_model >= 1024 else "base"]
 # Table 2's arch for the archs the recipes train (big EN-FR is the big model with another dropout).
 TABLE2_ARCH = {"attn_paper_base": "attn_paper_base", "attn_paper_big": "attn_paper_big",
                "attn_paper_big_en_fr": "attn_paper_big"}
@@ -212,25 +199,31 @@ class GPU:
     bf16: Optional[float]
     fp16: float
     fp32: float
+    memory_gib: float = 16  # the smallest variant sold (A100: 40 GB; an 80 GB one sizes itself when visible)
 
     def peak(self, precision: str) -> Optional[float]:
         return getattr(self, precision)
 
 
 GPUS = {
-    "H200": GPU(989, 989, 67), "H100": GPU(989, 989, 67), "H100-PCIe": GPU(756, 756, 51),
-    "A100": GPU(312, 312, 19.5), "L40S": GPU(362, 362, 91.6), "A10": GPU(125, 125, 31.2),
-    "L4": GPU(121, 121, 30.3), "V100": GPU(None, 125, 15.7), "T4": GPU(None, 65, 8.1),
-    "P100": GPU(None, 21.2, 10.6),
+    "H200": GPU(989, 989, 67, 141), "H100": GPU(989, 989, 67, 80), "H100-PCIe": GPU(756, 756, 51, 80),
+    "A100": GPU(312, 312, 19.5, 40), "L40S": GPU(362, 362, 91.6, 48), "A10": GPU(125, 125, 31.2, 24),
+    "L4": GPU(121, 121, 30.3, 24), "V100": GPU(None, 125, 15.7, 16), "T4": GPU(None, 65, 8.1, 16),
+    "P100": GPU(None, 21.2, 10.6, 16),
 }
+
+
+def gpu_name(name: str) -> str:
+    """The :data:`GPUS` key of ``name`` (case and an "NVIDIA " prefix ignored)."""
+    key = {k.lower(): k for k in GPUS}.get(name.lower().removeprefix("nvidia ").strip())
+    if key is None:
+        raise UsageError(f"unknown --gpu {name!r}; known: {', '.join(GPUS)} (or give --gpu-tflops X)")
+    return key
 
 
 def gpu(name: str) -> GPU:
     """A GPU of :data:`GPUS` by name (case and an "NVIDIA " prefix ignored)."""
-    key = {k.lower(): k for k in GPUS}.get(name.lower().removeprefix("nvidia ").strip())
-    if key is None:
-        raise UsageError(f"unknown --gpu {name!r}; known: {', '.join(GPUS)} (or give --gpu-tflops X)")
-    return GPUS[key]
+    return GPUS[gpu_name(name)]
 
 
 def gpu_of_device(device_name: str) -> Optional[str]:
@@ -262,104 +255,3 @@ def checkpoint_lines(shape: Shape, average: int) -> List[str]:
     return [f"checkpoints: {each / 1e9:.2f} GB each ({n / 1e6:.1f}M parameters x {CHECKPOINT_BYTES_PER_PARAMETER} "
             f"bytes: fp32 weights and Adam's two moments); the run keeps {average + 2} (--average {average}, "
             f"checkpoint_last.pt, checkpoint_best.pt) and the average ({avg / 1e9:.2f} GB): {kept / 1e9:.1f} GB"]
-
-
-def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, gpus: int, precision: str,
-                 gpu_name: Optional[str] = None, gpu_tflops: Optional[float] = None, utilization: Optional[float] = None,
-                 vocab_note: str = "", mean_length: float = MEAN_LENGTH, average: Optional[int] = None) -> List[str]:
-    """The cost lines of a run, the same for scripts/training_cost.py and a recipe's --dry-run:
-    analytic FLOPs, the paper's Table 2 cost, the compute-only wall time, the checkpoints' disk
-    (``average``: the checkpoints averaged), and where the whole run's time comes from (the canary).
-    ``tokens_per_update``: padded positions per update, fairseq's --max-tokens x devices x --update-freq,
-    the recipes' --tokens-per-update."""
-    per_update = train_flops_per_update(shape, tokens_per_update, mean_length)
-    total = per_update * updates
-    lines = [f"training cost (analytic, attn_kit.cost): {per_update:.3g} FLOPs per update (forward + backward = "
-             f"3 x forward; {shape.describe()}{vocab_note}; {tokens_per_update} source and {tokens_per_update} "
-             f"target positions per update, padding included, in sentences of ~{mean_length:g} tokens) x "
-             f"{updates} updates = {total:.2e} FLOPs"]
-    paper = TABLE2_ARCH.get(arch)
-    if paper:
-        t = TABLE2_TRAINING[paper]
-        lines.append(f"the paper's Table 2 for {paper}: {TABLE2_FLOPS[paper]:.1e} FLOPs = {t['time']} x {t['gpus']} "
-                     f"{t['gpu']} x {P100_SUSTAINED_TFLOPS:g} TFLOPS (hardware time at the single-precision rate, not "
-                     f"model FLOPs; this run's analytic count is {total / TABLE2_FLOPS[paper]:.0%} of it)")
-    else:
-        lines.append(f"the paper's Table 2 gives no cost for {arch}")
-    u = utilization or default_utilization(shape)
-    devices = gpus or (1 if gpu_tflops else 0)
-    if gpu_tflops or gpu_name:
-        peak = gpu_tflops or gpu(gpu_name).peak(precision)
-        if peak is None:
-            lines.append(f"{gpu_name} has no {precision} units: choose --precision fp16 for it")
-        elif devices:
-            name = f"{gpu_name} ({peak:g} TFLOPS dense {precision})" if not gpu_tflops else f"{peak:g} TFLOPS"
-            lines.append(f"compute-only wall time on {devices} x {name} at {u:.0%} of it (--utilization): "
-                         f"{hours_text(total / (devices * peak * 1e12 * u))}")
-    elif gpus:
-        times = [f"{name} {hours_text(total / (gpus * g.peak(precision) * 1e12 * u))}"
-                 for name, g in GPUS.items() if g.peak(precision)]
-        lines.append(f"compute-only wall time on {gpus} GPUs at {u:.0%} of the dense {precision} peak (--utilization): "
-                     f"{', '.join(times)} (--gpu NAME or --gpu-tflops X for one)")
-    if average:
-        lines += checkpoint_lines(shape, average)
-    lines.append("compute only: the training's matmuls at an assumed utilization; the whole run adds data "
-                 "preparation, validations, checkpoint writes, averaging and generation: the recipe's --canary "
-                 "measures them on your machine and predicts each")
-    return lines
-
-
-# ---------------------------------------------------------------------------------------------- script
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="scripts/training_cost.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arch", default="attn_paper_base", help="any fairseq Transformer arch (default attn_paper_base)")
-    p.add_argument("--max-update", type=int, help="updates (default: the paper's for base and big, 100000 / 300000)")
-    from .recipes import config  # the WMT14 recipes' defaults: this script and their --dry-run plan the same run
-
-    paper, archs = config.settings("wmt14", "paper"), config.load("wmt14")["archs"]
-    p.add_argument("--tokens-per-update", type=int, default=paper["tokens_per_update"],
-                   help="padded tokens per update over all devices, fairseq's --max-tokens x devices x "
-                        f"--update-freq, as the recipes' --tokens-per-update (default {paper['tokens_per_update']}, "
-                        "the WMT14 recipes' paper setting, recipes/configs/wmt14.yaml)")
-    p.add_argument("--average", type=int, help="checkpoints averaged, for the disk they take (default: the recipes', "
-                                               + ", ".join(f"{a} {v['average']}" for a, v in archs.items()) + ")")
-    p.add_argument("--vocab", type=int, default=EN_DE_VOCAB, help=f"vocabulary (default {EN_DE_VOCAB}, Sec. 5.1)")
-    p.add_argument("--mean-length", type=float, default=MEAN_LENGTH,
-                   help=f"tokens per sentence, for the attention terms (default {MEAN_LENGTH})")
-    p.add_argument("--ngpus", type=int, default=8, help="GPUs in all, over every node (default 8)")
-    p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"], help="default bf16")
-    p.add_argument("--gpu", metavar="NAME", help=f"one of {', '.join(GPUS)}")
-    p.add_argument("--gpu-tflops", type=float, metavar="X", help="the GPU's dense peak at --precision")
-    p.add_argument("--utilization", type=float, help="share of the peak reached (default: measured on an H100, "
-                                                        f"{MEASURED_UTILIZATION['base']:g} for d_model < 1024, "
-                                                        f"{MEASURED_UTILIZATION['big']:g} from 1024)")
-    p.add_argument("--table2", action="store_true", help="only Table 2's arithmetic beside the analytic counts")
-    p.add_argument("--gpus", action="store_true", help="list the GPUs and their dense peaks")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    args, unknown = p.parse_known_args(argv[:argv.index("--")] if "--" in argv else argv)
-    flags = [*unknown, *extra]
-    if args.gpus:
-        print("| GPU | bf16 | fp16 | fp32 (TFLOPS, dense) |\n|---|---|---|---|")
-        for name, g in GPUS.items():
-            print(f"| {name} | {g.bf16 or '-'} | {g.fp16} | {g.fp32} |")
-        return
-    print("Table 2's training cost (time x GPUs x sustained single-precision TFLOPS), recomputed:")
-    print("\n".join(describe_table2(args.mean_length)))
-    if args.table2:
-        return
-    updates = args.max_update or paper_updates(args.arch)
-    if not updates:
-        raise UsageError(f"give --max-update for --arch {args.arch} (the paper's steps are known for base and big)")
-    shape = model_shape(args.arch, flags, args.vocab)
-    print()
-    average = args.average or archs.get(args.arch, {}).get("average")
-    for line in describe_run(shape, args.arch, args.tokens_per_update, updates, args.ngpus, args.precision,
-                             args.gpu, args.gpu_tflops, args.utilization, mean_length=args.mean_length,
-                             average=average):
-        print(line)
-
-
-if __name__ == "__main__":
-    main_guard(main)

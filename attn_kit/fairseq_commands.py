@@ -97,6 +97,17 @@ def visible_gpus() -> int:
         return 0
 
 
+def visible_gpu_memory_gib() -> Optional[float]:
+    """The memory of the smallest CUDA GPU torch sees here, in GiB; None where none is visible."""
+    try:
+        import torch
+
+        count = visible_gpus()
+        return min(torch.cuda.get_device_properties(i).total_memory for i in range(count)) / 2 ** 30 if count else None
+    except Exception:  # noqa: BLE001 -- a broken CUDA setup is "no GPU visible"
+        return None
+
+
 def gpu_supports_bf16() -> Optional[bool]:
     """Whether the GPUs torch sees here compute in bf16 natively (compute capability >= 8.0:
     A100, H100, L4, ...); None when no GPU is visible (a login node, a --dry-run elsewhere)."""

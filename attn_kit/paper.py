@@ -19,6 +19,8 @@ TABLE2_FLOPS = {"attn_paper_base": 3.3e18, "attn_paper_big": 2.3e19}
 TABLE2_TRAINING = {"attn_paper_base": {"hours": 12.0, "gpus": 8, "gpu": "P100", "time": "12 hours"},
                    "attn_paper_big": {"hours": 3.5 * 24, "gpus": 8, "gpu": "P100", "time": "3.5 days"}}
 P100_SUSTAINED_TFLOPS = 9.5
+# Sec. 5.2: "each training step took about 0.4 seconds" (base); big: "step time was 1.0 seconds".
+PAPER_STEP_SECONDS = {"attn_paper_base": 0.4, "attn_paper_big": 1.0}
 
 # Table 4: WSJ section 23 F1 of the 4-layer Transformer.
 TABLE4_F1 = {"wsj": 91.3, "semi-supervised": 92.7}

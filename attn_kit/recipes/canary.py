@@ -179,6 +179,19 @@ def device_peak(record: dict, precision: str) -> Optional[float]:
     return cost.GPUS[name].peak(precision) if name else None
 
 
+def expected_utilization(record: dict, s, shape) -> Optional[float]:
+    """The utilization attn_kit.step_model predicts for the GPU a process trained on, at the run's
+    forwards; None on a CPU or a GPU it does not list."""
+    from .. import cost, step_model
+
+    name = cost.gpu_of_device(record.get("device", "")) if record.get("kind") == "cuda" else None
+    if not name:
+        return None
+    p = common.plan(s)
+    return step_model.predicted_utilization(shape, p.max_tokens, p.update_freq, name, s.precision_used,
+                                            cost.MEAN_LENGTH)
+
+
 # ---------------------------------------------------------------------------------------------- the run's plan
 def events(max_update: int, updates_per_epoch: Optional[int], save_interval: int,
            validate_interval: Optional[int]) -> dict:
@@ -297,7 +310,8 @@ def finish(ctx, s, out: Path, launched: float, ended: float, train_log: Path, fa
                 "total_memory_bytes": rec.get("total_bytes")} for rec, tps in zip(records, r["tokens_per_second"])]
     peak = device_peak(records[0], s.precision_used)
     utilization = flops / len(records) / (peak * 1e12) if peak else None
-    floor = s.canary_min_utilization or (0.5 * cost.default_utilization(shape) if peak else None)
+    expected = expected_utilization(records[0], s, shape)
+    floor = s.canary_min_utilization or (0.5 * expected if peak and expected else None)
     loss = r["loss"]
     values = list(loss.values())
     k = max(1, len(values) // 10)
@@ -311,7 +325,8 @@ def finish(ctx, s, out: Path, launched: float, ended: float, train_log: Path, fa
         "tokens_per_second": {"total": round(sum(r["tokens_per_second"]), 1), "per_device": devices},
         "model_tflops_per_second": round(flops / 1e12, 4),
         "utilization": None if utilization is None else round(utilization, 4),
-        "utilization_floor": floor, "peak_tflops_per_device": peak,
+        "utilization_floor": floor, "utilization_expected": None if expected is None else round(expected, 4),
+        "peak_tflops_per_device": peak,
         "loss_bits": {"first": values[0], "last": values[-1], "first_10pct_mean": head, "last_10pct_mean": tail},
         "validation_seconds": None if valid_seconds is None else round(valid_seconds, 2),
         "checkpoint": {"write_seconds": writes[-1] if writes else None,

@@ -15,7 +15,7 @@ from ..cli import UsageError, UserError, main_guard
 from ..pipeline.text import copy_corpus
 from ..sizes import PLUGIN_ARCHS, SIZES
 from ..textio import add_errors_option, iter_lines
-from . import config, scale, settings, wmt14
+from . import canary, config, scale, settings, wmt14
 from .common import model_size
 from .wmt14_data import SPLITS, DataSource, Layout, once
 
@@ -278,7 +278,8 @@ parse_args = build  # the name callers used before the settings were typed
 
 
 def main(argv=None):
-    scale.run(build(argv), wmt14.stages, wmt14.report)
+    s = build(argv)
+    scale.run(s, wmt14.stages, canary.report if s.canary else wmt14.report)  # a canary's results: canary.json
 
 
 if __name__ == "__main__":

@@ -104,8 +104,8 @@ def add_options(g):
     g.add_argument("--gpu-tflops", type=float, metavar="X",
                    help="the GPU's dense peak in TFLOPS at the run's precision, for a GPU not in the list")
     g.add_argument("--utilization", type=float,
-                   help="the share of that peak the run reaches (default: measured on an H100: 0.08 for d_model "
-                        "< 1024, 0.26 from 1024; attn_kit.cost)")
+                   help="the share of that peak the run reaches, for the arithmetic alone (default: the step time "
+                        "model attn_kit.step_model fitted to the GPU check's measurements, with its range)")
 
 
 def precision_help() -> str:
@@ -153,6 +153,30 @@ def resolve_precision(precision: str, ngpus: int, launcher: str, dry_run: bool) 
                 "or newer; older GPUs train in fp16)" + (", and the Slurm job decides on its own GPUs"
                                                         if launcher == "slurm" else ""))
     return used_precision(precision, ngpus, bf16_ok=bf16_ok)
+
+
+def size_forward(s) -> int:
+    """``--max-tokens-per-gpu auto`` for the composed settings ``s``: the largest forward the GPU holds
+    (attn_kit.step_model.size_forward) for --gpu NAME, else the GPU visible here (not for --launcher
+    slurm, whose job decides on its own GPUs), at most each device's share of --tokens-per-update; the
+    paper's 4096 on a CPU or with no GPU known."""
+    from .. import cost, step_model
+    from ..fairseq_commands import visible_gpu_memory_gib
+
+    devices = s.ngpus * s.nnodes if s.ngpus else s.cpu_procs
+    memory, where = None, ""
+    if s.ngpus and s.gpu:
+        memory, where = cost.gpu(s.gpu).memory_gib, f"--gpu {s.gpu}"
+    elif s.ngpus and s.launcher != "slurm":
+        memory, where = visible_gpu_memory_gib(), "the GPU here"
+    shape = cost.model_shape(s.arch, [*(s.size.flags() if s.size else []), *s.fairseq_extra])
+    tokens = step_model.size_forward(shape, s.tokens_per_update, devices, memory, s.precision_used)
+    if s.ngpus:
+        log(f"--max-tokens-per-gpu auto: {tokens} tokens per forward"
+            + (f" for {where} ({memory:.0f} GiB)" if memory else
+               " (the paper's per-GPU batch: no GPU visible here; --gpu NAME sizes the forward for that GPU"
+               + (", and the Slurm job sizes it for its own" if s.launcher == "slurm" else "") + ")"))
+    return tokens
 
 
 # ---------------------------------------------------------------------------------------------- devices
@@ -261,14 +285,10 @@ def run(s, stages, report, aliases=None, first_training: Optional[str] = None):
     jobs (:mod:`attn_kit.pipeline.slurm`): the stages before the first training stage
     (``first_training``; default: the first :func:`is_training` stage) as a CPU job, unless they
     are done or ``--prepare-here`` runs them here, and the rest as a job that starts after it.
-    ``stages``: a function of the settings that makes them. ``report``: the full run's report; a
-    ``--canary`` run reports with :func:`attn_kit.recipes.canary.report` whatever the recipe."""
+    ``stages``: a function of the settings that makes them; ``report``: what prints the results
+    (:func:`attn_kit.recipes.canary.report` for a ``--canary`` run)."""
     from ..pipeline import slurm
     from ..pipeline.stages import Pipeline, run_recipe
-    from . import canary
-
-    if getattr(s, "canary", False):
-        report = canary.report
 
     made = stages(s)
     check_devices(s, made, aliases)
@@ -377,12 +397,17 @@ def train_script(s, first: str, last: str) -> Tuple[str, str]:
 # ---------------------------------------------------------------------------------------------- cost
 def print_cost(s, model_flags: Sequence[str], vocab: int, vocab_note: str):
     """--dry-run: the run's analytic training FLOPs, the paper's Table 2 cost and a wall-time estimate."""
-    from .. import cost
+    from .. import cost, training_cost
 
     shape = cost.model_shape(s.arch, [*model_flags, *s.fairseq_extra], vocab)
-    lines = cost.describe_run(shape, s.arch, s.tokens_per_update, s.max_update,
-                              gpus=s.ngpus * s.nnodes, precision=s.precision_used, gpu_name=s.gpu,
+    from ..fairseq_commands import batch_plan
+
+    p = batch_plan(s.tokens_per_update, s.ngpus * s.nnodes if s.ngpus else s.cpu_procs, s.max_tokens_per_gpu)
+    lines = training_cost.describe_run(shape, s.arch, s.tokens_per_update, s.max_update,
+                              gpus=s.ngpus * s.nnodes, precision=s.precision_used,
+                              gpu_name=cost.gpu_name(s.gpu) if s.gpu else None,
                               gpu_tflops=s.gpu_tflops, utilization=s.utilization, vocab_note=vocab_note,
-                              average=getattr(s, "average", None))
+                              average=getattr(s, "average", None), max_tokens_per_device=p.max_tokens,
+                              forwards=p.update_freq)
     for line in lines:
         print(f"  # {line}", flush=True)

@@ -132,7 +132,28 @@ def compose(cls, given: argparse.Namespace, config: Mapping, derive: Optional[Ca
     view = SimpleNamespace(**values)
     check_run(view)
     values["precision_used"] = scale.resolve_precision(view.precision, view.ngpus, view.launcher, view.dry_run)
+    if values.get("max_tokens_per_gpu") == AUTO:
+        values["max_tokens_per_gpu"] = scale.size_forward(SimpleNamespace(**values))
     return cls(**values)
+
+
+AUTO = "auto"
+
+
+def tokens_or_auto(text: str):
+    """--max-tokens-per-gpu's value: a number of tokens, or auto (sized for the GPU: scale.size_forward)."""
+    if text == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give a number of tokens or auto, not {text!r}") from None
+
+
+MAX_TOKENS_HELP = ("most tokens one device holds per forward; --update-freq makes up the rest of --tokens-per-update. "
+                   "auto: the largest forward a GPU's memory holds (--gpu NAME's, else the GPU here; a Slurm job "
+                   "decides on its own), at most its share of an update; {cpu} on a CPU or with no GPU known "
+                   "(attn_kit.step_model, sized from the GPU check's measured memory)")
 
 
 # ---------------------------------------------------------------------------------------------- options
@@ -184,7 +205,8 @@ def add_canary_options(g):
                    help=f"how long the canary trains (default {DEFAULT_CANARY_MINUTES:g})")
     g.add_argument("--canary-min-utilization", type=float, metavar="X",
                    help="the canary fails below this share of the GPU's dense peak (default: half the utilization "
-                        "attn_kit.cost measured for the model's width; not checked on CPUs)")
+                        "attn_kit.step_model predicts for the GPU and the run's forwards; not checked on CPUs or "
+                        "GPUs it does not list)")
     g.add_argument("--canary-min-tokens-per-second", type=float, metavar="N",
                    help="the canary fails below N target tokens/s over all devices (default: no floor)")
 
@@ -193,7 +215,7 @@ def add_canary_options(g):
 def check_run(s):
     """The values every recipe shares, as composed (typed settings or a Namespace): one UsageError."""
     for name in POSITIVE:
-        if getattr(s, name, None) is not None and getattr(s, name) < 1:
+        if getattr(s, name, None) not in (None, AUTO) and getattr(s, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
     if s.threads is not None and s.threads < 1:
         raise UsageError("--threads must be >= 1")

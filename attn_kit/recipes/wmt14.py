@@ -25,6 +25,7 @@ from ..pipeline.stages import Stage
 from ..pipeline.text import clean_parallel, count_lines, moses_tokenize, moses_tokenizer_args, sample_pairs
 from ..sizes import PLUGIN_ARCHS, SIZES
 from . import canary, common, config, scale, settings
+from ..step_model import PAPER_MAX_TOKENS
 from .wmt14_data import PAIRS, SPLITS, Bundled, DataSource, Layout, Wmt14Download, once
 from .wmt14_smoke import SmokeMirror
 
@@ -272,9 +273,9 @@ def add_training_options(p, cfg, P, modes: Mapping[str, dict], resize: str, smal
                         f"--update-freq (default {P['tokens_per_update']}: ~25000 real source and target tokens "
                         f"each on WMT-like lengths, Sec. 5.1"
                         + defaults("tokens_per_update", "--bundled", "--smoke") + ")")
-    g.add_argument("--max-tokens-per-gpu", type=int,
-                   help=f"most tokens one device holds per step; --update-freq makes up the rest (default "
-                        f"{P['max_tokens_per_gpu']})")
+    g.add_argument("--max-tokens-per-gpu", type=settings.tokens_or_auto,
+                   help=settings.MAX_TOKENS_HELP.format(cpu=PAPER_MAX_TOKENS) + f" (default {P['max_tokens_per_gpu']}"
+                        + defaults("max_tokens_per_gpu", "--bundled", "--smoke") + ")")
     base, big = cfg["archs"]["attn_paper_base"], cfg["archs"]["attn_paper_big"]
     g.add_argument("--max-update", type=int, help=f"updates (default: base {base['max_update']}, big "
                                                   f"{big['max_update']}"
@@ -584,7 +585,7 @@ def report(r: dict):
 
 def main(argv=None):
     s = build(argv)
-    scale.run(s, stages, report, aliases=STAGE_ALIASES)
+    scale.run(s, stages, canary.report if s.canary else report, aliases=STAGE_ALIASES)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from .. import fairseq_data
 from ..fairseq_log import progress_line
 from ..fairseq_commands import average_checkpoints, binarize
 from ..pipeline.stages import Stage
+from ..step_model import PAPER_MAX_TOKENS
 from . import canary, common, config, scale, settings
 from .wsj_data import LDC, SMOKE_PTB, SPLITS, SRC, TGT, SilverTrees, Treebank, prepare_data
 from .wsj_tune import (HELP as TUNE_GRID_HELP, decode_settings, evalb_blocks, forget_stale_selection,
@@ -127,9 +128,9 @@ def _training_options(g, W: dict, S: dict):
                    help="padded tokens per update over all devices (fairseq's --max-tokens x devices x --update-freq; "
                         f"default {W['tokens_per_update']} as the base model, Sec. 5.1; --smoke "
                         f"{S['tokens_per_update']})")
-    g.add_argument("--max-tokens-per-gpu", type=int,
-                   help=f"most tokens one device holds per step; --update-freq makes up the rest (default "
-                        f"{W['max_tokens_per_gpu']})")
+    g.add_argument("--max-tokens-per-gpu", type=settings.tokens_or_auto,
+                   help=settings.MAX_TOKENS_HELP.format(cpu=PAPER_MAX_TOKENS) + f" (default {W['max_tokens_per_gpu']}; "
+                        f"--smoke {S['max_tokens_per_gpu']})")
     g.add_argument("--max-update", type=int, help=f"updates (default {W['max_update']} as the base model; --smoke "
                                                   f"{S['max_update']})")
     g.add_argument("--warmup-updates", type=int, help=f"eq. 3 warmup (default {W['warmup_updates']} as t2t "
@@ -688,13 +689,13 @@ def report(r: dict):
 def main(argv=None):
     s = parse_args(argv)
     if s.dry_run:
-        scale.run(s, stages, report)
+        scale.run(s, stages, canary.report if s.canary else report)
         return
     scale.check_devices(s, stages(s))  # scale.run checks too; here it comes before anything is written
     with workdir_lock(s.workdir):  # run_recipe holds it too; taken here so that nothing writes before it
         if s.tune:
             forget_stale_selection(s.workdir, s.grid)
-        scale.run(s, stages, report)
+        scale.run(s, stages, canary.report if s.canary else report)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,176 @@
+"""What a training run costs, before it starts, as scripts/training_cost.py and the recipes' --dry-run
+print it (:func:`describe_run`): the analytic FLOPs and the paper's Table 2 arithmetic
+(:mod:`attn_kit.cost`), the training's wall time on a GPU from the step time fitted to what ran
+(:mod:`attn_kit.step_model`: an estimate and a range, each end with its source), and the disk the
+kept checkpoints take.
+
+    python scripts/training_cost.py                      # the paper's base and big, Table 2's arithmetic
+    python scripts/training_cost.py --arch attn_paper_big --gpu H100 --ngpus 8
+    python scripts/training_cost.py --gpu P100 --precision fp32      # the paper's own hardware
+    python scripts/training_cost.py --arch transformer_wmt_en_de --max-update 50000 -- --encoder-layers 8
+"""
+import argparse
+import math
+import sys
+from typing import List, Optional
+
+from . import step_model
+from .cli import UsageError, main_guard
+from .cost import (GPUS, MEAN_LENGTH, TABLE2_ARCH, Shape, checkpoint_lines, describe_table2, gpu, gpu_name,
+                   hours_text, model_shape, paper_updates, train_flops_per_update)
+from .paper import EN_DE_VOCAB, P100_SUSTAINED_TFLOPS, TABLE2_FLOPS, TABLE2_TRAINING
+
+
+def paper_share(shape: Shape) -> float:
+    """The model FLOP utilization the paper's step times imply on its P100s, of its model nearer in
+    width (attn_kit.step_model.paper_utilization)."""
+    from . import step_model
+
+    shares = step_model.paper_utilization(MEAN_LENGTH)
+    return shares["attn_paper_big" if shape.encoder.d_model >= 1024 else "attn_paper_base"]
+
+
+def wall_time_lines(shape: Shape, updates: int, devices: int, gpu_name: str, precision: str, per_forward: int,
+                    forwards: int, mean_length: float = MEAN_LENGTH) -> List[str]:
+    """The training's wall time on ``devices`` x ``gpu_name`` from attn_kit.step_model: the estimate and
+    the range, each end with its source."""
+    p = step_model.predict(shape, per_forward, forwards, gpu_name, precision, mean_length)
+    if p is None:
+        return [f"no estimate for {gpu_name} in {precision}"]
+    peak = GPUS[gpu_name].peak(precision)
+    flops = forwards * train_flops_per_update(shape, per_forward, mean_length)
+
+    def one(e):
+        return f"{hours_text(updates * e.seconds_per_update)} ({e.seconds_per_update:.3f} s per update, " \
+               f"{flops / e.seconds_per_update / (peak * 1e12):.0%} of the dense peak)"
+
+    return [f"training wall time on {devices} x {gpu_name} ({per_forward}-token forwards, {forwards} per update, "
+            f"{precision}): {one(p.estimate)}, from {p.estimate.source}",
+            f"  range: {one(p.low)}, from {p.low.source}",
+            f"  to {one(p.high)}, from {p.high.source}"]
+
+
+def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, gpus: int, precision: str,
+                 gpu_name: Optional[str] = None, gpu_tflops: Optional[float] = None, utilization: Optional[float] = None,
+                 vocab_note: str = "", mean_length: float = MEAN_LENGTH, average: Optional[int] = None,
+                 max_tokens_per_device: Optional[int] = None, forwards: Optional[int] = None) -> List[str]:
+    """The cost lines of a run, the same for scripts/training_cost.py and a recipe's --dry-run:
+    analytic FLOPs, the paper's Table 2 cost, the compute-only wall time, the checkpoints' disk
+    (``average``: the checkpoints averaged), and where the whole run's time comes from (the canary).
+    ``tokens_per_update``: padded positions per update, fairseq's --max-tokens x devices x --update-freq,
+    the recipes' --tokens-per-update."""
+    per_update = train_flops_per_update(shape, tokens_per_update, mean_length)
+    total = per_update * updates
+    lines = [f"training cost (analytic, attn_kit.cost): {per_update:.3g} FLOPs per update (forward + backward = "
+             f"3 x forward; {shape.describe()}{vocab_note}; {tokens_per_update} source and {tokens_per_update} "
+             f"target positions per update, padding included, in sentences of ~{mean_length:g} tokens) x "
+             f"{updates} updates = {total:.2e} FLOPs"]
+    paper = TABLE2_ARCH.get(arch)
+    if paper:
+        t = TABLE2_TRAINING[paper]
+        lines.append(f"the paper's Table 2 for {paper}: {TABLE2_FLOPS[paper]:.1e} FLOPs = {t['time']} x {t['gpus']} "
+                     f"{t['gpu']} x {P100_SUSTAINED_TFLOPS:g} TFLOPS (hardware time at the single-precision rate, not "
+                     f"model FLOPs; this run's analytic count is {total / TABLE2_FLOPS[paper]:.0%} of it)")
+    else:
+        lines.append(f"the paper's Table 2 gives no cost for {arch}")
+    devices = gpus or (1 if gpu_tflops or gpu_name else 0)
+    forwards = forwards or 1
+    per_forward = max_tokens_per_device or math.ceil(tokens_per_update / max(1, devices * forwards))
+    batch = f"{per_forward}-token forwards, {forwards} per update"
+    if utilization or gpu_tflops:  # the user's own assumption: the arithmetic alone at that utilization
+        peak = gpu_tflops or gpu(gpu_name).peak(precision)
+        u = utilization or paper_share(shape)
+        if peak:
+            source = "--utilization" if utilization else "the paper's own step time (Sec. 5.2) on its P100s"
+            lines.append(f"training wall time on {devices} x {peak:g} TFLOPS at {u:.0%} of it ({source}; the "
+                         f"arithmetic alone): {hours_text(total / (devices * peak * 1e12 * u))}")
+    elif gpu_name and gpu(gpu_name).peak(precision) is None:
+        lines.append(f"{gpu_name} has no {precision} units: choose --precision fp16 for it")
+    elif gpu_name:
+        lines += wall_time_lines(shape, updates, devices, gpu_name, precision, per_forward, forwards, mean_length)
+    elif gpus:
+        times = []
+        for name, g in GPUS.items():
+            p = step_model.predict(shape, per_forward, forwards, name, precision, mean_length) if g.peak(precision) \
+                else None
+            if p:
+                times.append(f"{name} {hours_text(updates * p.estimate.seconds_per_update)}")
+        lines.append(f"training wall time on {gpus} GPUs ({batch}, {precision}; attn_kit.step_model, --gpu NAME for "
+                     f"the range and its sources): {', '.join(times)}")
+    paper = TABLE2_TRAINING.get(TABLE2_ARCH.get(arch, ""))
+    if paper and not (gpu_name == paper["gpu"] and precision == "fp32" and devices == paper["gpus"]):
+        p = step_model.predict(shape, math.ceil(tokens_per_update / paper["gpus"]), 1, paper["gpu"], "fp32", mean_length)
+        lines.append(f"on the paper's {paper['gpus']} {paper['gpu']}s (fp32) the same model predicts "
+                     f"{hours_text(updates * p.estimate.seconds_per_update)} (range "
+                     f"{hours_text(updates * p.low.seconds_per_update)} - {hours_text(updates * p.high.seconds_per_update)}"
+                     f"); the paper: {paper['time']}")
+    if average:
+        lines += checkpoint_lines(shape, average)
+    lines.append("training only, and data parallel without its all-reduce (not yet measured); the whole run adds "
+                 "data preparation, validations, checkpoint writes, averaging and generation: the recipe's --canary "
+                 "measures them on your machine and predicts each")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------- script
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="scripts/training_cost.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arch", default="attn_paper_base", help="any fairseq Transformer arch (default attn_paper_base)")
+    p.add_argument("--max-update", type=int, help="updates (default: the paper's for base and big, 100000 / 300000)")
+    from .recipes import config  # the WMT14 recipes' defaults: this script and their --dry-run plan the same run
+
+    paper, archs = config.settings("wmt14", "paper"), config.load("wmt14")["archs"]
+    p.add_argument("--tokens-per-update", type=int, default=paper["tokens_per_update"],
+                   help="padded tokens per update over all devices, fairseq's --max-tokens x devices x "
+                        f"--update-freq, as the recipes' --tokens-per-update (default {paper['tokens_per_update']}, "
+                        "the WMT14 recipes' paper setting, recipes/configs/wmt14.yaml)")
+    p.add_argument("--average", type=int, help="checkpoints averaged, for the disk they take (default: the recipes', "
+                                               + ", ".join(f"{a} {v['average']}" for a, v in archs.items()) + ")")
+    p.add_argument("--vocab", type=int, default=EN_DE_VOCAB, help=f"vocabulary (default {EN_DE_VOCAB}, Sec. 5.1)")
+    p.add_argument("--mean-length", type=float, default=MEAN_LENGTH,
+                   help=f"tokens per sentence, for the attention terms (default {MEAN_LENGTH})")
+    p.add_argument("--ngpus", type=int, default=8, help="GPUs in all, over every node (default 8)")
+    p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"], help="default bf16")
+    p.add_argument("--gpu", metavar="NAME", help=f"one of {', '.join(GPUS)}")
+    p.add_argument("--gpu-tflops", type=float, metavar="X", help="the GPU's dense peak at --precision")
+    p.add_argument("--utilization", type=float, help="share of the peak reached, for the arithmetic alone (default: "
+                                                        "attn_kit.step_model's estimate and range)")
+    p.add_argument("--max-tokens-per-gpu", type=int, metavar="N",
+                   help="tokens per forward on each GPU (default: with --gpu, the largest its memory holds, at most "
+                        "its share of an update, as the recipes' auto; without, its share: one forward per update)")
+    p.add_argument("--table2", action="store_true", help="only Table 2's arithmetic beside the analytic counts")
+    p.add_argument("--gpus", action="store_true", help="list the GPUs and their dense peaks")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    args, unknown = p.parse_known_args(argv[:argv.index("--")] if "--" in argv else argv)
+    flags = [*unknown, *extra]
+    if args.gpus:
+        print("| GPU | bf16 | fp16 | fp32 (TFLOPS, dense) |\n|---|---|---|---|")
+        for name, g in GPUS.items():
+            print(f"| {name} | {g.bf16 or '-'} | {g.fp16} | {g.fp32} |")
+        return
+    print("Table 2's training cost (time x GPUs x sustained single-precision TFLOPS), recomputed:")
+    print("\n".join(describe_table2(args.mean_length)))
+    if args.table2:
+        return
+    updates = args.max_update or paper_updates(args.arch)
+    if not updates:
+        raise UsageError(f"give --max-update for --arch {args.arch} (the paper's steps are known for base and big)")
+    shape = model_shape(args.arch, flags, args.vocab)
+    print()
+    average = args.average or archs.get(args.arch, {}).get("average")
+    name = gpu_name(args.gpu) if args.gpu else None
+    per_device = args.max_tokens_per_gpu or (step_model.size_forward(
+        shape, args.tokens_per_update, args.ngpus, GPUS[name].memory_gib, args.precision) if name else None)
+    forwards = math.ceil(args.tokens_per_update / (max(1, args.ngpus) * per_device)) if per_device else 1
+    if per_device:
+        per_device = math.ceil(args.tokens_per_update / (max(1, args.ngpus) * forwards))
+    for line in describe_run(shape, args.arch, args.tokens_per_update, updates, args.ngpus, args.precision,
+                             name, args.gpu_tflops, args.utilization, mean_length=args.mean_length,
+                             average=average, max_tokens_per_device=per_device, forwards=forwards):
+        print(line)
+
+
+if __name__ == "__main__":
+    main_guard(main)

@@ -1,0 +1,128 @@
+"""attn_kit.step_model: the step time and memory fitted to the GPU check's results file, checked
+against what ran there (each run's seconds per update and reserved memory) and against the paper's
+own hardware (Sec. 5.2: 8 P100s, base 12 hours, big 3.5 days); the recipes' --max-tokens-per-gpu auto
+that reads it; and benchmarks/gpu_check.sh's dry run, which CI runs so that a GPU hour is not spent
+on a command that does not parse."""
+import json
+import subprocess
+
+import pytest
+from conftest import REPO, run_main
+
+from attn_kit import cost, step_model
+from attn_kit.paper import TABLE2_TRAINING
+from attn_kit.recipes import wmt14
+
+FILED = REPO / "benchmarks" / "results" / "h200_gpu_check.json"
+
+
+def plain_runs():
+    data = json.loads(FILED.read_text())
+    return [r for r in data["sweep"] if r.get("seconds_per_update") and not r["compile_layers"]
+            and r["pad_to_multiple"] == 1 and not r["name"].endswith("_profile")]
+
+
+def test_the_fits_reproduce_the_runs_they_come_from():
+    """Each plain run's seconds per update, predicted from its model's fit (forwards x (c + FLOPs / R),
+    plus fairseq's Adam's extra time where it ran), within 15%; the reserved memory within 10%."""
+    fits = {f.model: f for f in step_model.fits_of(FILED)}
+    assert set(fits) == {"base", "big"} and all(f.points >= 3 for f in fits.values())
+    for r in plain_runs():
+        f = fits[r["model"]]
+        flops_per_forward = r["model_tflops_per_second"] * 1e12 * r["seconds_per_update"] / r["update_freq"]
+        rate = f.efficiency * f.matmul_tflops * 1e12
+        predicted = r["update_freq"] * (f.forward_seconds + flops_per_forward / rate)
+        if r["optimizer"] == "attn_adam":  # the other runs carry fairseq's Adam on top
+            assert predicted == pytest.approx(r["seconds_per_update"], rel=0.15), r["name"]
+        shape = cost.model_shape(f"attn_paper_{r['model']}", [], 20860)
+        memory = step_model.BYTES_PER_PARAMETER * shape.parameters() + f.fixed_bytes \
+            + f.bytes_per_token * r["max_tokens"]
+        assert memory / 2 ** 30 == pytest.approx(r["peak_reserved_gib"], rel=0.10), r["name"]
+    assert 0 < fits["base"].efficiency < fits["big"].efficiency < 1  # a wider model keeps the GPU busier
+
+
+@pytest.mark.parametrize("arch", ["attn_paper_base", "attn_paper_big"])
+def test_the_papers_own_run_is_predicted_within_a_quarter(arch):
+    """8 x P100 in fp32, the paper's batch: the estimate within 25% of Sec. 5.2's training time, and the
+    range around it."""
+    shape = cost.model_shape(arch)
+    updates = cost.paper_updates(arch)
+    p = step_model.predict(shape, 28000 / 8, 1, "P100", "fp32", cost.MEAN_LENGTH)
+    paper_seconds = TABLE2_TRAINING[arch]["hours"] * 3600
+    assert updates * p.estimate.seconds_per_update == pytest.approx(paper_seconds, rel=0.25)
+    assert p.low.seconds_per_update <= p.estimate.seconds_per_update <= p.high.seconds_per_update
+    assert "paper's own rate" in p.estimate.source and "Sec. 5.2" in p.estimate.source
+
+
+def test_a_measured_gpu_is_predicted_from_its_measurement_and_the_range_holds_the_canary():
+    """On the H100 (the H200's chip) the estimate is the fit of the model nearer in width, no paper
+    calibration; the base canary's measured seconds per update lies in the range."""
+    canary = json.loads(FILED.read_text())["canary"]["base"]["canary"]
+    shape = cost.model_shape("attn_paper_base", [], 20860)
+    p = step_model.predict(shape, 28000, 1, "H100", "bf16", cost.MEAN_LENGTH)
+    assert "training of base measured on an NVIDIA H200" in p.estimate.source
+    assert p.low.seconds_per_update <= canary["seconds_per_update"] <= p.high.seconds_per_update * 1.05
+    assert not any("paper's own rate" in e.source for e in step_model.update_seconds(
+        shape, 28000, 1, "H100", "bf16", cost.MEAN_LENGTH))
+
+
+@pytest.mark.parametrize("gpu,arch,forward,forwards", [
+    ("H100", "attn_paper_base", 28000, 1), ("H100", "attn_paper_big", 28000, 1),
+    ("H200", "attn_paper_big", 28000, 1), ("A100", "attn_paper_big", 14000, 2)])
+def test_auto_sizes_the_forward_to_the_gpus_memory(gpu, arch, forward, forwards, tmp_path):
+    """bash recipes/wmt14_en_de.sh --dry-run --ngpus 1 --gpu NAME: one or two forwards per update on
+    one GPU at the paper's 28000 tokens (the A100 listed at its 40 GB); its share (3500) on 8."""
+    proc = run_main(wmt14.main, "--dry-run", "--ngpus", "1", "--gpu", gpu, "--arch", arch, "--workdir",
+                    tmp_path / "w", "--stage", "train", "--stop-stage", "train")
+    assert proc.returncode == 0, proc.stderr
+    assert f"1 device(s) x --max-tokens {forward} x --update-freq {forwards} = 28000 tokens" in proc.stdout
+    assert f"training wall time on 1 x {gpu} ({forward}-token forwards, {forwards} per update" in proc.stdout
+    assert "  range: " in proc.stdout and "  to " in proc.stdout
+    eight = run_main(wmt14.main, "--dry-run", "--ngpus", "8", "--gpu", gpu, "--arch", arch, "--workdir",
+                     tmp_path / "w", "--stage", "train", "--stop-stage", "train")
+    assert "8 device(s) x --max-tokens 3500 x --update-freq 1" in eight.stdout
+
+
+def test_auto_holds_the_memory_it_predicts_within_the_share():
+    for arch in ("attn_paper_base", "attn_paper_big"):
+        shape = cost.model_shape(arch)
+        for gpu in ("L4", "A10", "V100"):
+            g = cost.GPUS[gpu]
+            precision = "bf16" if g.bf16 else "fp16"
+            tokens = step_model.size_forward(shape, 28000, 1, g.memory_gib, precision)
+            assert tokens < 28000 and tokens % 128 == 0
+            assert step_model.forward_bytes(shape, tokens, precision) <= step_model.MEMORY_SHARE * g.memory_gib * 2 ** 30
+            assert step_model.forward_bytes(shape, tokens + 256, precision) > \
+                step_model.MEMORY_SHARE * g.memory_gib * 2 ** 30
+
+
+def test_auto_on_a_cpu_or_an_unknown_gpu_is_the_papers_batch(tmp_path):
+    cpu = run_main(wmt14.main, "--dry-run", "--ngpus", "0", "--workdir", tmp_path / "w", "--stage", "train",
+                   "--stop-stage", "train")
+    assert "1 device(s) x --max-tokens 4000 x --update-freq 7" in cpu.stdout  # 4096 at most, balanced
+    here = run_main(wmt14.main, "--dry-run", "--ngpus", "1", "--workdir", tmp_path / "w", "--stage", "train",
+                    "--stop-stage", "train")  # no GPU visible on the test machine, no --gpu
+    assert "--max-tokens-per-gpu auto: 4096 tokens per forward (the paper's per-GPU batch: no GPU visible" \
+        in here.stdout
+    given = run_main(wmt14.main, "--dry-run", "--ngpus", "1", "--max-tokens-per-gpu", "9000", "--workdir",
+                     tmp_path / "w", "--stage", "train", "--stop-stage", "train")
+    assert "1 device(s) x --max-tokens 7000 x --update-freq 4" in given.stdout  # the user's cap, balanced
+    bad = run_main(wmt14.main, "--dry-run", "--max-tokens-per-gpu", "lots", "--workdir", tmp_path / "w")
+    assert bad.returncode == 2 and "give a number of tokens or auto" in bad.stderr
+
+
+def test_the_gpu_check_dry_run_prints_and_parses_every_command():
+    """bash benchmarks/gpu_check.sh --dry-run: the install commands docs/scaling.md gives, every
+    training command (checked by fairseq-train's own parser, the plugin's options included) and the
+    recipe's dry run of both canaries."""
+    proc = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--dry-run"], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout + proc.stderr
+    assert "env -u CUDA_HOME python3 -m pip install" in out and "fairseq-fixed==0.12.3.1" in out
+    trainings = [line for line in out.splitlines() if line.startswith("  $ [") and "fairseq-train" in line]
+    assert len(trainings) >= 10 and all("--optimizer" in t and "--bf16-autocast" in t for t in trainings)
+    assert f"fairseq-train's parser accepts the {len(trainings)} training commands" in out
+    assert out.count("the recipe's dry run of canary:") == 2 and out.count("--match-source-len") == 2
+    for forward in ("--max-tokens 4000 --update-freq 7", "--max-tokens 28000 --update-freq 1"):
+        assert forward in out
