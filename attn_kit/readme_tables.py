@@ -295,6 +295,115 @@ def gpu_recipe_path() -> str:
             + source(path, BENCH / "h200_train_bf16_autocast_64x64.json"))
 
 
+GPU_CHECK = BENCH / "h200_gpu_check.json"
+
+
+def _gpu_run_row(r: dict, label: str) -> list:
+    return [label, f"{r['max_tokens']} x {r['update_freq']}", r["optimizer"], f"{r['seconds_per_update']:.3f}",
+            f"{r['target_tokens_per_second']:.0f}", f"{100 * r['mfu_vs_measured_matmul']:.1f}%",
+            f"{r['peak_reserved_gib']:.1f}", f"{r['gpu_utilization_percent_median']:.0f}%"]
+
+
+GPU_RUN_HEADER = ["run", "tokens per forward x forwards per update", "Adam", "s per update", "target tokens/s",
+                  "model FLOP utilization", "peak reserved GiB", "GPU busy (nvidia-smi)"]
+
+
+def _gpu_canaries(r: dict) -> str:
+    parts = []
+    for model, entry in r["canary"].items():
+        c = entry["canary"]
+        p = c["predicted_seconds"]
+        parts.append(f"{model}: {c['seconds_per_update']:.3f} s per update over {c['updates']} updates, training "
+                     f"{c['plan']['max_update']} updates predicted {p['training'] / 3600:.1f} h (the whole run "
+                     f"{p['total'] / 3600:.1f} h)")
+    return "; ".join(parts)
+
+
+def gpu_check_summary() -> str:
+    """README: the recipe's training on one GPU as it was and as it is (benchmarks/gpu_check.sh)."""
+    r = load(GPU_CHECK)
+    runs = {x["name"]: x for x in r["sweep"]}
+    rows = [_gpu_run_row(runs[name], label) for name, label in [
+        ("base_4k_fairseq_adam", "base, before"), ("base_28k", "base, now"),
+        ("big_4k_fairseq_adam", "big, before"), ("big_28k", "big, now")]]
+    env = r["environment"]
+    return (table(GPU_RUN_HEADER, rows)
+            + f"\n\nOne {env['gpu']}, bf16 autocast, the paper's 28000 tokens per update on WMT-shaped synthetic "
+              f"text; utilization of the {env['measured_bf16_matmul_tflops']:.0f} TFLOP/s bf16 matmul rate measured "
+              f"in the same run. The canaries: {_gpu_canaries(r)}." + source(GPU_CHECK))
+
+
+def gpu_check() -> str:
+    """docs/scaling.md: every run of the GPU check, the profile's top entries and what did not run."""
+    r = load(GPU_CHECK)
+    rows = [_gpu_run_row(x, x["name"]) for x in r["sweep"] if x.get("seconds_per_update")
+            and not x["name"].endswith("_profile")]
+    env, prof = r["environment"], r["profile"]
+    cpu = ", ".join(f"{e['name']} {e['ms_per_update']:.1f} ms" for e in prof["top_cpu_total"][:8])
+    gpu = ", ".join(f"{e['name'][:60]} {e['ms_per_update']:.1f} ms" for e in prof["top_gpu"][:6])
+    failed = [x["name"] for x in r["sweep"] if not x.get("seconds_per_update")]
+    runs = {x["name"]: x for x in r["sweep"]}
+
+    def speedup(a, b):  # in target tokens per second (updates differ a little in their tokens)
+        return f"{runs[b]['target_tokens_per_second'] / runs[a]['target_tokens_per_second']:.1f}x"
+
+    from .step_model import fits_of
+
+    fits = {f.model: f for f in fits_of(GPU_CHECK)}
+    findings = (
+        f"\n\nBefore (4K-token forwards, 7 per update, fairseq's Adam) to now (one 28K-token forward, attn_adam): "
+        f"base {speedup('base_4k_fairseq_adam', 'base_28k')}, big {speedup('big_4k_fairseq_adam', 'big_28k')} "
+        f"faster; of that the forward size (fairseq's Adam both ways) {speedup('base_4k_fairseq_adam', 'base_28k_fairseq_adam')}"
+        f" and {speedup('big_4k_fairseq_adam', 'big_28k_fairseq_adam')}, attn_adam at 28K "
+        f"{speedup('base_28k_fairseq_adam', 'base_28k')} and {speedup('big_28k_fairseq_adam', 'big_28k')}. "
+        f"The fits of these runs (`attn_kit.step_model`): a fixed {fits['base'].forward_seconds * 1e3:.0f} ms (base) "
+        f"and {fits['big'].forward_seconds * 1e3:.0f} ms (big) per forward, then the arithmetic at "
+        f"{fits['base'].efficiency:.0%} and {fits['big'].efficiency:.0%} of the matmul rate; memory "
+        f"{fits['base'].bytes_per_token / 1e6:.2f} and {fits['big'].bytes_per_token / 1e6:.2f} MB per token of a forward.")
+    return (table(GPU_RUN_HEADER, rows) + findings
+            + f"\n\nOne {env['gpu']} ({env['gpu_memory_gib']:.0f} GiB), torch {env['torch']}, fairseq "
+              f"{env['fairseq']}, measured bf16 matmul {env['measured_bf16_matmul_tflops']:.0f} TFLOP/s; "
+              f"{r['notes']['what_ran']}"
+            + f"\n\nCanaries (the recipe's `--canary`, 0.3 minutes each): {_gpu_canaries(r)}. "
+              f"{r['notes']['canaries']}"
+            + f"\n\nProfile of {prof['updates']} updates of `{prof['run']}` (torch.profiler, "
+              f"{prof['wall_ms_per_update']:.0f} ms per update under it, {prof['kernel_launches_per_update']} kernel "
+              f"launches per update), per update: host side {cpu}; GPU side {gpu}."
+            + (f"\n\nNot measured: {', '.join(failed)} ({r['notes']['compile']}); skipped for time: "
+               f"{', '.join(r['skipped'])}." if failed or r["skipped"] else "")
+            + source(GPU_CHECK))
+
+
+def gpu_planning() -> str:
+    """docs/scaling.md: base and big on one GPU and on eight, from attn_kit.step_model's fits of the
+    GPU check (a projection from measurements, not a measurement)."""
+    from .cost import GPUS, MEAN_LENGTH, hours_text, model_shape, paper_updates
+    from .step_model import predict, size_forward
+
+    rows = []
+    for arch in ("attn_paper_base", "attn_paper_big"):
+        shape, updates = model_shape(arch), paper_updates(arch)
+        for name, n, precision in [("H100", 1, "bf16"), ("H100", 8, "bf16"), ("A100", 1, "bf16"), ("A100", 8, "bf16"),
+                                   ("P100", 8, "fp32")]:
+            forward = size_forward(shape, 28000, n, GPUS[name].memory_gib, precision)
+            forwards = -(-28000 // (n * forward))
+            forward = -(-28000 // (n * forwards))
+            p = predict(shape, forward, forwards, name, precision, MEAN_LENGTH)
+            rows.append([arch.replace("attn_paper_", ""), f"{n} x {name} ({precision})", f"{forward} x {forwards}",
+                         hours_text(updates * p.estimate.seconds_per_update),
+                         f"{hours_text(updates * p.low.seconds_per_update)} - "
+                         f"{hours_text(updates * p.high.seconds_per_update)}",
+                         "the paper's P100 rate + the measured per-forward cost" if "paper's own rate" in p.estimate.source
+                         else "the H200 fit" + (", scaled to this GPU" if "scaled" in p.estimate.source else "")])
+    return (table(["model", "GPUs", "tokens per forward x forwards", "training, estimate", "range",
+                   "the estimate from"], rows)
+            + "\n\nProjected by `attn_kit.step_model` (`python scripts/training_cost.py --gpu NAME --ngpus N` "
+              "prints the same with each end's source) for the paper's 28000 tokens per update and updates (base "
+              "100K, big 300K); training only, the all-reduce of several GPUs not included (not yet measured). "
+              "The paper: base 12 hours, big 3.5 days on 8 P100s." + source(GPU_CHECK))
+
+
+
 def decode_rules() -> str:
     """The paper's and fairseq's beam-search stopping rules on the bundled model (benchmarks/decode_rules.py)."""
     path = BENCH / "cpu2core_decode_rules_bundled_seed1.json"
@@ -580,7 +689,8 @@ TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "parallel_presets"
           "cpu_benchmarks": cpu_benchmarks, "gpu_benchmarks": gpu_benchmarks, "training_cost": training_cost,
           "faults": faults, "gpu_recipe_path": gpu_recipe_path, "decode_rules": decode_rules, "table3": table3, "translate_consistency": translate_consistency,
           "ctranslate2": ctranslate2, "ctranslate2_run": ctranslate2_run, "canary_check": canary_check,
-          "data_prep": data_prep}
+          "data_prep": data_prep, "gpu_check": gpu_check, "gpu_check_summary": gpu_check_summary,
+          "gpu_planning": gpu_planning}
 
 
 def documents() -> list:
