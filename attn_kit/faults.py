@@ -167,6 +167,17 @@ CASES = [
          "them relative to the run) and matches the recipe's output; without the data folder, one line naming "
          "inference.json, `data_workdir` and the missing path",
          "tests/test_data_workdir.py::test_two_smoke_runs_share_one_data_folder_and_a_copied_run_translates"),
+    # -- the work directory is a boundary (issue 36)
+    Case("a symbolic link at one of the kit's own paths in a work directory or a `--data-workdir`: the lock, "
+         "`logs/` or a log, a stage stamp in `.stages/`, `stale/`, `checkpoints/`, `canary/`",
+         "one line naming the link and where it points, before anything is written; the file or folder it points "
+         "to is untouched (a linked `.lock` was truncated, a linked log appended to, a linked `stale/` deleted "
+         "through); the work directory itself a link, and links to inputs, keep working",
+         "tests/test_boundary.py::test_a_link_at_the_kits_own_paths_stops_the_run_and_touches_nothing"),
+    Case("`stale/` made a link while a run goes on (after its start-up check)",
+         "setting a changed stage's outputs aside refuses in one line to delete or move through it; nothing outside "
+         "changes and the damaged output stays where it was",
+         "tests/test_boundary.py::test_setting_outputs_aside_never_deletes_through_a_link_made_during_the_run"),
     Case("averaging onto a full disk",
          "one line, no temporary file, nothing else on stderr (no \"Please install tensorboardX\")",
          "test_averaging_on_a_full_disk_is_one_line_and_leaves_nothing"),

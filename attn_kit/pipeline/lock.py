@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, List
 
+from .boundary import open_no_follow, refuse_links
 from ..cli import UserError, log
 
 LOCK_NAME = ".lock"
@@ -104,7 +105,8 @@ def workdir_lock(workdir, option: str = "--workdir", wait: bool = False):
         return
     try:
         workdir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(workdir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        refuse_links(workdir)  # before anything is written there: a link at the kit's own paths is one line
+        fd = open_no_follow(workdir / LOCK_NAME, os.O_RDWR | os.O_CREAT)
     except OSError as exc:
         raise UserError(f"{option} {workdir}: cannot {'create' if not workdir.is_dir() else 'write in'} it "
                         f"({exc.strerror or exc})") from None

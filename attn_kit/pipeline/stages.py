@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..cli import UserError, atomic_output, log, partial_path, write_json_atomic
+from .boundary import check_inside, open_no_follow
 from .fingerprint import Fingerprints, difference
 from .lock import workdir_lock
 from .process import stream
@@ -83,7 +84,8 @@ class Context:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{self.stage}.log"
         full_env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1", **(env or {}))
-        with open(log_path, "a", encoding="utf-8") as log_file:
+        with os.fdopen(open_no_follow(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
+                       encoding="utf-8") as log_file:
             log_file.write(f"$ {shown}\n")
             log_file.flush()
 
@@ -306,7 +308,11 @@ class Pipeline:
         existing = [Path(p) for p in paths if Path(p).exists() or Path(p).is_symlink()]
         if not existing:
             return ""
-        aside = self.home(stage) / "stale" / stage.name
+        home = self.home(stage)
+        aside = home / "stale" / stage.name
+        for folder in (home / "stale", aside):  # nothing removed or moved through a link out of the home
+            if folder.exists() or folder.is_symlink():
+                check_inside(folder, home)
         if aside.exists():
             shutil.rmtree(aside)
         for path in existing:
