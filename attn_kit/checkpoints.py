@@ -17,7 +17,7 @@ import re
 import shutil
 from typing import Optional
 
-from .cli import UsageError, UserError, add_force_option, atomic_output, check_output, log, write_text_atomic
+from .cli import ArgumentParser, UsageError, UserError, add_force_option, atomic_output, check_output, log, write_text_atomic
 
 UPDATE_CHECKPOINT = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")  # fairseq's checkpoint_{epoch}_{update}.pt
 
@@ -201,7 +201,7 @@ def average_checkpoints(paths):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--inputs", required=True, nargs="+",
                         help="checkpoint files, or one directory to pick the last checkpoints from")
     parser.add_argument("--output", required=True, help="where to write the averaged checkpoint")

@@ -6,6 +6,7 @@ own ``AttnPluginError``) as one ``error: <message>`` line and exits 1 (2 for usa
 traceback; Ctrl-C exits 130 and SIGTERM 143, keeping finished work. Files are written whole or not
 at all (:func:`atomic_output`); a full disk is one line naming the file.
 """
+import argparse
 import errno
 import json
 import os
@@ -28,6 +29,15 @@ class UsageError(UserError):
     """A command line that does not make sense; exit status 2, as argparse uses."""
 
     exit_status = 2
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors (an unknown option, a value of the wrong type, a bad choice) are
+    one ``error:`` line through :func:`main_guard`, as every other usage error of the kit, instead of
+    argparse's usage text and its own error line; ``--help`` still shows the usage."""
+
+    def error(self, message):
+        raise UsageError(f"{message} ({self.prog} --help for the options)")
 
 
 def error_line(message) -> str:

@@ -9,6 +9,7 @@ import ast
 from collections import Counter
 from pathlib import Path
 from typing import Dict, List
+from .cli import ArgumentParser
 
 FOLDERS = ("attn_plugin", "attn_kit", "recipes", "scripts", "benchmarks", "tests")
 
@@ -198,10 +199,9 @@ def report(stats: dict) -> str:
 
 
 def main(argv=None):
-    import argparse
     import json
 
-    p = argparse.ArgumentParser(prog="scripts/code_stats.py", description=__doc__)
+    p = ArgumentParser(prog="scripts/code_stats.py", description=__doc__)
     p.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1],
                    help="a checkout to measure (default this one; e.g. a `git worktree add` of an older commit)")
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")

@@ -142,12 +142,19 @@ def model_shape(arch: str, flags: Sequence[str] = (), vocab: int = EN_DE_VOCAB) 
 
 
 def _fairseq_shape(arch: str, flags: Sequence[str], vocab: int) -> Shape:
+    import contextlib
+    import io
+
     from .build import PLUGIN_DIR, parse_train_args
 
+    said = io.StringIO()
     try:
-        a = parse_train_args(["--user-dir", str(PLUGIN_DIR), "--arch", arch, *map(str, flags)])
+        with contextlib.redirect_stderr(said):  # fairseq's parser prints its whole usage before its error
+            a = parse_train_args(["--user-dir", str(PLUGIN_DIR), "--arch", arch, *map(str, flags)])
     except SystemExit:
-        raise UsageError(f"fairseq-train does not accept --arch {arch} {' '.join(map(str, flags))}".rstrip()) from None
+        why = said.getvalue().strip().splitlines()[-1:] or [""]
+        raise UsageError(f"fairseq-train does not accept --arch {arch} {' '.join(map(str, flags))}".rstrip()
+                         + (f" ({why[0].split('error: ', 1)[-1]})" if why[0] else "")) from None
 
     def side(prefix: str) -> Side:
         d, h = getattr(a, f"{prefix}_embed_dim"), getattr(a, f"{prefix}_attention_heads")

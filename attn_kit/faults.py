@@ -178,6 +178,23 @@ CASES = [
          "setting a changed stage's outputs aside refuses in one line to delete or move through it; nothing outside "
          "changes and the damaged output stays where it was",
          "tests/test_boundary.py::test_setting_outputs_aside_never_deletes_through_a_link_made_during_the_run"),
+    # -- every number checked once (issue 36)
+    Case("NaN, infinity, a negative or a wrong-typed value for any numeric option of any recipe "
+         "(`--canary-minutes nan` trained the whole run as its canary; `--train-minutes nan` dropped the budget)",
+         "one line naming the option, exit 2, before any work: the checks live where the settings are built",
+         "tests/test_values.py::test_a_bad_number_is_one_line_before_any_work"),
+    Case("a value of the wrong type in a recipe's YAML (`beam: four`)",
+         "one line naming the file and the key (was a traceback)",
+         "tests/test_values.py::test_a_wrong_type_in_a_yaml_config_names_the_key_and_the_file"),
+    Case("settings that failed only after the data stages: a dropout out of [0, 1), heads that do not divide "
+         "d_model, a batch smaller than the longest cleaned sentence, no BPE merges, no workers",
+         "one line before the first stage, nothing prepared",
+         "tests/test_values.py::test_what_fails_after_the_data_stages_is_refused_before_them"),
+    Case("`scripts/training_cost.py` with a negative GPU count, a utilization of 0 or 7, a typo'd option, an "
+         "unknown arch",
+         "one line each (a typo is no longer swallowed as a model flag; an unknown arch is not fairseq's whole "
+         "usage), nothing printed before it",
+         "tests/test_values.py::test_training_costs_options_are_checked"),
     Case("averaging onto a full disk",
          "one line, no temporary file, nothing else on stderr (no \"Please install tensorboardX\")",
          "test_averaging_on_a_full_disk_is_one_line_and_leaves_nothing"),

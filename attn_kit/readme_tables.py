@@ -16,7 +16,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from .cli import UserError
+from .cli import ArgumentParser, UserError
 from .inference.ctranslate2 import PARALLEL_CALL
 from .checkout import REPO
 
@@ -721,7 +721,7 @@ def stale() -> dict:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--check", action="store_true",
                    help="only check that the tables of README.md and docs/*.md are up to date")
     args = p.parse_args(argv)

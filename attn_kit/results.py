@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from .cli import UserError, add_force_option, check_output, read_json, write_json_atomic
+from .cli import ArgumentParser, UserError, add_force_option, check_output, read_json, write_json_atomic
 from .checkout import REPO
 
 
@@ -82,7 +82,7 @@ README's and docs/' tables from them.
 def record_main(argv=None):
     """``python scripts/record_result.py OUTPUT [--copy JSON] [--note TEXT] -- COMMAND ...``:
     run COMMAND and file what it printed as a results file (see scripts/record_result.py)."""
-    p = argparse.ArgumentParser(prog="scripts/record_result.py", description=RECORD_HELP,
+    p = ArgumentParser(prog="scripts/record_result.py", description=RECORD_HELP,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("output", type=Path, help="the results file to write (JSON)")
     p.add_argument("--copy", type=Path, metavar="JSON", help="file this JSON output instead of running anything")

@@ -12,7 +12,7 @@ import argparse
 import json
 import numpy as np
 
-from .cli import UserError
+from .cli import ArgumentParser, UserError
 
 
 def batch_stats(src_sizes, tgt_sizes, max_tokens: int, batches_per_update: int = 1, multiple: int = 8,
@@ -81,7 +81,7 @@ def sizes_from_text(path: str, lang=None, bpe=None):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-bin", help="a fairseq-preprocess output folder")
     p.add_argument("--split", default="train", help="with --data-bin: the split (default train)")
     p.add_argument("--src", nargs="+", help="source text file(s), one sentence a line (several are concatenated)")

@@ -15,7 +15,7 @@ import sys
 from typing import List, Optional
 
 from . import step_model
-from .cli import UsageError, main_guard
+from .cli import ArgumentParser, UsageError, main_guard
 from .cost import (GPUS, MEAN_LENGTH, TABLE2_ARCH, Shape, checkpoint_lines, describe_table2, gpu, gpu_name,
                    hours_text, model_shape, paper_updates, train_flops_per_update)
 from .paper import EN_DE_VOCAB, P100_SUSTAINED_TFLOPS, TABLE2_FLOPS, TABLE2_TRAINING
@@ -113,8 +113,26 @@ def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, 
 
 
 # ---------------------------------------------------------------------------------------------- script
+def check_args(args):
+    """Every number of the command line in range and finite: one UsageError naming the option."""
+    for name in ("max_update", "tokens_per_update", "average", "vocab", "ngpus", "max_tokens_per_gpu"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
+    for name in ("mean_length", "gpu_tflops"):
+        value = getattr(args, name)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UsageError(f"--{name.replace('_', '-')} {value}: give a finite number > 0")
+    if args.utilization is not None and not (math.isfinite(args.utilization) and 0 < args.utilization <= 1):
+        raise UsageError(f"--utilization {args.utilization}: a share of the peak, in (0, 1]")
+    if args.utilization is not None and not (args.gpu or args.gpu_tflops):
+        raise UsageError("--utilization needs --gpu NAME or --gpu-tflops X (the peak it is a share of)")
+    if args.gpu:
+        gpu_name(args.gpu)  # an unknown name: one line listing the known ones
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="scripts/training_cost.py", description=__doc__,
+    p = ArgumentParser(prog="scripts/training_cost.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", default="attn_paper_base", help="any fairseq Transformer arch (default attn_paper_base)")
     p.add_argument("--max-update", type=int, help="updates (default: the paper's for base and big, 100000 / 300000)")
@@ -142,22 +160,23 @@ def main(argv=None):
     p.add_argument("--table2", action="store_true", help="only Table 2's arithmetic beside the analytic counts")
     p.add_argument("--gpus", action="store_true", help="list the GPUs and their dense peaks")
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    args, unknown = p.parse_known_args(argv[:argv.index("--")] if "--" in argv else argv)
-    flags = [*unknown, *extra]
+    flags = argv[argv.index("--") + 1:] if "--" in argv else []  # fairseq-train's model flags, after --
+    args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)  # a typo is an error, not a flag
+    check_args(args)
     if args.gpus:
         print("| GPU | bf16 | fp16 | fp32 (TFLOPS, dense) |\n|---|---|---|---|")
         for name, g in GPUS.items():
             print(f"| {name} | {g.bf16 or '-'} | {g.fp16} | {g.fp32} |")
         return
+    if not args.table2:  # the run's arch and updates checked before anything is printed
+        updates = args.max_update or paper_updates(args.arch)
+        shape = model_shape(args.arch, flags, args.vocab)
+        if not updates:
+            raise UsageError(f"give --max-update for --arch {args.arch} (the paper's steps are known for base and big)")
     print("Table 2's training cost (time x GPUs x sustained single-precision TFLOPS), recomputed:")
     print("\n".join(describe_table2(args.mean_length)))
     if args.table2:
         return
-    updates = args.max_update or paper_updates(args.arch)
-    if not updates:
-        raise UsageError(f"give --max-update for --arch {args.arch} (the paper's steps are known for base and big)")
-    shape = model_shape(args.arch, flags, args.vocab)
     print()
     average = args.average or archs.get(args.arch, {}).get("average")
     name = gpu_name(args.gpu) if args.gpu else None

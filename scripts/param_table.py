@@ -10,12 +10,12 @@ import argparse
 import logging
 
 from attn_kit.build import build_model, count_parameters, plugin_flags
-from attn_kit.cli import main_guard
+from attn_kit.cli import ArgumentParser, main_guard
 from attn_kit.paper import EN_DE_VOCAB, TABLE3
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vocab-size", type=int, default=EN_DE_VOCAB,
                         help=f"shared vocabulary size (default {EN_DE_VOCAB})")
     args = parser.parse_args()

@@ -55,7 +55,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from ..cli import UsageError, UserError, add_force_option, check_output, log, write_json_atomic
+from ..cli import ArgumentParser, UsageError, UserError, add_force_option, check_output, log, write_json_atomic
 from ..checkout import REPO
 from ..results import provenance
 from .. import prep_cost
@@ -71,7 +71,7 @@ PROJECTED_CORES = (2, 16)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default=",".join(map(str, SIZES)),
                    help=f"training pairs per measurement, comma-separated (default {','.join(map(str, SIZES))})")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,

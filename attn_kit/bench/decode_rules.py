@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..cli import UsageError, UserError, log
+from ..cli import ArgumentParser, UsageError, UserError, log
 from ..fairseq_commands import preprocess_command
 from ..results import write_results_file
 
@@ -34,7 +34,7 @@ NAMES = {"own": "the run's own", "t2t": "paper, t2t stop", "fairseq": "paper, fa
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+    p = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", type=Path, required=True, help="a trained translation run's work directory")
     p.add_argument("--test-set", nargs=3, action="append", default=[], metavar=("NAME", "SOURCE", "REFERENCE"),

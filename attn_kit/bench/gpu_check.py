@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..checkout import REPO
-from ..cli import UsageError, UserError, log, main_guard, write_json_atomic
+from ..cli import ArgumentParser, UsageError, UserError, log, main_guard, write_json_atomic
 
 HERE = REPO / ".gpu_check"
 SHARED = REPO.parent / "shared" / "data"
@@ -447,7 +447,7 @@ def run(args) -> int:
 
 # ---------------------------------------------------------------------------------------------- command line
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m attn_kit.bench.gpu_check", description=__doc__,
+    p = ArgumentParser(prog="python -m attn_kit.bench.gpu_check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     pp = sub.add_parser("prepare", help="the synthetic corpus and its data-bin, here (needs ../shared and wordfreq)")

@@ -7,7 +7,7 @@ import platform
 import sys
 from pathlib import Path
 
-from ..cli import UsageError, add_force_option, check_output, log, write_json_atomic
+from ..cli import ArgumentParser, UsageError, add_force_option, check_output, log, write_json_atomic
 from ..checkout import REPO
 from ..results import provenance
 from .models import SHAPES
@@ -22,7 +22,7 @@ def quiet_fairseq():
 
 
 def base_parser(description: str, default_out: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", help="comma-separated model shapes from small, base, big, or 'all' "
                                     "(default: small,base on CPU; base,big on CUDA)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where to run (default cpu)")

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from ..cli import UsageError, log, main_guard
+from ..cli import ArgumentParser, UsageError, log, main_guard
 from ..pairs import ARCH_ALIASES, MODELS, PAIRS, arch_size
 from ..fairseq_commands import PRECISIONS, used_precision
 from ..pipeline.lock import workdir_lock
@@ -22,7 +22,7 @@ OLD_NAME = dict(default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 def parser() -> argparse.ArgumentParser:
     """The comparison's options: data and budget, model size, training, evaluation."""
-    p = argparse.ArgumentParser(prog="scripts/compare_baselines.py", description=DESCRIPTION,
+    p = ArgumentParser(prog="scripts/compare_baselines.py", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", nargs="?", type=Path, help="binarized data directory (fairseq-preprocess --destdir)")
     p.add_argument("--bundled", action="store_true", help="use the repo's bundled EN-DE data (prepared on first use)")

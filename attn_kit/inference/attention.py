@@ -8,16 +8,15 @@ Fig. 3 (``--query WORD`` as Figs. 3-4), as heatmaps per head, and the encoder-de
 ``--dump weights.npz`` writes every layer's weights and the tokens. Both outputs are checked before
 any work and written whole or not at all.
 """
-import argparse
 import sys
 from pathlib import Path
 from typing import List, Optional
 
-from ..cli import UsageError, UserError, add_force_option, atomic_output, check_output, log
+from ..cli import ArgumentParser, UsageError, UserError, add_force_option, atomic_output, check_output, log
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python scripts/plot_attention.py",
+    p = ArgumentParser(prog="python scripts/plot_attention.py",
                                 description="The paper's Figures 3-5 for a sentence: attention weights of a run's "
                                             "model (encoder self-attention, encoder-decoder attention).")
     p.add_argument("run_dir", type=Path, help="a recipe's --workdir (holds inference.json)")

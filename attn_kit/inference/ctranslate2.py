@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from ..cli import UsageError, UserError, add_force_option, atomic_output, check_output, log
+from ..cli import ArgumentParser, UsageError, UserError, add_force_option, atomic_output, check_output, log
 
 CARD = "ct2_card.json"
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
@@ -505,9 +505,8 @@ class CT2Translator:
 
 # --------------------------------------------------------------------------------------------- command line
 def parse_args(argv=None):
-    import argparse
 
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python scripts/export_ctranslate2.py",
         description="Export a recipe run's evaluated model to CTranslate2 (then: python scripts/translate.py "
                     "--engine ctranslate2 OUT_DIR).")

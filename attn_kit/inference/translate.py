@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Iterable, List, Optional
 
-from ..cli import UsageError, UserError, add_force_option, check_output, log
+from ..cli import ArgumentParser, UsageError, UserError, add_force_option, check_output, log
 from ..pipeline.progress import Progress
 from ..textio import add_errors_option, read_lines
 
@@ -22,7 +22,7 @@ ENGINES = ("fairseq", "ctranslate2")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python scripts/translate.py", description=__doc__.split("\n\n")[0].replace("``", ""),
         epilog="The same from Python: AttnTransformerModel.from_pretrained(RUN_DIR).translate([...]); "
                "the same with fairseq-interactive: --print-interactive-command.")

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple, Union
 
-from attn_kit.cli import UserError
+from attn_kit.cli import ArgumentParser, UserError
 from attn_kit.textio import add_errors_option, iter_lines
 
 MAX_ORDER = 4
@@ -310,7 +310,7 @@ def _lines(n: int) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--protocol", choices=["tokenized", *T2T_PROTOCOLS], default="tokenized",

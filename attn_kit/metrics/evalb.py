@@ -7,7 +7,6 @@ Prints what ``evalb -p COLLINS.prm GOLD TEST`` prints, byte for byte, on valid U
 from EVALB's documented behaviour (its README), none of its code used; where EVALB's C code
 overflows or loops, this does something defined. The semantics and the differences: docs/wsj.md.
 """
-import argparse
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from typing import Dict, List, Tuple
 
 from attn_kit.cli import UserError
 from attn_kit.textio import add_errors_option, read_lines
+from ..cli import ArgumentParser
 
 # The settings of EVALB's COLLINS.prm, as a parameter file this script (and EVALB) reads.
 COLLINS_PRM = """\
@@ -445,7 +445,7 @@ def run_official(binary: str, params_text: str, args) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python scripts/evalb.py", description=__doc__.split("\n\n")[0],
         epilog="Output: EVALB's report (per-sentence lines, then '=== Summary ===').")
     p.add_argument("gold", help="gold trees, one per line")

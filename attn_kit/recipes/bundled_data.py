@@ -12,13 +12,13 @@ import random
 from collections import OrderedDict
 from pathlib import Path
 
-from ..cli import add_force_option, check_output
+from ..cli import ArgumentParser, add_force_option, check_output
 from ..checkout import REPO
 
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--source", default=REPO.parent / "shared/data/tatoeba/deu-eng.txt", type=Path,
                    help="Tatoeba deu-eng.txt (English<TAB>German per line)")
     p.add_argument("--out", default=REPO / "data/tatoeba-en-de", type=Path, help="output folder")

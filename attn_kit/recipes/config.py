@@ -46,10 +46,16 @@ def section(recipe: str, name: str) -> dict:
     return {**section(recipe, f"presets.{preset}"), **own} if preset else own
 
 
-def settings(recipe: str, *sections: Optional[str]) -> dict:
+class Settings(dict):
+    """Merged settings that know their file (``source``), for messages naming a bad value."""
+    source = None
+
+
+def settings(recipe: str, *sections: Optional[str]) -> Settings:
     """The merged settings of ``sections`` (``None`` entries skipped; ``"archs.NAME"``
     picks one entry of a nested section) of ``recipe``'s config."""
-    out = {}
+    out = Settings()
+    out.source = CONFIG_DIR / f"{recipe}.yaml"
     for name in filter(None, sections):
         out.update(section(recipe, name))
     return out

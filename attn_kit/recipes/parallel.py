@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Dict, Optional, Set
 
 from ..checkout import REPO
-from ..cli import UsageError, UserError, main_guard
+from ..cli import ArgumentParser, UsageError, UserError, main_guard
 from ..pipeline.text import copy_corpus
 from ..sizes import PLUGIN_ARCHS, SIZES
 from ..textio import add_errors_option, iter_lines
@@ -215,7 +215,7 @@ def preset_help() -> str:
 def parser() -> argparse.ArgumentParser:
     cfg = config.load("wmt14")
     P, F = config.settings("wmt14", "paper"), config.settings("wmt14", "paper", "files")
-    p = argparse.ArgumentParser(prog="recipes/parallel.sh", usage=scale.USAGE, description=DESCRIPTION,
+    p = ArgumentParser(prog="recipes/parallel.sh", usage=scale.USAGE, description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("data")
     g.add_argument("--src", help="source language code (Moses' rules for it: en, de, fr, cs, ...)")

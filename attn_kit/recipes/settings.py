@@ -9,8 +9,10 @@ checks the values every recipe shares (one-line UsageError). Nothing is written 
 later is a property, a changed copy (a canary's budget, a Slurm job's stages) is ``dataclasses.replace``.
 """
 import argparse
+import math
 import os
 import dataclasses
+import typing
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Mapping, Optional, Sequence
@@ -23,7 +25,10 @@ from . import scale
 DEFAULT_CANARY_MINUTES = 10.0
 # options that must be >= 1 where a recipe has them
 POSITIVE = ("max_update", "warmup_updates", "save_interval_updates", "average", "tokens_per_update",
-            "max_tokens_per_gpu", "beam")
+            "max_tokens_per_gpu", "beam", "workers", "bpe_merges", "log_interval")
+# clean-corpus-n keeps training pairs of at most this many tokens (attn_kit.pipeline.text.keep_pair), and
+# fairseq-train refuses a batch smaller than a pair (+ its end-of-sentence token)
+CLEAN_MAX_TOKENS = 250
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -129,6 +134,7 @@ def compose(cls, given: argparse.Namespace, config: Mapping, derive: Optional[Ca
     precision its devices train in."""
     values = merge(cls, given, config)
     values.update(derive(SimpleNamespace(**values)) if derive else {})
+    check_types(cls, values, getattr(config, "source", None))
     view = SimpleNamespace(**values)
     check_run(view)
     values["precision_used"] = scale.resolve_precision(view.precision, view.ngpus, view.launcher, view.dry_run)
@@ -138,6 +144,42 @@ def compose(cls, given: argparse.Namespace, config: Mapping, derive: Optional[Ca
 
 
 AUTO = "auto"
+
+
+OPTION_OF = {"alpha": "--gnmt-alpha", "time_limit": "--time"}  # settings whose option is not --NAME
+
+
+def _named(name: str, defaulted, source) -> str:
+    """How a message names a setting: the YAML key and its file, or the command-line option."""
+    if name in defaulted:
+        return f"{source or 'the recipe settings'}: {name}"
+    return OPTION_OF.get(name, f"--{name.replace('_', '-')}")
+
+
+def check_types(cls, values: dict, source=None):
+    """Every number a whole number or a finite one, every text a text, as ``cls`` declares them,
+    whether the command line or the YAML (``source``, its file) gave it: one UsageError naming the
+    option or the key and the file. NaN and infinity pass no range check (``nan <= 0`` is false),
+    so they are refused here, once, for every recipe."""
+    hints = typing.get_type_hints(cls)
+    defaulted = values.get("defaulted", ())
+    for name, value in values.items():
+        want = hints.get(name)
+        if value is None or want is None or (name == "max_tokens_per_gpu" and value == AUTO):
+            continue
+        args = [a for a in typing.get_args(want) if a is not type(None)]
+        if typing.get_origin(want) is typing.Union and len(args) == 1:
+            want = args[0]
+        where = _named(name, defaulted, source)
+        if want is bool and not isinstance(value, bool):
+            raise UsageError(f"{where}: {value!r} is not true or false")
+        if want is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise UsageError(f"{where}: {value!r} is not a whole number")
+        if want is float and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not math.isfinite(value)):
+            raise UsageError(f"{where}: {value!r} is not a finite number")
+        if want is str and not isinstance(value, str):
+            raise UsageError(f"{where}: {value!r} is not a text")
 
 
 def tokens_or_auto(text: str):
@@ -230,5 +272,38 @@ def check_run(s):
     scale.check(s)
     if s.canary_minutes <= 0:
         raise UsageError("--canary-minutes must be > 0")
+    if s.canary_min_tokens_per_second is not None and s.canary_min_tokens_per_second < 0:
+        raise UsageError("--canary-min-tokens-per-second must be >= 0")
+    if getattr(s, "alpha", None) is not None and s.alpha < 0:
+        raise UsageError("--gnmt-alpha must be >= 0 (0: no length penalty)")
+    if getattr(s, "lenpen", None) is not None and s.lenpen < 0:
+        raise UsageError("--lenpen must be >= 0 (fairseq's exponent of the length; 1: none)")
+    if getattr(s, "bpe_learn_pairs", None) is not None and s.bpe_learn_pairs < 0:
+        raise UsageError("--bpe-learn-pairs must be >= 0 (0: learn on every pair)")
+    if getattr(s, "clean", False) and s.max_tokens_per_gpu not in (None, AUTO) \
+            and s.max_tokens_per_gpu <= CLEAN_MAX_TOKENS:
+        raise UsageError(f"--max-tokens-per-gpu {s.max_tokens_per_gpu}: the data keeps sentences of up to "
+                         f"{CLEAN_MAX_TOKENS} tokens, and fairseq-train needs a batch to hold one (and its end of "
+                         f"sentence): give more than {CLEAN_MAX_TOKENS}")
     if s.canary_min_utilization is not None and not 0 < s.canary_min_utilization <= 1:
         raise UsageError("--canary-min-utilization must be in (0, 1]")
+    if s.master_port is not None and not 1 <= s.master_port <= 65535:
+        raise UsageError("--master-port must be in 1..65535")
+    if s.seed < 0:
+        raise UsageError("--seed must be >= 0")
+    check_size(getattr(s, "size", None))
+
+
+def check_size(size):
+    """A model size that fairseq can build (before the data stages, not after them)."""
+    if size is None:
+        return
+    for name in ("layers", "d_model", "d_ff", "h"):
+        if getattr(size, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
+    if size.d_model % size.h:
+        raise UsageError(f"--h {size.h} does not divide --d-model {size.d_model}: the heads split d_model "
+                         "(d_k = d_v = d_model / h, Sec. 3.2.2)")
+    if size.p_drop is not None and not (math.isfinite(size.p_drop) and 0 <= size.p_drop < 1):
+        raise UsageError(f"--p-drop {size.p_drop}: a dropout rate is in [0, 1)")
+

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Dict
 
-from ..cli import UserError, add_force_option, check_output, log, write_json_atomic
+from ..cli import ArgumentParser, UserError, add_force_option, check_output, log, write_json_atomic
 from ..pipeline.lock import workdir_lock
 from ..results import provenance
 from ..checkout import REPO
@@ -96,7 +96,7 @@ class SweepSettings:
 
 
 def build(argv=None) -> SweepSettings:
-    p = argparse.ArgumentParser(description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", action="append", default=[], metavar="NAME=FLAGS",
                    help="a configuration: recipe options on top of --bundled (repeatable; default: the table)")
     p.add_argument("--root", type=Path, default=REPO / "runs" / "bundled_sweep")

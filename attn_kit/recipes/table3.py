@@ -14,7 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
-from ..cli import UsageError, UserError, atomic_output, log, main_guard, write_json_atomic, write_text_atomic
+from ..cli import ArgumentParser, UsageError, UserError, atomic_output, log, main_guard, write_json_atomic, write_text_atomic
 from ..paper import BASE, EN_DE_VOCAB, TABLE3, Table3Row
 from ..results import provenance
 from ..pipeline import slurm
@@ -130,7 +130,7 @@ class Table3Settings(settings.TrainSettings):
 
 def parser() -> argparse.ArgumentParser:
     P = config.settings("table3", "paper")
-    p = argparse.ArgumentParser(prog="recipes/table3.sh", usage=scale.USAGE, description=DESCRIPTION,
+    p = ArgumentParser(prog="recipes/table3.sh", usage=scale.USAGE, description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--bundled", action="store_true", help="every row on a small base (recipes/configs/table3.yaml) "

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
 from ..checkout import REPO
-from ..cli import UsageError, log, main_guard, write_json_atomic
+from ..cli import ArgumentParser, UsageError, log, main_guard, write_json_atomic
 from ..paper import TABLE2_BLEU
 from ..pipeline import verify
 from ..pipeline.progress import Progress, watch_output
@@ -103,7 +103,7 @@ def parser() -> argparse.ArgumentParser:
     cfg = config.load("wmt14")
     B, S, P = (config.settings("wmt14", "paper", m) for m in ("bundled", "smoke", None))
     small = {"--bundled": B, "--smoke": S} if pair == "en-de" else {"--smoke": S}  # --bundled is EN-DE only
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=f"recipes/wmt14_{pair.replace('-', '_')}.sh", usage=scale.USAGE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="\n".join(line for line in DESCRIPTION.splitlines()  # --bundled is EN-DE only

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..checkout import REPO
-from ..cli import UsageError, UserError, log, main_guard, write_json_atomic
+from ..cli import ArgumentParser, UsageError, UserError, log, main_guard, write_json_atomic
 from ..metrics.trees import REPAIRS, delinearize
 from ..paper import TABLE4_F1
 from ..pipeline.lock import workdir_lock
@@ -160,7 +160,7 @@ def parser() -> argparse.ArgumentParser:
     W, S = config.settings("wsj", "wsj"), config.settings("wsj", "wsj", "smoke")
     grids = (f"Default --tune grid (tune_grid in recipes/configs/wsj.yaml):\n    {grid_spec(W['tune_grid'])}\n"
              f"    --smoke: {grid_spec(S['tune_grid'])}\n")
-    p = argparse.ArgumentParser(prog="recipes/wsj_parsing.sh", usage=scale.USAGE,
+    p = ArgumentParser(prog="recipes/wsj_parsing.sh", usage=scale.USAGE,
                                 description=DESCRIPTION + "\n" + grids,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true",
@@ -259,6 +259,8 @@ def check(s: WsjSettings):
                         "folder: https://nlp.cs.nyu.edu/evalb/)")
     if s.vocab < 1:
         raise UsageError("--vocab must be >= 1")
+    if s.max_len_b < 0:
+        raise UsageError("--max-len-b must be >= 0 (the longest output is the input's length + this)")
     for option, value in (("--p-drop", s.p_drop), ("--attention-dropout", s.attention_dropout)):
         if value is not None and not 0 <= value < 1:
             raise UsageError(f"{option} must be in [0, 1)")

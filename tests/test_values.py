@@ -1,0 +1,100 @@
+"""Every number checked once, where settings are built (issue 36, item 3): NaN, infinity, a negative
+and a wrong-typed value for every numeric option of every recipe, a wrong type in a YAML config, and
+scripts/training_cost.py's own options, each one error line before any work. NaN passed every range
+check before (``nan <= 0`` is false): --canary-minutes nan trained the whole run as its canary."""
+import argparse
+import importlib
+
+import pytest
+from conftest import assert_one_error_line, run_main
+
+from attn_kit.recipes import config, settings
+
+RECIPES = {
+    "wmt14": ["--smoke"],
+    "parallel": ["--src", "en", "--tgt", "de", "--train", "t", "--valid", "v", "--test", "s", "--ngpus", "0"],
+    "wsj": ["--smoke"],
+    "table3": ["--smoke", "--rows", "base"],
+}
+NUMERIC = (int, float, settings.tokens_or_auto)
+
+
+def numeric_options(recipe):
+    parser = importlib.import_module(f"attn_kit.recipes.{recipe}").parser()
+    return sorted({a.option_strings[0]: a.type for a in parser._actions
+                   if a.option_strings and a.type in NUMERIC}.items())
+
+
+CASES = [(recipe, option, value) for recipe in RECIPES for option, kind in numeric_options(recipe)
+         for value in (("nan", "inf", "-1") if kind is float else ("-1", "2.5"))]
+
+
+@pytest.mark.parametrize("recipe,option,value", CASES, ids=[f"{r}{o}={v}" for r, o, v in CASES])
+def test_a_bad_number_is_one_line_before_any_work(recipe, option, value, tmp_path):
+    module = importlib.import_module(f"attn_kit.recipes.{recipe}")
+    work = tmp_path / "w"
+    proc = run_main(module.main, *RECIPES[recipe], option, value, "--workdir", work, "--dry-run")
+    assert proc.returncode in (1, 2), (option, value, proc.stdout[-500:])
+    assert_one_error_line(proc)
+    assert not work.exists()
+
+
+def test_nan_canary_minutes_no_longer_trains_the_whole_run(tmp_path):
+    from attn_kit.recipes import wmt14
+
+    proc = run_main(wmt14.main, "--smoke", "--canary", "--canary-minutes", "nan", "--workdir", tmp_path / "w")
+    assert_one_error_line(proc, "--canary-minutes: nan is not a finite number")
+
+
+def test_what_fails_after_the_data_stages_is_refused_before_them(tmp_path):
+    """A dropout out of [0, 1), heads that do not divide d_model, a batch smaller than the longest
+    sentence the cleaned data keeps, no BPE merges, no workers: one line, nothing prepared."""
+    from attn_kit.recipes import wmt14
+
+    for argv, fragment in [(["--p-drop", "1.5"], "a dropout rate is in [0, 1)"),
+                           (["--h", "3", "--d-model", "64"], "--h 3 does not divide --d-model 64"),
+                           (["--max-tokens-per-gpu", "5"], "give more than 250"),
+                           (["--bpe-merges", "0"], "--bpe-merges must be >= 1"),
+                           (["--workers", "0"], "--workers must be >= 1")]:
+        proc = run_main(wmt14.main, "--smoke", *argv, "--workdir", tmp_path / "w")
+        assert_one_error_line(proc, fragment)
+        assert not (tmp_path / "w").exists()
+
+
+def test_a_wrong_type_in_a_yaml_config_names_the_key_and_the_file(tmp_path, monkeypatch):
+    from attn_kit.recipes import wmt14
+
+    real = config.load("wmt14")
+    changed = {**real, "smoke": {**real["smoke"], "beam": "four"}}
+    monkeypatch.setattr(config, "load", lambda recipe: changed if recipe == "wmt14" else real)
+    proc = run_main(wmt14.main, "--smoke", "--workdir", tmp_path / "w", "--dry-run")
+    assert_one_error_line(proc, "recipes/configs/wmt14.yaml: beam: 'four' is not a whole number")
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["--ngpus", "-8"], "--ngpus must be >= 1"),
+    (["--utilization", "7", "--gpu", "H100"], "a share of the peak, in (0, 1]"),
+    (["--utilization", "0", "--gpu", "H100"], "a share of the peak, in (0, 1]"),
+    (["--utilization", "nan", "--gpu", "H100"], "a share of the peak"),
+    (["--mean-length", "inf"], "give a finite number > 0"),
+    (["--max-updates", "100"], "unrecognized arguments: --max-updates 100"),
+    (["--arch", "nonexistent"], "fairseq-train does not accept --arch nonexistent"),
+])
+def test_training_costs_options_are_checked(argv, fragment, capsys):
+    """A typo is an error (no parse_known_args), every number is in range and finite, and an unknown
+    arch is one line, not fairseq's whole usage."""
+    from attn_kit import training_cost
+
+    proc = run_main(training_cost.main, *argv)
+    assert_one_error_line(proc, fragment)
+    assert proc.stdout == ""  # nothing printed before the error
+
+
+def test_the_kits_parsers_make_argparse_errors_one_line():
+    from attn_kit.cli import ArgumentParser, UsageError
+
+    p = ArgumentParser(prog="x")
+    p.add_argument("--n", type=int)
+    with pytest.raises(UsageError, match=r"argument --n: invalid int value: 'four' \(x --help for the options\)"):
+        p.parse_args(["--n", "four"])
+    assert isinstance(p, argparse.ArgumentParser)
