@@ -178,6 +178,12 @@ CASES = [
          "setting a changed stage's outputs aside refuses in one line to delete or move through it; nothing outside "
          "changes and the damaged output stays where it was",
          "tests/test_boundary.py::test_setting_outputs_aside_never_deletes_through_a_link_made_during_the_run"),
+    Case("a tokenization worker killed from outside (SIGKILL, what the out-of-memory killer sends), or all of "
+         "them",
+         "one line naming the file and the signal at once (the recipe waited forever in multiprocessing's "
+         "`imap`, and with every worker killed ignored SIGTERM too); the other workers stopped; the rerun makes "
+         "the whole output",
+         "tests/test_pipeline.py::test_a_tokenization_worker_killed_from_outside_is_one_line_not_a_hang"),
     # -- every number checked once (issue 36)
     Case("NaN, infinity, a negative or a wrong-typed value for any numeric option of any recipe "
          "(`--canary-minutes nan` trained the whole run as its canary; `--train-minutes nan` dropped the budget)",

@@ -330,3 +330,46 @@ def test_a_stage_command_leaves_no_multiprocessing_folder_in_tmp(tmp_path, monke
         assert [p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_")] == []
     finally:
         shutil.rmtree(tmp)
+
+
+def _kill_self_at(lang, line):
+    """A tokenizer that dies the way the out-of-memory killer ends a worker, at the line 'boom'."""
+    import signal
+
+    if line.strip() == "boom":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return line.strip().upper()
+
+
+@pytest.mark.parametrize("booms", [1, 2])  # one worker killed, and both
+def test_a_tokenization_worker_killed_from_outside_is_one_line_not_a_hang(tmp_path, monkeypatch, booms):
+    """Issue 36: SIGKILL of a worker left the recipe waiting forever in multiprocessing.Pool.imap (and,
+    with both killed, deaf to SIGTERM). Now it is one UserError naming the file and the signal, the
+    other workers are stopped, and a rerun (without the fault) makes the whole output."""
+    import threading
+
+    from attn_kit.pipeline import text
+
+    monkeypatch.setattr(text, "CHUNK", 10)
+    lines = [f"line {i}" for i in range(200)]
+    for k in range(booms):
+        lines[50 + 60 * k] = "boom"
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(text, "_moses_line", _kill_self_at)
+    caught = []
+
+    def tokenize():
+        try:
+            text.moses_tokenize(tmp_path / "in.txt", tmp_path / "out.txt", "en", workers=2)
+        except UserError as exc:
+            caught.append(str(exc))
+
+    worker = threading.Thread(target=tokenize, daemon=True)
+    worker.start()
+    worker.join(timeout=60)  # a hang fails here instead of hanging the suite
+    assert not worker.is_alive(), "the tokenization hung after its worker was killed"
+    assert len(caught) == 1 and caught[0].startswith("tokenizing in.txt: a worker process was killed by SIGKILL")
+    assert "run the same command again to resume" in caught[0]
+    (tmp_path / "in.txt").write_text("\n".join(line.replace("boom", "fine") for line in lines) + "\n")
+    text.moses_tokenize(tmp_path / "in.txt", tmp_path / "out.txt", "en", workers=2)
+    assert (tmp_path / "out.txt").read_text().splitlines() == [line.replace("boom", "fine").upper() for line in lines]

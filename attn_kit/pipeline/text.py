@@ -57,20 +57,69 @@ def moses_tokenize(inp: Path, out: Path, lang: str, workers: int, progress=None)
     fn = partial(_moses_line, lang)
     fin = iter_lines(inp)
     with open(out, "w", encoding="utf-8") as fout:
-        if workers > 1:
-            pool = multiprocessing.get_context("fork").Pool(workers, initializer=_pool_worker)
-            try:
-                _write_counted(fout, pool.imap(fn, fin, chunksize=2000), progress)
-                pool.close()  # the workers exit on the end-of-work sentinel: no signal is needed
-            except BaseException:
-                pool.terminate()  # Ctrl-C, SIGTERM or an error: stop the workers (SIGTERM, default action)
-                raise
-            finally:
-                pool.join()
-        else:
-            _write_counted(fout, map(fn, fin), progress)
+        lines = ordered_map(fn, fin, workers, f"tokenizing {Path(inp).name}") if workers > 1 else map(fn, fin)
+        _write_counted(fout, lines, progress)
     if progress:
         progress.finish()
+
+
+CHUNK = 2000  # lines a worker takes at a time
+
+
+def _apply(fn, chunk):
+    return [fn(line) for line in chunk]
+
+
+def ordered_map(fn, items: Iterable, workers: int, what: str, chunk: int = CHUNK) -> Iterator:
+    """``fn`` over ``items`` in ``workers`` forked processes, streamed in order with at most
+    2 x ``workers`` chunks in flight (a WMT corpus is never held in memory). A worker killed from
+    outside (the kernel's out-of-memory killer sends SIGKILL) is one UserError naming ``what`` and
+    the signal at once, not a wait forever (multiprocessing.Pool's ``imap`` never learns of it); on
+    any error or signal the workers are stopped before it propagates."""
+    import concurrent.futures as cf
+    import itertools
+    from collections import deque
+
+    pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                                  initializer=_pool_worker)
+    processes = {}
+    pending = deque()
+    source = iter(items)
+    try:
+        while True:
+            while len(pending) < 2 * workers:
+                block = list(itertools.islice(source, chunk))
+                if not block:
+                    break
+                pending.append(pool.submit(_apply, fn, block))
+                processes.update(pool._processes or {})  # to tell later how one ended
+            if not pending:
+                break
+            try:
+                yield from pending.popleft().result()
+            except cf.process.BrokenProcessPool:
+                raise UserError(f"{what}: {_killed(processes)}; finished stages are kept, run the same command "
+                                "again to resume") from None
+        pool.shutdown(wait=True)  # the workers exit on the end-of-work sentinel: no signal is needed
+    except BaseException:
+        for process in processes.values():  # Ctrl-C, SIGTERM or an error: stop the workers (SIGTERM)
+            if process.exitcode is None:
+                process.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+
+
+def _killed(processes: dict) -> str:
+    """How the pool's workers ended, in words: "a worker process was killed by SIGKILL (...)"."""
+    for process in processes.values():
+        process.join(timeout=5)
+    codes = [p.exitcode for p in processes.values() if p.exitcode not in (None, 0)]
+    if codes and codes[0] < 0:
+        name = signal.Signals(-codes[0]).name
+        why = " (the kernel's out-of-memory killer sends it: is the machine short of memory?)" \
+            if name == "SIGKILL" else ""
+        return f"a worker process was killed by {name}{why}"
+    return f"a worker process ended abruptly{f' (exit {codes[0]})' if codes else ''}"
 
 
 def _pool_worker():
