@@ -184,6 +184,11 @@ CASES = [
          "`imap`, and with every worker killed ignored SIGTERM too); the other workers stopped; the rerun makes "
          "the whole output",
          "tests/test_pipeline.py::test_a_tokenization_worker_killed_from_outside_is_one_line_not_a_hang"),
+    Case("`recipes/parallel.sh` given a `--data-workdir` that another recipe (`wmt14_en_de.sh --smoke`) or corpus "
+         "prepared",
+         "one line naming the folder and both runs' data stages, before anything runs or is written there; it found "
+         "every stage done and would have trained and scored on the other text, exit 0",
+         "tests/test_data_workdir.py::test_another_recipes_data_folder_is_refused_in_one_line"),
     # -- every number checked once (issue 36)
     Case("NaN, infinity, a negative or a wrong-typed value for any numeric option of any recipe "
          "(`--canary-minutes nan` trained the whole run as its canary; `--train-minutes nan` dropped the budget)",

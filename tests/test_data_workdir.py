@@ -262,3 +262,27 @@ def test_two_smoke_runs_share_one_data_folder_and_a_copied_run_translates(tmp_pa
     assert_one_error_line(gone, str(copy / "a" / "inference.json"), "'data_workdir'", str(copy / "data"),
                           "does not exist")
     assert str(tmp_path / "runs") not in gone.stderr
+
+
+def test_another_recipes_data_folder_is_refused_in_one_line(tmp_path, smoke_run):
+    """Issue 36: recipes/parallel.sh given a folder that wmt14_en_de.sh --smoke prepared found every
+    data stage done (its copy stage skipped the raw files there) and would have trained and scored on
+    the WMT text, exit 0. Now one line names the folder and both recipes' stages, before anything
+    runs or is written there; the dry run says the same."""
+    from conftest import assert_one_error_line, run_main
+
+    from attn_kit.recipes import parallel
+
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    for split in ("train", "valid", "test"):
+        (corpus / f"{split}.en").write_text("a b\nc d\n")
+        (corpus / f"{split}.de").write_text("x y\nz w\n")
+    before = sorted((p.relative_to(smoke_run), p.stat().st_mtime_ns) for p in smoke_run.rglob("*"))
+    for dry in ([], ["--dry-run"]):
+        proc = run_main(parallel.main, "--src", "en", "--tgt", "de", *(x for s in ("train", "valid", "test")
+                                                                       for x in (f"--{s}", corpus / s)),
+                        "--data-workdir", smoke_run, "--workdir", tmp_path / "w", "--ngpus", "0", *dry)
+        assert_one_error_line(proc, f"--data-workdir {smoke_run} holds data another recipe or corpus prepared",
+                              "download, extract", "check, copy")
+    assert sorted((p.relative_to(smoke_run), p.stat().st_mtime_ns) for p in smoke_run.rglob("*")) == before

@@ -345,8 +345,23 @@ class Pipeline:
         self._save_fingerprints()
 
     # ------------------------------------------------------------------ running
+    def check_shared_homes(self):
+        """A shared folder (a stage's :attr:`Stage.home`, ``--data-workdir``) holds only what this
+        pipeline's stages there make: stamps of other stages mean another recipe or corpus prepared
+        it (recipes/parallel.sh on a folder of wmt14_en_de.sh --smoke found every stage done and would
+        train on the WMT text): one UserError naming both."""
+        for home in self._homes()[1:]:
+            mine = {s.name for s in self.stages if s.home is not None and Path(s.home) == home}
+            stamps = {p.name[:-len(".done")] for p in (home / ".stages").glob("*.done")}
+            if stamps - mine:
+                option = next(s.home_option for s in self.stages if s.home is not None and Path(s.home) == home)
+                raise UserError(f"{option} {home} holds data another recipe or corpus prepared (its stages: "
+                                f"{', '.join(sorted(stamps))}; this run's there: {', '.join(sorted(mine))}): give "
+                                f"this run a {option} of its own")
+
     def run(self) -> dict:
         """Run the selected stages; return {stage name: seconds} of those that ran now."""
+        self.check_shared_homes()
         ctx = Context(self.workdir, self.dry_run)
         n = len(self.stages)
         with ExitStack() as held:
