@@ -350,10 +350,11 @@ class Pipeline:
         pipeline's stages there make: stamps of other stages mean another recipe or corpus prepared
         it (recipes/parallel.sh on a folder of wmt14_en_de.sh --smoke found every stage done and would
         train on the WMT text): one UserError naming both."""
+        names = {s.name for s in self.stages}  # a folder that was a whole run's work directory has its later stages
         for home in self._homes()[1:]:
             mine = {s.name for s in self.stages if s.home is not None and Path(s.home) == home}
             stamps = {p.name[:-len(".done")] for p in (home / ".stages").glob("*.done")}
-            if stamps - mine:
+            if stamps - names:
                 option = next(s.home_option for s in self.stages if s.home is not None and Path(s.home) == home)
                 raise UserError(f"{option} {home} holds data another recipe or corpus prepared (its stages: "
                                 f"{', '.join(sorted(stamps))}; this run's there: {', '.join(sorted(mine))}): give "
