@@ -189,6 +189,12 @@ CASES = [
          "one line naming the folder and both runs' data stages, before anything runs or is written there; it found "
          "every stage done and would have trained and scored on the other text, exit 0",
          "tests/test_data_workdir.py::test_another_recipes_data_folder_is_refused_in_one_line"),
+    Case("a line break in a value a Slurm script holds (`--partition`, `--account`, `--time`, the work "
+         "directory's path, an option after `--`)",
+         "one line before either script is written (it became a shell line of the script, and sbatch stopped "
+         "reading its #SBATCH directives there, losing --requeue, --signal and --output); spaces, quotes and "
+         "shell syntax are written quoted",
+         "tests/test_slurm.py::test_a_value_that_would_add_a_line_to_a_script_is_refused_in_one_line"),
     # -- every number checked once (issue 36)
     Case("NaN, infinity, a negative or a wrong-typed value for any numeric option of any recipe "
          "(`--canary-minutes nan` trained the whole run as its canary; `--train-minutes nan` dropped the budget)",

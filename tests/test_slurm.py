@@ -462,3 +462,47 @@ def test_a_queued_job_of_either_record_blocks_a_new_submission(tmp_path, monkeyp
     (tmp_path / slurm.RECORD).write_text(json.dumps({"job_id": "7"}))  # written before the data job had its own
     with pytest.raises(slurm.UserError, match=r"^Slurm job 7 of this workdir is still RUNNING"):
         slurm.check_no_job(tmp_path)
+
+
+HOSTILE = "x\nrm -rf ~"  # a value that would be a shell line of its own
+
+
+@pytest.mark.parametrize("argv", [
+    ["--partition", HOSTILE], ["--prep-partition", HOSTILE], ["--account", HOSTILE], ["--time", HOSTILE],
+    ["--workdir-suffix", HOSTILE], ["--", "--tensorboard-logdir", HOSTILE]])
+def test_a_value_that_would_add_a_line_to_a_script_is_refused_in_one_line(tmp_path, argv):
+    """Issue 36: a newline in --partition (or in the work directory's path) became a shell line of
+    prepare.sbatch / train.sbatch, and sbatch stopped reading #SBATCH directives there, losing
+    --requeue, --signal and --output. Now every value the scripts hold is checked before either is
+    written: one line, nothing written."""
+    from attn_kit.recipes import wmt14
+
+    work = tmp_path / "w"
+    if argv[0] == "--workdir-suffix":
+        work, argv = tmp_path / f"w{HOSTILE}", []
+    proc = run_main(wmt14.main, "--ngpus", "8", "--launcher", "slurm", "--workdir", work, *argv)
+    assert_one_error_line(proc, "a Slurm script cannot hold a control character")
+    assert not any(p.suffix == ".sbatch" for p in tmp_path.rglob("*"))
+
+
+def test_every_script_holds_hostile_but_legal_values_only_quoted(tmp_path):
+    """Spaces, quotes, $(...), backticks and ; in every value the scripts hold: each line of both
+    scripts is the template's, bash parses them, and a value appears only shell-quoted (or
+    double-quoted in an #SBATCH directive)."""
+    odd = "a b;$(touch pwned)`x`'q'"
+    work = tmp_path / f"work {odd}"
+    text = slurm.sbatch_script(["python", "-m", "attn_kit.recipes.wmt14", "--workdir", work, "--", odd], work,
+                               partition="gpu part", account="acct 1", time_limit="1-00:00:00", mem="64G",
+                               signal_seconds=300, env={"ATTN_X": odd}, cwd=work)
+    lines = text.splitlines()
+    assert len(lines) == len(slurm.sbatch_script(["python"], tmp_path / "plain", partition="gpu", account="a",
+                                                 time_limit="1", mem="64G", signal_seconds=300, env={"ATTN_X": "y"},
+                                                 cwd=tmp_path).splitlines())
+    assert '#SBATCH --partition="gpu part"' in lines and '#SBATCH --account="acct 1"' in lines
+    for line in lines:
+        if odd in line:
+            assert shlex.quote(odd) in line or shlex.quote(str(work)) in line or line.startswith("#SBATCH"), line
+    script = tmp_path / "s.sbatch"
+    script.write_text(text)
+    assert subprocess.run(["bash", "-n", script]).returncode == 0
+    assert not (tmp_path / "pwned").exists()

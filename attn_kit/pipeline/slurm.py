@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from ..cli import UserError, log, write_json_atomic, write_text_atomic
+from ..cli import UsageError, UserError, log, write_json_atomic, write_text_atomic
 
 PREP_SCRIPT = "prepare.sbatch"  # the data job's
 SCRIPT = "train.sbatch"  # the training job's
@@ -20,6 +20,27 @@ RECORD = "slurm_job.json"
 
 def _quote(args: Sequence) -> str:
     return " ".join(shlex.quote(str(a)) for a in args)
+
+
+def _plain(what: str, value) -> str:
+    """``value`` as text for a generated script: one UsageError naming ``what`` if it holds a line break
+    or another control character, which would start a line of its own in the script (a shell line
+    the user's value wrote, run by the script's header; and sbatch stops reading #SBATCH directives
+    there, dropping --requeue, --signal and --output silently)."""
+    text = str(value)
+    bad = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        raise UsageError(f"{what} {text!r}: a Slurm script cannot hold a control character ({bad!r}); "
+                         "give it without one")
+    return text
+
+
+def _directive(option: str, value) -> str:
+    """An #SBATCH value: a plain word, or double-quoted when it holds spaces; a quote in it is refused."""
+    text = _plain(option, value)
+    if '"' in text:
+        raise UsageError(f"{option} {text!r}: a Slurm directive cannot hold a double quote")
+    return f'"{text}"' if any(c.isspace() for c in text) else text
 
 
 def sbatch_script(job_command: List[str], workdir: Path, script: str = SCRIPT, nnodes: int = 1,
@@ -47,8 +68,12 @@ def sbatch_script(job_command: List[str], workdir: Path, script: str = SCRIPT, n
     checkpoint is lost, as at a crash. While a job in ``WORKDIR/slurm_job.json`` is queued or
     running, the recipe submits no more.
     """
-    directives = [("job-name", f"attn-{workdir.name}-{Path(script).stem}"), ("nodes", nnodes),
-                  ("ntasks-per-node", tasks_per_node)]
+    for what, value in (("--workdir", workdir), ("the working directory", cwd or Path.cwd()),
+                        *((f"the environment variable {k}", f"{k}={v}") for k, v in (env or {}).items()),
+                        *(("an argument of the job's command", a) for a in job_command)):
+        _plain(what, value)  # every value the script holds, before any is written
+    job_name = re.sub(r"[^A-Za-z0-9._-]", "_", f"attn-{workdir.name}-{Path(script).stem}")
+    directives = [("job-name", job_name), ("nodes", nnodes), ("ntasks-per-node", tasks_per_node)]
     for key, value in (("gpus-per-node", gpus_per_node), ("cpus-per-task", cpus_per_task), ("mem", mem),
                        ("partition", partition), ("time", time_limit), ("account", account)):
         if value:  # mem is a string: "0" (all of a node's memory) is written
@@ -61,7 +86,8 @@ def sbatch_script(job_command: List[str], workdir: Path, script: str = SCRIPT, n
              "# Written by the attn_plugin recipe (--launcher slurm): it runs the recipe's stages named by",
              "# --stage/--stop-stage below on the job's first node (a training stage starts one",
              "# fairseq-train task per device with srun). Submit it with: sbatch " + shlex.quote(str(workdir / script)),
-             *(f"#SBATCH --{key}" + ("" if value is None else f"={value}") for key, value in directives),
+             *(f"#SBATCH --{key}" + ("" if value is None else f"={_directive('--' + key, value)}")
+               for key, value in directives),
              "set -euo pipefail",
              f"cd {shlex.quote(str(cwd or Path.cwd()))}"]
     lines += [f"export {k}={shlex.quote(str(v))}" for k, v in (env or {}).items()]
