@@ -195,6 +195,14 @@ CASES = [
          "reading its #SBATCH directives there, losing --requeue, --signal and --output); spaces, quotes and "
          "shell syntax are written quoted",
          "tests/test_slurm.py::test_a_value_that_would_add_a_line_to_a_script_is_refused_in_one_line"),
+    Case("a text input with a line of more than 1 MiB, or none at all (`score_bleu.py --ref /dev/zero`)",
+         "one line naming the file and the line, reading at most about 1 MiB (it grew to 23 GB before the kernel "
+         "killed it)",
+         "tests/test_text_policy.py::test_a_line_without_end_is_refused_in_bounded_memory"),
+    Case("`evalb.py` on files of different line counts, on empty files, with `-c -5`",
+         "EVALB's own report and messages, then one error line and exit 1 (it exited 0 with an F1 of the lines "
+         "both files have); empty files and negative options: one line",
+         "tests/test_evalb.py::test_line_count_mismatches_are_reported_and_an_error"),
     # -- every number checked once (issue 36)
     Case("NaN, infinity, a negative or a wrong-typed value for any numeric option of any recipe "
          "(`--canary-minutes nan` trained the whole run as its canary; `--train-minutes nan` dropped the budget)",

@@ -13,6 +13,9 @@ from .cli import UsageError, UserError
 ERRORS = ("strict", "replace")
 BOM = b"\xef\xbb\xbf"
 _LINE_END = re.compile(r"\r\n|\r|\n")
+# The longest line any command reads: a sentence, a tree or a translation is far shorter (WMT's longest
+# training lines are some KB); a longer one is a file that is not one sentence per line.
+MAX_LINE_BYTES = 1 << 20
 
 
 def add_errors_option(parser):
@@ -47,9 +50,29 @@ def read_lines(source, name: str = None, errors: str = "strict") -> List[str]:
     return list(iter_lines(source, name, errors))
 
 
+def _raw_lines(stream: BinaryIO, name: str) -> Iterator[bytes]:
+    """The stream's byte lines, read with at most about :data:`MAX_LINE_BYTES` in memory: a line longer
+    than that (a file with no line breaks, /dev/zero) is one UserError, not all of memory. A chunk
+    without ``\n`` is cut after its last ``\r`` (a lone CR ends a line too)."""
+    count, carry = 0, b""
+    while True:
+        raw = carry + stream.readline(MAX_LINE_BYTES + 1 - len(carry))
+        carry = b""
+        if not raw:
+            return
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            cut = raw.rfind(b"\r", 0, len(raw) - 1) + 1
+            if cut == 0:
+                raise UserError(f"{name}: line {count + 1} is longer than {MAX_LINE_BYTES // 2 ** 20} MiB (a file "
+                                "without line breaks, or not a text file?): the commands read one sentence per line")
+            raw, carry = raw[:cut], raw[cut:]
+        count += raw.count(b"\n") + len(re.findall(rb"\r(?!\n)", raw))
+        yield raw
+
+
 def _lines(stream: BinaryIO, name: str, errors: str) -> Iterator[str]:
     number = 0
-    for i, raw in enumerate(stream):
+    for i, raw in enumerate(_raw_lines(stream, name)):
         if i == 0 and raw.startswith(BOM):
             raw = raw[len(BOM):]
         try:

@@ -309,13 +309,16 @@ def test_malformed_test_trees_are_error_sentences(test_line, message):
 ONE = "(TOP (S (NN a)))"
 
 
-def test_line_count_mismatches_are_reported(tmp_path):
+def test_line_count_mismatches_are_reported_and_an_error(tmp_path):
+    """EVALB's report and messages as the official program prints them, then one error line and exit 1
+    (issue 36: EVALB exits 0 and prints an F1 for the lines both files have)."""
     one = ONE + "\n"
     gold, test = tmp_path / "gold", tmp_path / "test"
     gold.write_text(one * 3)
     test.write_text(one * 2)
     proc = subprocess.run([*SCRIPT, gold, test], capture_output=True, text=True)
-    assert proc.returncode == 0 and "3 : Number of lines unmatch (too many lines in gold file)" in proc.stderr
+    assert proc.returncode == 1 and "3 : Number of lines unmatch (too many lines in gold file)" in proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("error: ") and "has 2 lines" in proc.stderr
     assert "Number of sentence        =      2" in proc.stdout
     test.write_text(one * 4)
     proc = subprocess.run([*SCRIPT, gold, test], capture_output=True, text=True)
@@ -439,13 +442,16 @@ def test_golden_output(name):
     stdout, stderr, status = _golden(name)
     ours = subprocess.run([*SCRIPT, *_args(name)], capture_output=True)
     assert ours.stdout == stdout
-    assert ours.returncode == status
-    if status == 0:
+    mismatch = len(GOLDEN[name].gold) != len(GOLDEN[name].test)
+    assert ours.returncode == (1 if mismatch else status)  # EVALB exits 0 on a line-count mismatch; this script 1
+    if ours.returncode == 0:
         assert ours.stderr == stderr
     else:  # EVALB's messages, then the line saying why this script stopped
         assert ours.stderr.startswith(stderr) and stderr.endswith(b"\n")
         extra = ours.stderr[len(stderr):].decode()
-        assert extra.startswith("error: gave up after ") and extra.count("\n") == 1, extra
+        why = "error: gave up after " if status else "error: "
+        assert extra.startswith(why) and extra.count("\n") == 1, extra
+        assert not mismatch or "the parser's output must have one line per gold tree" in extra
 
 
 def _official():
@@ -465,3 +471,16 @@ def test_official_evalb_prints_the_golden_bytes(tmp_path, name):
     assert (theirs.stdout, theirs.stderr, theirs.returncode) == _golden(name)
     via = subprocess.run([*SCRIPT, "--evalb", _official(), *_args(name)], capture_output=True)
     assert (via.stdout, via.stderr, via.returncode) == (theirs.stdout, theirs.stderr, theirs.returncode)
+
+
+@pytest.mark.parametrize("argv,fragment", [(["-c", "-5"], "-c must be >= 1"), (["-e", "-1"], "-e must be >= 0")])
+def test_bad_options_and_an_empty_gold_file_are_one_line(tmp_path, argv, fragment):
+    from conftest import assert_one_error_line
+
+    gold, test = tmp_path / "gold", tmp_path / "test"
+    gold.write_text(ONE + "\n")
+    test.write_text(ONE + "\n")
+    assert_one_error_line(subprocess.run([*SCRIPT, *argv, gold, test], capture_output=True, text=True), fragment)
+    gold.write_text("")
+    test.write_text("")
+    assert_one_error_line(subprocess.run([*SCRIPT, gold, test], capture_output=True, text=True), "no trees")

@@ -176,3 +176,29 @@ def test_the_line_named_counts_lines_that_a_lone_cr_ended():
     with pytest.raises(UserError, match=r"^f: line 3 is not UTF-8 \(byte 0xff at byte 2 of the line\)"):
         read_lines(io.BytesIO(b"a\rbb\rc\xffd\re"), "f")
     assert read_lines(io.BytesIO(BOM + b"a\rbb\r\nc\xffd\re"), "f", "replace") == ["a", "bb", "c\ufffdd", "e"]
+
+
+@pytest.mark.parametrize("command", ["score_bleu", "evalb", "translate"])
+def test_a_line_without_end_is_refused_in_bounded_memory(tmp_path, command):
+    """Issue 36: score_bleu.py --ref /dev/zero grew to 23 GB before the kernel killed it (a file with no
+    line break was read whole). Every command reads text through attn_kit.textio, which refuses a line
+    over 1 MiB, reading at most that much: /dev/zero is one line within the test's timeout."""
+    ok = tmp_path / "ok.txt"
+    ok.write_text("a sentence\n")
+    argv = {"score_bleu": [sys.executable, REPO / "scripts" / "score_bleu.py", "--hyp", ok, "--ref", "/dev/zero"],
+            "evalb": [sys.executable, REPO / "scripts" / "evalb.py", "/dev/zero", ok],
+            "translate": None}[command]
+    if argv is None:  # the tokenizer's reading of a corpus, as the recipes and translate.py read input
+        with pytest.raises(UserError, match="line 1 is longer than 1 MiB"):
+            read_lines("/dev/zero")
+        return
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert_one_error_line(proc, "/dev/zero: line 1 is longer than 1 MiB")
+
+
+def test_long_files_of_short_lines_and_lone_cr_endings_read_whole(tmp_path):
+    """The bound is per line: 3 MiB of short lines ended by a lone CR (no \\n at all) read as lines."""
+    path = tmp_path / "cr.txt"
+    path.write_bytes(b"ab\r" * (1 << 20))
+    lines = read_lines(path)
+    assert len(lines) == 1 << 20 and set(lines) == {"ab"}

@@ -14,9 +14,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
-from attn_kit.cli import UserError
+from attn_kit.cli import ArgumentParser, UsageError, UserError
 from attn_kit.textio import add_errors_option, read_lines
-from ..cli import ArgumentParser
 
 # The settings of EVALB's COLLINS.prm, as a parameter file this script (and EVALB) reads.
 COLLINS_PRM = """\
@@ -458,6 +457,13 @@ def main(argv=None) -> int:
                                                    "parameters instead")
     add_errors_option(p)
     args = p.parse_args(argv)
+    if args.max_error is not None and args.max_error < 0:
+        raise UsageError("-e must be >= 0")
+    if args.cutoff is not None and args.cutoff < 1:
+        raise UsageError("-c must be >= 1")
+    gold, test = _read_lines(args.gold, "gold", args.errors), _read_lines(args.test, "test", args.errors)
+    if not gold:
+        raise UserError(f"{args.gold}: no trees (an empty file scores nothing)")
     params_text = ("".join(line + "\n" for line in _read_lines(args.prm, "parameter", args.errors)) if args.prm
                    else COLLINS_PRM)
     params = parse_params(params_text, args.prm or "COLLINS.prm")
@@ -467,7 +473,6 @@ def main(argv=None) -> int:
         params.max_error = args.max_error
     if args.cutoff is not None:
         params.cutoff_len = args.cutoff
-    gold, test = _read_lines(args.gold, "gold", args.errors), _read_lines(args.test, "test", args.errors)
     out = open(sys.stdout.fileno(), "w", encoding="utf-8", newline="\n", closefd=False)
     err = open(sys.stderr.fileno(), "w", encoding="utf-8", newline="\n", closefd=False)
     try:
@@ -478,6 +483,9 @@ def main(argv=None) -> int:
             err.flush()
     except BrokenPipeError:
         return 1  # the reader went away (evalb.py ... | head): exit 1 without a message
+    if len(gold) != len(test):  # EVALB scores the lines both files have and exits 0: its report, then an error
+        raise UserError(f"{args.test} has {len(test)} lines, {args.gold} {len(gold)}: the report above scores the "
+                        "first only; the parser's output must have one line per gold tree, in the same order")
     return 0
 
 
