@@ -215,6 +215,14 @@ CASES = [
          "d_model, a batch smaller than the longest cleaned sentence, no BPE merges, no workers",
          "one line before the first stage, nothing prepared",
          "tests/test_values.py::test_what_fails_after_the_data_stages_is_refused_before_them"),
+    Case("an option after `--` that the recipe's own fairseq-train command sets (`-- --lr 5`, `--label-smoothing`, "
+         "`--optimizer`, `--dropout` where the recipe sets P_drop), or `--lenpen` beside the GNMT penalty",
+         "one line naming the recipe's option for it (fairseq took the last value silently; its --lr is not read "
+         "by eq. 3's schedule; --lenpen was ignored)",
+         "tests/test_values.py::test_what_would_be_ignored_or_overridden_silently_is_one_line"),
+    Case("`translate.py --gnmt-alpha nan`, `--max-len-b -100`, `--threads -2`",
+         "one line before any work (it printed 55 dots for \"A man.\", or a traceback)",
+         "tests/test_values.py::test_translate_checks_its_numbers_before_any_work"),
     Case("`scripts/training_cost.py` with a negative GPU count, a utilization of 0 or 7, a typo'd option, an "
          "unknown arch",
          "one line each (a typo is no longer swallowed as a model flag; an unknown arch is not fairseq's whole "

@@ -98,3 +98,36 @@ def test_the_kits_parsers_make_argparse_errors_one_line():
     with pytest.raises(UsageError, match=r"argument --n: invalid int value: 'four' \(x --help for the options\)"):
         p.parse_args(["--n", "four"])
     assert isinstance(p, argparse.ArgumentParser)
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["--", "--lr", "5"], "--lr after --: eq. 3 sets the learning rate"),
+    (["--", "--label-smoothing", "0.2"], "--label-smoothing after --"),
+    (["--", "--optimizer", "sgd"], "--optimizer after --"),
+    (["--lenpen", "1.2"], "--lenpen is fairseq's length penalty: it applies with --length-penalty fairseq"),
+])
+def test_what_would_be_ignored_or_overridden_silently_is_one_line(argv, fragment, tmp_path):
+    """Issue 36: `-- --lr 5 --dropout 0.9` overrode what the recipe sets (fairseq takes the last value; its
+    --lr is not even read by eq. 3's schedule), and --lenpen was ignored beside the GNMT penalty."""
+    from attn_kit.recipes import wmt14
+
+    mode = "--smoke" if "--lenpen" in argv else "--bundled"  # --bundled ranks by fairseq's --lenpen already
+    proc = run_main(wmt14.main, mode, "--workdir", tmp_path / "w", "--dry-run", *argv)
+    assert_one_error_line(proc, fragment)
+    ok = run_main(wmt14.main, "--bundled", "--workdir", tmp_path / "w", "--dry-run", "--", "--tensorboard-logdir", "tb")
+    assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["--gnmt-alpha", "nan"], "--gnmt-alpha nan: give a finite number >= 0"),
+    (["--lenpen", "-1"], "--lenpen -1.0: give a finite number >= 0"),
+    (["--max-len-b", "-100"], "--max-len-b must be >= 0"),
+    (["--threads", "-2"], "--threads must be >= 1"),
+])
+def test_translate_checks_its_numbers_before_any_work(argv, fragment, tmp_path):
+    """translate.py --gnmt-alpha nan printed 55 dots for "A man." (exit 0); --max-len-b -100 and
+    --threads -2 were tracebacks."""
+    from attn_kit.inference import translate
+
+    proc = run_main(translate.main, tmp_path / "no-run", *argv)
+    assert_one_error_line(proc, fragment)

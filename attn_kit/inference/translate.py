@@ -9,6 +9,7 @@ before any work (:mod:`attn_plugin.run_cards`), the input is read under the one 
 (:mod:`attn_kit.textio`), and ``--output`` is written whole or not at all.
 """
 import argparse
+import math
 import json
 import sys
 from pathlib import Path
@@ -60,6 +61,13 @@ def parse_args(argv=None):
         raise UsageError("--batch-size and --beam must be >= 1")
     if args.gnmt_alpha is not None and args.lenpen is not None:
         raise UsageError("give --gnmt-alpha or --lenpen, not both")
+    for option, value in (("--gnmt-alpha", args.gnmt_alpha), ("--lenpen", args.lenpen)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise UsageError(f"{option} {value}: give a finite number >= 0")
+    if args.max_len_b is not None and args.max_len_b < 0:
+        raise UsageError("--max-len-b must be >= 0 (the longest output is the input's length + this)")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError("--threads must be >= 1")
     if args.checkpoint and args.engine == "fairseq" and not args.checkpoint.is_file():
         raise UsageError(f"--checkpoint {args.checkpoint}: no such file")
     if args.output and not (args.print_interactive_command or args.check_test_set):  # before any work

@@ -291,7 +291,28 @@ def check_run(s):
         raise UsageError("--master-port must be in 1..65535")
     if s.seed < 0:
         raise UsageError("--seed must be >= 0")
+    if getattr(s, "lenpen", None) is not None and "lenpen" not in getattr(s, "defaulted", ()) \
+            and getattr(s, "length_penalty", None) == "gnmt":
+        raise UsageError("--lenpen is fairseq's length penalty: it applies with --length-penalty fairseq; the "
+                         "paper's GNMT penalty takes --gnmt-alpha")
     check_size(getattr(s, "size", None))
+    check_overrides(s)
+
+
+def check_overrides(s):
+    """An option after ``--`` that the recipe's own fairseq-train command also sets would win silently
+    (fairseq takes the last): one line naming the recipe's option for it. ``--lr`` too: eq. 3 sets the
+    rate at every update and attn_inverse_sqrt ignores fairseq's --lr."""
+    from ..fairseq_commands import paper_optimization
+
+    extra = {str(a).split("=", 1)[0] for a in getattr(s, "fairseq_extra", ()) if str(a).startswith("--")}
+    own = [*(getattr(s, "model", None) or []), *getattr(s, "train_flags", ()), *paper_optimization(1)]
+    for flag in sorted(extra & {str(a) for a in own if str(a).startswith("--")}):
+        why = {"--lr": "eq. 3 sets the learning rate at every update (--lr-scale, --warmup-updates)",
+               "--dropout": "use --p-drop", "--label-smoothing": "the paper's eps_ls is 0.1 (Sec. 5.4)"}.get(
+            flag, "the recipe's own command sets it (its settings: recipes/configs/)")
+        raise UsageError(f"{flag} after --: {why}; an option after -- that the recipe also sets would override it "
+                         "silently")
 
 
 def check_size(size):
