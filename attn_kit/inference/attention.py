@@ -84,6 +84,12 @@ def attention_of(translator, sentence: str) -> dict:
     src = translator.encode(sentence)
     best = hub.generate([src], beam=hub.cfg.generation.beam)[0][0]["tokens"]
     model = hub.models[0]
+    from attn_plugin.models.attn_transformer import AttnTransformerModel
+
+    if not isinstance(model, AttnTransformerModel):  # stock fairseq's layers do not return every head's weights
+        raise UserError(f"the checkpoint's model is {type(model).__name__} (--arch {getattr(hub.cfg.model, "_name", None) or getattr(hub.cfg.model, "arch", "?")}), not "
+                        "attn_plugin's attn_transformer, whose layers return every head's attention weights: convert "
+                        "stock transformer weights with attn_plugin.convert (docs/plugin.md)")
     prev = torch.cat([best.new_tensor([hub.tgt_dict.eos()]), best[:-1]])  # EOS, then the output shifted right
     with torch.no_grad():
         enc = model.encoder(src[None], torch.tensor([src.numel()]), need_head_weights=True)
