@@ -87,7 +87,8 @@ def attention_of(translator, sentence: str) -> dict:
     from attn_plugin.models.attn_transformer import AttnTransformerModel
 
     if not isinstance(model, AttnTransformerModel):  # stock fairseq's layers do not return every head's weights
-        raise UserError(f"the checkpoint's model is {type(model).__name__} (--arch {getattr(hub.cfg.model, "_name", None) or getattr(hub.cfg.model, "arch", "?")}), not "
+        arch = getattr(hub.cfg.model, "_name", None) or getattr(hub.cfg.model, "arch", "?")
+        raise UserError(f"the checkpoint's model is {type(model).__name__} (--arch {arch}), not "
                         "attn_plugin's attn_transformer, whose layers return every head's attention weights: convert "
                         "stock transformer weights with attn_plugin.convert (docs/plugin.md)")
     prev = torch.cat([best.new_tensor([hub.tgt_dict.eos()]), best[:-1]])  # EOS, then the output shifted right
