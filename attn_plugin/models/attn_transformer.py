@@ -464,12 +464,15 @@ class AttnEncoder(FairseqEncoder):
         self.compile_layers = getattr(cfg, "compile_layers", False)
 
     def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, need_head_weights: bool = False,
-                **unused):
+                src_padded: Optional[bool] = None, **unused):
         """Returns fairseq's encoder dict; with ``need_head_weights`` also ``self_attn_weights``:
-        each layer's self-attention weights, B x h x S x S (the paper's Figures 3-5)."""
+        each layer's self-attention weights, B x h x S x S (the paper's Figures 3-5). ``src_padded``:
+        whether any source is padded, if the batch says so (attn_translation's batches do), else read
+        from the tokens (on a GPU, a wait for the GPU)."""
         padding_mask = src_tokens.eq(self.padding_idx)
         x = self.embed(src_tokens)
-        attn_padding_mask = padding_mask if padding_mask.any() else None  # None: unmasked, fastest kernels
+        padded = padding_mask.any() if src_padded is None else src_padded
+        attn_padding_mask = padding_mask if padded else None  # None: unmasked, fastest kernels
         weights = []
         for layer in _training_layers(self, self.compile_layers):
             x, w = layer(x, attn_padding_mask, need_weights=need_head_weights)
@@ -506,9 +509,10 @@ class AttnDecoder(FairseqIncrementalDecoder):
     def forward(self, prev_output_tokens: Tensor, encoder_out=None,
                 incremental_state: Optional[IncrementalState] = None, features_only: bool = False,
                 alignment_layer: Optional[int] = None, alignment_heads: Optional[int] = None,
-                need_head_weights: bool = False, **unused):
+                need_head_weights: bool = False, src_padded: Optional[bool] = None, **unused):
         """``prev_output_tokens``: B x T (EOS followed by the target shifted
         right). With ``incremental_state`` only the last position is computed.
+        ``src_padded``: as the encoder's.
 
         The second value is fairseq's dict: ``attn`` holds the encoder-decoder
         attention weights (B x T x S) of layer ``alignment_layer`` (default the
@@ -526,7 +530,7 @@ class AttnDecoder(FairseqIncrementalDecoder):
         y = self.embed(prev_output_tokens, start)
         memory = encoder_out["encoder_out"][0]
         memory_padding_mask = encoder_out["encoder_padding_mask"][0]
-        if not memory_padding_mask.any():
+        if not (memory_padding_mask.any() if src_padded is None else src_padded):
             memory_padding_mask = None  # unmasked, fastest kernels
         align = len(self.layers) - 1 if alignment_layer is None else alignment_layer
         need_attn = self.need_attn or alignment_layer is not None or need_head_weights

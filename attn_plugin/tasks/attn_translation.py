@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
+from fairseq.data import BaseWrapperDataset
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
@@ -139,13 +140,59 @@ def bf16_autocast(model):
     return torch.autocast(device_type=device, dtype=torch.bfloat16)
 
 
+# What a batch says of its sources, computed on the CPU as the batch is made (HostFacts).
+SRC_PADDED, NSRC_TOKENS = "src_padded", "nsrc_tokens"
+
+
+class HostFacts(BaseWrapperDataset):
+    """A dataset whose batches also say, as plain Python values, whether any source sentence is
+    padded (``src_padded``) and how many source tokens they hold (``nsrc_tokens``). On a GPU the
+    model and the criterion would otherwise read both from the batch's GPU tensors at every forward
+    (``mask.any()``, ``int(lengths.sum())``), and each read waits for the GPU to finish all the work
+    queued before it, so the host cannot queue the next kernels while the GPU runs these."""
+
+    def collater(self, samples):
+        sample = super().collater(samples)
+        net_input = sample.get("net_input") if isinstance(sample, dict) else None
+        if net_input and torch.is_tensor(net_input.get("src_lengths")):
+            lengths, tokens = net_input["src_lengths"], net_input["src_tokens"]
+            sample[SRC_PADDED] = bool((lengths < tokens.size(1)).any())  # a shorter sentence is padded
+            sample[NSRC_TOKENS] = int(lengths.sum())
+        return sample
+
+    def __getattr__(self, name):  # the wrapped dataset's own attributes (src, tgt, ...), as before
+        if name == "dataset":
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+
+def _takes_host_facts(model) -> bool:
+    from ..models.attn_transformer import AttnTransformerModel
+
+    while hasattr(model, "module"):  # DDP and fairseq's wrappers
+        model = model.module
+    return isinstance(model, AttnTransformerModel)
+
+
+def with_host_facts(sample, model):
+    """``sample`` with its ``src_padded`` passed to the plugin's model (stock models take no such input)."""
+    if isinstance(sample, dict) and SRC_PADDED in sample and "net_input" in sample and _takes_host_facts(model):
+        sample["net_input"]["src_padded"] = sample[SRC_PADDED]
+    return sample
+
+
 @register_task("attn_translation", dataclass=AttnTranslationConfig)
 class AttnTranslationTask(TranslationTask):
     """Translation with the paper's decoding options (see the module docstring)."""
 
     cfg: AttnTranslationConfig
 
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        self.datasets[split] = HostFacts(self.datasets[split])
+
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        sample = with_host_facts(sample, model)
         criterion = Bf16Autocast(criterion) if self.cfg.bf16_autocast else criterion
         loss, sample_size, logging_output = super().train_step(sample, model, criterion, optimizer, update_num,
                                                                ignore_grad=ignore_grad)
@@ -155,6 +202,7 @@ class AttnTranslationTask(TranslationTask):
         return loss, sample_size, logging_output
 
     def valid_step(self, sample, model, criterion):
+        sample = with_host_facts(sample, model)
         criterion = Bf16Autocast(criterion) if self.cfg.bf16_inference else criterion
         start = time.time()
         out = super().valid_step(sample, model, criterion)
