@@ -82,7 +82,8 @@ MODELS = {"base": "attn_paper_base", "big": "attn_paper_big"}
 FORWARDS = (4096, 8192, 16384, 28000)  # --max-tokens-per-gpu: 7, 4, 2, 1 forwards per update of 28000 tokens
 CANARY_MINUTES = 0.3
 SWEEP_SECONDS = 12  # of training per sweep run (fairseq's --stop-time-hours; start-up comes on top)
-COMPILE_SECONDS = 30  # --compile-layers compiles in its first updates (and again for new shapes)
+COMPILE_SECONDS = 60  # --compile-layers compiles in its first updates (and again for new shapes: 30 s was
+# all compilation on the H200)
 STARTUP_SECONDS = 12  # a sweep run's start (CUDA, data, model) and end, for the deadline
 CANARY_OVERHEAD_SECONDS = 75  # recipe start, fairseq-train start, validation, checkpoint, averaging, generation
 PROFILE_STEPS = (12, 17)  # trainer.train_step calls profiled: [start, stop)
@@ -106,16 +107,17 @@ class Variant:
 
 
 def plan() -> List[object]:
-    """What runs, most telling first, as the deadline may cut the list short: the recipe's
-    training as it was (4K-token forwards, fairseq's Adam) and as it is (one 28K-token forward,
-    the plugin's Adam) at base and big size, a profile, the two canaries, then one change at a time."""
+    """What runs, most telling first, as the deadline may cut the list short: a profile and the
+    recipe's training as it is (one 28K-token forward, attn_adam) at base and big size, as it was
+    (4K-token forwards, fairseq's Adam: the baseline, run again on the same machine), the two
+    canaries, --compile-layers (which needs its first minute to compile), then one change at a time."""
     out: List[object] = [Variant("base_28k_profile", "base", profile=True, seconds=10)]
-    for model in ("base", "big"):
-        out += [Variant(f"{model}_4k_fairseq_adam", model, 4096, optimizer="adam"), Variant(f"{model}_28k", model)]
+    out += [Variant(f"{model}_28k", model) for model in ("base", "big")]
+    out += [Variant(f"{model}_4k_fairseq_adam", model, 4096, optimizer="adam") for model in ("base", "big")]
     out += ["canary:base", "canary:big"]
-    out += [Variant(f"{model}_28k_fairseq_adam", model, optimizer="adam") for model in ("base", "big")]
     out += [Variant(f"{model}_28k_compile", model, compile_layers=True, seconds=COMPILE_SECONDS)
             for model in ("base", "big")]
+    out += [Variant(f"{model}_28k_fairseq_adam", model, optimizer="adam") for model in ("base", "big")]
     out += [Variant(f"{model}_{f // 1000}k", model, f) for model in ("base", "big") for f in FORWARDS[:-1]]
     out += [Variant("base_28k_pad8", "base", pad8=True)]
     return out
