@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from ..checkout import REPO
 from ..cli import ArgumentParser, UsageError, UserError, log, main_guard, write_json_atomic
@@ -168,65 +168,6 @@ def check_parses(cmd: List[str]):
 
 
 # ---------------------------------------------------------------------------------------------- running
-RUNNER = r"""
-import json, os, sys
-status_out = os.fdopen(os.dup(1), "w")
-os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-import fairseq_cli.train
-for line in sys.stdin:
-    job = json.loads(line)
-    pid = os.fork()
-    if pid == 0:
-        fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(fd, 1), os.dup2(fd, 2)
-        os.environ.update(job["env"])
-        sys.argv = ["fairseq-train", *job["argv"]]
-        if job.get("profile"):
-            from attn_kit.bench.gpu_check import profile_steps
-            profile_steps(job["profile"])
-        try:
-            fairseq_cli.train.cli_main()
-            status = 0
-        except SystemExit as exc:
-            status = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
-        except BaseException:
-            sys.excepthook(*sys.exc_info())
-            status = 1
-        import atexit
-        atexit._run_exitfuncs()  # attn_plugin.run_stats writes its record at exit
-        sys.stdout.flush(), sys.stderr.flush()
-        os._exit(status)
-    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), file=status_out, flush=True)
-"""
-
-
-class Forks:
-    """fairseq-train runs in children of one interpreter that imported fairseq once (nothing
-    touches CUDA before the fork: each child starts it as a fresh fairseq-train would)."""
-
-    def __init__(self):
-        import subprocess
-
-        self.proc = subprocess.Popen([sys.executable, "-c", RUNNER], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, cwd=REPO)
-
-    def train(self, cmd: List[str], log_path: Path, env: Dict[str, str], profile: Optional[str] = None) -> int:
-        from ..fairseq_commands import installed
-
-        assert Path(cmd[0]).name == "fairseq-train" or cmd[0] == installed("fairseq-train"), cmd[0]
-        self.proc.stdin.write(json.dumps({"argv": cmd[1:], "log": str(log_path), "env": env,
-                                          "profile": profile}) + "\n")
-        self.proc.stdin.flush()
-        status = self.proc.stdout.readline()
-        if not status:
-            raise UserError(f"the fairseq-train runner died ({self.proc.poll()})")
-        return int(status)
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait()
-
-
 def profile_steps(path: str, steps=PROFILE_STEPS):
     """In a fairseq-train child: profile trainer.train_step calls ``steps`` (torch.profiler, CPU
     and CUDA) and write where their time went to ``path``."""
@@ -403,7 +344,9 @@ def run(args) -> int:
     save()
     import subprocess
 
-    forks = Forks()
+    from ..fairseq_forks import ForkedTrainings
+
+    forks = ForkedTrainings(cwd=REPO)
     try:
         for item, cmd in items:
             if isinstance(item, str):
@@ -431,7 +374,7 @@ def run(args) -> int:
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True)
             profile = str(folder / "profile.json") if v.profile else None
-            rc = forks.train(cmd, folder / "train.log", {"ATTN_RUN_STATS": str(folder / "stats")}, profile)
+            rc = forks.run(cmd, folder / "train.log", {"ATTN_RUN_STATS": str(folder / "stats")}, profile)
             entry = sweep_result(v, cmd, folder, rc, matmul)
             if profile and Path(profile).exists():
                 result["profile"] = {"run": v.name, **json.loads(Path(profile).read_text())}
