@@ -25,6 +25,7 @@ two moments) + a fixed part + t x m bytes of activations; m is fitted per measur
 allocator's reserved peak, interpolated in d_model for other widths, and doubled for fp32 training
 (not measured: activations are twice as wide).
 """
+import functools
 import json
 import math
 import statistics
@@ -108,12 +109,10 @@ def fits_of(path: Path) -> List[Fit]:
     return out
 
 
-def fits() -> List[Fit]:
-    """Every fit of the committed GPU check results."""
-    out = []
-    for path in sorted(RESULTS.glob(PATTERN)):
-        out += fits_of(path)
-    return out
+@functools.lru_cache(maxsize=1)
+def fits() -> Tuple[Fit, ...]:
+    """Every fit of the committed GPU check results (read once per process)."""
+    return tuple(fit for path in sorted(RESULTS.glob(PATTERN)) for fit in fits_of(path))
 
 
 # ---------------------------------------------------------------------------------------------- time
