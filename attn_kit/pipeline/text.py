@@ -27,6 +27,7 @@ from ..textio import iter_lines
 # The recipes' Moses steps: punctuation normalization, then tokenization with -a
 # (aggressive dash splits), without tokenizer.perl's HTML escaping.
 MOSES_NORMALIZE, MOSES_ESCAPE, MOSES_DASH_SPLITS = True, False, True
+CLEAN_MAX_LEN = 250  # clean-corpus-n's longest kept sentence, in tokens (fairseq's WMT scripts)
 _MOSES = {}
 
 
@@ -222,7 +223,7 @@ def count_lines(path: Path) -> int:
         return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
 
 
-def keep_pair(src_words: int, tgt_words: int, min_len=1, max_len=250, ratio=1.5) -> bool:
+def keep_pair(src_words: int, tgt_words: int, min_len=1, max_len=CLEAN_MAX_LEN, ratio=1.5) -> bool:
     """Moses clean-corpus-n.perl's rule: both sides have min_len..max_len words
     and neither is more than ``ratio`` times longer than the other."""
     if not (min_len <= src_words <= max_len and min_len <= tgt_words <= max_len):
@@ -231,7 +232,7 @@ def keep_pair(src_words: int, tgt_words: int, min_len=1, max_len=250, ratio=1.5)
 
 
 def clean_parallel(src_in: Path, tgt_in: Path, src_out: Path, tgt_out: Path,
-                   min_len=1, max_len=250, ratio=1.5) -> Tuple[int, int]:
+                   min_len=1, max_len=CLEAN_MAX_LEN, ratio=1.5) -> Tuple[int, int]:
     """Drop pairs failing :func:`keep_pair`; return (kept, read)."""
     kept = read = 0
     with open(src_in, encoding="utf-8") as fs, open(tgt_in, encoding="utf-8") as ft, \

@@ -20,15 +20,13 @@ from typing import Callable, Mapping, Optional, Sequence
 from ..cli import UsageError, UserError
 from ..fairseq_commands import PRECISIONS
 from ..sizes import ModelSize
+from ..pipeline.text import CLEAN_MAX_LEN
 from . import scale
 
 DEFAULT_CANARY_MINUTES = 10.0
 # options that must be >= 1 where a recipe has them
 POSITIVE = ("max_update", "warmup_updates", "save_interval_updates", "average", "tokens_per_update",
             "max_tokens_per_gpu", "beam", "workers", "bpe_merges", "log_interval")
-# clean-corpus-n keeps training pairs of at most this many tokens (attn_kit.pipeline.text.keep_pair), and
-# fairseq-train refuses a batch smaller than a pair (+ its end-of-sentence token)
-CLEAN_MAX_TOKENS = 250
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -281,10 +279,10 @@ def check_run(s):
     if getattr(s, "bpe_learn_pairs", None) is not None and s.bpe_learn_pairs < 0:
         raise UsageError("--bpe-learn-pairs must be >= 0 (0: learn on every pair)")
     if getattr(s, "clean", False) and s.max_tokens_per_gpu not in (None, AUTO) \
-            and s.max_tokens_per_gpu <= CLEAN_MAX_TOKENS:
+            and s.max_tokens_per_gpu <= CLEAN_MAX_LEN:
         raise UsageError(f"--max-tokens-per-gpu {s.max_tokens_per_gpu}: the data keeps sentences of up to "
-                         f"{CLEAN_MAX_TOKENS} tokens, and fairseq-train needs a batch to hold one (and its end of "
-                         f"sentence): give more than {CLEAN_MAX_TOKENS}")
+                         f"{CLEAN_MAX_LEN} tokens, and fairseq-train needs a batch to hold one (and its end of "
+                         f"sentence): give more than {CLEAN_MAX_LEN}")
     if s.canary_min_utilization is not None and not 0 < s.canary_min_utilization <= 1:
         raise UsageError("--canary-min-utilization must be in (0, 1]")
     if s.master_port is not None and not 1 <= s.master_port <= 65535:
