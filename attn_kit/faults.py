@@ -203,6 +203,10 @@ CASES = [
          "EVALB's own report and messages, then one error line and exit 1 (it exited 0 with an F1 of the lines "
          "both files have); empty files and negative options: one line",
          "tests/test_evalb.py::test_line_count_mismatches_are_reported_and_an_error"),
+    Case("a NUL character inside a line of a user's corpus (`recipes/parallel.sh`)",
+         "one warning per file naming the first line and the count; the copy reads it as a space, so the words "
+         "around it stay two (the tokenizer deleted it and joined them, silently)",
+         "tests/test_text_policy.py::test_a_nul_character_in_a_corpus_is_a_space_and_said_once"),
     # -- every number checked once (issue 36)
     Case("NaN, infinity, a negative or a wrong-typed value for any numeric option of any recipe "
          "(`--canary-minutes nan` trained the whole run as its canary; `--train-minutes nan` dropped the budget)",

@@ -202,3 +202,23 @@ def test_long_files_of_short_lines_and_lone_cr_endings_read_whole(tmp_path):
     path.write_bytes(b"ab\r" * (1 << 20))
     lines = read_lines(path)
     assert len(lines) == 1 << 20 and set(lines) == {"ab"}
+
+
+def test_a_nul_character_in_a_corpus_is_a_space_and_said_once(tmp_path):
+    """Issue 36: a NUL byte inside a line was deleted by the tokenizer, joining the two words around
+    it, silently. The check stage warns once per file (where and how many), and the copy reads it as
+    a space, so both words reach the tokenized text."""
+    data = corpus(tmp_path / "c", sizes=(("train", 300), ("valid", 40), ("test", 40)))
+    lines = (data / "train.en").read_text(encoding="utf-8").split("\n")
+    lines[4] = "left\x00right " + lines[4]
+    lines[9] = "one\x00two " + lines[9]
+    (data / "train.en").write_text("\n".join(lines), encoding="utf-8")
+    work = tmp_path / "w"
+    proc = parallel(["--src", "en", "--tgt", "de", "--train", data / "train", "--valid", data / "valid", "--test",
+                     data / "test", "--workdir", work, "--ngpus", "0", "--workers", "1", "--stop-stage", "tokenize"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"warning: {data / 'train.en'} line 5 holds a NUL character (2 lines in all): the copy reads it as a space "
+        "(the tokenizer would delete it and join the words around it)"]
+    tokens = (work / "tok" / "train.en").read_text(encoding="utf-8").split("\n")
+    assert tokens[4].startswith("left right ") and tokens[9].startswith("one two ") and "\x00" not in "".join(tokens)

@@ -196,11 +196,11 @@ def copy_corpus(inp: Path, out: Path, errors: str = "strict") -> int:
     """A user's raw text file into ``out`` under :mod:`attn_kit.textio`'s policy (a byte that
     is not UTF-8 is one error naming the file and line unless ``errors`` is "replace"; a leading
     BOM is removed; CR, CRLF and LF end lines alike), whitespace normalized; return the number
-    of lines."""
+    of lines. A NUL character counts as a space (the tokenizer would delete it, joining two words)."""
     n = 0
     with open(out, "w", encoding="utf-8") as fout:
         for n, line in enumerate(iter_lines(inp, errors=errors), 1):
-            fout.write(" ".join(line.split()) + "\n")
+            fout.write(" ".join(line.replace("\x00", " ").split()) + "\n")
     return n
 
 

@@ -60,6 +60,7 @@ class _Side:
 
     def __init__(self, path: Path):
         self.path, self.lines, self.first_empty, self.empty = path, 0, None, 0
+        self.first_nul, self.nul = None, 0
         self.hash = hashlib.blake2b(digest_size=16)
 
     def add(self, line: str):
@@ -68,11 +69,14 @@ class _Side:
         if not line.strip():
             self.empty += 1
             self.first_empty = self.first_empty or self.lines
+        if "\x00" in line:
+            self.nul += 1
+            self.first_nul = self.first_nul or self.lines
 
 
 def _pair(source: str, target: str) -> bytes:
     """A sentence pair's digest, whitespace normalized as the copy stage normalizes it."""
-    text = " ".join(source.split()) + "\n" + " ".join(target.split())
+    text = " ".join(source.replace("\x00", " ").split()) + "\n" + " ".join(target.replace("\x00", " ").split())
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
 
 
@@ -106,6 +110,11 @@ def _read_split(split: str, prefix: Path, src: str, tgt: str, errors: str, pairs
         if side.first_empty:
             raise UserError(f"{side.path} line {side.first_empty} is empty ({side.empty} empty line"
                             f"{'s' if side.empty > 1 else ''} in all); remove those pairs from both {a} and {b}")
+    for side in sides:
+        if side.first_nul:
+            warn(f"{side.path} line {side.first_nul} holds a NUL character ({side.nul} line"
+                 f"{'s' if side.nul > 1 else ''} in all): the copy reads it as a space (the tokenizer would delete "
+                 "it and join the words around it)")
     if sa.hash.digest() == sb.hash.digest():
         warn(f"--{split}: {a} and {b} hold the same text ({sa.lines} lines), where {b.name} should be the "
              f"translation of {a.name}; is one of them the wrong file?")
