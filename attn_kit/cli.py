@@ -31,6 +31,17 @@ class UsageError(UserError):
     exit_status = 2
 
 
+def one_line(what: str, value, where: str = "a generated command") -> str:
+    """``value`` as text to write into a script or command line the kit generates: one UsageError naming
+    ``what`` if it holds a line break or another control character, which would start a line of its
+    own there (a shell line the user's value wrote), whatever the quoting."""
+    text = str(value)
+    bad = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        raise UsageError(f"{what} {text!r}: {where} cannot hold a control character ({bad!r}); give it without one")
+    return text
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose errors (an unknown option, a value of the wrong type, a bad choice) are
     one ``error:`` line through :func:`main_guard`, as every other usage error of the kit, instead of

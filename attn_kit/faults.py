@@ -207,6 +207,9 @@ CASES = [
          "one warning per file naming the first line and the count; the copy reads it as a space, so the words "
          "around it stay two (the tokenizer deleted it and joined them, silently)",
          "tests/test_text_policy.py::test_a_nul_character_in_a_corpus_is_a_space_and_said_once"),
+    Case("`translate.py --print-interactive-command` for a run whose path holds a line break",
+         "one line naming the path, nothing printed (the command came out in two lines)",
+         "tests/test_translate.py::test_the_printed_interactive_command_refuses_a_path_with_a_line_break"),
     # -- every number checked once (issue 36)
     Case("NaN, infinity, a negative or a wrong-typed value for any numeric option of any recipe "
          "(`--canary-minutes nan` trained the whole run as its canary; `--train-minutes nan` dropped the budget)",

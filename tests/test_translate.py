@@ -346,3 +346,14 @@ def test_an_output_that_cannot_be_written_fails_before_any_translation(smoke_run
     proc = translate(smoke_run, "--input", tmp_path / "in.en", "--output", "/proc/x")
     assert_one_error_line(proc, "--output /proc/x", "cannot write in /proc")
     assert proc.stdout == ""
+
+
+def test_the_printed_interactive_command_refuses_a_path_with_a_line_break(smoke_run, tmp_path, capsys):
+    """Issue 36: a run whose path holds a newline printed a command line in two lines (quoted, but a line
+    of its own that the user's path made); now one error line naming the path, nothing printed."""
+    from attn_kit.inference.translate import main
+
+    work = copy_run(smoke_run, tmp_path / "run\nrm -rf ~")
+    proc = run_main(main, str(work), "--print-interactive-command")
+    assert_one_error_line(proc, "a printed command line cannot hold a control character")
+    assert proc.stdout == ""

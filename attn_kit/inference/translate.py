@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Iterable, List, Optional
 
-from ..cli import ArgumentParser, UsageError, UserError, add_force_option, check_output, log
+from ..cli import ArgumentParser, UsageError, UserError, add_force_option, check_output, log, one_line
 from ..pipeline.progress import Progress
 from ..textio import add_errors_option, read_lines
 
@@ -163,7 +163,8 @@ def main(argv=None):
     if args.print_interactive_command:
         import shlex
 
-        print(shlex.join(load("attn_plugin.hub").interactive_command(args.run_dir)))
+        command = load("attn_plugin.hub").interactive_command(args.run_dir)
+        print(shlex.join(one_line("a path of the run", arg, "a printed command line") for arg in command))
         return 0
     # everything the command reads is checked before any work: the run's cards, then the input
     if args.engine == "ctranslate2":

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from ..cli import UsageError, UserError, log, write_json_atomic, write_text_atomic
+from ..cli import UsageError, UserError, log, one_line, write_json_atomic, write_text_atomic
 
 PREP_SCRIPT = "prepare.sbatch"  # the data job's
 SCRIPT = "train.sbatch"  # the training job's
@@ -23,16 +23,9 @@ def _quote(args: Sequence) -> str:
 
 
 def _plain(what: str, value) -> str:
-    """``value`` as text for a generated script: one UsageError naming ``what`` if it holds a line break
-    or another control character, which would start a line of its own in the script (a shell line
-    the user's value wrote, run by the script's header; and sbatch stops reading #SBATCH directives
-    there, dropping --requeue, --signal and --output silently)."""
-    text = str(value)
-    bad = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
-    if bad is not None:
-        raise UsageError(f"{what} {text!r}: a Slurm script cannot hold a control character ({bad!r}); "
-                         "give it without one")
-    return text
+    """``value`` for a Slurm script: a line break would be a shell line of its own, and sbatch stops
+    reading #SBATCH directives there, dropping --requeue, --signal and --output silently."""
+    return one_line(what, value, "a Slurm script")
 
 
 def _directive(option: str, value) -> str:
