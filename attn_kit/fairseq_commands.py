@@ -22,6 +22,9 @@ from .cli import UsageError, UserError
 from .pipeline.process import console_script
 
 TASK = ["--task", "attn_translation"]
+# The longest sentence fairseq's translation task (and the plugin's model) takes, in positions, </s> included:
+# fairseq-generate refuses a longer test sentence (after training) unless told to skip it.
+MAX_POSITIONS = 1024
 MAX_LEN_A = 1  # the longest output is MAX_LEN_A x input length + max_len_b
 
 

@@ -210,6 +210,10 @@ CASES = [
     Case("`translate.py --print-interactive-command` for a run whose path holds a line break",
          "one line naming the path, nothing printed (the command came out in two lines)",
          "tests/test_translate.py::test_the_printed_interactive_command_refuses_a_path_with_a_line_break"),
+    Case("a valid or test sentence longer than the 1023 word pieces fairseq decodes with (a 5,000-token line)",
+         "one line naming the file and the line when the train stage (or the canary) starts, before fairseq-train; "
+         "the data stages are kept (it failed at the generate stage, after the training)",
+         "tests/test_values.py::test_a_test_sentence_too_long_to_decode_is_refused_before_training"),
     # -- every number checked once (issue 36)
     Case("NaN, infinity, a negative or a wrong-typed value for any numeric option of any recipe "
          "(`--canary-minutes nan` trained the whole run as its canary; `--train-minutes nan` dropped the budget)",

@@ -131,3 +131,34 @@ def test_translate_checks_its_numbers_before_any_work(argv, fragment, tmp_path):
 
     proc = run_main(translate.main, tmp_path / "no-run", *argv)
     assert_one_error_line(proc, fragment)
+
+
+def test_a_test_sentence_too_long_to_decode_is_refused_before_training(tmp_path):
+    """Issue 36: a 5,000-token test line failed at the generate stage, after the training. The train stage
+    now checks the valid and test sentences (in word pieces) against the positions fairseq decodes with,
+    before fairseq-train starts: one line naming the file and the line."""
+    from test_slurm import corpus, parallel
+
+    from attn_kit.fairseq_commands import MAX_POSITIONS
+
+    data = corpus(tmp_path / "c", sizes=(("train", 300), ("valid", 40), ("test", 40)))
+    for lang in ("en", "de"):
+        lines = (data / f"test.{lang}").read_text(encoding="utf-8").split("\n")
+        lines[2] = " ".join(["word"] * 5000)
+        (data / f"test.{lang}").write_text("\n".join(lines), encoding="utf-8")
+    work = tmp_path / "w"
+    proc = parallel(["--src", "en", "--tgt", "de", *(x for s in ("train", "valid", "test") for x in (f"--{s}", data / s)),
+                     "--workdir", work, "--ngpus", "0", "--workers", "1", "--preset", "small", "--stop-stage", "train",
+                     "--max-update", "1"])
+    assert_one_error_line(proc, "test.en line 3 has", f"more than the {MAX_POSITIONS - 1} fairseq decodes")
+    assert (work / "data-bin").exists() and not (work / "checkpoints").exists()  # data kept, nothing trained
+
+
+def test_the_positions_checked_are_fairseqs_and_the_plugins():
+    from fairseq.tasks.translation import TranslationConfig
+
+    from attn_kit.fairseq_commands import MAX_POSITIONS
+    from attn_plugin.models.attn_transformer import AttnTransformerConfig
+
+    assert MAX_POSITIONS == TranslationConfig().max_source_positions == TranslationConfig().max_target_positions
+    assert MAX_POSITIONS == AttnTransformerConfig().max_source_positions == AttnTransformerConfig().max_target_positions

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
 from ..checkout import REPO
-from ..cli import ArgumentParser, UsageError, log, main_guard, write_json_atomic
+from ..cli import ArgumentParser, UsageError, UserError, log, main_guard, write_json_atomic
+from ..textio import iter_lines
 from ..paper import TABLE2_BLEU
 from ..pipeline import verify
 from ..pipeline.progress import Progress, watch_output
@@ -375,7 +376,27 @@ def binarize_stage(ctx, s: Wmt14Settings, lay: Layout):
         log(f"joined dictionary: {vocab} types (the paper: about {paper})")
 
 
+def check_positions(lay: Layout, src: str, tgt: str):
+    """Before training: every valid and test sentence (in word pieces, </s> added) fits the positions
+    fairseq decodes and validates with; a longer one made fairseq-generate fail after the training."""
+    from ..fairseq_commands import MAX_POSITIONS
+
+    for split in ("valid", "test"):
+        for lang in (src, tgt):
+            path = lay.binarize_from / f"{split}.{lang}"
+            if not path.exists():
+                continue
+            for number, line in enumerate(iter_lines(path), 1):
+                tokens = len(line.split()) + 1
+                if tokens > MAX_POSITIONS:
+                    raise UserError(f"{path} line {number} has {tokens - 1} word pieces, more than the "
+                                    f"{MAX_POSITIONS - 1} fairseq decodes and validates with: remove or split that "
+                                    f"pair of --{split} before training (fairseq-generate would refuse it after)")
+
+
 def train(ctx, s: Wmt14Settings, lay: Layout):
+    ctx.step("check that every valid and test sentence fits the model's positions", check_positions, lay, s.src,
+             s.tgt)
     common.run_training(ctx, s, common.train_command(s, lay.data_bin, lay.ckpt, s.model), model=s.model)
 
 
@@ -477,9 +498,12 @@ def run_stages(s: Wmt14Settings, lay: Layout) -> List[Stage]:
 
 def canary_stage(s: Wmt14Settings, lay: Layout, data: List[Stage]) -> Stage:
     """--canary: the run's training for a few minutes in place of train..score (attn_kit.recipes.canary)."""
+    def train_command(c, save_dir):
+        check_positions(lay, s.src, s.tgt)  # as the train stage does (the files are not there in a dry run)
+        return common.train_command(c, lay.data_bin, save_dir, s.model)
+
     return canary.stage(
-        s, lay.data_bin, [stage.name for stage in data],
-        lambda c, save_dir: common.train_command(c, lay.data_bin, save_dir, s.model),
+        s, lay.data_bin, [stage.name for stage in data], train_command,
         lambda checkpoint: generate_command(s, lay, checkpoint),
         [(lay.binarize_from / f"test.{s.src}", lay.binarize_from / f"test.{s.tgt}")], s.model,
         [*dictionaries(lay), *binaries(lay, test=False)])
