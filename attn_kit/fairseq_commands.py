@@ -336,7 +336,8 @@ def binarize(ctx, src: str, tgt: str, text_dir: Path, dest: Path, workers: int):
     (the shared embeddings of Sec. 3.4 need it)."""
     with ctx.output(dest) as tmp:
         ctx.sh(preprocess_command(src, tgt, tmp, trainpref=text_dir / "train", validpref=text_dir / "valid",
-                                  testpref=text_dir / "test", joined_dictionary=True, workers=workers))
+                                  testpref=text_dir / "test", joined_dictionary=True, workers=workers),
+               workers=workers > 1)
 
 
 # ---------------------------------------------------------------------------------------------- averaging

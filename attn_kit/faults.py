@@ -214,6 +214,11 @@ CASES = [
          "one line naming the file and the line when the train stage (or the canary) starts, before fairseq-train; "
          "the data stages are kept (it failed at the generate stage, after the training)",
          "tests/test_values.py::test_a_test_sentence_too_long_to_decode_is_refused_before_training"),
+    Case("a worker of an external tool's own pool killed from outside (subword-nmt's learn and apply, "
+         "fairseq-preprocess's binarize: the pool replaces it and waits forever for the work it held)",
+         "the stage's watch sees a worker replaced and the tool idle: one line naming the stage within about 15 s, "
+         "the tool and its workers stopped; the rerun resumes. Pools run one after the other are not taken for one",
+         "tests/test_pipeline.py::test_a_pool_worker_killed_inside_an_external_tool_ends_its_stage_in_one_line"),
     # -- every number checked once (issue 36)
     Case("NaN, infinity, a negative or a wrong-typed value for any numeric option of any recipe "
          "(`--canary-minutes nan` trained the whole run as its canary; `--train-minutes nan` dropped the budget)",

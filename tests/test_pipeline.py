@@ -373,3 +373,89 @@ def test_a_tokenization_worker_killed_from_outside_is_one_line_not_a_hang(tmp_pa
     (tmp_path / "in.txt").write_text("\n".join(line.replace("boom", "fine") for line in lines) + "\n")
     text.moses_tokenize(tmp_path / "in.txt", tmp_path / "out.txt", "en", workers=2)
     assert (tmp_path / "out.txt").read_text().splitlines() == [line.replace("boom", "fine").upper() for line in lines]
+
+
+# A tool with a multiprocessing pool, as subword-nmt and fairseq-preprocess run theirs: its workers take
+# slow tasks; the parent waits for every result (a task lost with a killed worker is waited for forever).
+POOL_TOOL = """
+import multiprocessing, sys, time
+def work(i):
+    time.sleep(float(sys.argv[1]))
+    return i
+if __name__ == "__main__":
+    with multiprocessing.Pool(2) as pool:
+        for i in pool.imap(work, range(int(sys.argv[2]))):
+            print("done", i, flush=True)
+"""
+
+
+@pytest.mark.slow  # waits out the watch's idle time
+def test_a_pool_worker_killed_inside_an_external_tool_ends_its_stage_in_one_line(tmp_path):
+    """Issue 36: a worker of a tool's own pool (subword-nmt's, fairseq-preprocess's) killed from outside
+    is replaced by the pool, the work it held never returns, and the tool (so the recipe) waits
+    forever. The stage's commands that run pools are watched: one line within seconds."""
+    import signal
+    import threading
+
+    import time
+
+    from attn_kit.pipeline.process import WATCH_SECONDS, descendants
+
+    calls, caught = [], []
+
+    def body(ctx):
+        ctx.sh([sys.executable, "-c", POOL_TOOL, "0.5", "60"], workers=True)
+
+    def run():
+        try:
+            Pipeline(tmp_path, [Stage("bpe", body)]).run()
+        except UserError as exc:
+            caught.append(str(exc))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    workers = {}
+    for _ in range(200):  # the tool's two pool workers, once they run
+        workers = {pid: parent for pid, parent in descendants(os.getpid()).items()
+                   if parent in descendants(os.getpid()) and open(f"/proc/{pid}/cmdline", "rb").read().find(b"python") >= 0}
+        if len(workers) >= 2:
+            break
+        time.sleep(0.05)
+    assert len(workers) >= 2, workers
+    time.sleep(3 * WATCH_SECONDS)  # a worker the watch has seen (the out-of-memory killer strikes mid-run)
+    os.kill(sorted(workers)[-1], signal.SIGKILL)
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the stage hung after its tool's worker was killed"
+    assert len(caught) == 1 and caught[0].startswith("stage bpe: python") and "ended while it ran" in caught[0]
+    assert "run the same command again to resume" in caught[0] and calls == []
+
+
+@pytest.mark.slow
+def test_a_watched_pool_that_ends_well_is_not_an_error(tmp_path):
+    def body(ctx):
+        ctx.sh([sys.executable, "-c", POOL_TOOL, "0.01", "300"], workers=True)
+
+    Pipeline(tmp_path, [Stage("bpe", body)]).run()
+    assert (tmp_path / "logs" / "bpe.log").read_text().count("done ") == 300
+
+
+# pools one after the other under one parent, as fairseq-preprocess binarizes file after file
+POOLS_IN_TURN = """
+import multiprocessing, sys, time
+def work(i):
+    return sum(range(20000 * (i % 7 + 1)))
+if __name__ == "__main__":
+    for round in range(6):
+        with multiprocessing.Pool(2) as pool:
+            print("pool", round, sum(pool.map(work, range(400))), flush=True)
+        time.sleep(1.2)  # the watch sees each pool's workers
+"""
+
+
+@pytest.mark.slow
+def test_pools_run_one_after_the_other_are_not_taken_for_a_killed_worker(tmp_path):
+    def body(ctx):
+        ctx.sh([sys.executable, "-c", POOLS_IN_TURN], workers=True)
+
+    Pipeline(tmp_path, [Stage("binarize", body)]).run()
+    assert (tmp_path / "logs" / "binarize.log").read_text().count("pool ") == 6

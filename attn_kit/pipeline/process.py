@@ -21,10 +21,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from ..cli import raise_if_signalled
+from ..cli import UserError, raise_if_signalled
 from .lock import inherited_fds
 
 try:  # Linux: prctl(PR_SET_PDEATHSIG, SIGTERM), looked up before any fork
@@ -51,8 +52,87 @@ def console_script(program: str) -> str:
     return program
 
 
+def descendants(pid: int) -> Dict[int, int]:
+    """{pid: parent pid} of every process below ``pid`` (Linux's /proc; {} elsewhere)."""
+    found, todo = {}, [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as f:
+                    children = [int(c) for c in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            for child in children:
+                if child not in found:
+                    found[child] = parent
+                    todo.append(child)
+    return found
+
+
+def cpu_ticks(pids) -> int:
+    """CPU time (user + system, clock ticks) the processes ``pids`` have used; ones gone count 0."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+class WorkerWatch(threading.Thread):
+    """Watches the worker processes of a command (multiprocessing pools: subword-nmt's, fairseq-preprocess's)
+    every :data:`WATCH_SECONDS`. A pool replaces a worker that was killed from outside (the out-of-memory
+    killer sends SIGKILL) with a new one, and the work the dead one held never comes back: the command
+    then waits forever, its processes idle. A worker gone and another started under the same parent
+    looks the same as the next of several pools a tool runs one after the other, which go on working;
+    so a replacement followed by :data:`IDLE_SECONDS` without a tick of CPU in the whole tree ends the
+    command and its workers (SIGTERM); :attr:`reason` says why."""
+
+    def __init__(self, proc: subprocess.Popen, name: str):
+        super().__init__(daemon=True)
+        self.proc, self.name, self.reason = proc, name, None
+        self.stopped = threading.Event()
+
+    def run(self):
+        known: Dict[int, int] = {}
+        replaced, cpu, idle = None, -1, 0.0
+        while not self.stopped.wait(WATCH_SECONDS) and self.proc.poll() is None:
+            now = descendants(self.proc.pid)
+            for pid, parent in known.items():
+                if pid not in now and parent in (self.proc.pid, *now) and \
+                        any(q not in known and now[q] == parent for q in now):
+                    replaced = pid
+            used = cpu_ticks([self.proc.pid, *now])
+            idle = idle + WATCH_SECONDS if used == cpu else 0.0
+            cpu, known = used, now
+            if replaced is not None and idle >= IDLE_SECONDS:
+                self.reason = (f"{self.name}: its worker process {replaced} ended while it ran and another took its "
+                               f"place, and it has done nothing for {idle:.0f} s since (a worker killed from outside? "
+                               "the out-of-memory killer sends SIGKILL); it would have waited forever")
+                for worker in now:  # the whole tree: the pool's workers hold the command's output open
+                    try:
+                        os.kill(worker, signal.SIGTERM)
+                    except OSError:
+                        pass
+                self.proc.terminate()
+                return
+
+
+WATCH_SECONDS = 1.0
+IDLE_SECONDS = 10.0  # a tool working hard does not sit idle this long
+
+
 def stream(cmd: Sequence, on_line: Callable[[str], None], env: Optional[dict] = None,
-           stdin: Optional[Path] = None, stdout: Optional[Path] = None) -> Tuple[int, str]:
+           stdin: Optional[Path] = None, stdout: Optional[Path] = None,
+           watch_workers: bool = False) -> Tuple[int, str]:
     """Run ``cmd`` and hand each line it prints to ``on_line`` as it comes: stdout
     and stderr together, or stderr alone when ``stdout`` (a file) takes stdout.
     ``stdin`` is a file to read, else nothing. Ctrl-C stops the command too.
@@ -63,7 +143,10 @@ def stream(cmd: Sequence, on_line: Callable[[str], None], env: Optional[dict] = 
 
     The command's TMPDIR is a folder of its own, removed when it ends, so that what its
     tools leave there goes too: each DataLoader worker of fairseq-train and -generate
-    makes a ``pymp-*`` folder and is ended with SIGTERM, which leaves the folder behind."""
+    makes a ``pymp-*`` folder and is ended with SIGTERM, which leaves the folder behind.
+
+    ``watch_workers``: the command runs a pool of worker processes (:class:`WorkerWatch`); a worker killed
+    from outside ends it with a UserError, where it would have waited forever."""
     cmd = [str(c) for c in cmd]
     scratch = tempfile.mkdtemp(prefix="attn-")
     env = dict(os.environ if env is None else env)
@@ -77,6 +160,9 @@ def stream(cmd: Sequence, on_line: Callable[[str], None], env: Optional[dict] = 
                                 stderr=subprocess.PIPE if stdout else subprocess.STDOUT, env=env,
                                 pass_fds=inherited_fds(), preexec_fn=die_with_parent)
         last = ""
+        watch = WorkerWatch(proc, Path(cmd[0]).name) if watch_workers else None
+        if watch:
+            watch.start()
         try:
             for raw in proc.stderr if stdout else proc.stdout:
                 line = raw.decode("utf-8", "replace")
@@ -90,6 +176,12 @@ def stream(cmd: Sequence, on_line: Callable[[str], None], env: Optional[dict] = 
             proc.terminate()
             proc.wait()
             raise
+        finally:
+            if watch:
+                watch.stopped.set()
+                watch.join()
+        if watch and watch.reason:
+            raise UserError(watch.reason + "; finished stages are kept, run the same command again to resume")
     finally:
         if stdin:
             fin.close()

@@ -65,12 +65,15 @@ class Context:
         self.log_dir = self.workdir / "logs"
 
     def sh(self, cmd: List, stdin: Optional[Path] = None, stdout: Optional[Path] = None,
-           env: Optional[dict] = None, tail: Optional[Callable[[str], Union[bool, str]]] = None):
+           env: Optional[dict] = None, tail: Optional[Callable[[str], Union[bool, str]]] = None,
+           workers: bool = False):
         """Run ``cmd`` (a list); stdout goes to the ``stdout`` file if given,
         everything else to ``logs/STAGE.log``; ``tail``, a function of each log
         line, picks the lines to echo to the console as they come: true to echo
         the line, a string to echo that instead (e.g.
-        :func:`attn_kit.fairseq_log.progress_line`)."""
+        :func:`attn_kit.fairseq_log.progress_line`). ``workers``: the command runs a pool of worker
+        processes, watched (:class:`attn_kit.pipeline.process.WorkerWatch`): one killed from outside
+        fails the stage in one line instead of leaving it waiting forever."""
         cmd = [str(c) for c in cmd]
         shown = " ".join([*(f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items()),
                           *(shlex.quote(c) for c in cmd)])
@@ -97,9 +100,11 @@ class Context:
                     print(f"    {(echo if isinstance(echo, str) else line).rstrip()[:160]}", flush=True)
 
             try:
-                rc, last = stream(cmd, on_line, env=full_env, stdin=stdin, stdout=stdout)
+                rc, last = stream(cmd, on_line, env=full_env, stdin=stdin, stdout=stdout, watch_workers=workers)
             except FileNotFoundError:
                 raise UserError(f"stage {self.stage}: command not found: {cmd[0]}") from None
+            except UserError as exc:  # a worker of its pool killed from outside (process.WorkerWatch)
+                raise UserError(f"stage {self.stage}: {exc}") from None
         if rc != 0:  # last: a tool's own one-line error (attn_plugin, our scripts) without "error: "
             raise UserError(f"stage {self.stage} failed (exit {rc}): {last[:300]}; log: {log_path}")
 

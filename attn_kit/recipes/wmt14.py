@@ -338,7 +338,7 @@ def learn_apply_bpe(ctx, s: Wmt14Settings, lay: Layout):
                 bpe_learn_files, *learn_from, *sample, s.bpe_learn_pairs, bpe / "learn.json") or sample
         with ctx.output(bpe / "codes") as codes:
             ctx.sh(learn_bpe_command(learn_from, codes, [bpe / f"vocab.{src}", bpe / f"vocab.{tgt}"],
-                                     s.bpe_merges, s.workers))
+                                     s.bpe_merges, s.workers), workers=s.workers > 1)
         for path in sample:
             if not ctx.dry_run and path.exists():
                 path.unlink()
@@ -346,7 +346,7 @@ def learn_apply_bpe(ctx, s: Wmt14Settings, lay: Layout):
         if not (bpe / t).exists() or ctx.dry_run:
             with ctx.output(bpe / t) as out, watch_output(ctx, out, tok / t, f"apply BPE to {t}"):
                 ctx.sh(apply_bpe_command(bpe / "codes", bpe / f"vocab.{t.rsplit('.', 1)[1]}", tok / t,
-                                         s.workers, bpe_vocabulary_threshold(bpe)), stdout=out)
+                                         s.workers, bpe_vocabulary_threshold(bpe)), stdout=out, workers=s.workers > 1)
     if s.clean:
         clean(ctx, lay)
 

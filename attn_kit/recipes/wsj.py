@@ -415,7 +415,7 @@ def learn_apply_bpe(s, ctx):
                 "--input", prep / f"train.{SRC}", "--output", tmp / "codes"])
         for split in SPLITS:
             ctx.sh(["subword-nmt", "apply-bpe", "-c", tmp / "codes", "--num-workers", s.workers],
-                   stdin=prep / f"{split}.{SRC}", stdout=tmp / f"{split}.{SRC}")
+                   stdin=prep / f"{split}.{SRC}", stdout=tmp / f"{split}.{SRC}", workers=s.workers > 1)
             ctx.step(f"copy {prep / f'{split}.{TGT}'} -> {s.workdir / 'bpe' / f'{split}.{TGT}'} (bracket symbols "
                      "need no BPE)", lambda name=f"{split}.{TGT}": (tmp / name).write_bytes((prep / name).read_bytes()))
 
