@@ -236,6 +236,11 @@ CASES = [
          "one line naming the recipe's option for it (fairseq took the last value silently; its --lr is not read "
          "by eq. 3's schedule; --lenpen was ignored)",
          "tests/test_values.py::test_what_would_be_ignored_or_overridden_silently_is_one_line"),
+    Case("NaN or infinity for any option of type float of any kit command (`plot_attention.py --min-weight nan`, "
+         "`compare_baselines.py --train-minutes inf`, ...)",
+         "one line naming the option, from the kit's one parser (attn_kit.cli.ArgumentParser), before the command's "
+         "own checks",
+         "tests/test_values.py::test_every_kit_command_refuses_a_float_option_that_is_not_finite"),
     Case("`translate.py --gnmt-alpha nan`, `--max-len-b -100`, `--threads -2`",
          "one line before any work (it printed 55 dots for \"A man.\", or a traceback)",
          "tests/test_values.py::test_translate_checks_its_numbers_before_any_work"),

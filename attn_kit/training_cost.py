@@ -119,11 +119,11 @@ def check_args(args):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
-    for name in ("mean_length", "gpu_tflops"):
+    for name in ("mean_length", "gpu_tflops"):  # finite: the parser (attn_kit.cli.ArgumentParser)
         value = getattr(args, name)
-        if value is not None and not (math.isfinite(value) and value > 0):
-            raise UsageError(f"--{name.replace('_', '-')} {value}: give a finite number > 0")
-    if args.utilization is not None and not (math.isfinite(args.utilization) and 0 < args.utilization <= 1):
+        if value is not None and value <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} {value}: give a number > 0")
+    if args.utilization is not None and not 0 < args.utilization <= 1:
         raise UsageError(f"--utilization {args.utilization}: a share of the peak, in (0, 1]")
     if args.utilization is not None and not (args.gpu or args.gpu_tflops):
         raise UsageError("--utilization needs --gpu NAME or --gpu-tflops X (the peak it is a share of)")

@@ -75,8 +75,8 @@ def test_a_wrong_type_in_a_yaml_config_names_the_key_and_the_file(tmp_path, monk
     (["--ngpus", "-8"], "--ngpus must be >= 1"),
     (["--utilization", "7", "--gpu", "H100"], "a share of the peak, in (0, 1]"),
     (["--utilization", "0", "--gpu", "H100"], "a share of the peak, in (0, 1]"),
-    (["--utilization", "nan", "--gpu", "H100"], "a share of the peak"),
-    (["--mean-length", "inf"], "give a finite number > 0"),
+    (["--utilization", "nan", "--gpu", "H100"], "argument --utilization: nan is not a finite number"),
+    (["--mean-length", "-1"], "--mean-length -1.0: give a number > 0"),
     (["--max-updates", "100"], "unrecognized arguments: --max-updates 100"),
     (["--arch", "nonexistent"], "fairseq-train does not accept --arch nonexistent"),
 ])
@@ -119,8 +119,8 @@ def test_what_would_be_ignored_or_overridden_silently_is_one_line(argv, fragment
 
 
 @pytest.mark.parametrize("argv,fragment", [
-    (["--gnmt-alpha", "nan"], "--gnmt-alpha nan: give a finite number >= 0"),
-    (["--lenpen", "-1"], "--lenpen -1.0: give a finite number >= 0"),
+    (["--gnmt-alpha", "nan"], "argument --gnmt-alpha: nan is not a finite number"),
+    (["--lenpen", "-1"], "--lenpen -1.0: give a number >= 0"),
     (["--max-len-b", "-100"], "--max-len-b must be >= 0"),
     (["--threads", "-2"], "--threads must be >= 1"),
 ])
@@ -162,3 +162,18 @@ def test_the_positions_checked_are_fairseqs_and_the_plugins():
 
     assert MAX_POSITIONS == TranslationConfig().max_source_positions == TranslationConfig().max_target_positions
     assert MAX_POSITIONS == AttnTransformerConfig().max_source_positions == AttnTransformerConfig().max_target_positions
+
+
+@pytest.mark.parametrize("module,argv", [
+    ("attn_kit.inference.attention", ["run", "--sentence", "a", "--min-weight", "nan"]),
+    ("attn_kit.compare.cli", ["--train-minutes", "inf"]),
+    ("attn_kit.training_cost", ["--mean-length", "nan"]),
+    ("attn_kit.inference.translate", ["run", "--gnmt-alpha", "inf"]),
+])
+def test_every_kit_command_refuses_a_float_option_that_is_not_finite(module, argv):
+    """attn_kit.cli.ArgumentParser, every kit command's parser: NaN or infinity for an option of
+    type float is one error line naming the option, whatever the command's own checks."""
+    main = importlib.import_module(module).main
+    option = next(a for a in argv if a.startswith("--") and argv[argv.index(a) + 1] in ("nan", "inf"))
+    proc = run_main(main, *argv)
+    assert_one_error_line(proc, f"argument {option}: ", "is not a finite number")

@@ -9,7 +9,6 @@ before any work (:mod:`attn_plugin.run_cards`), the input is read under the one 
 (:mod:`attn_kit.textio`), and ``--output`` is written whole or not at all.
 """
 import argparse
-import math
 import json
 import sys
 from pathlib import Path
@@ -61,9 +60,9 @@ def parse_args(argv=None):
         raise UsageError("--batch-size and --beam must be >= 1")
     if args.gnmt_alpha is not None and args.lenpen is not None:
         raise UsageError("give --gnmt-alpha or --lenpen, not both")
-    for option, value in (("--gnmt-alpha", args.gnmt_alpha), ("--lenpen", args.lenpen)):
-        if value is not None and not (math.isfinite(value) and value >= 0):
-            raise UsageError(f"{option} {value}: give a finite number >= 0")
+    for option, value in (("--gnmt-alpha", args.gnmt_alpha), ("--lenpen", args.lenpen)):  # finite: the parser
+        if value is not None and value < 0:
+            raise UsageError(f"{option} {value}: give a number >= 0")
     if args.max_len_b is not None and args.max_len_b < 0:
         raise UsageError("--max-len-b must be >= 0 (the longest output is the input's length + this)")
     if args.threads is not None and args.threads < 1:
