@@ -27,9 +27,7 @@ from ..checkout import REPO
 from ..cli import ArgumentParser, UsageError, UserError, log, main_guard, write_json_atomic
 
 HERE = REPO / ".gpu_check"
-SHARED = REPO.parent / "shared" / "data"
 TOKENS_PER_UPDATE = 28000  # the paper's ~25K + 25K tokens per update (recipes/configs/wmt14.yaml)
-HELD_OUT = 3000
 
 
 # ---------------------------------------------------------------------------------------------- prepare
@@ -42,7 +40,11 @@ def recipe_data_argv(corpus: Path, data_workdir: Path, workdir: Path, workers: i
 
 
 def prepare(args) -> int:
-    from . import corpus as C
+    """The data-preparation benchmark's synthetic corpus (its make_corpus: train, valid and test with
+    newstest's shapes), then the recipe's data stages on it, and the part the GPU needs copied aside."""
+    from types import SimpleNamespace
+
+    from .data_prep import SHARED, make_corpus
     from ..recipes import parallel
 
     corpus, prep, data = args.dir / "corpus", args.dir / "prep", args.dir / "data"
@@ -53,13 +55,7 @@ def prepare(args) -> int:
         if not Path(path).exists():
             raise UserError(f"{path}: no such file (newstest's sentence shapes; give --shapes EN DE)")
     if not (corpus / "test.de").exists():
-        found = C.read_shapes(shapes[0], shapes[2]) + C.read_shapes(shapes[1], shapes[3]) if len(shapes) == 4 \
-            else C.read_shapes(*shapes)
-        vocab = (C.wordfreq_vocabulary("en"), C.wordfreq_vocabulary("de"))
-        corpus.mkdir(parents=True, exist_ok=True)
-        for name, n, seed in (("train", args.pairs, 1), ("valid", HELD_OUT, 2), ("test", HELD_OUT, 3)):
-            log(f"corpus: {n} {name} pairs")
-            C.write_corpus(C.generate(found, vocab, n, seed), corpus / f"{name}.en", corpus / f"{name}.de")
+        make_corpus(SimpleNamespace(shapes=shapes, sizes=[args.pairs], seed=1), corpus)
     parallel.main([*recipe_data_argv(corpus, prep, args.dir / "prep-run", args.workers), "--ngpus", "0",
                    "--stop-stage", "binarize"])
     s = parallel.build(recipe_data_argv(corpus, prep, args.dir / "prep-run", args.workers))
