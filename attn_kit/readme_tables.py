@@ -393,8 +393,8 @@ def gpu_planning() -> str:
                          hours_text(updates * p.estimate.seconds_per_update),
                          f"{hours_text(updates * p.low.seconds_per_update)} - "
                          f"{hours_text(updates * p.high.seconds_per_update)}",
-                         "the paper's P100 rate + the measured per-forward cost" if "paper's own rate" in p.estimate.source
-                         else "the H200 fit" + (", scaled to this GPU" if "scaled" in p.estimate.source else "")])
+                         {"paper": "the paper's P100 rate + the measured per-forward cost", "measured": "the H200 fit",
+                          "scaled": "the H200 fit, scaled to this GPU"}[p.estimate.calibration]])
     return (table(["model", "GPUs", "tokens per forward x forwards", "training, estimate", "range",
                    "the estimate from"], rows)
             + "\n\nProjected by `attn_kit.step_model` (`python scripts/training_cost.py --gpu NAME --ngpus N` "

@@ -120,6 +120,8 @@ def fits() -> Tuple[Fit, ...]:
 class Estimate:
     seconds_per_update: float
     source: str  # where it comes from, in words
+    calibration: str  # "measured" (a fit, on this GPU's chip), "scaled" (a fit, another GPU's peak) or "paper"
+    model: str  # the measured model (base, big) or the paper's arch it comes from
 
 
 def update_seconds(shape, tokens_per_forward: float, forwards: int, gpu_name: str, precision: str,
@@ -143,7 +145,7 @@ def update_seconds(shape, tokens_per_forward: float, forwards: int, gpu_name: st
         out.append(Estimate(forwards * (c + flops / rate),
                             f"the recipe's training of {f.model} measured on an {f.gpu} ({f.source}): "
                             f"{c * 1e3:.0f} ms fixed per forward + the arithmetic at {f.efficiency:.0%} of the "
-                            f"measured matmul rate{scaled}"))
+                            f"measured matmul rate{scaled}", "measured" if measured else "scaled", f.model))
     if not measured:
         host = min(fits(), key=lambda f: abs(f.d_model - shape.encoder.d_model), default=None)
         c = host.forward_seconds * layers / host.layers if host else 0.0
@@ -151,7 +153,7 @@ def update_seconds(shape, tokens_per_forward: float, forwards: int, gpu_name: st
             out.append(Estimate(forwards * (c + flops / (peak * 1e12 * u)),
                                 f"the arithmetic at the paper's own rate for {arch} on its P100s (its step time, Sec. "
                                 f"5.2: {u:.0%} of the dense peak) + {c * 1e3:.0f} ms fixed per forward (measured"
-                                f"{f' on an {host.gpu}' if host else ''})"))
+                                f"{f' on an {host.gpu}' if host else ''})", "paper", arch))
     return out
 
 
@@ -232,10 +234,10 @@ def predict(shape, tokens_per_forward: float, forwards: int, gpu_name: str, prec
     all_fits = fits()
     if any(_same_chip(gpu_name, f.gpu) for f in all_fits):
         nearest = min(all_fits, key=lambda f: abs(f.d_model - shape.encoder.d_model))
-        primary = next(e for e in estimates if f"training of {nearest.model} " in e.source)
+        primary = next(e for e in estimates if e.calibration == "measured" and e.model == nearest.model)
     else:
         arch = "attn_paper_big" if wide else "attn_paper_base"
-        primary = next(e for e in estimates if f"paper's own rate for {arch} " in e.source)
+        primary = next(e for e in estimates if e.calibration == "paper" and e.model == arch)
     return Prediction(primary, min(estimates, key=lambda e: e.seconds_per_update),
                       max(estimates, key=lambda e: e.seconds_per_update))
 

@@ -51,7 +51,7 @@ def test_the_papers_own_run_is_predicted_within_a_quarter(arch):
     paper_seconds = TABLE2_TRAINING[arch]["hours"] * 3600
     assert updates * p.estimate.seconds_per_update == pytest.approx(paper_seconds, rel=0.25)
     assert p.low.seconds_per_update <= p.estimate.seconds_per_update <= p.high.seconds_per_update
-    assert "paper's own rate" in p.estimate.source and "Sec. 5.2" in p.estimate.source
+    assert p.estimate.calibration == "paper" and "Sec. 5.2" in p.estimate.source
 
 
 def test_a_measured_gpu_is_predicted_from_its_measurement_and_the_range_holds_the_canary():
@@ -60,9 +60,10 @@ def test_a_measured_gpu_is_predicted_from_its_measurement_and_the_range_holds_th
     canary = json.loads(FILED.read_text())["canary"]["base"]["canary"]
     shape = cost.model_shape("attn_paper_base", [], 20860)
     p = step_model.predict(shape, 28000, 1, "H100", "bf16", cost.MEAN_LENGTH)
+    assert (p.estimate.calibration, p.estimate.model) == ("measured", "base")
     assert "training of base measured on an NVIDIA H200" in p.estimate.source
     assert p.low.seconds_per_update <= canary["seconds_per_update"] <= p.high.seconds_per_update * 1.05
-    assert not any("paper's own rate" in e.source for e in step_model.update_seconds(
+    assert not any(e.calibration == "paper" for e in step_model.update_seconds(
         shape, 28000, 1, "H100", "bf16", cost.MEAN_LENGTH))
 
 
