@@ -104,15 +104,16 @@ class Variant:
 
 def plan() -> List[object]:
     """What runs, most telling first, as the deadline may cut the list short: a profile and the
-    recipe's training as it is (one 28K-token forward, attn_adam) at base and big size, as it was
-    (4K-token forwards, fairseq's Adam: the baseline, run again on the same machine), the two
-    canaries, --compile-layers (which needs its first minute to compile), then one change at a time."""
+    recipe's training as it is (one 28K-token forward, attn_adam) at base and big size, with
+    --compile-layers (which needs its first minute to compile), as it was (4K-token forwards,
+    fairseq's Adam: the baseline, run again on the same machine), the two canaries, then one change
+    at a time."""
     out: List[object] = [Variant("base_28k_profile", "base", profile=True, seconds=10)]
     out += [Variant(f"{model}_28k", model) for model in ("base", "big")]
-    out += [Variant(f"{model}_4k_fairseq_adam", model, 4096, optimizer="adam") for model in ("base", "big")]
-    out += ["canary:base", "canary:big"]
     out += [Variant(f"{model}_28k_compile", model, compile_layers=True, seconds=COMPILE_SECONDS)
             for model in ("base", "big")]
+    out += [Variant(f"{model}_4k_fairseq_adam", model, 4096, optimizer="adam") for model in ("base", "big")]
+    out += ["canary:base", "canary:big"]
     out += [Variant(f"{model}_28k_fairseq_adam", model, optimizer="adam") for model in ("base", "big")]
     out += [Variant(f"{model}_{f // 1000}k", model, f) for model in ("base", "big") for f in FORWARDS[:-1]]
     out += [Variant("base_28k_pad8", "base", pad8=True)]

@@ -254,8 +254,9 @@ class MultiHeadAttention(nn.Module):
         mask = None
         if key_padding_mask is not None:
             mask = ~key_padding_mask[:, None, None, :]  # True = may attend
-        # A cached causal step attends to every cached position: no mask needed.
-        is_causal = causal and cache is None and query.size(1) > 1
+        # A cached causal step attends to every cached position: no mask needed. (Not a test of the
+        # length: under torch.compile that is a symbolic bool, which the fused kernel refuses.)
+        is_causal = causal and cache is None
         out, weights = scaled_dot_product_attention(q, k, v, mask, is_causal, self._dropout_p(), need_weights)
         out = out.transpose(1, 2).reshape(query.size(0), query.size(1), self.h * self.d_v)
         return self.w_o(out), weights
