@@ -5,9 +5,10 @@
 #   bash benchmarks/gpu_check.sh --prepare     # here (internet, ../shared): wheels for the GPU machine's
 #                                              # Python 3.12 and the WMT-shaped data, into .gpu_check/
 #   bash benchmarks/gpu_check.sh --dry-run     # anywhere: print every command it would run, check each parses
-#   bash benchmarks/gpu_check.sh [--out FILE] [--seconds N] [--commit SHA]
+#   bash benchmarks/gpu_check.sh [--out FILE] [--seconds N] [--commit SHA] [--only NAME,...]
 #                                              # on the GPU machine (no internet; .gpu_check/ carried there):
 #                                              # install as docs/scaling.md tells users, then measure
+#                                              # (--only: those runs of the plan, as --dry-run names them)
 #
 # On the GPU machine it installs fairseq and this package exactly as docs/scaling.md says (with
 # --no-index --find-links .gpu_check/wheels, the machine having no internet), so the check tests
@@ -19,6 +20,7 @@ WHEELS=$HERE/wheels
 OUT_FILE=""
 SECONDS_ALLOWED=540
 COMMIT=""
+ONLY=""
 MODE=run
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -27,8 +29,9 @@ while [ $# -gt 0 ]; do
     --out) OUT_FILE="$2"; shift ;;
     --seconds) SECONDS_ALLOWED="$2"; shift ;;
     --commit) COMMIT="$2"; shift ;;
-    -h|--help) sed -n 2,16p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "error: unknown option $1 (--prepare, --dry-run, --out FILE, --seconds N, --commit SHA)" >&2; exit 2 ;;
+    --only) ONLY="$2"; shift ;;
+    -h|--help) sed -n 2,17p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "error: unknown option $1 (--prepare, --dry-run, --out FILE, --seconds N, --commit SHA, --only NAME,...)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -77,7 +80,7 @@ if [ "$MODE" = dry ]; then
   echo "# on the GPU machine, in an activated environment with the GPU's torch (docs/scaling.md):"
   printf '  $ %s\n' "${INSTALL[@]}"
   source scripts/env.sh || exit 1
-  exec "$ATTN_PY" -m attn_kit.bench.gpu_check run --dry-run
+  exec "$ATTN_PY" -m attn_kit.bench.gpu_check run --dry-run ${ONLY:+--only "$ONLY"}
 fi
 
 # ---- on the GPU machine
@@ -119,7 +122,8 @@ fi
 LEFT=$(( SECONDS_ALLOWED - INSTALL_SECONDS - 20 ))
 [ "$LEFT" -lt 60 ] && LEFT=60
 python3 -m attn_kit.bench.gpu_check run --out "$OUT_FILE" --seconds "$LEFT" \
-  --install-seconds "$INSTALL_SECONDS" --install-as-documented "$AS_DOCUMENTED" ${COMMIT:+--commit "$COMMIT"}
+  --install-seconds "$INSTALL_SECONDS" --install-as-documented "$AS_DOCUMENTED" ${COMMIT:+--commit "$COMMIT"} \
+  ${ONLY:+--only "$ONLY"}
 rc=$?
 [ -n "$SMI_PID" ] && kill "$SMI_PID" 2>/dev/null
 tar czf "$OUT_DIR/runs.tgz" --exclude='*.pt' --exclude=generate.out -C "$HERE" runs 2>/dev/null

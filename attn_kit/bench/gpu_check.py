@@ -208,7 +208,9 @@ def profile_summary(prof, seconds: float, steps: int) -> dict:
     from torch.autograd import DeviceType
 
     # the kernels themselves: CPU-side rows (an aten op, a user annotation) carry their kernels' time too
-    kernels = [e for e in rows if e.device_type == DeviceType.CUDA]
+    # (a CPU-side annotation such as "forward" also has a GPU-side row of the same name: not a kernel)
+    cpu_keys = {e.key for e in rows if e.device_type == DeviceType.CPU}
+    kernels = [e for e in rows if e.device_type == DeviceType.CUDA and e.key not in cpu_keys]
     gpu_us = sum(device_self(e) for e in kernels)
     launches = sum(e.count for e in rows if e.key in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
                                                       "cudaGraphLaunch"))
@@ -303,8 +305,9 @@ def run(args) -> int:
     data, runs = args.dir / "data", args.dir / "runs"
     start = time.time()
     deadline = start + args.seconds
+    chosen = [item for item in plan() if not args.only or (item if isinstance(item, str) else item.name) in args.only]
     items = [(item, canary_argv(data, item.split(":")[1], runs)) if isinstance(item, str)
-             else (item, sweep_command(data, item, runs)) for item in plan()]
+             else (item, sweep_command(data, item, runs)) for item in chosen]
     log(f"the GPU check: {len(items)} runs (the recipe's canary, and its training command changed one way at a "
         f"time), none started later than {args.seconds} s after the start")
     for item, cmd in items:
@@ -403,6 +406,8 @@ def parse_args(argv=None):
     pr.add_argument("--seconds", type=int, default=420,
                     help="stop starting runs that would end later than this many seconds after the start (default 420)")
     pr.add_argument("--out", type=Path, default=HERE / "gpu_check.json", help="the results file")
+    pr.add_argument("--only", type=lambda text: text.split(","), metavar="NAME,...",
+                    help="run only these of the plan (names as --dry-run prints them: base_28k_compile, canary:base)")
     pr.add_argument("--commit", help="the commit the tree is at (the GPU machine's copy has no .git)")
     pr.add_argument("--dir", type=Path, default=HERE, help=f"the prepared folder (default {HERE})")
     pr.add_argument("--install-seconds", type=int, help="how long the install took (gpu_check.sh measures it)")
@@ -413,7 +418,13 @@ def parse_args(argv=None):
         raise UsageError("--pairs must be >= 1000")
     if args.command == "run" and args.seconds < 60:
         raise UsageError("--seconds must be >= 60")
-    args.command_line = "bash benchmarks/gpu_check.sh" + (" --dry-run" if getattr(args, "dry_run", False) else "")
+    if args.command == "run" and args.only:
+        names = [item if isinstance(item, str) else item.name for item in plan()]
+        unknown = [name for name in args.only if name not in names]
+        if unknown:
+            raise UsageError(f"--only: not in the plan: {', '.join(unknown)} (the plan: {', '.join(names)})")
+    args.command_line = "bash benchmarks/gpu_check.sh" + (" --dry-run" if getattr(args, "dry_run", False) else "") \
+        + (f" --only {','.join(args.only)}" if getattr(args, "only", None) else "")
     return args
 
 

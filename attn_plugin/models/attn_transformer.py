@@ -441,14 +441,21 @@ class Embedding(nn.Module):
         return self.dropout(self.scale * self.embed_tokens(tokens) + self.positions(tokens, start))
 
 
-def _training_layers(module: nn.Module, compile_layers: bool):
-    """The layers to run: ``module.layers``, or, when training with
-    ``--compile-layers``, torch.compile'd wrappers of them (same parameters;
-    kept in a plain list so they are not registered twice as submodules)."""
-    if not (compile_layers and module.training):
+def _compiling(module: nn.Module) -> bool:
+    """Whether ``module`` runs its layers compiled: training with ``--compile-layers``."""
+    return module.compile_layers and module.training
+
+
+def _training_layers(module: nn.Module):
+    """The layers to run: ``module.layers``, or, when :func:`_compiling`,
+    torch.compile'd wrappers of them (same parameters; kept in a plain list so
+    they are not registered twice as submodules). Compiled for any batch size
+    and length at once (``dynamic``): fairseq's batches change shape at nearly
+    every step, and every compilation costs seconds on a GPU."""
+    if not _compiling(module):
         return module.layers
     if getattr(module, "_compiled_layers", None) is None:
-        module._compiled_layers = [torch.compile(layer) for layer in module.layers]
+        module._compiled_layers = [torch.compile(layer, dynamic=True) for layer in module.layers]
     return module._compiled_layers
 
 
@@ -473,9 +480,10 @@ class AttnEncoder(FairseqEncoder):
         padding_mask = src_tokens.eq(self.padding_idx)
         x = self.embed(src_tokens)
         padded = padding_mask.any() if src_padded is None else src_padded
-        attn_padding_mask = padding_mask if padded else None  # None: unmasked, fastest kernels
+        # None: unmasked, fastest kernels; compiled layers always take the mask (one graph, not two)
+        attn_padding_mask = padding_mask if padded or _compiling(self) else None
         weights = []
-        for layer in _training_layers(self, self.compile_layers):
+        for layer in _training_layers(self):
             x, w = layer(x, attn_padding_mask, need_weights=need_head_weights)
             weights.append(w)
         # Lists, as fairseq's encoders return, so fairseq's generator can treat it alike.
@@ -531,11 +539,11 @@ class AttnDecoder(FairseqIncrementalDecoder):
         y = self.embed(prev_output_tokens, start)
         memory = encoder_out["encoder_out"][0]
         memory_padding_mask = encoder_out["encoder_padding_mask"][0]
-        if not (memory_padding_mask.any() if src_padded is None else src_padded):
-            memory_padding_mask = None  # unmasked, fastest kernels
+        if not (_compiling(self) or (memory_padding_mask.any() if src_padded is None else src_padded)):
+            memory_padding_mask = None  # unmasked, fastest kernels (compiled layers: as the encoder's)
         align = len(self.layers) - 1 if alignment_layer is None else alignment_layer
         need_attn = self.need_attn or alignment_layer is not None or need_head_weights
-        layers = self.layers if incremental_state is not None else _training_layers(self, self.compile_layers)
+        layers = self.layers if incremental_state is not None else _training_layers(self)
         weights = []
         for i, layer in enumerate(layers):
             y, w = layer(y, memory, memory_padding_mask, incremental_state,
