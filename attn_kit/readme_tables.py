@@ -374,6 +374,40 @@ def gpu_check() -> str:
             + source(GPU_CHECK))
 
 
+GPU_CHECK_REPEAT = BENCH / "h200_gpu_check_2.json"
+GPU_CHECK_COMPILE = BENCH / "h200_gpu_check_compile.json"
+
+
+def gpu_check_repeat() -> str:
+    """docs/scaling.md: the GPU check run again (another H200, later commits): its runs beside the
+    same-named runs of the first, and --compile-layers after its fix."""
+    first = {x["name"]: x for x in load(GPU_CHECK)["sweep"]}
+    again, compiled = load(GPU_CHECK_REPEAT), load(GPU_CHECK_COMPILE)
+    runs = [x for x in again["sweep"] if x.get("seconds_per_update") and not x["name"].endswith("_profile")
+            and not x["compile_layers"]]
+    runs += [x for x in compiled["sweep"] if x.get("seconds_per_update")]
+    rows = []
+    for x in runs:
+        label = f"{x['name']} (at {compiled['commit']})" if x["compile_layers"] else x["name"]
+        before = first.get(x["name"], {}).get("seconds_per_update")
+        rows.append(_gpu_run_row(x, label) + [f"{before:.3f}" if before and not x["compile_layers"] else "-"])
+    plain = {x["name"]: x for x in runs if not x["compile_layers"]}
+
+    def ratio(a, b):
+        return f"{plain[a]['seconds_per_update'] / plain[b]['seconds_per_update']:.1f}x"
+
+    notes, cnotes = again["notes"], compiled["notes"]
+    return (table(GPU_RUN_HEADER + ["s per update in the first run"], rows)
+            + f"\n\nOne {again['environment']['gpu']}, torch {again['environment']['torch']}, measured bf16 matmul "
+              f"{again['environment']['measured_bf16_matmul_tflops']:.0f} and "
+              f"{compiled['environment']['measured_bf16_matmul_tflops']:.0f} TFLOP/s; at commit {again['commit']}: "
+              f"{notes['what_ran']} {notes['host_variance']} Within this run, before to now: base "
+              f"{ratio('base_4k_fairseq_adam', 'base_28k')}, big {ratio('big_4k_fairseq_adam', 'big_28k')} faster. "
+              f"--compile-layers at {again['commit']}: {notes['compile']} At {compiled['commit']}: "
+              f"{cnotes['what_ran']} {cnotes['compile']} Skipped for time: {', '.join(again['skipped'])}."
+            + source(GPU_CHECK_REPEAT, GPU_CHECK_COMPILE))
+
+
 def gpu_planning() -> str:
     """docs/scaling.md: base and big on one GPU and on eight, from attn_kit.step_model's fits of the
     GPU check (a projection from measurements, not a measurement)."""
@@ -690,6 +724,7 @@ TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "parallel_presets"
           "faults": faults, "gpu_recipe_path": gpu_recipe_path, "decode_rules": decode_rules, "table3": table3, "translate_consistency": translate_consistency,
           "ctranslate2": ctranslate2, "ctranslate2_run": ctranslate2_run, "canary_check": canary_check,
           "data_prep": data_prep, "gpu_check": gpu_check, "gpu_check_summary": gpu_check_summary,
+          "gpu_check_repeat": gpu_check_repeat,
           "gpu_planning": gpu_planning}
 
 

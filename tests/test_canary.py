@@ -231,3 +231,26 @@ def test_every_recipes_canary_reports_its_canary_table(recipe, argv, tmp_path, m
     assert proc.returncode == 0, proc.stderr
     assert "target tokens/s" in proc.stdout and f"{result['tokens_per_second']['total']:.0f}" in proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+def test_gpu_busy_share_is_the_median_of_nvidia_smis_samples_over_the_timed_updates(tmp_path):
+    """The GPU check's "GPU busy" column: the median of nvidia-smi's utilization samples between the
+    first and last timed update (the first 30% of the updates, at least 3, left out), not those of the
+    run's start-up or of the idle machine after it."""
+    import datetime
+
+    from attn_kit.bench.gpu_check import add_utilization
+
+    t0 = datetime.datetime(2026, 11, 27, 15, 0, 0)
+    smi = tmp_path / "smi.csv"
+    busy = [0, 0, 0, 10, 80, 90, 70, 60, 0, 0, 0, 0]  # one sample a second from t0
+    smi.write_text("".join(f"{(t0 + datetime.timedelta(seconds=i)).strftime('%Y/%m/%d %H:%M:%S.%f')[:-3]}, "
+                           f"{b} %, 1011 MiB, 80.0 W\n" for i, b in enumerate(busy)) + "garbage line\n")
+    stats = tmp_path / "run" / "stats"
+    stats.mkdir(parents=True)
+    # 10 updates, one step each, ending at t0 + 1.5 s, 2.0 s, ... 6.0 s: timed from update 3's end (2.5 s)
+    steps = [[u, t0.timestamp() + 1.5 + 0.5 * u, 100, 100, 100, 0, 1.0, 100.0] for u in range(10)]
+    (stats / "stats.1.json").write_text(json.dumps({"rank": 0, "steps": steps}))
+    entry = {}
+    add_utilization(entry, tmp_path / "run", smi)
+    assert entry["gpu_utilization_percent_median"] == 75  # samples at 3, 4, 5, 6 s: 10, 80, 90, 70

@@ -228,6 +228,15 @@ def profile_summary(prof, seconds: float, steps: int) -> dict:
                               for e in top_cpu]}
 
 
+def timed_updates(ends: dict):
+    """(first, last): the updates whose span is timed, the first 30% (at least 3) left out: start-up,
+    allocator growth, compilation. ``ends``: {update: when it ended} (canary.update_times)."""
+    import math
+
+    updates = list(ends)
+    return updates[max(3, math.ceil(0.3 * len(updates))) - 1], updates[-1]
+
+
 def sweep_result(v: Variant, cmd: List[str], folder: Path, rc: int, matmul: Optional[float]) -> dict:
     """What one sweep run did: updates, seconds per update, target and padded tokens/s, model FLOP
     utilization against the measured matmul rate and the datasheet's dense peak, peak memory."""
@@ -251,8 +260,7 @@ def sweep_result(v: Variant, cmd: List[str], folder: Path, rc: int, matmul: Opti
     if len(updates) < 6:
         out["updates"] = len(updates)
         return out
-    skip = max(3, math.ceil(0.3 * len(updates)))  # start-up, allocator growth, compilation
-    first, last = updates[skip - 1], updates[-1]
+    first, last = timed_updates(ends)
     window = ends[last] - ends[first]
     steps = [st for st in records[0]["steps"] if first < st[0] + 1 <= last]
     data_bin = Path(cmd[1])
@@ -277,6 +285,44 @@ def sweep_result(v: Variant, cmd: List[str], folder: Path, rc: int, matmul: Opti
                                                        steps[-1][6] / steps[-1][7] / math.log(2))],
     })
     return out
+
+
+def smi_utilization(smi: Path, start: float, end: float) -> Optional[float]:
+    """The median of nvidia-smi's utilization.gpu samples (gpu_check.sh writes them to ``smi``,
+    "2026/11/27 15:15:48.820, 37 %, ...", the machine's local time) from ``start`` to ``end``
+    (time.time()s): the share of time a kernel was running, not of the GPU's arithmetic."""
+    import datetime
+    import statistics
+
+    samples = []
+    try:
+        lines = smi.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = [f.strip() for f in line.split(",")]
+        try:
+            when = datetime.datetime.strptime(fields[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            busy = float(fields[1].rstrip(" %"))
+        except (ValueError, IndexError):
+            continue
+        if start <= when <= end:
+            samples.append(busy)
+    return statistics.median(samples) if samples else None
+
+
+def add_utilization(entry: dict, folder: Path, smi: Path):
+    """``entry["gpu_utilization_percent_median"]``: from ``smi`` over the timed updates of the run
+    in ``folder`` (their span read from its step records)."""
+    from ..recipes import canary
+
+    records = canary.read_stats(folder / "stats")
+    ends = canary.update_times(records[0]) if records else {}
+    if len(ends) >= 6:
+        first, last = timed_updates(ends)
+        busy = smi_utilization(smi, ends[first], ends[last])
+        if busy is not None:
+            entry["gpu_utilization_percent_median"] = busy
 
 
 def environment() -> dict:
@@ -376,6 +422,7 @@ def run(args) -> int:
             profile = str(folder / "profile.json") if v.profile else None
             rc = forks.run(cmd, folder / "train.log", {"ATTN_RUN_STATS": str(folder / "stats")}, profile)
             entry = sweep_result(v, cmd, folder, rc, matmul)
+            add_utilization(entry, folder, out.parent / "smi.csv")
             if profile and Path(profile).exists():
                 result["profile"] = {"run": v.name, **json.loads(Path(profile).read_text())}
             result["sweep"].append(entry)
