@@ -17,7 +17,8 @@ import re
 import shutil
 from typing import Optional
 
-from .cli import ArgumentParser, UsageError, UserError, add_force_option, atomic_output, check_output, log, write_text_atomic
+from .cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, atomic_output, check_output, log,
+                  write_text_atomic)
 
 UPDATE_CHECKPOINT = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")  # fairseq's checkpoint_{epoch}_{update}.pt
 
@@ -206,15 +207,15 @@ def parse_args(argv=None):
                         help="checkpoint files, or one directory to pick the last checkpoints from")
     parser.add_argument("--output", required=True, help="where to write the averaged checkpoint")
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--num-epoch-checkpoints", type=int,
+    group.add_argument("--num-epoch-checkpoints", type=Number(int, minimum=1),
                        help="average the last N epoch checkpoints (checkpointE.pt) in the --inputs directory")
-    group.add_argument("--num-update-checkpoints", type=int,
+    group.add_argument("--num-update-checkpoints", type=Number(int, minimum=1),
                        help="average the last N update checkpoints in the --inputs directory, ending at the final "
                             "update: checkpoint_E_U.pt files, and checkpoint_last.pt when it is newer")
     parser.add_argument("--or-fewer", action="store_true",
                         help="with --num-update-checkpoints N: average all the update checkpoints there are when "
                              "fewer than N exist (at least one), instead of stopping with an error")
-    parser.add_argument("--checkpoint-upper-bound", type=int,
+    parser.add_argument("--checkpoint-upper-bound", type=Number(int, minimum=1),
                         help="ignore checkpoints after this epoch / update number")
     parser.add_argument("--info-json", metavar="FILE",
                         help="also write FILE: the averaged paths and, with --num-update-checkpoints, their "
@@ -227,9 +228,6 @@ def main(argv=None) -> int:
     """``scripts/average_checkpoints.py``; run it under :func:`attn_kit.cli.main_guard`,
     which reports the errors raised here as one ``error:`` line, exit status 1 (2 for usage)."""
     args = parse_args(argv)
-    for flag in ("num_epoch_checkpoints", "num_update_checkpoints"):
-        if getattr(args, flag) is not None and getattr(args, flag) < 1:
-            raise UsageError(f"--{flag.replace('_', '-')} must be >= 1 (got {getattr(args, flag)})")
     check_output(args.output, "--output", args.force)
     if args.info_json:
         check_output(args.info_json, "--info-json", args.force)

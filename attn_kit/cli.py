@@ -43,6 +43,34 @@ def one_line(what: str, value, where: str = "a generated command") -> str:
     return text
 
 
+class Number:
+    """An option's type that is a number in a range: ``type=Number(int, minimum=1)``. argparse calls
+    it on the text; a value that is not a number of ``kind``, not finite, or out of the range is
+    argparse's one error line naming the option ("argument --beam: -1 is not >= 1"). Every numeric
+    option of a kit command that is not a recipe's (the recipes check theirs where their settings
+    are built, attn_kit.recipes.settings) has one, so its range is written beside it, once."""
+
+    def __init__(self, kind=int, minimum=None, maximum=None, above=None, below=None):
+        self.kind, self.minimum, self.maximum, self.above, self.below = kind, minimum, maximum, above, below
+        self.__name__ = kind.__name__  # argparse's "invalid int value" for text that is no number
+
+    def __call__(self, text: str):
+        value = self.kind(text)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+        for ok, what in ((self.minimum is None or value >= self.minimum, f">= {self.minimum}"),
+                         (self.above is None or value > self.above, f"> {self.above}"),
+                         (self.maximum is None or value <= self.maximum, f"<= {self.maximum}"),
+                         (self.below is None or value < self.below, f"< {self.below}")):
+            if not ok:
+                raise argparse.ArgumentTypeError(f"{text} is not {what}")
+        return value
+
+    def __repr__(self):
+        return (f"Number({self.kind.__name__}, minimum={self.minimum}, maximum={self.maximum}, above={self.above}, "
+                f"below={self.below})")
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose errors (an unknown option, a value of the wrong type, a bad choice) are
     one ``error:`` line through :func:`main_guard`, as every other usage error of the kit, instead of

@@ -241,6 +241,16 @@ CASES = [
          "one line naming the option, from the kit's one parser (attn_kit.cli.ArgumentParser), before the command's "
          "own checks",
          "tests/test_values.py::test_every_kit_command_refuses_a_float_option_that_is_not_finite"),
+    Case("a number out of range, NaN, infinity or a wrong type for any numeric option of any script or benchmark "
+         "(`average_checkpoints.py --num-update-checkpoints 0`, `plot_attention.py --min-weight 2`, "
+         "`benchmarks/generate_throughput.py --beam 0`, `evalb.py -c -5`, ...)",
+         "one line naming the option and the bound, exit 2, nothing written: each option states its range beside "
+         "it (attn_kit.cli.Number), and a test walks every script's parser for options that do not",
+         "tests/test_option_ranges.py::test_a_number_out_of_range_is_one_line_naming_the_option"),
+    Case("`plot_attention.py` on a run whose checkpoint is stock fairseq's transformer",
+         "one line naming the model and saying to convert it with attn_plugin.convert (was a traceback); nothing "
+         "drawn",
+         "tests/test_translate.py::test_plot_attention_on_a_stock_fairseq_checkpoint_is_one_line"),
     Case("`translate.py --gnmt-alpha nan`, `--max-len-b -100`, `--threads -2`",
          "one line before any work (it printed 55 dots for \"A man.\", or a traceback)",
          "tests/test_values.py::test_translate_checks_its_numbers_before_any_work"),

@@ -12,7 +12,7 @@ import argparse
 import json
 import numpy as np
 
-from .cli import ArgumentParser, UserError
+from .cli import ArgumentParser, Number, UserError
 
 
 def batch_stats(src_sizes, tgt_sizes, max_tokens: int, batches_per_update: int = 1, multiple: int = 8,
@@ -88,16 +88,19 @@ def main(argv=None):
     p.add_argument("--tgt", nargs="+", help="target text file(s), line for line with --src")
     p.add_argument("--moses", nargs=2, metavar=("SRC_LANG", "TGT_LANG"), help="Moses-tokenize the text first")
     p.add_argument("--bpe-codes", help="apply these subword-nmt codes to the text first")
-    p.add_argument("--max-tokens", type=int, required=True, help="fairseq's --max-tokens: padded tokens per device and batch (the recipes' "
+    p.add_argument("--max-tokens", type=Number(int, minimum=1), required=True,
+                   help="fairseq's --max-tokens: padded tokens per device and batch (the recipes' "
                                                                  "--max-tokens-per-gpu)")
-    p.add_argument("--devices", type=int, default=1,
+    p.add_argument("--devices", type=Number(int, minimum=1), default=1,
                    help="devices over all nodes, the recipes' --ngpus x --nnodes (default 1)")
-    p.add_argument("--update-freq", type=int, default=1, help="fairseq's --update-freq (default 1)")
-    p.add_argument("--required-batch-size-multiple", type=int, default=8, help="as fairseq-train (default 8)")
-    p.add_argument("--resample", type=int, metavar="N",
+    p.add_argument("--update-freq", type=Number(int, minimum=1), default=1, help="fairseq's --update-freq (default 1)")
+    p.add_argument("--required-batch-size-multiple", type=Number(int, minimum=1), default=8,
+                   help="as fairseq-train (default 8)")
+    p.add_argument("--resample", type=Number(int, minimum=1), metavar="N",
                    help="batch N pairs drawn with replacement from the given ones (seed 1): a small test set's "
                         "lengths then batch as a large corpus of the same length distribution does")
-    p.add_argument("--target-tokens", type=int, help="also find the padded per-update budget whose mean real (source + target) / 2 "
+    p.add_argument("--target-tokens", type=Number(int, minimum=1),
+                   help="also find the padded per-update budget whose mean real (source + target) / 2 "
                         "tokens per update come closest to this")
     args = p.parse_args(argv)
     if args.data_bin:

@@ -15,7 +15,7 @@ import sys
 from typing import List, Optional
 
 from . import step_model
-from .cli import ArgumentParser, UsageError, main_guard
+from .cli import ArgumentParser, Number, UsageError, main_guard
 from .cost import (GPUS, MEAN_LENGTH, TABLE2_ARCH, Shape, checkpoint_lines, describe_table2, gpu, gpu_name,
                    hours_text, model_shape, paper_updates, train_flops_per_update)
 from .paper import EN_DE_VOCAB, P100_SUSTAINED_TFLOPS, TABLE2_FLOPS, TABLE2_TRAINING
@@ -114,17 +114,7 @@ def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, 
 
 # ---------------------------------------------------------------------------------------------- script
 def check_args(args):
-    """Every number of the command line in range and finite: one UsageError naming the option."""
-    for name in ("max_update", "tokens_per_update", "average", "vocab", "ngpus", "max_tokens_per_gpu"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
-    for name in ("mean_length", "gpu_tflops"):  # finite: the parser (attn_kit.cli.ArgumentParser)
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise UsageError(f"--{name.replace('_', '-')} {value}: give a number > 0")
-    if args.utilization is not None and not 0 < args.utilization <= 1:
-        raise UsageError(f"--utilization {args.utilization}: a share of the peak, in (0, 1]")
+    """What the options' ranges (their types) cannot say: one UsageError naming the options."""
     if args.utilization is not None and not (args.gpu or args.gpu_tflops):
         raise UsageError("--utilization needs --gpu NAME or --gpu-tflops X (the peak it is a share of)")
     if args.gpu:
@@ -135,26 +125,30 @@ def main(argv=None):
     p = ArgumentParser(prog="scripts/training_cost.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", default="attn_paper_base", help="any fairseq Transformer arch (default attn_paper_base)")
-    p.add_argument("--max-update", type=int, help="updates (default: the paper's for base and big, 100000 / 300000)")
+    p.add_argument("--max-update", type=Number(int, minimum=1),
+                   help="updates (default: the paper's for base and big, 100000 / 300000)")
     from .recipes import config  # the WMT14 recipes' defaults: this script and their --dry-run plan the same run
 
     paper, archs = config.settings("wmt14", "paper"), config.load("wmt14")["archs"]
-    p.add_argument("--tokens-per-update", type=int, default=paper["tokens_per_update"],
+    p.add_argument("--tokens-per-update", type=Number(int, minimum=1), default=paper["tokens_per_update"],
                    help="padded tokens per update over all devices, fairseq's --max-tokens x devices x "
                         f"--update-freq, as the recipes' --tokens-per-update (default {paper['tokens_per_update']}, "
                         "the WMT14 recipes' paper setting, recipes/configs/wmt14.yaml)")
-    p.add_argument("--average", type=int, help="checkpoints averaged, for the disk they take (default: the recipes', "
+    p.add_argument("--average", type=Number(int, minimum=1),
+                   help="checkpoints averaged, for the disk they take (default: the recipes', "
                                                + ", ".join(f"{a} {v['average']}" for a, v in archs.items()) + ")")
-    p.add_argument("--vocab", type=int, default=EN_DE_VOCAB, help=f"vocabulary (default {EN_DE_VOCAB}, Sec. 5.1)")
-    p.add_argument("--mean-length", type=float, default=MEAN_LENGTH,
+    p.add_argument("--vocab", type=Number(int, minimum=1), default=EN_DE_VOCAB,
+                   help=f"vocabulary (default {EN_DE_VOCAB}, Sec. 5.1)")
+    p.add_argument("--mean-length", type=Number(float, above=0), default=MEAN_LENGTH,
                    help=f"tokens per sentence, for the attention terms (default {MEAN_LENGTH})")
-    p.add_argument("--ngpus", type=int, default=8, help="GPUs in all, over every node (default 8)")
+    p.add_argument("--ngpus", type=Number(int, minimum=1), default=8, help="GPUs in all, over every node (default 8)")
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"], help="default bf16")
     p.add_argument("--gpu", metavar="NAME", help=f"one of {', '.join(GPUS)}")
-    p.add_argument("--gpu-tflops", type=float, metavar="X", help="the GPU's dense peak at --precision")
-    p.add_argument("--utilization", type=float, help="share of the peak reached, for the arithmetic alone (default: "
+    p.add_argument("--gpu-tflops", type=Number(float, above=0), metavar="X", help="the GPU's dense peak at --precision")
+    p.add_argument("--utilization", type=Number(float, above=0, maximum=1),
+                   help="share of the peak reached, for the arithmetic alone (default: "
                                                         "attn_kit.step_model's estimate and range)")
-    p.add_argument("--max-tokens-per-gpu", type=int, metavar="N",
+    p.add_argument("--max-tokens-per-gpu", type=Number(int, minimum=1), metavar="N",
                    help="tokens per forward on each GPU (default: with --gpu, the largest its memory holds, at most "
                         "its share of an update, as the recipes' auto; without, its share: one forward per update)")
     p.add_argument("--table2", action="store_true", help="only Table 2's arithmetic beside the analytic counts")

@@ -10,15 +10,15 @@ import argparse
 import logging
 
 from attn_kit.build import build_model, count_parameters, plugin_flags
-from attn_kit.cli import ArgumentParser, main_guard
+from attn_kit.cli import ArgumentParser, Number, main_guard
 from attn_kit.paper import EN_DE_VOCAB, TABLE3
 
 
-def main():
+def main(argv=None):
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--vocab-size", type=int, default=EN_DE_VOCAB,
+    parser.add_argument("--vocab-size", type=Number(int, minimum=1), default=EN_DE_VOCAB,
                         help=f"shared vocabulary size (default {EN_DE_VOCAB})")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     logging.disable(logging.INFO)
     print("| Table 3 row | change from base | flags on `--arch attn_paper_base` | params (plugin) | params (paper) |")
     print("|---|---|---|---|---|")

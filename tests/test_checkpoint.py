@@ -226,4 +226,5 @@ def test_average_script_records_the_updates_and_rejects_a_bad_count(tmp_path):
     for bad in ("0", "-1"):
         proc = run([cli("python"), AVERAGE, "--inputs", tmp_path / "c", "--num-update-checkpoints", bad,
                     "--output", tmp_path / "x.pt"], check=False)
-        assert proc.returncode == 2 and last_line(proc) == f"error: --num-update-checkpoints must be >= 1 (got {bad})"
+        assert proc.returncode == 2
+        assert last_line(proc).startswith(f"error: argument --num-update-checkpoints: {bad} is not >= 1")

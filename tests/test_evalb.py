@@ -473,7 +473,8 @@ def test_official_evalb_prints_the_golden_bytes(tmp_path, name):
     assert (via.stdout, via.stderr, via.returncode) == (theirs.stdout, theirs.stderr, theirs.returncode)
 
 
-@pytest.mark.parametrize("argv,fragment", [(["-c", "-5"], "-c must be >= 1"), (["-e", "-1"], "-e must be >= 0")])
+@pytest.mark.parametrize("argv,fragment", [(["-c", "-5"], "argument -c: -5 is not >= 1"),
+                                           (["-e", "-1"], "argument -e: -1 is not >= 0")])
 def test_bad_options_and_an_empty_gold_file_are_one_line(tmp_path, argv, fragment):
     from conftest import assert_one_error_line
 

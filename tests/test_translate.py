@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import torch
-from conftest import BIN, REPO, assert_one_error_line, run_main
+from conftest import BIN, REPO, assert_one_error_line, run_main, train_cmd
 
 TRANSLATE = [sys.executable, str(REPO / "scripts" / "translate.py")]
 
@@ -357,3 +357,21 @@ def test_the_printed_interactive_command_refuses_a_path_with_a_line_break(smoke_
     proc = run_main(main, str(work), "--print-interactive-command")
     assert_one_error_line(proc, "a printed command line cannot hold a control character")
     assert proc.stdout == ""
+
+
+@pytest.mark.slow  # trains a stock model for one update
+def test_plot_attention_on_a_stock_fairseq_checkpoint_is_one_line(smoke_run, tmp_path):
+    """Stock fairseq's transformer layers return no per-head weights: plot_attention.py on a run whose
+    checkpoint is stock fairseq's says so in one line and writes nothing (it was a traceback)."""
+    run_dir = copy_run(smoke_run, tmp_path / "run")
+    import conftest
+
+    stock = ["--arch", "transformer", "--share-all-embeddings"]
+    conftest.run(train_cmd(smoke_run / "data-bin", tmp_path / "stock", stock,
+                           ["--lr", "0.001", "--criterion", "label_smoothed_cross_entropy", "--max-update", "1",
+                            "--max-tokens", "2000"]))
+    shutil.copy(tmp_path / "stock" / "checkpoint_last.pt", run_dir / "checkpoint_avg.pt")
+    proc = plot(run_dir, "--sentence", "The law.", "--out", tmp_path / "fig.png")
+    assert_one_error_line(proc, "the checkpoint's model is TransformerModel (--arch transformer), not "
+                                "attn_plugin's attn_transformer")
+    assert not (tmp_path / "fig.png").exists()

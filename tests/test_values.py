@@ -72,11 +72,11 @@ def test_a_wrong_type_in_a_yaml_config_names_the_key_and_the_file(tmp_path, monk
 
 
 @pytest.mark.parametrize("argv,fragment", [
-    (["--ngpus", "-8"], "--ngpus must be >= 1"),
-    (["--utilization", "7", "--gpu", "H100"], "a share of the peak, in (0, 1]"),
-    (["--utilization", "0", "--gpu", "H100"], "a share of the peak, in (0, 1]"),
+    (["--ngpus", "-8"], "argument --ngpus: -8 is not >= 1"),
+    (["--utilization", "7", "--gpu", "H100"], "argument --utilization: 7 is not <= 1"),
+    (["--utilization", "0", "--gpu", "H100"], "argument --utilization: 0 is not > 0"),
     (["--utilization", "nan", "--gpu", "H100"], "argument --utilization: nan is not a finite number"),
-    (["--mean-length", "-1"], "--mean-length -1.0: give a number > 0"),
+    (["--mean-length", "-1"], "argument --mean-length: -1 is not > 0"),
     (["--max-updates", "100"], "unrecognized arguments: --max-updates 100"),
     (["--arch", "nonexistent"], "fairseq-train does not accept --arch nonexistent"),
 ])
@@ -120,9 +120,9 @@ def test_what_would_be_ignored_or_overridden_silently_is_one_line(argv, fragment
 
 @pytest.mark.parametrize("argv,fragment", [
     (["--gnmt-alpha", "nan"], "argument --gnmt-alpha: nan is not a finite number"),
-    (["--lenpen", "-1"], "--lenpen -1.0: give a number >= 0"),
-    (["--max-len-b", "-100"], "--max-len-b must be >= 0"),
-    (["--threads", "-2"], "--threads must be >= 1"),
+    (["--lenpen", "-1"], "argument --lenpen: -1 is not >= 0"),
+    (["--max-len-b", "-100"], "argument --max-len-b: -100 is not >= 0"),
+    (["--threads", "-2"], "argument --threads: -2 is not >= 1"),
 ])
 def test_translate_checks_its_numbers_before_any_work(argv, fragment, tmp_path):
     """translate.py --gnmt-alpha nan printed 55 dots for "A man." (exit 0); --max-len-b -100 and

@@ -55,7 +55,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from ..cli import ArgumentParser, UsageError, UserError, add_force_option, check_output, log, write_json_atomic
+from ..cli import ArgumentParser, Number, UsageError, UserError, add_force_option, check_output, log, write_json_atomic
 from ..checkout import REPO
 from ..results import provenance
 from .. import prep_cost
@@ -74,10 +74,11 @@ def parse_args(argv=None):
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default=",".join(map(str, SIZES)),
                    help=f"training pairs per measurement, comma-separated (default {','.join(map(str, SIZES))})")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+    p.add_argument("--workers", type=Number(int, minimum=1), default=os.cpu_count() or 1,
                    help="the recipe's --workers (default: this machine's CPUs)")
-    p.add_argument("--bpe-merges", type=int, default=35000, help="joint BPE merges (default 35000, EN-DE's)")
-    p.add_argument("--seed", type=int, default=1, help="the corpus's seed (default 1)")
+    p.add_argument("--bpe-merges", type=Number(int, minimum=1), default=35000,
+                   help="joint BPE merges (default 35000, EN-DE's)")
+    p.add_argument("--seed", type=Number(int, minimum=0), default=1, help="the corpus's seed (default 1)")
     p.add_argument("--shapes", type=Path, nargs=2, metavar=("EN", "DE"),
                    help="sentence-shape text, two line-aligned files (default: newstest2013+2014 EN-DE from "
                         "../shared/data/wmt14/plain)")
@@ -85,7 +86,7 @@ def parse_args(argv=None):
                    help="where the corpus and the stages' work directories go (default: a new folder in "
                         "$TMPDIR; removed at the end unless --keep)")
     p.add_argument("--keep", action="store_true", help="keep --scratch")
-    p.add_argument("--more-workers", type=int, metavar="N",
+    p.add_argument("--more-workers", type=Number(int, minimum=1), metavar="N",
                    help="the stages once more at the second size on N workers (default 2 x --workers; 0: not): "
                         "how much of its work a tool's main process does itself (fairseq-preprocess binarizes "
                         "one chunk in its main process), which shrinks with more workers")
@@ -114,8 +115,6 @@ def parse_args(argv=None):
         raise UsageError(f"--sizes {args.sizes!r}: give pair counts, e.g. 30000,100000") from None
     if not args.sizes or args.sizes[0] < 100:
         raise UsageError("--sizes: sizes of >= 100 pairs (two or more for fits; one measures only)")
-    if args.workers < 1:
-        raise UsageError("--workers must be >= 1")
     args.more_workers = 2 * args.workers if args.more_workers is None else args.more_workers
     if args.shapes is None:
         plain = SHARED / "wmt14" / "plain"

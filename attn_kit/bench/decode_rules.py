@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..cli import ArgumentParser, UsageError, UserError, log
+from ..cli import ArgumentParser, Number, UsageError, UserError, log
 from ..fairseq_commands import preprocess_command
 from ..results import write_results_file
 
@@ -41,8 +41,10 @@ def parse_args(argv=None):
                    help="another test set, raw text one sentence a line (repeatable)")
     p.add_argument("--decodings", default=",".join(NAMES),
                    help=f"comma-separated decodings from {', '.join(NAMES)} (default: all)")
-    p.add_argument("--trials", type=int, default=2, help="alternating trials of each decoding (default 2)")
-    p.add_argument("--threads", type=int, default=2, help="CPU threads of fairseq-generate (default 2)")
+    p.add_argument("--trials", type=Number(int, minimum=1), default=2,
+                   help="alternating trials of each decoding (default 2)")
+    p.add_argument("--threads", type=Number(int, minimum=1), default=2,
+                   help="CPU threads of fairseq-generate (default 2)")
     p.add_argument("--out", type=Path, required=True, help="the results file to write (JSON)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     return p.parse_args(argv)
@@ -86,8 +88,6 @@ def main(argv=None) -> int:
 
     args = parse_args(argv)
     check_output(args.out, "--out", force=args.force)
-    if args.trials < 1:
-        raise UsageError("--trials must be >= 1")
     for name, source, reference in args.test_set:  # before the run card, whose reading imports fairseq (seconds)
         for path in (source, reference):
             if not Path(path).is_file():

@@ -30,7 +30,7 @@ against CTranslate2 exports of the model it evaluated (attn_kit.bench.ctranslate
 from pathlib import Path
 
 from ..build import count_parameters, make_dictionary
-from ..cli import UsageError
+from ..cli import Number, UsageError
 from ..pairs import MODELS
 from . import harness, measure
 from .models import SHAPES, build, make_sample
@@ -43,12 +43,15 @@ BATCH = {  # (sentences, source length at most) per device and shape
 
 def parse_args(argv=None):
     p = harness.base_parser(__doc__, "runs/benchmarks/generate_throughput_<device>_<dtype>.json")
-    p.add_argument("--beam", type=int, default=4, help="beam size (default 4, the paper's)")
-    p.add_argument("--sentences", type=int, help="sentences per batch (default per shape: CPU 16/8/4 for "
+    p.add_argument("--beam", type=Number(int, minimum=1), default=4, help="beam size (default 4, the paper's)")
+    p.add_argument("--sentences", type=Number(int, minimum=1),
+                   help="sentences per batch (default per shape: CPU 16/8/4 for "
                                                  "small/base/big, CUDA 128; with --ctranslate2: CPU 64)")
-    p.add_argument("--length", type=int, help="longest source sentence; outputs stop at the source length "
+    p.add_argument("--length", type=Number(int, minimum=1),
+                   help="longest source sentence; outputs stop at the source length "
                                               "(default CPU 24, CUDA 32)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed generations per model first (default 1)")
+    p.add_argument("--warmup", type=Number(int, minimum=0), default=1,
+                   help="untimed generations per model first (default 1)")
     p.add_argument("--ctranslate2", action="store_true",
                    help="compare the plugin under fairseq's generator with CTranslate2 exports of the same weights "
                         "(CPU: float32 and int8; CUDA: the --dtype's type and its int8 variant) instead of with "
@@ -58,18 +61,17 @@ def parse_args(argv=None):
                         "run's own fairseq-generate command on its test set against CTranslate2 exports of the "
                         "model it evaluated, on the same sentences, beam, length penalty and batch size "
                         "(attn_kit.bench.ctranslate2_run); trials default to 3")
-    p.add_argument("--batch-size", type=int, help="with --run: sentences per batch in both engines (default: the "
-                                                  "run's, as its generate stage decoded)")
+    p.add_argument("--batch-size", type=Number(int, minimum=1),
+                   help="with --run: sentences per batch in both engines (default: the run's, as its generate "
+                        "stage decoded)")
     args = p.parse_args(argv)
     if args.run and not args.ctranslate2:
         raise UsageError("--run compares a run's fairseq-generate with CTranslate2: give --ctranslate2 too")
-    if args.batch_size is not None and (not args.run or args.batch_size < 1):
-        raise UsageError("--batch-size goes with --run and must be >= 1")
+    if args.batch_size is not None and not args.run:
+        raise UsageError("--batch-size goes with --run")
     if args.run and args.repeats is None:
         args.repeats = 3  # each trial translates the whole test set with every engine
     args = harness.check_common_args(args, default_repeats_cpu=9)
-    if args.beam < 1 or args.warmup < 0:
-        raise UsageError("--beam must be >= 1 and --warmup >= 0")
     args.out = harness.resolve_out(args, "generate_throughput" + ("_ctranslate2" if args.ctranslate2 else "")
                                    + ("_run" if args.run else ""))
     return args

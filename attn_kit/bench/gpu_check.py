@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from ..checkout import REPO
-from ..cli import ArgumentParser, UsageError, UserError, log, main_guard, write_json_atomic
+from ..cli import ArgumentParser, Number, UsageError, UserError, log, main_guard, write_json_atomic
 
 HERE = REPO / ".gpu_check"
 TOKENS_PER_UPDATE = 28000  # the paper's ~25K + 25K tokens per update (recipes/configs/wmt14.yaml)
@@ -443,28 +443,27 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     pp = sub.add_parser("prepare", help="the synthetic corpus and its data-bin, here (needs ../shared and wordfreq)")
-    pp.add_argument("--pairs", type=int, default=200000, help="training pairs of the synthetic corpus (default 200000)")
-    pp.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="the data stages' --workers")
+    pp.add_argument("--pairs", type=Number(int, minimum=1000), default=200000,
+                    help="training pairs of the synthetic corpus (default 200000)")
+    pp.add_argument("--workers", type=Number(int, minimum=1), default=os.cpu_count() or 1,
+                    help="the data stages' --workers")
     pp.add_argument("--shapes", type=Path, nargs=2, metavar=("EN", "DE"),
                     help="sentence-shape text (default: newstest2013+2014 EN-DE from ../shared)")
     pp.add_argument("--dir", type=Path, default=HERE, help=f"where (default {HERE})")
     pr = sub.add_parser("run", help="measure on the GPU (--dry-run: print and check every command, on any machine)")
     pr.add_argument("--dry-run", action="store_true", help="print every command and check that it parses; run none")
-    pr.add_argument("--seconds", type=int, default=420,
+    pr.add_argument("--seconds", type=Number(int, minimum=60), default=420,
                     help="stop starting runs that would end later than this many seconds after the start (default 420)")
     pr.add_argument("--out", type=Path, default=HERE / "gpu_check.json", help="the results file")
     pr.add_argument("--only", type=lambda text: text.split(","), metavar="NAME,...",
                     help="run only these of the plan (names as --dry-run prints them: base_28k_compile, canary:base)")
     pr.add_argument("--commit", help="the commit the tree is at (the GPU machine's copy has no .git)")
     pr.add_argument("--dir", type=Path, default=HERE, help=f"the prepared folder (default {HERE})")
-    pr.add_argument("--install-seconds", type=int, help="how long the install took (gpu_check.sh measures it)")
+    pr.add_argument("--install-seconds", type=Number(int, minimum=0),
+                    help="how long the install took (gpu_check.sh measures it)")
     pr.add_argument("--install-as-documented", choices=("yes", "no"),
                     help="whether docs/scaling.md's install commands worked as written (gpu_check.sh)")
     args = p.parse_args(argv)
-    if args.command == "prepare" and args.pairs < 1000:
-        raise UsageError("--pairs must be >= 1000")
-    if args.command == "run" and args.seconds < 60:
-        raise UsageError("--seconds must be >= 60")
     if args.command == "run" and args.only:
         names = [item if isinstance(item, str) else item.name for item in plan()]
         unknown = [name for name in args.only if name not in names]

@@ -7,7 +7,7 @@ import platform
 import sys
 from pathlib import Path
 
-from ..cli import ArgumentParser, UsageError, add_force_option, check_output, log, write_json_atomic
+from ..cli import ArgumentParser, Number, UsageError, add_force_option, check_output, log, write_json_atomic
 from ..checkout import REPO
 from ..results import provenance
 from .models import SHAPES
@@ -28,11 +28,13 @@ def base_parser(description: str, default_out: str) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where to run (default cpu)")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"],
                    help="precision; bf16/fp16 need --device cuda (default fp32)")
-    p.add_argument("--repeats", type=int, help="alternating plugin/stock trials per shape; medians are "
+    p.add_argument("--repeats", type=Number(int, minimum=1),
+                   help="alternating plugin/stock trials per shape; medians are "
                                                "reported (default 7 on CUDA; on CPU 5 for training, 9 for "
                                                "generation, whose short trials vary more)")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--seed", type=int, default=1, help="seed for weights and the synthetic batch (default 1)")
+    p.add_argument("--threads", type=Number(int, minimum=1), help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--seed", type=Number(int, minimum=0), default=1,
+                   help="seed for weights and the synthetic batch (default 1)")
     p.add_argument("--out", type=Path, help=f"JSON output path (default {default_out}, which a rerun replaces)")
     add_force_option(p, "an --out file")
     return p
@@ -57,8 +59,6 @@ def check_common_args(args, default_shapes_cpu="small,base", default_shapes_cuda
     args.shapes = shapes
     if args.repeats is None:
         args.repeats = 7 if args.device == "cuda" else default_repeats_cpu
-    if args.repeats < 1:
-        raise UsageError("--repeats must be >= 1")
     if args.threads:
         torch.set_num_threads(args.threads)
     return args

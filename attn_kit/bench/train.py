@@ -29,7 +29,7 @@ table adds model FLOP utilization: model FLOPs per second (attn_kit.bench.measur
 """
 
 from ..build import count_parameters, make_dictionary
-from ..cli import UsageError
+from ..cli import Number
 from ..pairs import MODELS
 from . import harness, measure
 from .models import SHAPES, build, make_sample
@@ -42,12 +42,16 @@ BATCH = {  # (sentences, tokens per sentence at most) per device and shape
 
 def parse_args(argv=None):
     p = harness.base_parser(__doc__, "runs/benchmarks/train_throughput_<device>_<dtype>.json")
-    p.add_argument("--steps", type=int, help="timed steps per model per trial (default 3 on CPU, 10 on CUDA)")
-    p.add_argument("--warmup", type=int, help="untimed steps before each model's first trial (default 1 on CPU, "
+    p.add_argument("--steps", type=Number(int, minimum=1),
+                   help="timed steps per model per trial (default 3 on CPU, 10 on CUDA)")
+    p.add_argument("--warmup", type=Number(int, minimum=0),
+                   help="untimed steps before each model's first trial (default 1 on CPU, "
                                               "3 on CUDA)")
-    p.add_argument("--sentences", type=int, help="sentences per batch (default per shape: CPU 32/16/8 for "
+    p.add_argument("--sentences", type=Number(int, minimum=1),
+                   help="sentences per batch (default per shape: CPU 32/16/8 for "
                                                  "small/base/big, CUDA 128)")
-    p.add_argument("--length", type=int, help="longest source and target in the batch (default CPU 32, CUDA 64)")
+    p.add_argument("--length", type=Number(int, minimum=1),
+                   help="longest source and target in the batch (default CPU 32, CUDA 64)")
     p.add_argument("--compile-layers", action="store_true",
                    help="train the plugin with its --compile-layers option (torch.compile of each layer; "
                         "the first steps compile, so raise --warmup); stock fairseq runs as always")
@@ -59,8 +63,6 @@ def parse_args(argv=None):
     cuda = args.device == "cuda"
     args.steps = args.steps or (10 if cuda else 3)
     args.warmup = args.warmup if args.warmup is not None else (3 if cuda else 1)
-    if args.steps < 1 or args.warmup < 0:
-        raise UsageError("--steps must be >= 1 and --warmup >= 0")
     args.out = harness.resolve_out(args, "train_throughput")
     return args
 

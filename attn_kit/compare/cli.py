@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from ..cli import ArgumentParser, UsageError, log, main_guard
+from ..cli import ArgumentParser, Number, UsageError, log, main_guard
 from ..pairs import ARCH_ALIASES, MODELS, PAIRS, arch_size
 from ..fairseq_commands import PRECISIONS, used_precision
 from ..pipeline.lock import workdir_lock
@@ -30,13 +30,13 @@ def parser() -> argparse.ArgumentParser:
                    help="base (attn_paper_base vs transformer_wmt_en_de) or big (attn_paper_big vs "
                         "transformer_vaswani_wmt_en_de_big); default base")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--max-update", type=int, help="budget: train each model for N updates")
-    budget.add_argument("--train-minutes", type=float,
+    budget.add_argument("--max-update", type=Number(int, minimum=1), help="budget: train each model for N updates")
+    budget.add_argument("--train-minutes", type=Number(float, above=0),
                         help="budget: each model trains M minutes (per seed; the two one after the other), "
                              "as --train-minutes means for every training in the kit")
     # the old name's budget was the pair's, split equally (--minutes 10 = --train-minutes 5)
-    budget.add_argument("--minutes", type=float, dest="pair_minutes", **OLD_NAME)
-    p.add_argument("--seeds", type=int, nargs="+", default=[1],
+    budget.add_argument("--minutes", type=Number(float, above=0), dest="pair_minutes", **OLD_NAME)
+    p.add_argument("--seeds", type=Number(int, minimum=0), nargs="+", default=[1],
                    help="one training of each model per seed; several seeds give mean +- sd and a noise "
                         "verdict (default: 1)")
     p.add_argument("--workdir", type=Path,
@@ -54,39 +54,42 @@ def parser() -> argparse.ArgumentParser:
 def add_model_options(p):
     g = p.add_argument_group("model size (applied to both models; default: the arch's, with --bundled the "
                              f"bundled recipe's small configuration: {SIZES['bundled'].describe()})")
-    g.add_argument("--layers", type=int, help="N, encoder and decoder layers")
-    g.add_argument("--d-model", type=int, help="d_model")
-    g.add_argument("--d-ff", type=int, help="d_ff, FFN inner width")
-    g.add_argument("--h", type=int, help="h, attention heads")
-    g.add_argument("--heads", type=int, dest="h", **OLD_NAME)
-    g.add_argument("--p-drop", type=float, help="P_drop (default: the arch's, base 0.1, big 0.3)")
-    g.add_argument("--dropout", type=float, dest="p_drop", **OLD_NAME)
+    g.add_argument("--layers", type=Number(int, minimum=1), help="N, encoder and decoder layers")
+    g.add_argument("--d-model", type=Number(int, minimum=1), help="d_model")
+    g.add_argument("--d-ff", type=Number(int, minimum=1), help="d_ff, FFN inner width")
+    g.add_argument("--h", type=Number(int, minimum=1), help="h, attention heads")
+    g.add_argument("--heads", type=Number(int, minimum=1), dest="h", **OLD_NAME)
+    g.add_argument("--p-drop", type=Number(float, minimum=0, below=1),
+                   help="P_drop (default: the arch's, base 0.1, big 0.3)")
+    g.add_argument("--dropout", type=Number(float, minimum=0, below=1), dest="p_drop", **OLD_NAME)
 
 
 def add_training_options(p):
     g = p.add_argument_group("training (identical for both)")
-    g.add_argument("--max-tokens", type=int,
+    g.add_argument("--max-tokens", type=Number(int, minimum=1),
                    help=f"tokens per device per batch (default {DEFAULT_TRAINING['max_tokens']}; "
                         f"--bundled {BUNDLED_TRAINING['max_tokens']})")
-    g.add_argument("--update-freq", type=int, default=1, help="batches per update (default 1)")
-    g.add_argument("--warmup-updates", type=int,
+    g.add_argument("--update-freq", type=Number(int, minimum=1), default=1, help="batches per update (default 1)")
+    g.add_argument("--warmup-updates", type=Number(int, minimum=1),
                    help=f"warmup_steps of eq. 3 (default {DEFAULT_TRAINING['warmup_updates']}; "
                         f"--bundled {BUNDLED_TRAINING['warmup_updates']})")
-    g.add_argument("--lr-scale", type=float,
+    g.add_argument("--lr-scale", type=Number(float, above=0),
                    help=f"multiplies eq. 3 (default {DEFAULT_TRAINING['lr_scale']:g}; "
                         f"--bundled {BUNDLED_TRAINING['lr_scale']:g}, as the bundled recipe)")
-    g.add_argument("--label-smoothing", type=float, default=0.1, help="eps_ls (default 0.1)")
-    g.add_argument("--validate-every", type=int,
+    g.add_argument("--label-smoothing", type=Number(float, minimum=0, below=1), default=0.1,
+                   help="eps_ls (default 0.1)")
+    g.add_argument("--validate-every", type=Number(int, minimum=1),
                    help="validate every N updates (default: max-update/10; with --train-minutes 50)")
-    g.add_argument("--log-every", type=int, default=50, help="log train stats every N updates (default 50)")
-    g.add_argument("--ngpus", type=int, default=0,
+    g.add_argument("--log-every", type=Number(int, minimum=1), default=50,
+                   help="log train stats every N updates (default 50)")
+    g.add_argument("--ngpus", type=Number(int, minimum=0), default=0,
                    help="GPUs (0: CPU, the default; > 1: torchrun data parallel, --max-tokens per GPU)")
     g.add_argument("--precision", default="auto", metavar="{" + ",".join(PRECISIONS) + "}",
                    help="training precision: auto (the default) = bf16 on GPUs that support it, fp16 on older "
                         "GPUs, fp32 on CPU; bf16 = bf16 autocast with fp32 weights and no loss scaling (attn_plugin's "
                         "task, --bf16-autocast, for both models; also on CPU); fp16 = fairseq's fp16 mixed precision "
                         "(fp32 on CPU); fp32")
-    g.add_argument("--threads", type=int,
+    g.add_argument("--threads", type=Number(int, minimum=1),
                    help="CPU threads of each training and generation process (OMP_NUM_THREADS; default: "
                         "torch's choice, all cores). On a machine other jobs share, 1 avoids oversubscription")
 
@@ -95,9 +98,10 @@ def add_evaluation_options(p):
     g = p.add_argument_group("evaluation (identical for both)")
     g.add_argument("--gen-subset", default="test", help="split to translate for BLEU (default test; "
                                                         "valid if there is no test split)")
-    g.add_argument("--beam", type=int, default=4, help="beam size (default 4)")
-    g.add_argument("--gnmt-alpha", type=float, default=0.6, help="GNMT length penalty alpha (default 0.6)")
-    g.add_argument("--alpha", type=float, dest="gnmt_alpha", **OLD_NAME)
+    g.add_argument("--beam", type=Number(int, minimum=1), default=4, help="beam size (default 4)")
+    g.add_argument("--gnmt-alpha", type=Number(float, minimum=0), default=0.6,
+                   help="GNMT length penalty alpha (default 0.6)")
+    g.add_argument("--alpha", type=Number(float, minimum=0), dest="gnmt_alpha", **OLD_NAME)
     g.add_argument("--remove-bpe", default="subword_nmt",
                    help="fairseq-generate --remove-bpe for BLEU (default subword_nmt: '@@ ')")
     g.add_argument("--no-bleu", action="store_true", help="skip generation and BLEU")
@@ -166,22 +170,8 @@ def check(given: argparse.Namespace) -> str:
     if given.max_update is None and given.train_minutes is None and getattr(given, "pair_minutes", None) is None:
         raise UsageError("give a training budget: --max-update N (updates per model) or --train-minutes M "
                          "(training minutes for each model)")
-    if given.max_update is not None and given.max_update < 1:
-        raise UsageError("--max-update must be >= 1")
-    for minutes in (given.train_minutes, getattr(given, "pair_minutes", None)):
-        if minutes is not None and minutes <= 0:
-            raise UsageError("--train-minutes must be > 0")
     if len(set(given.seeds)) != len(given.seeds):
         raise UsageError("--seeds must be different numbers")
-    if given.ngpus < 0:
-        raise UsageError("--ngpus must be >= 0")
-    for name in ("layers", "d_model", "d_ff", "h", "max_tokens", "update_freq", "warmup_updates",
-                 "validate_every", "log_every", "beam", "threads"):
-        value = getattr(given, name)
-        if value is not None and value < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
-    if given.p_drop is not None and not 0 <= given.p_drop < 1:
-        raise UsageError("--p-drop must be in [0, 1)")
     precision = used_precision(given.precision, given.ngpus)  # an unknown --precision is its usage error
     if given.ngpus > 0:
         try:

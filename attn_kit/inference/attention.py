@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from ..cli import ArgumentParser, UsageError, UserError, add_force_option, atomic_output, check_output, log
+from ..cli import ArgumentParser, Number, UsageError, UserError, add_force_option, atomic_output, check_output, log
 
 
 def parse_args(argv=None):
@@ -23,11 +23,13 @@ def parse_args(argv=None):
     p.add_argument("--sentence", required=True, help="a raw source sentence")
     p.add_argument("--out", type=Path, help="the figure (PNG, PDF or SVG by its suffix)")
     p.add_argument("--dump", type=Path, help="also write every layer's weights to this .npz file")
-    p.add_argument("--layer", type=int, help="encoder layer to draw, 1..N (default N-1, the paper's 5 of 6)")
+    p.add_argument("--layer", type=Number(int, minimum=1),
+                   help="encoder layer to draw, 1..N (default N-1, the paper's 5 of 6)")
     p.add_argument("--heads", help="heads to draw, 1-based and comma-separated (default all)")
     p.add_argument("--style", choices=("both", "lines", "heatmap"), default="both",
                    help="Fig. 3's lines, heatmaps, or both (default)")
-    p.add_argument("--min-weight", type=float, default=0.05, help="lines below this weight are not drawn (0.05)")
+    p.add_argument("--min-weight", type=Number(float, minimum=0, maximum=1), default=0.05,
+                   help="lines below this weight are not drawn (0.05)")
     p.add_argument("--query", metavar="WORD",
                    help="draw only the lines from this word of the sentence, as tokenized (all its BPE pieces; "
                         "every occurrence), as the paper's Figs. 3 and 4 do for 'making' and 'its'")

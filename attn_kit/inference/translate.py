@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Iterable, List, Optional
 
-from ..cli import ArgumentParser, UsageError, UserError, add_force_option, check_output, log, one_line
+from ..cli import ArgumentParser, Number, UsageError, UserError, add_force_option, check_output, log, one_line
 from ..pipeline.progress import Progress
 from ..textio import add_errors_option, read_lines
 
@@ -33,16 +33,20 @@ def parse_args(argv=None):
                                                      "file only with --force, never a folder")
     add_force_option(p, "the --output file")
     add_errors_option(p)
-    p.add_argument("--beam", type=int, help="beam size (default: the run's, e.g. 4)")
-    p.add_argument("--gnmt-alpha", type=float, help="GNMT length penalty alpha (default: the run's, e.g. 0.6)")
-    p.add_argument("--alpha", dest="gnmt_alpha", type=float, help=argparse.SUPPRESS)  # the recipes' old name
-    p.add_argument("--lenpen", type=float, help="fairseq's length penalty |Y|^lenpen instead of GNMT's")
-    p.add_argument("--max-len-b", type=int, help="longest output: input length + this (default: the run's)")
+    p.add_argument("--beam", type=Number(int, minimum=1), help="beam size (default: the run's, e.g. 4)")
+    p.add_argument("--gnmt-alpha", type=Number(float, minimum=0),
+                   help="GNMT length penalty alpha (default: the run's, e.g. 0.6)")
+    p.add_argument("--alpha", dest="gnmt_alpha", type=Number(float, minimum=0),
+                   help=argparse.SUPPRESS)  # the recipes' old name
+    p.add_argument("--lenpen", type=Number(float, minimum=0),
+                   help="fairseq's length penalty |Y|^lenpen instead of GNMT's")
+    p.add_argument("--max-len-b", type=Number(int, minimum=0),
+                   help="longest output: input length + this (default: the run's)")
     p.add_argument("--checkpoint", type=Path, help="another checkpoint of the run (default: the one the recipe "
                                                    "evaluated, checkpoint_avg.pt)")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    p.add_argument("--batch-size", type=Number(int, minimum=1), default=64, help="sentences per batch (default 64)")
     p.add_argument("--ngpus", type=int, default=0, choices=(0, 1), help="1: translate on the GPU (default 0: CPU)")
-    p.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
+    p.add_argument("--threads", type=Number(int, minimum=1), help="CPU threads (default: torch's)")
     p.add_argument("--tokenized", action="store_true",
                    help="the input is already tokenized as the training data was (Moses tokens, or treebank "
                         "words for a parsing run): only BPE is applied")
@@ -56,17 +60,8 @@ def parse_args(argv=None):
                         "recipe's own test output (test_output): identical lines and, for translation, sacreBLEU "
                         "of both; prints one JSON line")
     args = p.parse_args(argv)
-    if args.batch_size < 1 or (args.beam is not None and args.beam < 1):
-        raise UsageError("--batch-size and --beam must be >= 1")
     if args.gnmt_alpha is not None and args.lenpen is not None:
         raise UsageError("give --gnmt-alpha or --lenpen, not both")
-    for option, value in (("--gnmt-alpha", args.gnmt_alpha), ("--lenpen", args.lenpen)):  # finite: the parser
-        if value is not None and value < 0:
-            raise UsageError(f"{option} {value}: give a number >= 0")
-    if args.max_len_b is not None and args.max_len_b < 0:
-        raise UsageError("--max-len-b must be >= 0 (the longest output is the input's length + this)")
-    if args.threads is not None and args.threads < 1:
-        raise UsageError("--threads must be >= 1")
     if args.checkpoint and args.engine == "fairseq" and not args.checkpoint.is_file():
         raise UsageError(f"--checkpoint {args.checkpoint}: no such file")
     if args.output and not (args.print_interactive_command or args.check_test_set):  # before any work

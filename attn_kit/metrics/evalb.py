@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
-from attn_kit.cli import ArgumentParser, UsageError, UserError
+from attn_kit.cli import ArgumentParser, Number, UserError
 from attn_kit.textio import add_errors_option, read_lines
 
 # The settings of EVALB's COLLINS.prm, as a parameter file this script (and EVALB) reads.
@@ -450,17 +450,15 @@ def main(argv=None) -> int:
     p.add_argument("gold", help="gold trees, one per line")
     p.add_argument("test", help="parser output, one tree per line, in the same order")
     p.add_argument("-p", dest="prm", help="EVALB parameter file (default: COLLINS.prm's settings)")
-    p.add_argument("-e", dest="max_error", type=int, help="number of errors to give up at (default: the "
+    p.add_argument("-e", dest="max_error", type=Number(int, minimum=0),
+                   help="number of errors to give up at (default: the "
                                                           "parameter file's MAX_ERROR, 10 in COLLINS.prm)")
-    p.add_argument("-c", dest="cutoff", type=int, help="length cut-off of the second section (default 40)")
+    p.add_argument("-c", dest="cutoff", type=Number(int, minimum=1),
+                   help="length cut-off of the second section (default 40)")
     p.add_argument("--evalb", metavar="PATH", help="run the official EVALB binary at PATH with the same "
                                                    "parameters instead")
     add_errors_option(p)
     args = p.parse_args(argv)
-    if args.max_error is not None and args.max_error < 0:
-        raise UsageError("-e must be >= 0")
-    if args.cutoff is not None and args.cutoff < 1:
-        raise UsageError("-c must be >= 1")
     gold, test = _read_lines(args.gold, "gold", args.errors), _read_lines(args.test, "test", args.errors)
     if not gold:
         raise UserError(f"{args.gold}: no trees (an empty file scores nothing)")

@@ -12,23 +12,24 @@ import random
 from collections import OrderedDict
 from pathlib import Path
 
-from ..cli import ArgumentParser, add_force_option, check_output
+from ..cli import ArgumentParser, Number, add_force_option, check_output
 from ..checkout import REPO
 
 
 
-def main():
+def main(argv=None):
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--source", default=REPO.parent / "shared/data/tatoeba/deu-eng.txt", type=Path,
                    help="Tatoeba deu-eng.txt (English<TAB>German per line)")
     p.add_argument("--out", default=REPO / "data/tatoeba-en-de", type=Path, help="output folder")
-    p.add_argument("--seed", type=int, default=1, help="shuffle seed (default 1)")
-    p.add_argument("--test", type=int, default=2000, help="test pairs (default 2000)")
-    p.add_argument("--valid", type=int, default=1000, help="valid pairs (default 1000)")
-    p.add_argument("--train", type=int, default=None, help="keep at most this many train pairs (default all)")
+    p.add_argument("--seed", type=Number(int, minimum=0), default=1, help="shuffle seed (default 1)")
+    p.add_argument("--test", type=Number(int, minimum=1), default=2000, help="test pairs (default 2000)")
+    p.add_argument("--valid", type=Number(int, minimum=1), default=1000, help="valid pairs (default 1000)")
+    p.add_argument("--train", type=Number(int, minimum=1), default=None,
+                   help="keep at most this many train pairs (default all)")
     p.add_argument("--lang", default="de", help="the non-English language, for file names (default de)")
     add_force_option(p, "the --out folder's files")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     check_output(args.out, "--out", args.force, folder=True)
 
     groups = OrderedDict()

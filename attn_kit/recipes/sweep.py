@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Dict
 
-from ..cli import ArgumentParser, UserError, add_force_option, check_output, log, write_json_atomic
+from ..cli import ArgumentParser, Number, UserError, add_force_option, check_output, log, write_json_atomic
 from ..pipeline.lock import workdir_lock
 from ..results import provenance
 from ..checkout import REPO
@@ -103,8 +103,9 @@ def build(argv=None) -> SweepSettings:
     p.add_argument("--output", type=Path, default=REPO / "recipes" / "results" / "bundled_sweep.json")
     p.add_argument("--threads", default="1", help="threads per training and decoding (default 1, so that two "
                                                   "configurations can run side by side on 2 cores)")
-    p.add_argument("--max-update", type=int, default=1000, help="updates each configuration trains (default 1000)")
-    p.add_argument("--curve-every", type=int, default=100,
+    p.add_argument("--max-update", type=Number(int, minimum=1), default=1000,
+                   help="updates each configuration trains (default 1000)")
+    p.add_argument("--curve-every", type=Number(int, minimum=1), default=100,
                    help="valid BLEU of the 5-checkpoint average ending every N updates from half-way on")
     add_force_option(p, "the results files")
     a = p.parse_args(argv)
