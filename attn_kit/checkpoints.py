@@ -68,15 +68,23 @@ def checkpoint_update(path):
                         "(no optimizer_history[-1]['num_updates'])") from None
 
 
-def update_checkpoints(directory, n, upper_bound=None, or_fewer=False):
+def update_checkpoints(directory, n, upper_bound=None, or_fewer=False, first: Optional[int] = None):
     """The ``n`` update checkpoints to average, as [(update, path)] ascending,
     ending at the final update of the run in ``directory`` (see
-    :func:`update_candidates`); ``or_fewer``: all there are when fewer exist (at least one)."""
+    :func:`update_candidates`); ``or_fewer``: all there are when fewer exist (at least one).
+    ``first``: leave out the checkpoints before this update (a warm-up's: a model still warming up
+    drags the average down), the final model always kept, alone if need be."""
     if n < 1:
         raise UsageError(f"--num-update-checkpoints must be >= 1 (got {n})")
     found = update_candidates(directory, upper_bound)
     if or_fewer and not found:
         raise UserError(f"no update checkpoints in {directory}; did training run long enough?")
+    if first is not None and found:
+        early = [u for u, _ in found[:-1] if u < first]
+        if early:
+            log(f"leaving out the checkpoints at updates {', '.join(map(str, early))}: before update {first}, "
+                "the warm-up's end")
+        found = [(u, p) for u, p in found[:-1] if u >= first] + found[-1:]
     if or_fewer and len(found) < n:
         log(f"only {len(found)} update checkpoints; averaging those")
         n = len(found)
@@ -215,6 +223,10 @@ def parse_args(argv=None):
     parser.add_argument("--or-fewer", action="store_true",
                         help="with --num-update-checkpoints N: average all the update checkpoints there are when "
                              "fewer than N exist (at least one), instead of stopping with an error")
+    parser.add_argument("--from-update", type=Number(int, minimum=0), metavar="N",
+                        help="with --num-update-checkpoints: leave out the checkpoints before update N (a warm-up's; "
+                             "the final model is always kept, alone if need be); the recipes give their "
+                             "--warmup-updates")
     parser.add_argument("--checkpoint-upper-bound", type=Number(int, minimum=1),
                         help="ignore checkpoints after this epoch / update number")
     parser.add_argument("--info-json", metavar="FILE",
@@ -237,7 +249,8 @@ def main(argv=None) -> int:
         if len(args.inputs) != 1 or not os.path.isdir(args.inputs[0]):
             raise UsageError("--num-epoch/update-checkpoints needs --inputs to be one directory")
         if args.num_update_checkpoints is not None:
-            picked = update_checkpoints(args.inputs[0], n, args.checkpoint_upper_bound, args.or_fewer)
+            picked = update_checkpoints(args.inputs[0], n, args.checkpoint_upper_bound, args.or_fewer,
+                                        args.from_update)
             updates, paths = [u for u, _ in picked], [p for _, p in reversed(picked)]  # newest first
         else:
             paths = epoch_checkpoints(args.inputs[0], n, args.checkpoint_upper_bound)
@@ -251,7 +264,8 @@ def main(argv=None) -> int:
     save(state, args.output)
     if args.info_json:
         ordered = paths[::-1] if updates else paths  # ascending, as the update numbers
-        info = {"paths": [os.path.abspath(p) for p in ordered], "updates": updates}
+        info = {"paths": [os.path.abspath(p) for p in ordered], "updates": updates,
+                **({"from_update": args.from_update} if args.from_update is not None else {})}
         write_text_atomic(args.info_json, json.dumps(info, indent=2))
     print(f"wrote {args.output}", flush=True)
     return 0

@@ -341,15 +341,18 @@ def binarize(ctx, src: str, tgt: str, text_dir: Path, dest: Path, workers: int):
 
 
 # ---------------------------------------------------------------------------------------------- averaging
-def average_checkpoints(ctx, ckpt_dir: Path, output: Path, n: int):
+def average_checkpoints(ctx, ckpt_dir: Path, output: Path, n: int, warmup_updates: int):
     """A stage step: average the last ``n`` update checkpoints of ``ckpt_dir`` into ``output``
-    (Sec. 6.1) with :mod:`attn_kit.checkpoints`, fewer if fewer exist. The averaged set always
-    ends at the run's final update (checkpoint_last.pt when the run did not end on a checkpoint
-    interval); the paths and update numbers averaged go to :func:`averaged_info_path`."""
+    (Sec. 6.1) with :mod:`attn_kit.checkpoints`, fewer if fewer exist, none from before the end of
+    the warm-up (a run that a time budget stopped early; the final model alone if need be). The
+    averaged set always ends at the run's final update (checkpoint_last.pt when the run did not
+    end on a checkpoint interval); the paths and update numbers averaged go to
+    :func:`averaged_info_path`."""
     info = averaged_info_path(output)
     with ctx.output(output) as tmp:  # the command counts the checkpoints: this process loads none (no torch)
         ctx.sh([sys.executable, "-m", "attn_kit.checkpoints", "--inputs", ckpt_dir, "--num-update-checkpoints", n,
-                "--or-fewer", "--output", tmp, "--info-json", info, "--force"])  # --force: a killed run's files
+                "--or-fewer", "--from-update", warmup_updates, "--output", tmp, "--info-json", info,
+                "--force"])  # --force: a killed run's files
 
 
 def averaged_info_path(output: Path) -> Path:

@@ -109,10 +109,18 @@ class TrainProgress:
     """A ``tail`` filter for :meth:`attn_kit.pipeline.stages.Context.sh` on fairseq-train:
     echoes validation and end-of-training lines, and for each train_inner line
     ``updates done/total, s/update, ETA`` from the update rate measured since the
-    first such line this run printed (so a resumed run is timed on its own)."""
+    first such line this run printed (so a resumed run is timed on its own).
 
-    def __init__(self, total: int, clock: Callable[[], float] = time.time):
+    With a time budget (``minutes``, the recipes' --train-minutes: fairseq's --stop-time-hours)
+    the ETA counts to whichever ends first, the budget or ``total`` updates, from this run's start
+    (its first updates timed at the measured rate). As soon as the rate shows that the budget ends
+    inside the ``warmup`` (eq. 3's warm-up: the learning rate still rising), one warning line says
+    where it ends and what to change."""
+
+    def __init__(self, total: int, clock: Callable[[], float] = time.time, minutes: Optional[float] = None,
+                 warmup: Optional[int] = None):
         self.total, self.clock, self.start = total, clock, None
+        self.minutes, self.warmup, self.warned = minutes, warmup, False
 
     def __call__(self, line: str):
         entry = read(line)
@@ -127,9 +135,22 @@ class TrainProgress:
             return False
         t0, u0 = self.start
         rate = (now - t0) / max(1, done - u0)
-        eta = max(0, self.total - done) * rate
-        print(f"    {done}/{self.total} updates, {rate:.2f} s/update, ETA {int(eta // 60)}m{int(eta % 60):02d}s",
-              flush=True)
+        eta, note = max(0, self.total - done) * rate, ""
+        if self.minutes is not None:
+            left = self.minutes * 60 - (now - t0 + u0 * rate)  # this run's first u0 updates at the same rate
+            end = done + max(0.0, left) / rate
+            if end < self.total:
+                eta, note = max(0.0, left), f" (the {self.minutes:g}-minute budget ends first, near update {end:.0f})"
+            if self.warmup and end < self.warmup and not self.warned:
+                self.warned = True
+                needed = (self.warmup - done) * rate + (now - t0 + u0 * rate)
+                print(f"    warning: at {rate:.2f} s/update the {self.minutes:g}-minute budget ends near update "
+                      f"{end:.0f}, inside the {self.warmup}-update warm-up (the learning rate still rising; the "
+                      f"average will hold the final model alone): the warm-up alone takes about "
+                      f"{needed / 60:.0f} minutes here; give more --train-minutes, or fewer --warmup-updates",
+                      flush=True)
+        print(f"    {done}/{self.total} updates, {rate:.2f} s/update, ETA {int(eta // 60)}m{int(eta % 60):02d}s"
+              f"{note}", flush=True)
         return False
 
 

@@ -106,6 +106,37 @@ def test_train_progress_prints_updates_rate_and_eta(capsys):
     assert capsys.readouterr().out == "    10/100 updates\n    20/100 updates, 2.00 s/update, ETA 2m40s\n"
 
 
+def test_with_a_time_budget_the_eta_counts_to_the_budget_and_warns_inside_the_warmup(capsys):
+    """parallel.sh --preset small --train-minutes 4 on Multi30k stopped at update 213 of its
+    400-update warm-up while the progress line said "ETA 70m49s" (to --max-update 4000): the ETA
+    counts to whichever ends first, and one warning says the budget ends inside the warm-up."""
+    now = [0.0]
+    show = TrainProgress(4000, clock=lambda: now[0], minutes=4, warmup=400)
+    lines = LOG.splitlines()  # train_inner at updates 10 and 20
+    show(lines[2])
+    now[0] = 11.0  # 10 updates in 11 s: 1.1 s/update; this run's first 10 updates took ~11 s too
+    show(lines[3])
+    out = capsys.readouterr().out.splitlines()
+    # 240 s - (11 + 10 x 1.1) = 218 s left: about 198 more updates, to update ~218
+    assert out[1] == ("    warning: at 1.10 s/update the 4-minute budget ends near update 218, inside the 400-update "
+                      "warm-up (the learning rate still rising; the average will hold the final model alone): the "
+                      "warm-up alone takes about 7 minutes here; give more --train-minutes, or fewer --warmup-updates")
+    assert out[2] == "    20/4000 updates, 1.10 s/update, ETA 3m38s (the 4-minute budget ends first, near update 218)"
+    now[0] = 22.0
+    show(lines[3])  # another line: no second warning
+    assert "warning" not in capsys.readouterr().out
+
+
+def test_a_budget_that_ends_after_max_update_changes_nothing(capsys):
+    now = [0.0]
+    show = TrainProgress(100, clock=lambda: now[0], minutes=60, warmup=40)
+    lines = LOG.splitlines()
+    show(lines[2])
+    now[0] = 20.0
+    show(lines[3])
+    assert capsys.readouterr().out == "    10/100 updates\n    20/100 updates, 2.00 s/update, ETA 2m40s\n"
+
+
 def test_the_summary_weights_tokens_per_update_by_the_updates_each_line_covers(tmp_path):
     log = tmp_path / "train.log"
     log.write_text(LOG)

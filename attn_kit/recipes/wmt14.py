@@ -401,7 +401,7 @@ def train(ctx, s: Wmt14Settings, lay: Layout):
 
 
 def average(ctx, s: Wmt14Settings, lay: Layout):
-    average_checkpoints(ctx, lay.ckpt, lay.avg, s.average)
+    average_checkpoints(ctx, lay.ckpt, lay.avg, s.average, s.warmup_updates)
 
 
 def generate_command(s: Wmt14Settings, lay: Layout, checkpoint: Path) -> list:

@@ -435,7 +435,8 @@ def train(s, ctx):
 
 
 def average(s, ctx):
-    average_checkpoints(ctx, s.workdir / "checkpoints", s.workdir / "checkpoint_avg.pt", s.average)
+    average_checkpoints(ctx, s.workdir / "checkpoints", s.workdir / "checkpoint_avg.pt", s.average,
+                        s.warmup_updates)
 
 
 def decode(s, ctx, checkpoint, split, beam, alpha, out: Path):
@@ -469,7 +470,7 @@ def train_trial(s, trial: dict, ctx):
     if t_avg.exists() and not ctx.dry_run:
         print(f"  # average: done already ({t_avg})", flush=True)
     else:
-        average_checkpoints(ctx, t_ckpt, t_avg, s.average)
+        average_checkpoints(ctx, t_ckpt, t_avg, s.average, s.warmup_updates)
 
 
 def run_trial(s, trial: dict, ctx):
