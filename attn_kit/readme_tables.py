@@ -71,6 +71,18 @@ def t2t_scores(r: dict):
     return r.get("bleu_t2t"), None
 
 
+def t2t_2018_head(results) -> str:
+    """The 2018 script's column heading for ``results`` (results.json dicts): it says so when any of
+    them was scored before the kit normalized the translations only, as the script does (their
+    protocol text does not say so): their reference was normalized too."""
+    from .metrics.bleu import T2T_2018_NORMALIZES
+
+    old = any(t2t_scores(r)[1] is not None and T2T_2018_NORMALIZES not in r.get("bleu_t2t_protocol", "")
+              for r in results)
+    return "t2t's 2018 script" + (" (scored with the reference normalized too; the script normalizes only the "
+                                  "translations)" if old else "")
+
+
 def fmt(value) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -101,7 +113,8 @@ def bundled() -> str:
                *zip(*(t2t_scores(run["result"]) for run in runs)),
                [run["result"].get("bleu_compound_split") for run in runs]]
     rows.append(["mean ± sd", *(mean_sd(column) for column in columns), "", "", ""])
-    head = ["seed", "sacreBLEU", "BLEU, paper's protocol (t2t, 2017 script)", "t2t's 2018 script",
+    head = ["seed", "sacreBLEU", "BLEU, paper's protocol (t2t, 2017 script)",
+            t2t_2018_head(run["result"] for run in runs),
             "BLEU, fairseq's compound split", "updates", "train", "all stages"]
     first = runs[0]
     note = (f"\n\nMachine: {first['machine']}; {first['result'].get('threads')} threads; "
@@ -195,7 +208,7 @@ def parallel_presets() -> str:
     machines, dates = sorted({run["machine"] for run in runs}), sorted({run["date"] for run in runs})
     commits = sorted({run["commit"][:7] for run in runs})
     return (table(["recipe options (after the corpus's)", "threads", "updates", "train", "s/update", "sacreBLEU",
-                   "BLEU, paper's protocol (t2t, 2017 script)", "t2t's 2018 script",
+                   "BLEU, paper's protocol (t2t, 2017 script)", t2t_2018_head(run["result"] for run in runs),
                    "load average (1 min) before → after"], rows)
             + f"\n\nMulti30k task 1 EN-DE (`--train train --valid val --test test_2016_flickr`: "
               f"{first['result'].get('test_sentences')} test sentences), one run after the other on "
@@ -460,7 +473,9 @@ def decode_rules() -> str:
     own = r["run_decoding"]
     own_text = (f"GNMT alpha {own['gnmt_alpha']:g}" if own.get("gnmt_alpha") is not None
                 else f"fairseq lenpen {own.get('lenpen', 1):g}")
-    return (table(["test set", "decoding", "sacreBLEU", "BLEU, t2t 2017 script", "t2t 2018 script",
+    return (table(["test set", "decoding", "sacreBLEU", "BLEU, t2t 2017 script",
+                   t2t_2018_head({"bleu_t2t_2018": d["bleu_t2t_2018"]} for t in r["test_sets"].values()
+                                 for d in t["decodings"].values() if "bleu_t2t_2018" in d),
                    "fairseq's compound split", "sentences/s"], rows)
             + f"\n\nThe run's own decoding: beam {own['beam']}, {own_text}, fairseq's rule; the paper's: beam 4, "
               f"GNMT alpha 0.6, input + 50. " + ". ".join(notes) + f". {run['machine']}, {r['threads']} threads, "

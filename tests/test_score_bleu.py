@@ -441,13 +441,19 @@ def test_t2t_2017_tokenization_keeps_unicode_punctuation(raw, tokens):
 
 
 def test_the_2017_and_2018_scripts_score_by_hand(tmp_path):
-    """Hypothesis with ASCII quotes, reference with curly ones. 2018: both become &quot; (100).
-    2017: hyp "Er sagte &quot; ja &quot; ." against ref "Er sagte “ ja ” ." (6 tokens each):
-    1-grams 4/6 (Er sagte ja .), 2-grams 1/5 (Er sagte), 3-grams 0/4: BLEU 0, no smoothing."""
-    hyp, ref = 'Er sagte "ja".', "Er sagte “ja”."
+    """The 2018 get_ende_bleu.sh runs replace-unicode-punctuation.perl on the decodes only (its
+    reference is newstest2013.tok.de, tokenized without it). Hypothesis with curly quotes,
+    reference with ASCII ones: 2018 turns the hypothesis's into ASCII, both read
+    "Er sagte &quot; ja &quot; ." (100). 2017: hyp "Er sagte “ ja ” ." against ref
+    "Er sagte &quot; ja &quot; ." (6 tokens each): 1-grams 4/6 (Er sagte ja .), 2-grams 1/5
+    (Er sagte), 3-grams 0/4: BLEU 0, no smoothing. The other way round (curly quotes in the
+    reference) the 2018 script normalizes nothing of the reference: 0 as well (it gave 100 here
+    before, normalizing both sides)."""
+    hyp, ref = "Er sagte “ja”.", 'Er sagte "ja".'
     assert t2t_bleu([hyp], [ref], version="2018").score == pytest.approx(100.0)
     expected = "BLEU = 0.00, 66.7/20.0/0.0/0.0 (BP=1.000, ratio=1.000, hyp_len=6, ref_len=6)"
     assert t2t_bleu([hyp], [ref]).format() == expected
+    assert t2t_bleu([ref], [hyp], version="2018").format() == expected  # the reference is not normalized
     (tmp_path / "h").write_text(hyp + "\n", encoding="utf-8")
     (tmp_path / "r").write_text(ref + "\n", encoding="utf-8")
     assert score("--protocol", "t2t", "--hyp", tmp_path / "h", "--ref", tmp_path / "r").stdout.strip() == expected

@@ -274,18 +274,24 @@ def t2t_tokenize(line: str, lang: str = "de", version: str = "2017") -> str:
     return tok.tokenize(text, aggressive_dash_splits=False, escape=True, return_str=True)
 
 
+# What the 2018 get_ende_bleu.sh normalizes, as results files state it (attn_kit.readme_tables tells
+# the scores filed before this was right, with the reference normalized too, by its absence).
+T2T_2018_NORMALIZES = "replace-unicode-punctuation on the translations only (its reference is pre-tokenized)"
+
+
 def t2t_bleu(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence[str]]], lang: str = "de",
              compound_split: Union[bool, None] = None, version: str = "2017") -> MultiBleuResult:
     """BLEU of raw (detokenized) ``hyps`` against raw ``refs`` as tensor2tensor's
     get_ende_bleu.sh computes it (``version`` "2017": the paper's Table 2 for EN-DE; "2018":
-    with replace-unicode-punctuation.perl first): both sides
-    through :func:`t2t_tokenize`, the compound split (``compound_split``: None =
-    on for German only), multi-bleu.perl. ``refs`` as for :func:`multi_bleu`.
+    with replace-unicode-punctuation.perl first, on the hypotheses only: the script reads its
+    reference already tokenized, newstest2013.tok.de, and normalizes only the decodes): both
+    sides through :func:`t2t_tokenize`, the compound split (``compound_split``: None = on for
+    German only), multi-bleu.perl. ``refs`` as for :func:`multi_bleu`.
     Returns multi_bleu's result: ``.score``, ``.format()`` = multi-bleu.perl's line."""
     if compound_split is None:
         compound_split = lang == "de"
     hyp_tok = [t2t_tokenize(h, lang, version) for h in hyps]
-    ref_tok = [[t2t_tokenize(r, lang, version) for r in stream] for stream in _as_streams(refs)]
+    ref_tok = [[t2t_tokenize(r, lang) for r in stream] for stream in _as_streams(refs)]
     if compound_split:
         hyp_tok = [_split_compounds(h) for h in hyp_tok]
         ref_tok = [[_split_compounds(r) for r in stream] for stream in ref_tok]
@@ -316,7 +322,8 @@ def main(argv=None) -> int:
     parser.add_argument("--protocol", choices=["tokenized", *T2T_PROTOCOLS], default="tokenized",
                         help="tokenized (default): the files are tokenized already; t2t: the files are raw text, "
                              "scored as tensor2tensor's get_ende_bleu.sh of 2017 (the paper's EN-DE protocol); "
-                             "t2t-2018: the same script from 2018-04-05 on (replace-unicode-punctuation.perl first)")
+                             "t2t-2018: the same script from 2018-04-05 on (replace-unicode-punctuation.perl on "
+                             "the hypotheses first)")
     parser.add_argument("-l", "--lang", default="de", choices=T2T_LANGS,
                         help="--protocol t2t: the Moses tokenizer's language (default de; fr for EN-FR)")
     parser.add_argument("--hyp", required=True, metavar="H", help="hypotheses, one a line ('-': stdin)")

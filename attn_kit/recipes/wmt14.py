@@ -18,6 +18,7 @@ from ..cli import ArgumentParser, UsageError, UserError, log, main_guard, write_
 from ..textio import iter_lines
 from ..paper import TABLE2_BLEU
 from ..pipeline import verify
+from ..metrics.bleu import T2T_2018_NORMALIZES
 from ..pipeline.progress import Progress, watch_output
 from .. import fairseq_data
 from ..fairseq_log import progress_line
@@ -35,9 +36,9 @@ BPE_SAMPLE_SEED = 1  # --bpe-learn-pairs: the sample of training pairs BPE is le
 MAX_LEN_B, BATCH_SIZE = 50, 128  # decoding: output up to input + 50 tokens (Sec. 6.1); sentences per batch
 T2T_PROTOCOL = {  # results.json's bleu_t2t_protocol, by whether the target is German
     True: "tensor2tensor get_ende_bleu.sh of 2017: tokenizer.perl -l de (no -a), compound split, multi-bleu.perl "
-          "(the paper's Table 2); bleu_t2t_2018: the 2018 script, replace-unicode-punctuation first",
+          f"(the paper's Table 2); bleu_t2t_2018: the 2018 script, {T2T_2018_NORMALIZES}",
     False: "tokenizer.perl (no -a), multi-bleu.perl (t2t's 2017 pipeline without the compound split); "
-           "bleu_t2t_2018: replace-unicode-punctuation first",
+           f"bleu_t2t_2018: {T2T_2018_NORMALIZES}",
 }
 SOURCES = {"wmt14": Wmt14Download(), "smoke-mirror": SmokeMirror(), "bundled": Bundled()}  # by the YAML's data
 SIZE_OPTIONS = ("layers", "d_model", "d_ff", "h", "p_drop")
