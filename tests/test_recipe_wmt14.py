@@ -254,3 +254,26 @@ def test_smoke_average_ends_at_the_final_update(smoke_run):
     tpu = ra["tokens_per_update"]
     assert 0 < tpu["source"] <= 1000 and 0 < tpu["target"] <= 1000  # real tokens under a 1000-token cap
     assert ra["max_tokens_per_update"] == 1000
+
+
+@pytest.mark.parametrize("mode,size,label,table2", [
+    ("files", {"layers": 2, "d_model": 256, "d_ff": 1024, "h": 4, "p_drop": 0.0},
+     "attn_paper_base resized to 2+2 layers, d_model 256, d_ff 1024, h 4, P_drop 0", False),
+    ("paper", {"layers": 6, "d_model": 512, "d_ff": 2048, "h": 8, "p_drop": 0.1}, "attn_paper_base", True),
+    ("paper", {"layers": 4, "d_model": 512, "d_ff": 2048, "h": 8, "p_drop": 0.1},
+     "attn_paper_base resized to 4+4 layers", False),
+])
+def test_the_report_names_the_model_by_its_shape_and_compares_with_table_2_only_on_wmt14(
+        mode, size, label, table2, capsys):
+    """A Multi30k run of a 2-layer d_model 256 model was reported as "attn_paper_base" and told to
+    "compare with Table 2": the label comes from the shape trained, and Table 2 only for the paper's
+    model on WMT14 data."""
+    from attn_kit.recipes.wmt14 import report
+
+    r = {"sacrebleu": 3.48, "sacrebleu_signature": "sig", "pair": "en-de", "arch": "attn_paper_base", "mode": mode,
+         "model_size": size, "updates": 135, "seed": 1, "averaged_updates": [100, 135], "test_sentences": 1000,
+         "bleu_t2t": 3.48}
+    report(r)
+    out = capsys.readouterr().out
+    assert f"en-de, {label}" in out
+    assert ("compare with Table 2" in out) == table2 and ("the paper, Table 2" in out) == table2

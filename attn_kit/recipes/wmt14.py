@@ -25,7 +25,7 @@ from ..fairseq_log import progress_line
 from ..fairseq_commands import average_checkpoints, averaged_info_path, binarize
 from ..pipeline.stages import Stage
 from ..pipeline.text import clean_parallel, count_lines, moses_tokenize, moses_tokenizer_args, sample_pairs
-from ..sizes import PLUGIN_ARCHS, SIZES
+from ..sizes import ARCH_SIZES, PLUGIN_ARCHS, SIZES, ModelSize
 from . import canary, common, config, scale, settings
 from ..step_model import PAPER_MAX_TOKENS
 from .wmt14_data import PAIRS, SPLITS, Bundled, DataSource, Layout, Wmt14Download, once
@@ -581,26 +581,45 @@ def write_results(s: Wmt14Settings, src: str, tgt: str, penalty: str):
     write_json_atomic(W / "results.json", out)
 
 
+def on_table2s_test_set(r: dict) -> bool:
+    """Whether a run's scores compare with the paper's Table 2: WMT14 data (newstest2014), the
+    paper's model as its arch defines it (not the bundled, smoke or your own corpus's runs, nor a
+    resized model)."""
+    size, paper = r.get("model_size"), ARCH_SIZES.get(r["arch"])
+    return r.get("mode") not in ("bundled", "smoke", "files") and (not size or paper is None or
+                                                                    ModelSize(**size) == paper)
+
+
+def model_label(r: dict) -> str:
+    """The model a results.json trained, by its shape: the arch's name when it is the arch's own
+    size, else the arch resized (a 2-layer d_model 256 model is not "attn_paper_base")."""
+    size, paper = r.get("model_size"), ARCH_SIZES.get(r["arch"])
+    if not size or paper is None or ModelSize(**size) == paper:
+        return r["arch"]
+    return f"{r['arch']} resized to {ModelSize(**size).describe()}"
+
+
 def report(r: dict):
     """Print the scores as a short table, the paper's protocol first."""
-    size = {"bundled": " (small)", "smoke": " (tiny)"}.get(r.get("mode"), "")
     print(f"\nsacreBLEU = {r['sacrebleu']:.2f}   ({r['sacrebleu_signature']})")
     averaged = r.get("averaged_updates") or []
-    print(f"{r.get('pair', 'en-de')}, {r['arch']}{size}, {r['updates']} updates (seed {r.get('seed')}), "
+    print(f"{r.get('pair', 'en-de')}, {model_label(r)}, {r['updates']} updates (seed {r.get('seed')}), "
           f"average of {len(averaged)} checkpoints (updates {', '.join(map(str, averaged))}), "
           f"{r['test_sentences']} test sentences")
     rows = []
+    paper = TABLE2_BLEU.get((r.get("pair"), r["arch"])) if on_table2s_test_set(r) else None
     if "bleu_t2t" in r:
-        rows.append(("BLEU, the paper's protocol (t2t; compare with Table 2)", f"{r['bleu_t2t']:.2f}"))
+        rows.append((f"BLEU, the paper's protocol (t2t{'; compare with Table 2' if paper else ''})",
+                     f"{r['bleu_t2t']:.2f}"))
     if "bleu_t2t_2018" in r:
-        rows.append(("BLEU, t2t's 2018 script (replace-unicode-punctuation first)", f"{r['bleu_t2t_2018']:.2f}"))
+        rows.append(("BLEU, t2t's 2018 script (output's unicode punctuation normalized)",
+                     f"{r['bleu_t2t_2018']:.2f}"))
     if "bleu_compound_split" in r:
         rows.append(("BLEU, fairseq's protocol (-a tokens + compound split)", f"{r['bleu_compound_split']:.2f}"))
     if "bleu_tokenized" in r:
         rows.append(("BLEU, tokenized (-a)", f"{r['bleu_tokenized']:.2f}"))
     rows.append(("sacreBLEU, detokenized", f"{r['sacrebleu']:.2f}"))
-    paper = TABLE2_BLEU.get((r.get("pair"), r["arch"]))
-    if paper and r.get("mode") not in ("bundled", "smoke", "files"):
+    if paper:
         rows.append(("the paper, Table 2", f"{paper:.1f}"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
