@@ -6,6 +6,8 @@
 
 The benchmark is attn_kit.bench.train (``--help`` says everything it measures).
 """
+if __name__ == "__main__":
+    import _environment  # noqa: F401 -- one line, not a traceback, where this Python lacks the project
 from attn_kit.bench.train import main
 from attn_kit.cli import main_guard
 

@@ -6,6 +6,8 @@ fairseq's flags; the last N always end at the run's final update.
 
 Everything is in :mod:`attn_kit.checkpoints` (``--help`` lists the flags).
 """
+if __name__ == "__main__":
+    import _environment  # noqa: F401 -- one line, not a traceback, where this Python lacks the project
 from attn_kit.checkpoints import main
 from attn_kit.cli import main_guard
 

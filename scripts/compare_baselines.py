@@ -7,6 +7,8 @@
 
 The comparison is attn_kit.compare (``--help`` says everything it does).
 """
+if __name__ == "__main__":
+    import _environment  # noqa: F401 -- one line, not a traceback, where this Python lacks the project
 from attn_kit.compare.cli import entry
 
 if __name__ == "__main__":

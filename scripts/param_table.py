@@ -6,6 +6,8 @@
 Counts use a shared 37000-token vocabulary (Sec. 5.1) and are compared with
 the paper's "params x 10^6" column where the paper gives one.
 """
+if __name__ == "__main__":
+    import _environment  # noqa: F401 -- one line, not a traceback, where this Python lacks the project
 import argparse
 import logging
 

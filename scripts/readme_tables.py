@@ -1,5 +1,7 @@
 #!/usr/bin/env python
 """The tables of README.md and docs/*.md, made from the committed results files (``attn_kit.readme_tables``; ``--help`` for its options)."""
+if __name__ == "__main__":
+    import _environment  # noqa: F401 -- one line, not a traceback, where this Python lacks the project
 from attn_kit.cli import main_guard
 from attn_kit.readme_tables import main
 

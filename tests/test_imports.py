@@ -24,3 +24,32 @@ def test_the_stage_engine_knows_nothing_of_fairseq():
             path = REPO / (name.replace(".", "/") + ("/__init__.py" if name.endswith("pipeline") else ".py"))
             source = path.read_text(encoding="utf-8")
             assert "import fairseq" not in source and "from fairseq" not in source, name
+
+
+ENTRY_SCRIPTS = sorted(p for folder in ("scripts", "benchmarks") for p in (REPO / folder).glob("*.py")
+                       if p.name != "_environment.py")
+
+
+def test_every_entry_script_checks_the_environment_first():
+    """Every script a user runs (scripts/*.py, benchmarks/*.py) imports _environment before the
+    project (benchmarks/_environment.py is scripts/'s)."""
+    assert (REPO / "benchmarks" / "_environment.py").resolve() == (REPO / "scripts" / "_environment.py")
+    for path in ENTRY_SCRIPTS:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        first_import = next(i for i, line in enumerate(lines) if line.lstrip().startswith(("import ", "from ")))
+        assert lines[first_import].strip().startswith("import _environment"), path.name
+
+
+def test_a_python_without_the_project_gets_one_line_naming_the_set_up_command(tmp_path):
+    """``env -i PATH=/usr/bin:/bin python3 scripts/translate.py RUN`` was a ModuleNotFoundError traceback.
+    Here the suite's own Python without its site-packages (-S) stands for such a Python."""
+    import subprocess
+    import sys
+
+    for path in ENTRY_SCRIPTS:
+        proc = subprocess.run([sys.executable, "-S", str(path), "--help"], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=60)
+        assert proc.returncode == 1, (path.name, proc.stdout[-300:], proc.stderr[-300:])
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: this Python"), (path.name, proc.stderr)
+        assert "`source scripts/env.sh`" in lines[0] and "attn_kit" in lines[0]

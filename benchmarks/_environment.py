@@ -1,0 +1,1 @@
+../scripts/_environment.py
