@@ -12,12 +12,12 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import REPO, assert_one_error_line, run
+from conftest import REPO, assert_one_error_line, run, run_main
 from fairseq import options, tasks
 
 from attn_kit.cli import UsageError, UserError
 from attn_kit.compare import commands
-from attn_kit.compare.cli import parse_args
+from attn_kit.compare.cli import main, parse_args
 from attn_kit.compare.report import plot
 from attn_kit.pairs import MODELS, PAIRS, arch_size
 from attn_kit.sizes import SIZES
@@ -331,3 +331,16 @@ def test_missing_matplotlib_is_one_clear_error_after_the_table(monkeypatch, tmp_
     with pytest.raises(UserError, match="plotting needs matplotlib"):
         plot([], tmp_path / "x.png", "title")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_tokens_per_update_is_the_recipes_option_and_sets_update_freq():
+    """compare_baselines.py took only --max-tokens/--update-freq where the recipes take
+    --tokens-per-update: the same option, the same split (devices x --max-tokens x --update-freq)."""
+    from attn_kit.fairseq_commands import batch_plan
+
+    args = parse_args(["unused-data", "--max-update", "10", "--max-tokens", "4096", "--tokens-per-update", "25000"])
+    plan = batch_plan(25000, 1, 4096)
+    assert (args.max_tokens, args.update_freq) == (plan.max_tokens, plan.update_freq) == (3572, 7)
+    assert parse_args(["unused-data", "--max-update", "10"]).update_freq == 1
+    proc = run_main(main, "unused-data", "--max-update", "10", "--tokens-per-update", "25000", "--update-freq", "2")
+    assert_one_error_line(proc, "give --tokens-per-update or --update-freq, not both")

@@ -258,10 +258,10 @@ def test_smoke_average_ends_at_the_final_update(smoke_run):
 
 @pytest.mark.parametrize("mode,size,label,table2", [
     ("files", {"layers": 2, "d_model": 256, "d_ff": 1024, "h": 4, "p_drop": 0.0},
-     "attn_paper_base resized to 2+2 layers, d_model 256, d_ff 1024, h 4, P_drop 0", False),
+     "attn_paper_base as 2+2 layers, d_model 256, d_ff 1024, h 4, P_drop 0", False),
     ("paper", {"layers": 6, "d_model": 512, "d_ff": 2048, "h": 8, "p_drop": 0.1}, "attn_paper_base", True),
     ("paper", {"layers": 4, "d_model": 512, "d_ff": 2048, "h": 8, "p_drop": 0.1},
-     "attn_paper_base resized to 4+4 layers", False),
+     "attn_paper_base as 4+4 layers", False),
 ])
 def test_the_report_names_the_model_by_its_shape_and_compares_with_table_2_only_on_wmt14(
         mode, size, label, table2, capsys):
@@ -277,3 +277,24 @@ def test_the_report_names_the_model_by_its_shape_and_compares_with_table_2_only_
     out = capsys.readouterr().out
     assert f"en-de, {label}" in out
     assert ("compare with Table 2" in out) == table2 and ("the paper, Table 2" in out) == table2
+
+
+@pytest.mark.parametrize("recipe,argv", [
+    ("wmt14", []), ("wmt14", ["--arch", "attn_paper_big"]),
+    ("parallel", ["--src", "en", "--tgt", "de", "--train", "t", "--valid", "v", "--test", "s"]),
+])
+def test_p_drop_and_the_size_options_mean_the_same_on_every_recipe_at_every_size(recipe, argv):
+    """wmt14_en_de.sh --p-drop 0.2 at the paper's size was refused ("--p-drop resizes the --bundled
+    and --smoke models") where parallel.sh took it: both now train the paper's model with fairseq's
+    --dropout 0.2 and its own sizes otherwise; --h changes h alone."""
+    import importlib
+
+    from attn_kit.sizes import ARCH_SIZES
+
+    build = importlib.import_module(f"attn_kit.recipes.{recipe}").build
+    s = build([*argv, "--p-drop", "0.2", "--h", "4", "--dry-run"])
+    own = ARCH_SIZES[s.arch]
+    assert s.size == own.replace(p_drop=0.2, h=4)
+    flags = dict(zip(s.model[::2], s.model[1::2]))
+    assert flags["--dropout"] == "0.2" and flags["--encoder-attention-heads"] == "4"
+    assert flags["--encoder-embed-dim"] == str(own.d_model)

@@ -88,7 +88,7 @@ def test_dry_run_prints_the_papers_commands_and_creates_nothing(tmp_path):
                     "--task attn_translation", "--lr-scheduler attn_inverse_sqrt --warmup-updates 16000",
                     "--lr 1 --lr-scale 0.5",  # t2t transformer_parsing_base: warmup 16000, 0.5 x eq. 3
                     "--criterion attn_label_smoothed_cross_entropy --label-smoothing 0.1",
-                    "--max-tokens 3125 --update-freq 1", "--max-update 100000",
+                    "--max-tokens 3500 --update-freq 1", "--max-update 100000",
                     "--save-interval-updates 1500",
                     "--keep-interval-updates 5", "attn_kit.checkpoints", "--num-update-checkpoints 5",
                     "fairseq-generate", "--gen-subset valid", "--gen-subset test", "--beam 21", "--gnmt-alpha 0.3",

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 from ..cli import ArgumentParser, Number, UsageError, log, main_guard
 from ..pairs import ARCH_ALIASES, MODELS, PAIRS, arch_size
-from ..fairseq_commands import PRECISIONS, used_precision
+from ..fairseq_commands import PRECISIONS, batch_plan, used_precision
 from ..pipeline.lock import workdir_lock
 from ..checkout import REPO
 from ..sizes import SIZES, ModelSize
@@ -69,7 +69,10 @@ def add_training_options(p):
     g.add_argument("--max-tokens", type=Number(int, minimum=1),
                    help=f"tokens per device per batch (default {DEFAULT_TRAINING['max_tokens']}; "
                         f"--bundled {BUNDLED_TRAINING['max_tokens']})")
-    g.add_argument("--update-freq", type=Number(int, minimum=1), default=1, help="batches per update (default 1)")
+    g.add_argument("--update-freq", type=Number(int, minimum=1), help="batches per update (default 1)")
+    g.add_argument("--tokens-per-update", type=Number(int, minimum=1), metavar="N",
+                   help="padded tokens per update, as the recipes take it: sets --update-freq (and evens out "
+                        "--max-tokens) for the devices used, as the recipes do (attn_kit.fairseq_commands.batch_plan)")
     g.add_argument("--warmup-updates", type=Number(int, minimum=1),
                    help=f"warmup_steps of eq. 3 (default {DEFAULT_TRAINING['warmup_updates']}; "
                         f"--bundled {BUNDLED_TRAINING['warmup_updates']})")
@@ -152,6 +155,11 @@ def parse_args(argv=None) -> CompareSettings:
     preset = BUNDLED_TRAINING if given.bundled else DEFAULT_TRAINING
     values = {**vars(given), **{k: v for k, v in preset.items() if getattr(given, k) is None}}
     values.pop("pair_minutes", None)
+    values.pop("tokens_per_update", None)
+    if given.tokens_per_update is not None:  # the recipes' batch: devices x --max-tokens x --update-freq
+        p = batch_plan(given.tokens_per_update, max(1, given.ngpus), values["max_tokens"])
+        values.update(max_tokens=p.max_tokens, update_freq=p.update_freq)
+    values["update_freq"] = values["update_freq"] or 1
     max_update = given.max_update
     return CompareSettings(**{
         **values, "arch": arch, "train_minutes": pair_minutes / 2 if pair_minutes is not None else given.train_minutes,
@@ -167,6 +175,8 @@ def check(given: argparse.Namespace) -> str:
         raise UsageError(f"unknown --arch {given.arch!r}; choose base or big (or {', '.join(ARCH_ALIASES)})")
     if given.bundled == (given.data is not None):
         raise UsageError("give a binarized data directory or --bundled (one of the two)")
+    if given.tokens_per_update is not None and given.update_freq is not None:
+        raise UsageError("give --tokens-per-update or --update-freq, not both (the first sets the second)")
     if given.max_update is None and given.train_minutes is None and getattr(given, "pair_minutes", None) is None:
         raise UsageError("give a training budget: --max-update N (updates per model) or --train-minutes M "
                          "(training minutes for each model)")

@@ -22,18 +22,14 @@ from . import scale
 
 
 # ---------------------------------------------------------------------------------------------- options
-def model_size(settings: dict, overrides: dict, resize_arch: Optional[str] = None):
+def model_size(settings: dict, overrides: dict, arch: str):
     """The named size of ``settings["size"]`` (None: the arch's own) with the size options the
-    command line gave (``overrides``: layers, d_model, d_ff, h, p_drop; None = not given).
-    ``resize_arch``: without a named size, the options resize that arch (recipes/parallel.sh)."""
+    command line gave (``overrides``: layers, d_model, d_ff, h, p_drop; None = not given). Without a
+    named size the options change ``arch``'s own (the paper's model with --p-drop 0.2: fairseq's
+    --dropout), so they mean the same on every recipe at every size."""
     given = {k: v for k, v in overrides.items() if v is not None}
     if not settings.get("size"):
-        if given and resize_arch:
-            return ARCH_SIZES[resize_arch].replace(**given)
-        if given:
-            raise UsageError(f"--{next(iter(given)).replace('_', '-')} resizes the --bundled and --smoke models; "
-                             "the paper's sizes come with --arch")
-        return None
+        return ARCH_SIZES[arch].replace(**given) if given else None
     return SIZES[settings["size"]].replace(**given)
 
 

@@ -279,7 +279,7 @@ def build(argv=None) -> wmt14.Wmt14Settings:
         pair=f"{given.src}-{given.tgt}", mode="files", source=YourFiles(), workdir=workdir,
         data_workdir=data_workdir, data_home=data_home,
         files={split: getattr(given, split).expanduser().resolve() for split in SPLITS},
-        size=model_size(yaml, wmt14.size_overrides(given), resize_arch=given.arch),
+        size=model_size(yaml, wmt14.size_overrides(given), given.arch),
         recipe_module="attn_kit.recipes.parallel"))
 
 

@@ -168,7 +168,7 @@ def build(argv=None) -> Wmt14Settings:
     return settings.compose(Wmt14Settings, given, yaml, lambda v: dict(
         pair=pair, src=PAIRS[pair].src, tgt=PAIRS[pair].tgt, arch=arch, mode=mode, source=SOURCES[v.data],
         workdir=workdir, data_workdir=data_workdir, data_home=data_home,
-        size=common.model_size(yaml, size_overrides(given)), recipe_module="attn_kit.recipes.wmt14"))
+        size=common.model_size(yaml, size_overrides(given), arch), recipe_module="attn_kit.recipes.wmt14"))
 
 
 parse_args = build  # the name callers used before the settings were typed
@@ -592,11 +592,11 @@ def on_table2s_test_set(r: dict) -> bool:
 
 def model_label(r: dict) -> str:
     """The model a results.json trained, by its shape: the arch's name when it is the arch's own
-    size, else the arch resized (a 2-layer d_model 256 model is not "attn_paper_base")."""
+    size, else the arch with its shape (a 2-layer d_model 256 model is not "attn_paper_base")."""
     size, paper = r.get("model_size"), ARCH_SIZES.get(r["arch"])
     if not size or paper is None or ModelSize(**size) == paper:
         return r["arch"]
-    return f"{r['arch']} resized to {ModelSize(**size).describe()}"
+    return f"{r['arch']} as {ModelSize(**size).describe()}"
 
 
 def report(r: dict):

@@ -228,7 +228,7 @@ def build(argv=None) -> WsjSettings:
     s = settings.compose(WsjSettings, given, yaml, lambda v: dict(
         mode=mode, ptb=_resolved(ptb), extra_trees=_resolved(given.extra_trees), evalb=_resolved(given.evalb),
         workdir=(given.workdir or REPO / "runs" / f"wsj_{mode.replace('-', '_')}").resolve(),
-        size=common.model_size(yaml, {}), length_penalty="gnmt",
+        size=common.model_size(yaml, {}, v.arch), length_penalty="gnmt",
         validate_interval_updates=v.save_interval_updates,  # WSJ validates at every checkpoint
         tune=given.tune or given.tune_grid is not None, grid=None, recipe_module="attn_kit.recipes.wsj"))
     check(s)  # before the grid, which asks fairseq for the arch's dropouts
