@@ -126,3 +126,23 @@ def test_sentence_pairs_shared_between_splits_are_counted(tmp_path):
         "the training data",
         "warning: 6 of the 40 sentence pairs of --test are also in --train: the test score counts sentences of the "
         "training data"]
+
+
+@pytest.mark.slow  # trains a tiny model for 30 updates
+def test_the_presets_validation_interval_is_what_fairseq_does(data_bin, tmp_path):
+    """--preset small's help promised "a validation every 500 updates" where fairseq validated every
+    100: fairseq validates at every checkpoint it saves as well. The help says both, and fairseq-train
+    with checkpoints every 10 updates and --validate-interval-updates 50 validates at 10, 20, 30."""
+    import re
+
+    from conftest import USER_DIR, run, train_cmd
+
+    from attn_kit.recipes.parallel import preset_help
+
+    assert "a validation every 500 updates and at every checkpoint (every 100 updates)" in preset_help()
+    proc = run(train_cmd(data_bin, tmp_path / "ck", ["--user-dir", USER_DIR, "--arch", "attn_paper_base"],
+                         ["--max-update", "30", "--save-interval-updates", "10", "--validate-interval-updates", "50",
+                          "--validate-interval", "100", "--save-interval", "100", "--lr", "0.0005"]))
+    log = proc.stdout + proc.stderr
+    validated = [int(u) for u in re.findall(r"\| valid on 'valid' subset .*?num_updates (\d+)", log)]
+    assert validated == [10, 20, 30]

@@ -177,3 +177,40 @@ def test_every_kit_command_refuses_a_float_option_that_is_not_finite(module, arg
     option = next(a for a in argv if a.startswith("--") and argv[argv.index(a) + 1] in ("nan", "inf"))
     proc = run_main(main, *argv)
     assert_one_error_line(proc, f"argument {option}: ", "is not a finite number")
+
+
+# The keys that name a section's whole setting, with the options that stand for them (the YAML
+# headers say so); every other key is an option of the recipe that reads the file.
+WHOLE_SETTING_KEYS = {"data": "--bundled, --smoke, --mirror; parallel.sh: --train/--valid/--test",
+                      "preset": "parallel.sh --preset", "size": "--layers, --d-model, --d-ff, --h, --p-drop",
+                      "train_flags": "fairseq-train options after --", "pair": "--pair; parallel.sh --src/--tgt"}
+
+
+@pytest.mark.parametrize("recipe,yaml_name", [("wmt14", "wmt14"), ("parallel", "wmt14"), ("wsj", "wsj")])
+def test_every_yaml_key_is_an_option(recipe, yaml_name):
+    """The YAML's `clean` (which dropped 7% of Multi30k's pairs), `log_interval` and
+    `validate_interval_updates` had no option, though the YAML said every key has one."""
+    import yaml
+
+    from attn_kit.checkout import REPO
+    from attn_kit.recipes.settings import OPTION_OF
+
+    def keys(node):
+        return {k for key, value in node.items()
+                for k in (keys(value) if isinstance(value, dict) else {key})}
+
+    options = {o for a in importlib.import_module(f"attn_kit.recipes.{recipe}").parser()._actions
+               for o in a.option_strings}
+    config = yaml.safe_load((REPO / "recipes" / "configs" / f"{yaml_name}.yaml").read_text())
+    missing = sorted(k for k in keys(config) - set(WHOLE_SETTING_KEYS)
+                     if OPTION_OF.get(k, f"--{k.replace('_', '-')}") not in options)
+    assert not missing, f"{yaml_name}.yaml keys with no option of {recipe}: {missing}"
+
+
+def test_no_clean_keeps_every_training_pair():
+    from attn_kit.recipes import parallel, wmt14
+
+    assert wmt14.build(["--smoke", "--no-clean", "--dry-run"]).clean is False
+    assert wmt14.build(["--bundled", "--clean", "--dry-run"]).clean is True
+    base = ["--src", "en", "--tgt", "de", "--train", "t", "--valid", "v", "--test", "s", "--dry-run"]
+    assert parallel.build(base).clean is True and parallel.build([*base, "--no-clean"]).clean is False

@@ -33,6 +33,19 @@ def model_size(settings: dict, overrides: dict, arch: str):
     return SIZES[settings["size"]].replace(**given)
 
 
+def add_log_options(g, P, validate: bool = True):
+    """--log-interval, and --validate-interval-updates (WSJ validates at its checkpoints instead)."""
+    if validate:
+        g.add_argument("--validate-interval-updates", type=int, metavar="N",
+                       help="also validate every N updates (default: at each epoch's end); fairseq validates "
+                            "at every checkpoint it saves as well, so the validations come every "
+                            "--save-interval-updates at least")
+    g.add_argument("--log-interval", type=int, metavar="N",
+                   help=f"a training log line (loss, learning rate, tokens) every N updates (default "
+                        f"{P['log_interval']})")
+
+
+
 # ---------------------------------------------------------------------------------------------- training
 def thread_env(s) -> Optional[dict]:
     """OMP_NUM_THREADS for every training and decoding process, if --threads is set."""

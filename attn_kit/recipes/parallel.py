@@ -207,17 +207,23 @@ def preset_help() -> str:
     """--preset's help: what each preset is for and sets, from recipes/configs/wmt14.yaml."""
     words = {"size": lambda v: f"the model {SIZES[v].describe()} (size {v!r})",
              "ngpus": lambda v: f"--ngpus {v}" + (" (CPU)" if v == 0 else ""),
-             "validate_interval_updates": lambda v: f"a validation every {v} updates",
+             # fairseq validates at every checkpoint it saves too (fairseq_cli/train.py validate_and_save)
+             "validate_interval_updates": lambda v, sets: (
+                 f"a validation every {v} updates and at every checkpoint (every "
+                 f"{sets['save_interval_updates']} updates)" if sets.get("save_interval_updates") else
+                 f"a validation every {v} updates"),
              "log_interval": lambda v: f"a log line every {v} updates",
              "train_flags": lambda v: f"fairseq-train {' '.join(map(str, v))}"}
 
-    def setting(key, v):
+    def setting(key, v, sets):
+        if key == "validate_interval_updates":
+            return words[key](v, sets)
         return words[key](v) if key in words else f"--{key.replace('_', '-')} {v}"
 
     return ("settings for a kind of corpus and machine; options given on the command line win. paper (default): "
             "the paper's model, batch and schedule (a WMT-sized corpus on GPUs; the defaults below). "
             + ". ".join(f"{name}: {PRESET_USES.get(name, '')}; sets "
-                        + ", ".join(setting(k, v) for k, v in sets.items())
+                        + ", ".join(setting(k, v, sets) for k, v in sets.items())
                         for name, sets in config.presets("wmt14").items()))
 
 
@@ -238,6 +244,7 @@ def parser() -> argparse.ArgumentParser:
     add_errors_option(g)
     wmt14.add_workers_option(g)
     wmt14.add_bpe_learn_option(g, F)
+    wmt14.add_clean_option(g, F)
     wmt14.add_data_workdir_option(g, "the work directory: the corpus is yours, so its prepared copy is shared only "
                                      "where you say, e.g. by the runs of two --arch")
     settings.add_run_options(p, "runs/parallel_<src>_<tgt>_<arch>")

@@ -26,7 +26,7 @@ from . import scale
 DEFAULT_CANARY_MINUTES = 10.0
 # options that must be >= 1 where a recipe has them
 POSITIVE = ("max_update", "warmup_updates", "save_interval_updates", "average", "tokens_per_update",
-            "max_tokens_per_gpu", "beam", "workers", "bpe_merges", "log_interval")
+            "max_tokens_per_gpu", "beam", "workers", "bpe_merges", "log_interval", "validate_interval_updates")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -131,6 +131,7 @@ def parser() -> argparse.ArgumentParser:
                                                   + (f"; --bundled {B['bpe_merges']})" if "--bundled" in small else ")"))
     add_workers_option(g)
     add_bpe_learn_option(g, P)
+    add_clean_option(g, P)
     add_data_workdir_option(g, "wmt14_<pair>_data beside the work directory (runs/wmt14_en_de_data), shared "
                                f"by base, big and recipes/table3.sh; {', '.join(small)}: the work directory")
     add_training_options(p, cfg, P, small, resize="/".join(small) + ": ",
@@ -206,6 +207,13 @@ def data_folders(given: Optional[Path], workdir: Path, shared: Optional[str]) ->
 def add_workers_option(g):
     g.add_argument("--workers", type=int, default=settings.default_workers(),
                    help="processes for tokenization, BPE and binarization (default: CPUs, at most 8)")
+
+
+def add_clean_option(g, P):
+    g.add_argument("--clean", action=argparse.BooleanOptionalAction,
+                   help=f"--no-clean keeps every training pair; --clean applies clean-corpus-n after BPE, as "
+                        f"fairseq's scripts: pairs of 1-250 tokens with a length ratio <= 1.5 (default: "
+                        f"{'on' if P['clean'] else 'off'}; off for --bundled, whose short sentences it would thin)")
 
 
 def add_bpe_learn_option(g, P):
@@ -294,6 +302,7 @@ def add_training_options(p, cfg, P, modes: Mapping[str, dict], resize: str, smal
     g.add_argument("--save-interval-updates", type=int,
                    help=f"save a checkpoint every N updates (default: base {base['save_interval_updates']}, big "
                         f"{big['save_interval_updates']})")
+    common.add_log_options(g, P)
     g = p.add_argument_group("evaluation")
     g.add_argument("--average", type=int, help=f"average the last N checkpoints (default: base {base['average']}, "
                                                f"big {big['average']}; Sec. 6.1)")

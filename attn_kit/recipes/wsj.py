@@ -141,6 +141,7 @@ def _training_options(g, W: dict, S: dict):
     g.add_argument("--save-interval-updates", type=int, help=f"checkpoint every N updates (default "
                                                              f"{W['save_interval_updates']}; --smoke "
                                                              f"{S['save_interval_updates']})")
+    common.add_log_options(g, W, validate=False)
     g.add_argument("--average", type=int, help=f"average the last N checkpoints (default {W['average']}, Sec. 6.1)")
 
 
