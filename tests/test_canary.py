@@ -254,3 +254,33 @@ def test_gpu_busy_share_is_the_median_of_nvidia_smis_samples_over_the_timed_upda
     entry = {}
     add_utilization(entry, tmp_path / "run", smi)
     assert entry["gpu_utilization_percent_median"] == 75  # samples at 3, 4, 5, 6 s: 10, 80, 90, 70
+
+
+def test_a_canary_run_before_the_full_run_is_checked_when_the_run_ends(tmp_path):
+    """canary.json kept checked_against: null when the canary ran first in the work directory (the
+    comparison was made only when the canary ran after the run): the full run's report fills it in."""
+    from types import SimpleNamespace
+
+    from attn_kit.pipeline.stages import Stage
+    from attn_kit.recipes import scale
+
+    work = tmp_path / "w"
+    (work / "canary").mkdir(parents=True)
+    predicted = {"data_preparation": 100.0, "training": 500.0, "validations": 50.0, "checkpoint_writes": 50.0,
+                 "averaging": 20.0, "generation": 80.0, "total": 800.0}
+    (work / "canary" / "canary.json").write_text(json.dumps({"predicted_seconds": predicted,
+                                                             "checked_against": None}))
+    stage_seconds = {"download": 40.0, "binarize": 60.0, "train": 750.0, "average": 25.0, "generate": 70.0,
+                     "score": 10.0}
+    (work / "results.json").write_text(json.dumps({"stage_seconds": stage_seconds}))
+    s = SimpleNamespace(workdir=work, data_workdir=work, canary=False)
+    made = [Stage(name, lambda ctx: None) for name in ("download", "binarize", "train", "average", "generate",
+                                                       "score")]
+    printed = []
+    scale._checking_an_earlier_canary(s, made, printed.append)({"sacrebleu": 1.0})
+    assert printed == [{"sacrebleu": 1.0}]
+    check = json.loads((work / "canary" / "canary.json").read_text())["checked_against"]
+    assert check["measured_seconds"] == {"data_preparation": 100.0, "training + validations + checkpoint_writes": 750.0,
+                                         "averaging": 25.0, "generation + scoring": 80.0, "total": 955.0}
+    assert check["error"]["training + validations + checkpoint_writes"] == round(600 / 750 - 1, 4)
+    assert check["error"]["total"] == round(800 / 955 - 1, 4)

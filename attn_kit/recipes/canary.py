@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..cli import UserError, write_json_atomic
+from ..cli import UserError, log, write_json_atomic
 from ..pipeline.stages import Stage
 from . import common
 
@@ -434,6 +434,25 @@ def checked_against(workdir: Path, data_workdir: Path, data_stages: Sequence[str
              "total": predicted["total"]}
     return {"measured_seconds": measured, "predicted_seconds": {k: round(v, 1) for k, v in guess.items() if v is not None},
             "error": {k: round(guess[k] / v - 1, 4) for k, v in measured.items() if v and guess.get(k) is not None}}
+
+
+def check_earlier(s, data_stages: Sequence[str]) -> Optional[dict]:
+    """After a full run: a canary that ran before it in the same work directory gets its
+    ``checked_against`` now that results.json holds the stage times (it was left null: the
+    comparison was made only when the canary ran after the run). Returns it, or None."""
+    path = s.workdir / "canary" / "canary.json"
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if result.get("checked_against") or not result.get("predicted_seconds"):
+        return None
+    data_workdir = getattr(s, "data_workdir", None) or s.workdir
+    result["checked_against"] = checked_against(s.workdir, data_workdir, data_stages, result["predicted_seconds"])
+    if result["checked_against"]:
+        write_json_atomic(path, result)
+        log(f"{path}: its prediction checked against this run (checked_against)")
+    return result["checked_against"]
 
 
 def conclude(out: Path, result: dict, causes: List[str]):
