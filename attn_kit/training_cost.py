@@ -50,6 +50,26 @@ def wall_time_lines(shape: Shape, updates: int, devices: int, gpu_name: str, pre
             f"  to {one(p.high)}, from {p.high.source}"]
 
 
+def gpu_seconds(shape: Shape, updates: int, per_forward: int, forwards: int, precision: str,
+                mean_length: float = MEAN_LENGTH) -> dict:
+    """{GPU name: the estimated training seconds of ``updates`` updates} (attn_kit.step_model), for
+    every GPU of attn_kit.cost.GPUS that computes in ``precision``."""
+    out = {}
+    for name, g in GPUS.items():
+        p = step_model.predict(shape, per_forward, forwards, name, precision, mean_length) if g.peak(precision) \
+            else None
+        if p:
+            out[name] = updates * p.estimate.seconds_per_update
+    return out
+
+
+def paper_gpu_seconds(shape: Shape, tokens_per_update: int, updates: int, mean_length: float = MEAN_LENGTH) -> float:
+    """The estimated training seconds on the paper's 8 P100s in fp32 (its batch split over them)."""
+    t = TABLE2_TRAINING["attn_paper_base"]  # base and big trained on the same 8 P100s
+    p = step_model.predict(shape, math.ceil(tokens_per_update / t["gpus"]), 1, t["gpu"], "fp32", mean_length)
+    return updates * p.estimate.seconds_per_update
+
+
 def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, gpus: int, precision: str,
                  gpu_name: Optional[str] = None, gpu_tflops: Optional[float] = None, utilization: Optional[float] = None,
                  vocab_note: str = "", mean_length: float = MEAN_LENGTH, average: Optional[int] = None,
@@ -89,12 +109,8 @@ def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, 
     elif gpu_name:
         lines += wall_time_lines(shape, updates, devices, gpu_name, precision, per_forward, forwards, mean_length)
     elif gpus:
-        times = []
-        for name, g in GPUS.items():
-            p = step_model.predict(shape, per_forward, forwards, name, precision, mean_length) if g.peak(precision) \
-                else None
-            if p:
-                times.append(f"{name} {hours_text(updates * p.estimate.seconds_per_update)}")
+        seconds = gpu_seconds(shape, updates, per_forward, forwards, precision, mean_length)
+        times = [f"{name} {hours_text(s)}" for name, s in seconds.items()]
         lines.append(f"training wall time on {gpus} GPUs ({batch}, {precision}; attn_kit.step_model, --gpu NAME for "
                      f"the range and its sources): {', '.join(times)}")
     paper = TABLE2_TRAINING.get(TABLE2_ARCH.get(arch, ""))

@@ -152,3 +152,44 @@ def test_smoke_rows_make_the_table_and_resume(smoke_run, tmp_path):
     for i, name in enumerate(["base", "A2", "C4", "table"], 1):
         assert f"stage {i}/4 {name}: done already, skipping" in again.stdout
     assert "fairseq_cli.train" not in again.stdout
+
+
+def table2_run(folder, arch="attn_paper_base", updates=100000, **result):
+    """A finished EN-DE recipe run as --reuse reads it: results.json and its final checkpoint."""
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "checkpoint_last.pt").write_bytes(b"")
+    (folder / "results.json").write_text(json.dumps({"arch": arch, "updates": updates, "mode": arch[11:],
+                                                     "pair": "en-de", **result}))
+    return folder
+
+
+def test_at_paper_scale_the_dry_run_prints_the_total_and_reuses_the_table_2_runs(tmp_path):
+    """20 rows in one job, one after the other, with no total, and the base and big rows retraining
+    what the Table 2 runs trained (300K big updates twice): the dry run sums the rows' training
+    time, and --reuse evaluates a finished Table 2 run's final model instead of training the row."""
+    base = table2_run(tmp_path / "base_run")
+    argv = ["--ngpus", "8", "--dry-run", "--workdir", tmp_path / "t3", "--data-workdir", tmp_path / "data"]
+    alone = in_process(*argv)
+    reusing = in_process(*argv, "--reuse", f"base={base}")
+    assert alone.returncode == 0 and reusing.returncode == 0, reusing.stderr
+    total = [line for line in alone.stdout.splitlines() if "# Table 3 in all: 20 rows trained" in line]
+    assert len(total) == 1 and "H100 " in total[0] and "on the paper's 8 P100s (fp32)" in total[0]
+    assert "# Table 3 in all: 19 rows trained" in reusing.stdout and "base from finished runs" in reusing.stdout
+    assert f"# train: none, the row is the final model of {base}" in reusing.stdout
+    trains = [line for line in reusing.stdout.splitlines() if line.startswith("  $ ") and "fairseq_cli.train" in line]
+    assert len(trains) == 19
+    assert f"--path {base}/checkpoints/checkpoint_last.pt --gen-subset valid" in reusing.stdout
+
+
+@pytest.mark.parametrize("run,message", [
+    (dict(updates=99000), "it trained 99000 updates, the row 100000"),
+    (dict(arch="attn_paper_big", updates=300000), "its arch is attn_paper_big, the row's attn_paper_base"),
+    (dict(model_size={"layers": 2, "d_model": 256, "d_ff": 1024, "h": 4, "p_drop": 0.0}),
+     "not the paper's model on WMT14 en-de"),
+])
+def test_reuse_takes_only_a_run_that_trained_the_rows_model(tmp_path, run, message):
+    folder = table2_run(tmp_path / "run", **run)
+    proc = in_process("--ngpus", "8", "--dry-run", "--workdir", tmp_path / "t3", "--reuse", f"base={folder}")
+    assert_one_error_line(proc, message)
+    proc = in_process("--smoke", "--dry-run", "--workdir", tmp_path / "t3", "--reuse", f"base={folder}")
+    assert_one_error_line(proc, "the Table 2 runs are paper-scale; this is --smoke")

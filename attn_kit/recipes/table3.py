@@ -126,6 +126,7 @@ class Table3Settings(settings.TrainSettings):
     base: Optional[Mapping[str, int]]  # the size the rows change; None: the paper's base
     data_workdir: Path  # the EN-DE recipe's prepared data
     vocab_estimate: Tuple[int, str]  # (size, note) for --dry-run's cost
+    reused: Mapping[str, Path]  # row name -> the finished EN-DE run whose final model it evaluates (--reuse)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -156,6 +157,11 @@ def parser() -> argparse.ArgumentParser:
                                                   f"{config.settings('table3', 'bundled')['max_update']})")
     g.add_argument("--save-interval-updates", type=int, help="a checkpoint every N updates, to resume from "
                                                             f"(default {P['save_interval_updates']})")
+    g.add_argument("--reuse", action="append", metavar="ROW=RUN_DIR",
+                   help="evaluate row ROW (base or big) with the final model of a finished EN-DE recipe run in "
+                        "RUN_DIR (recipes/wmt14_en_de.sh --arch attn_paper_base or attn_paper_big: the Table 2 "
+                        "runs) instead of training it again; checked: the paper's model, Table 3's updates for the "
+                        "row, the same EN-DE data; repeatable")
     return p
 
 
@@ -175,8 +181,10 @@ def build(argv=None) -> Table3Settings:
     dictionary = data_workdir / "data-bin" / "dict.en.txt"
     vocab = (common.dictionary_size(dictionary), " (the EN-DE data's dictionary)") if dictionary.exists() \
         else (training.get("bpe_merges") or EN_DE_VOCAB, " (until the EN-DE data is prepared)")
+    rows = tuple(select_rows(given.rows))
     return settings.compose(Table3Settings, given, yaml, lambda v: dict(
-        mode=mode, rows=tuple(select_rows(given.rows)), workers=settings.default_workers(), base=table3["base"],
+        mode=mode, rows=rows, workers=settings.default_workers(), base=table3["base"],
+        reused=reused_runs(given.reuse or [], rows, mode, v.max_update or table3["max_update"]),
         workdir=workdir,
         data_workdir=data_workdir, vocab_estimate=vocab, arch="attn_paper_base", size=None,
         average=1,  # no checkpoint averaging in Table 3 (Sec. 6.2)
@@ -185,6 +193,40 @@ def build(argv=None) -> Table3Settings:
 
 
 parse_args = build  # the name callers used before the settings were typed
+
+
+def reused_runs(specs: List[str], rows, mode: str, max_update: int) -> dict:
+    """{row name: run directory} from --reuse ROW=RUN_DIR, each checked against its results.json:
+    a row of this run, the paper's own model (base or big, unchanged) trained for Table 3's updates
+    for it on WMT14 (attn_kit.recipes.wmt14.on_table2s_test_set), its final checkpoint there."""
+    by_name, out = {r.name: r for r in rows}, {}
+    for spec in specs:
+        name, _, folder = spec.partition("=")
+        if not folder:
+            raise UsageError(f"--reuse {spec!r}: give ROW=RUN_DIR, e.g. --reuse base=runs/wmt14_en_de_base")
+        row = by_name.get(name)
+        if row is None or name not in ("base", "big"):
+            raise UsageError(f"--reuse {spec!r}: only the base and big rows are Table 2 runs"
+                             + ("" if row or name not in ("base", "big") else f"; --rows does not hold {name}"))
+        if mode != "paper":
+            raise UsageError(f"--reuse {spec!r}: the Table 2 runs are paper-scale; this is --{mode}")
+        folder = Path(folder).resolve()
+        try:
+            r = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise UsageError(f"--reuse {spec!r}: {folder / 'results.json'} is not there or not readable: the run "
+                             "must have finished") from None
+        updates = row_updates(row, max_update)
+        problem = (f"its arch is {r.get('arch')}, the row's {row.arch}" if r.get("arch") != row.arch else
+                   f"it trained {r.get('updates')} updates, the row {updates}" if r.get("updates") != updates else
+                   f"it is a {r.get('mode')} run on {r.get('pair')}, not the paper's model on WMT14 en-de"
+                   if r.get("pair") != "en-de" or not wmt14.on_table2s_test_set(r) else
+                   "it has no checkpoints/checkpoint_last.pt" if not (folder / "checkpoints" / "checkpoint_last.pt")
+                   .is_file() else None)
+        if problem:
+            raise UsageError(f"--reuse {spec!r}: {problem}; that row is trained here instead without --reuse")
+        out[name] = folder
+    return out
 
 
 def default_data_workdir(mode: str, workdir: Path) -> Path:
@@ -251,7 +293,13 @@ def run_row(r: Table3Settings, row: Table3Row, ctx):
     (fairseq-validate) and dev BLEU from the final checkpoint; write its row.json."""
     values, folder, data_bin = scaled_settings(row, r.base), r.workdir, r.data_workdir / "data-bin"
     flags, ckpt, done = model_flags(values), folder / "checkpoints" / "checkpoint_last.pt", folder / "train.done"
-    if done.exists() and not ctx.dry_run:
+    reused = r.reused.get(row.name)
+    if reused:
+        ckpt = reused / "checkpoints" / "checkpoint_last.pt"
+        print(f"  # train: none, the row is the final model of {reused} (--reuse)", flush=True)
+        if not ctx.dry_run:
+            check_same_data(ckpt, data_bin)
+    elif done.exists() and not ctx.dry_run:
         print(f"  # train: done already ({done})", flush=True)
     else:
         cmd = common.train_command(r, data_bin, folder / "checkpoints", flags, label_smoothing=values["eps_ls"])
@@ -264,7 +312,20 @@ def run_row(r: Table3Settings, row: Table3Row, ctx):
     with ctx.output(folder / "valid.out") as tmp:
         ctx.sh(dev_command(r, ckpt), stdout=tmp, tail=progress_line, env=common.thread_env(r))
     ctx.step(f"write {folder / 'row.json'}: dev PPL, dev BLEU, parameters", write_row, r, row, values, flags, lines,
-             ckpt, ctx.log_dir / f"{ctx.stage}.log")
+             ckpt, (reused / "logs" / "train.log") if reused else ctx.log_dir / f"{ctx.stage}.log")
+
+
+def check_same_data(checkpoint: Path, data_bin: Path):
+    """A reused run's model was trained on ``data_bin`` (its dictionaries are the ones the row's
+    evaluation reads): the data folder its checkpoint records is the same folder."""
+    from ..checkpoints import load_checkpoint
+
+    state = load_checkpoint(checkpoint, mmap=True)
+    cfg = state.get("cfg") or {}
+    trained_on = (cfg.get("task") or {}).get("data") if isinstance(cfg, dict) else getattr(cfg.task, "data", None)
+    if not trained_on or Path(trained_on).resolve() != Path(data_bin).resolve():
+        raise UserError(f"{checkpoint} was trained on {trained_on}, not on {data_bin}, which this Table 3 "
+                        "evaluates on: give --data-workdir the run's data folder, or train the row here")
 
 
 def row_inputs(data_bin: Path) -> List[Path]:
@@ -276,13 +337,16 @@ def row_inputs(data_bin: Path) -> List[Path]:
 
 def row_stage(s: Table3Settings, row: Table3Row) -> Stage:
     r, values = row_settings(s, row), scaled_settings(row, s.base)
-    help_text = (f"{row.describe()}: train {r.max_update} updates"
-                 + (f" (or {r.train_minutes:g} minutes)" if r.train_minutes else "")
+    help_text = (f"{row.describe()}: " + (f"the final model of {s.reused[row.name]}" if row.name in s.reused else
+                                          f"train {r.max_update} updates"
+                                          + (f" (or {r.train_minutes:g} minutes)" if r.train_minutes else ""))
                  + ", dev PPL and BLEU (beam 4, alpha 0.6, final checkpoint)")
+    reused = s.reused.get(row.name)
     return Stage(row.name, partial(run_row, r, row), help_text, inputs=row_inputs(s.data_workdir / "data-bin"),
                  outputs=[r.workdir / "row.json"], scratch=[r.workdir],
                  options={**common.train_options(r, model_flags(values)), "eps_ls": values["eps_ls"],
-                          "minutes_per_row": s.train_minutes},  # the option's name before --train-minutes
+                          "minutes_per_row": s.train_minutes,  # the option's name before --train-minutes
+                          **({"reused_from": str(reused)} if reused else {})},
                  resumable=common.RESUMABLE_TRAIN_OPTIONS)
 
 
@@ -295,9 +359,11 @@ def write_row(r: Table3Settings, row: Table3Row, values: dict, flags, validate_l
         raise UserError(f"fairseq-validate printed no nll_loss for row {row.name}; see {stage_log}")
     nll = float(m.group(1))
     train = common.train_log_summary(stage_log)
+    reused = r.reused.get(row.name)
     write_json_atomic(folder / "row.json", {
         "row": row.name, "group": row.group, "change": row.describe(), "settings": values, "flags": flags,
-        "train_command": common.recorded_train_command(folder / "train_command.json"),
+        **({"reused_from": str(reused)} if reused else {}),
+        "train_command": common.recorded_train_command((reused or folder) / "train_command.json"),
         "updates": train.get("updates"), "tokens_per_update": train.get("tokens_per_update"),
         "dev_nll_loss_bits": nll, "dev_ppl": round(2 ** nll, 2), **score_dev(r.data_workdir, folder / "valid.out"),
         "params": count_parameters(ckpt),
@@ -438,6 +504,34 @@ def stages(s: Table3Settings) -> List[Stage]:
                          outputs=[s.workdir / f"table3.{ext}" for ext in ("md", "json", "png")])]
 
 
+def total_cost(s: Table3Settings) -> List[str]:
+    """--dry-run: the training wall time of every row trained here (not those --reuse takes), summed,
+    per GPU type and on the paper's P100s (attn_kit.step_model), one after the other as the rows run."""
+    from .. import cost, training_cost
+    from ..fairseq_commands import batch_plan
+
+    trained = [row for row in s.rows if row.name not in s.reused]
+    if not trained:
+        return ["every row is a finished run (--reuse): nothing to train"]
+    vocab = s.vocab_estimate[0]
+    sums, paper = {}, 0.0
+    for row in trained:
+        r = row_settings(s, row)
+        shape = cost.model_shape(r.arch, [*model_flags(scaled_settings(row, s.base)), *s.fairseq_extra], vocab)
+        devices = r.ngpus * r.nnodes if r.ngpus else r.cpu_procs
+        plan = batch_plan(r.tokens_per_update, devices, r.max_tokens_per_gpu)
+        for name, seconds in training_cost.gpu_seconds(shape, r.max_update, plan.max_tokens, plan.update_freq,
+                                                       r.precision_used).items():
+            sums[name] = sums.get(name, 0.0) + seconds
+        paper += training_cost.paper_gpu_seconds(shape, r.tokens_per_update, r.max_update)
+    devices = s.ngpus * s.nnodes if s.ngpus else s.cpu_procs
+    reused = f"; {', '.join(sorted(s.reused))} from finished runs (--reuse), not counted" if s.reused else ""
+    return [f"Table 3 in all: {len(trained)} rows trained one after the other on {devices} "
+            f"{'GPUs' if s.ngpus else 'CPU processes'}{reused}: "
+            + ", ".join(f"{name} {cost.hours_text(seconds)}" for name, seconds in sums.items())
+            + f" (attn_kit.step_model); on the paper's 8 P100s (fp32) {cost.hours_text(paper)}"]
+
+
 def data_job(s: Table3Settings):
     """--launcher slurm: (script name, text) of a job that prepares the EN-DE data, or None when it
     is prepared already (the EN-DE recipe would skip every data stage)."""
@@ -475,6 +569,9 @@ def main(argv=None):
     pipeline = Pipeline(s.workdir, pipeline_stages, s.dry_run, s.stage, s.stop_stage)
     if s.dry_run:
         pipeline.run()
+        if not s.canary:
+            for line in total_cost(s):
+                print(f"  # {line}", flush=True)
         return 0
     with workdir_lock(s.workdir):
         pipeline.run()
