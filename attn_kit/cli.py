@@ -274,6 +274,14 @@ def check_output(path, option: str = "--output", force: bool = False, folder: bo
     return path
 
 
+def add_output_option(parser, help: str, **kwargs):
+    """``--output``, the kit's one name for the file a command writes (``args.out``); ``--out``, the
+    name some commands had, still works, out of --help. (Not ``required``: argparse would ask for
+    --output where --out was given; a command checks ``args.out`` itself.)"""
+    parser.add_argument("--output", dest="out", type=Path, help=help, **kwargs)
+    parser.add_argument("--out", dest="out", type=Path, help=argparse.SUPPRESS)
+
+
 def add_force_option(parser, what: str = "the output"):
     """``--force``: the one way to let a command replace an existing output (:func:`check_output`)."""
     parser.add_argument("--force", action="store_true", help=f"replace {what} if it exists (default: refuse)")

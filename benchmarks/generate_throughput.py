@@ -2,7 +2,7 @@
 """Beam-search generation throughput: attn_plugin's Transformer against stock fairseq's.
 
     python benchmarks/generate_throughput.py                           # CPU, shapes small and base
-    python benchmarks/generate_throughput.py --device cuda --dtype bf16    # GPU, shapes base and big
+    python benchmarks/generate_throughput.py --ngpus 1 --precision bf16    # GPU, shapes base and big
 
 The benchmark is attn_kit.bench.generate (``--help`` says everything it measures).
 """

@@ -5,14 +5,14 @@
 #   bash benchmarks/gpu_check.sh --prepare     # here (internet, ../shared): wheels for the GPU machine's
 #                                              # Python 3.12 and the WMT-shaped data, into .gpu_check/
 #   bash benchmarks/gpu_check.sh --dry-run     # anywhere: print every command it would run, check each parses
-#   bash benchmarks/gpu_check.sh [--out FILE] [--seconds N] [--commit SHA] [--only NAME,...]
+#   bash benchmarks/gpu_check.sh [--output FILE] [--seconds N] [--commit SHA] [--only NAME,...]
 #                                              # on the GPU machine (no internet; .gpu_check/ carried there):
 #                                              # install as docs/scaling.md tells users, then measure
 #                                              # (--only: those runs of the plan, as --dry-run names them)
 #
 # On the GPU machine it installs fairseq and this package exactly as docs/scaling.md says (with
 # --no-index --find-links .gpu_check/wheels, the machine having no internet), so the check tests
-# those instructions too; its install log, nvidia-smi's samples and the runs' logs go next to --out.
+# those instructions too; its install log, nvidia-smi's samples and the runs' logs go next to --output.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 HERE=.gpu_check
@@ -26,12 +26,13 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --prepare) MODE=prepare ;;
     --dry-run) MODE=dry ;;
-    --out) OUT_FILE="$2"; shift ;;
+    --output|--out) OUT_FILE="$2"; shift ;;
     --seconds) SECONDS_ALLOWED="$2"; shift ;;
     --commit) COMMIT="$2"; shift ;;
     --only) ONLY="$2"; shift ;;
     -h|--help) sed -n 2,17p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "error: unknown option $1 (--prepare, --dry-run, --out FILE, --seconds N, --commit SHA, --only NAME,...)" >&2; exit 2 ;;
+    *) echo "error: unknown option $1 (--prepare, --dry-run, --output FILE, --seconds N, --commit SHA," \
+            "--only NAME,...)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -58,7 +59,7 @@ if [ "$MODE" = prepare ]; then
     || { echo "error: could not build antlr4-python3-runtime's wheel" >&2; exit 1; }
   "$ATTN_PY" -m attn_kit.bench.gpu_check prepare || exit 1
   du -sh "$WHEELS" "$HERE/data"
-  echo "carry to the GPU machine: $WHEELS $HERE/data (then: bash benchmarks/gpu_check.sh --out \$OUT/gpu_check.json)"
+  echo "carry to the GPU machine: $WHEELS $HERE/data (then: bash benchmarks/gpu_check.sh --output \$OUT/gpu_check.json)"
   exit 0
 fi
 
@@ -121,7 +122,7 @@ if command -v nvidia-smi >/dev/null; then
 fi
 LEFT=$(( SECONDS_ALLOWED - INSTALL_SECONDS - 20 ))
 [ "$LEFT" -lt 60 ] && LEFT=60
-python3 -m attn_kit.bench.gpu_check run --out "$OUT_FILE" --seconds "$LEFT" \
+python3 -m attn_kit.bench.gpu_check run --output "$OUT_FILE" --seconds "$LEFT" \
   --install-seconds "$INSTALL_SECONDS" --install-as-documented "$AS_DOCUMENTED" ${COMMIT:+--commit "$COMMIT"} \
   ${ONLY:+--only "$ONLY"}
 rc=$?

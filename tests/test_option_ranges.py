@@ -132,3 +132,46 @@ def test_number_says_what_range_a_value_left():
             n(text)
     with pytest.raises(ValueError):
         cli.Number(int, minimum=1)("2.5")
+
+
+# One name for each concept the commands share (README: the same option means the same thing
+# everywhere): the name shown, and the names before it, which still work out of --help.
+SHARED_NAMES = {"--output": ["--out"], "--p-drop": ["--dropout"], "--gnmt-alpha": ["--alpha"], "--h": ["--heads"],
+                "--train-minutes": ["--minutes"], "--ngpus": ["--device"], "--precision": ["--dtype"]}
+
+
+OTHER_MEANING = {("scripts/plot_attention.py", "--heads"): "which heads to draw (1,3), not the model's h"}
+
+
+def every_parser(monkeypatch):
+    """{command: its parser}: every script's and benchmark's, and the recipes'."""
+    out = {script: parser_of(main, monkeypatch) for script, main in COMMANDS.items()}
+    for recipe in ("wmt14", "parallel", "wsj", "table3"):
+        out[f"recipes ({recipe})"] = importlib.import_module(f"attn_kit.recipes.{recipe}").parser()
+    return out
+
+
+def shown_and_hidden(parser):
+    shown, hidden = set(), set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                s, h = shown_and_hidden(sub)
+                shown |= s
+                hidden |= h
+        else:
+            (hidden if action.help == argparse.SUPPRESS else shown).update(action.option_strings)
+    return shown, hidden
+
+
+def test_every_command_shows_the_shared_names_only(monkeypatch):
+    """plot_attention's --out beside translate's --output, the benchmarks' --device/--dtype beside the
+    recipes' --ngpus/--precision: each --help shows the one name; an old name still works, hidden, and
+    only beside the new one."""
+    for command, parser in every_parser(monkeypatch).items():
+        shown, hidden = shown_and_hidden(parser)
+        for name, old in SHARED_NAMES.items():
+            clash = {o for o in shown & set(old) if (command, o) not in OTHER_MEANING}
+            assert not clash, f"{command} shows {sorted(clash)}: name it {name}"
+            for alias in hidden & set(old):
+                assert name in shown, f"{command} takes {alias} but not {name}"

@@ -252,14 +252,14 @@ def test_query_finds_every_bpe_piece_of_every_occurrence():
     (["--query", "zebra"], "--query 'zebra' is not a word of the sentence as the model reads it: Hello . </s>"),
     (["--layer", "3"], "--layer 3: the encoder has layers 1..2"),
     (["--heads", "5"], "--heads '5': the model has heads 1..4"),
-    (["--out", "fig.jpg"], "give a .png, .pdf or .svg file"),
-    ([], "give --out FIG.png, --dump WEIGHTS.npz or both"),
+    (["--output", "fig.jpg"], "give a .png, .pdf or .svg file"),
+    ([], "give --output FIG.png, --dump WEIGHTS.npz or both"),
 ])
 def test_plot_attention_bad_options_are_one_line(smoke_run, tmp_path, argv, message):
     """In this process: the script's own one line is checked in test_an_existing_folder_given_as_output_is_left_alone."""
     argv = [str(tmp_path / a) if a.endswith(".jpg") else a for a in argv]
-    if "--out" not in argv and argv:
-        argv += ["--out", str(tmp_path / "fig.png")]
+    if "--output" not in argv and argv:
+        argv += ["--out", str(tmp_path / "fig.png")]  # the name before --output, still taken
     assert_one_error_line(plot(smoke_run, "--sentence", "Hello.", *argv), message)
 
 
@@ -371,7 +371,7 @@ def test_plot_attention_on_a_stock_fairseq_checkpoint_is_one_line(smoke_run, tmp
                            ["--lr", "0.001", "--criterion", "label_smoothed_cross_entropy", "--max-update", "1",
                             "--max-tokens", "2000"]))
     shutil.copy(tmp_path / "stock" / "checkpoint_last.pt", run_dir / "checkpoint_avg.pt")
-    proc = plot(run_dir, "--sentence", "The law.", "--out", tmp_path / "fig.png")
+    proc = plot(run_dir, "--sentence", "The law.", "--output", tmp_path / "fig.png")
     assert_one_error_line(proc, "the checkpoint's model is TransformerModel (--arch transformer), not "
                                 "attn_plugin's attn_transformer")
     assert not (tmp_path / "fig.png").exists()

@@ -2,14 +2,14 @@
 exports of the same weights (``benchmarks/generate_throughput.py --ctranslate2``).
 
     python benchmarks/generate_throughput.py --ctranslate2 --shapes small,base     # CPU: float32, int8
-    python benchmarks/generate_throughput.py --ctranslate2 --device cuda --dtype fp16   # GPU: float16, int8_float16
+    python benchmarks/generate_throughput.py --ctranslate2 --ngpus 1 --precision fp16   # GPU: float16, int8_float16
 
 The plugin's Transformer (``attn_paper_base`` at the shape's sizes, the paper's
 sinusoids, weights from ``--seed``) decodes a synthetic batch with fairseq's own
 ``SequenceGenerator`` (what fairseq-generate and scripts/translate.py run);
 CTranslate2 decodes the same sentences with the same weights, exported by
 :func:`attn_kit.inference.ctranslate2.build_spec` (float32 and int8 weights; on
-CUDA the ``--dtype``'s type and its int8 variant), with the same beam. Default
+CUDA the ``--precision``'s type and its int8 variant), with the same beam. Default
 batch on CPU: 64 sentences (scripts/translate.py's default batch) of up to 24
 tokens.
 
@@ -51,7 +51,7 @@ from ..inference.ctranslate2 import require_ctranslate2
 from . import measure
 from .models import SHAPES, build, make_sample
 
-COMPUTE_TYPES = {  # the exported weight types compared, per device and --dtype
+COMPUTE_TYPES = {  # the exported weight types compared, per device and --precision
     ("cpu", "fp32"): ("float32", "int8"),
     ("cuda", "fp32"): ("float32", "int8_float32"),
     ("cuda", "fp16"): ("float16", "int8_float16"),
@@ -145,7 +145,7 @@ def bench_shape(shape, args, log):
 
     ct2 = require_ctranslate2()
     if args.device == "cuda" and ct2.get_cuda_device_count() == 0:
-        raise UserError("--device cuda: CTranslate2 sees no CUDA GPU")
+        raise UserError("--ngpus 1: CTranslate2 sees no CUDA GPU")
     sentences, length = BATCH[args.device]
     sentences, length = args.sentences or sentences, args.length or length
     threads = torch.get_num_threads()

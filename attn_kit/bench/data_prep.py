@@ -2,7 +2,7 @@
 fits of how each grows, and projections for WMT14 EN-DE and EN-FR.
 
     python benchmarks/data_prep.py                          # 30K, 100K, 300K, 1M pairs; --workers = CPUs
-    python benchmarks/data_prep.py --sizes 2000,5000 --bpe-merges 2000 --out /tmp/small.json
+    python benchmarks/data_prep.py --sizes 2000,5000 --bpe-merges 2000 --output /tmp/small.json
 
 What runs is the recipe's own code (attn_kit.recipes.wmt14's stages, built by
 recipes/parallel.sh's argument parser on the benchmark's corpus), each stage in a fresh Python
@@ -55,7 +55,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from ..cli import ArgumentParser, Number, UsageError, UserError, add_force_option, check_output, log, write_json_atomic
+from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, add_output_option, check_output,
+                   log, write_json_atomic)
 from ..checkout import REPO
 from ..results import provenance
 from .. import prep_cost
@@ -95,8 +96,8 @@ def parse_args(argv=None):
                         f"FILEs (results files of this benchmark, or {PARTIAL.relative_to(REPO)}, which the "
                         "measurements go to as they come; the first FILE's settings), e.g. after a change of "
                         "the recipe's default --bpe-learn-pairs, or with a --more-workers run made apart")
-    p.add_argument("--out", type=Path, help=f"JSON results (default {DEFAULT_OUT.relative_to(REPO)})")
-    add_force_option(p, "an --out file")
+    add_output_option(p, f"JSON results (default {DEFAULT_OUT.relative_to(REPO)})")
+    add_force_option(p, "an --output file")
     p.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # one stage, in a fresh process
     args = p.parse_args(argv)
     if args.child:
@@ -105,9 +106,9 @@ def parse_args(argv=None):
         saved = [json.loads(path.read_text()) for path in args.refit]
         for other in saved[1:]:  # more measurements of the same corpus (another worker count)
             saved[0]["result"]["measurements"] += other["result"]["measurements"]
-        out = check_output(args.out or DEFAULT_OUT, "--out", args.force or args.out is None
+        out = check_output(args.out or DEFAULT_OUT, "--output", args.force or args.out is None
                            and args.refit[0].resolve() == DEFAULT_OUT.resolve())
-        # the measured run's settings, as it recorded them, with this command line's --refit and --out
+        # the measured run's settings, as it recorded them, with this command line's --refit and --output
         return argparse.Namespace(**{**vars(args), **saved[0]["result"]["settings"], "saved": saved[0], "out": out})
     try:
         args.sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
@@ -124,7 +125,7 @@ def parse_args(argv=None):
     for path in args.shapes:
         if not Path(path).exists():
             raise UserError(f"{path}: no such file (the sentence shapes; give --shapes EN DE)")
-    args.out = check_output(args.out or DEFAULT_OUT, "--out", args.force)
+    args.out = check_output(args.out or DEFAULT_OUT, "--output", args.force)
     return args
 
 

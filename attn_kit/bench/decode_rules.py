@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..cli import ArgumentParser, Number, UsageError, UserError, log
+from ..cli import ArgumentParser, Number, UsageError, UserError, add_output_option, log
 from ..fairseq_commands import preprocess_command
 from ..results import write_results_file
 
@@ -45,8 +45,8 @@ def parse_args(argv=None):
                    help="alternating trials of each decoding (default 2)")
     p.add_argument("--threads", type=Number(int, minimum=1), default=2,
                    help="CPU threads of fairseq-generate (default 2)")
-    p.add_argument("--out", type=Path, required=True, help="the results file to write (JSON)")
-    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    add_output_option(p, "the results file to write (JSON; required)")
+    p.add_argument("--force", action="store_true", help="replace --output if it exists")
     return p.parse_args(argv)
 
 
@@ -87,7 +87,9 @@ def main(argv=None) -> int:
     from .ctranslate2_run import _card, generate_command, run_fairseq
 
     args = parse_args(argv)
-    check_output(args.out, "--out", force=args.force)
+    if args.out is None:
+        raise UsageError("give --output FILE: the results file to write")
+    check_output(args.out, "--output", force=args.force)
     for name, source, reference in args.test_set:  # before the run card, whose reading imports fairseq (seconds)
         for path in (source, reference):
             if not Path(path).is_file():

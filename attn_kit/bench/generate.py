@@ -1,7 +1,7 @@
 """Beam-search generation throughput: attn_plugin's Transformer against stock fairseq's.
 
     python benchmarks/generate_throughput.py                           # CPU, shapes small and base
-    python benchmarks/generate_throughput.py --device cuda --dtype bf16    # GPU, shapes base and big
+    python benchmarks/generate_throughput.py --ngpus 1 --precision bf16    # GPU, shapes base and big
 
 Both models decode the same batch of synthetic source sentences with fairseq's
 own ``SequenceGenerator`` (what fairseq-generate runs): beam 4, incremental
@@ -54,7 +54,7 @@ def parse_args(argv=None):
                    help="untimed generations per model first (default 1)")
     p.add_argument("--ctranslate2", action="store_true",
                    help="compare the plugin under fairseq's generator with CTranslate2 exports of the same weights "
-                        "(CPU: float32 and int8; CUDA: the --dtype's type and its int8 variant) instead of with "
+                        "(CPU: float32 and int8; CUDA: the --precision's type and its int8 variant) instead of with "
                         "stock fairseq; every hypothesis is decoded to the same length in both engines")
     p.add_argument("--run", type=Path, metavar="RUN_DIR",
                    help="with --ctranslate2: a recipe run (its --workdir) instead of the synthetic shapes: the "

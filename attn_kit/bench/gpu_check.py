@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from ..checkout import REPO
-from ..cli import ArgumentParser, Number, UsageError, UserError, log, main_guard, write_json_atomic
+from ..cli import ArgumentParser, Number, UsageError, UserError, add_output_option, log, main_guard, write_json_atomic
 
 HERE = REPO / ".gpu_check"
 TOKENS_PER_UPDATE = 28000  # the paper's ~25K + 25K tokens per update (recipes/configs/wmt14.yaml)
@@ -459,7 +459,7 @@ def parse_args(argv=None):
     pr.add_argument("--dry-run", action="store_true", help="print every command and check that it parses; run none")
     pr.add_argument("--seconds", type=Number(int, minimum=60), default=420,
                     help="stop starting runs that would end later than this many seconds after the start (default 420)")
-    pr.add_argument("--out", type=Path, default=HERE / "gpu_check.json", help="the results file")
+    add_output_option(pr, "the results file", default=HERE / "gpu_check.json")
     pr.add_argument("--only", type=lambda text: text.split(","), metavar="NAME,...",
                     help="run only these of the plan (names as --dry-run prints them: base_28k_compile, canary:base)")
     pr.add_argument("--commit", help="the commit the tree is at (the GPU machine's copy has no .git)")

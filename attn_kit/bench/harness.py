@@ -7,7 +7,8 @@ import platform
 import sys
 from pathlib import Path
 
-from ..cli import ArgumentParser, Number, UsageError, add_force_option, check_output, log, write_json_atomic
+from ..cli import (ArgumentParser, Number, UsageError, add_force_option, add_output_option, check_output, log,
+                   write_json_atomic)
 from ..checkout import REPO
 from ..results import provenance
 from .models import SHAPES
@@ -25,9 +26,12 @@ def base_parser(description: str, default_out: str) -> argparse.ArgumentParser:
     p = ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", help="comma-separated model shapes from small, base, big, or 'all' "
                                     "(default: small,base on CPU; base,big on CUDA)")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where to run (default cpu)")
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"],
-                   help="precision; bf16/fp16 need --device cuda (default fp32)")
+    # the recipes' names for the device and the precision; --device and --dtype, the names before, still work
+    p.add_argument("--ngpus", type=int, default=0, choices=(0, 1), help="1: run on the GPU (default 0: the CPU)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                   help="bf16/fp16 need --ngpus 1 (default fp32)")
+    p.add_argument("--device", choices=["cpu", "cuda"], help=argparse.SUPPRESS)
+    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help=argparse.SUPPRESS)
     p.add_argument("--repeats", type=Number(int, minimum=1),
                    help="alternating plugin/stock trials per shape; medians are "
                                                "reported (default 7 on CUDA; on CPU 5 for training, 9 for "
@@ -35,8 +39,8 @@ def base_parser(description: str, default_out: str) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=Number(int, minimum=1), help="torch CPU threads (default: torch's choice)")
     p.add_argument("--seed", type=Number(int, minimum=0), default=1,
                    help="seed for weights and the synthetic batch (default 1)")
-    p.add_argument("--out", type=Path, help=f"JSON output path (default {default_out}, which a rerun replaces)")
-    add_force_option(p, "an --out file")
+    add_output_option(p, f"JSON output path (default {default_out}, which a rerun replaces)")
+    add_force_option(p, "an --output file")
     return p
 
 
@@ -44,12 +48,15 @@ def check_common_args(args, default_shapes_cpu="small,base", default_shapes_cuda
                       default_repeats_cpu=5):
     import torch
 
+    # --ngpus/--precision, or the old --device/--dtype; the code below reads device and dtype
+    args.device = args.device or ("cuda" if args.ngpus else "cpu")
+    args.dtype = args.dtype or args.precision
     if args.dtype != "fp32" and args.device != "cuda":
-        raise UsageError(f"--dtype {args.dtype} needs --device cuda (CPU runs in fp32)")
+        raise UsageError(f"--precision {args.dtype} needs --ngpus 1 (CPU runs in fp32)")
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA GPU is visible to torch")
+        raise UsageError("--ngpus 1: no CUDA GPU is visible to torch")
     if args.dtype == "bf16" and args.device == "cuda" and not torch.cuda.is_bf16_supported():
-        raise UsageError("--dtype bf16: this GPU does not support bfloat16; use --dtype fp16")
+        raise UsageError("--precision bf16: this GPU does not support bfloat16; use --precision fp16")
     spec = args.shapes or (default_shapes_cuda if args.device == "cuda" else default_shapes_cpu)
     shapes = list(SHAPES) if spec == "all" else [s.strip() for s in spec.split(",") if s.strip()]
     unknown = [s for s in shapes if s not in SHAPES]
@@ -125,13 +132,13 @@ def default_out(name: str, args) -> Path:
 
 
 def resolve_out(args, name: str) -> Path:
-    """``--out``, checked before any work (an existing file is replaced only with ``--force``); without
+    """``--output``, checked before any work (an existing file is replaced only with ``--force``); without
     it the benchmark's own file in runs/benchmarks/ (:func:`default_out`), which a rerun replaces."""
     if args.out is None:
         path = default_out(name, args)
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
-    return check_output(args.out, "--out", args.force)
+    return check_output(args.out, "--output", args.force)
 
 
 def table_header(unit: str) -> list:

@@ -1,7 +1,7 @@
 """Training throughput: attn_plugin's Transformer against stock fairseq's.
 
     python benchmarks/train_throughput.py                          # CPU, shapes small and base
-    python benchmarks/train_throughput.py --device cuda --dtype bf16   # GPU, shapes base and big
+    python benchmarks/train_throughput.py --ngpus 1 --precision bf16   # GPU, shapes base and big
 
 One training step = forward + label-smoothed loss (each model with its own
 criterion, as fairseq-train runs it) + backward + Adam step, on the same
@@ -25,7 +25,7 @@ and runs forward under torch.autocast (``fairseq-train --amp``).
 Peak memory: the most bytes one model's training step held (parameters,
 gradients, Adam state, activations); see attn_kit.bench.measure. On CUDA the
 table adds model FLOP utilization: model FLOPs per second (attn_kit.bench.measure,
-``train_flops_per_step``) over the measured matmul rate of this GPU at --dtype.
+``train_flops_per_step``) over the measured matmul rate of this GPU at --precision.
 """
 
 from ..build import count_parameters, make_dictionary
@@ -56,7 +56,7 @@ def parse_args(argv=None):
                    help="train the plugin with its --compile-layers option (torch.compile of each layer; "
                         "the first steps compile, so raise --warmup); stock fairseq runs as always")
     p.add_argument("--mixed", default="fairseq", choices=["fairseq", "autocast"],
-                   help="how --dtype bf16/fp16 trains: fairseq = half-precision weights with an fp32 master "
+                   help="how --precision bf16/fp16 trains: fairseq = half-precision weights with an fp32 master "
                         "copy (fairseq's FP16Optimizer, as fairseq-train --fp16); autocast = fp32 weights under "
                         "torch.autocast (fairseq-train --amp). Default fairseq")
     args = harness.check_common_args(p.parse_args(argv))

@@ -1,4 +1,4 @@
-"""``python scripts/plot_attention.py RUN_DIR --sentence "..." --out fig.png``:
+"""``python scripts/plot_attention.py RUN_DIR --sentence "..." --output fig.png``:
 what the paper's Figures 3-5 show, for any sentence and any run.
 
 The sentence is pre-processed and translated as scripts/translate.py does; then one forward pass
@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from ..cli import ArgumentParser, Number, UsageError, UserError, add_force_option, atomic_output, check_output, log
+from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, add_output_option, atomic_output,
+                   check_output, log)
 
 
 def parse_args(argv=None):
@@ -21,7 +22,7 @@ def parse_args(argv=None):
                                             "model (encoder self-attention, encoder-decoder attention).")
     p.add_argument("run_dir", type=Path, help="a recipe's --workdir (holds inference.json)")
     p.add_argument("--sentence", required=True, help="a raw source sentence")
-    p.add_argument("--out", type=Path, help="the figure (PNG, PDF or SVG by its suffix)")
+    add_output_option(p, "the figure (PNG, PDF or SVG by its suffix)")
     p.add_argument("--dump", type=Path, help="also write every layer's weights to this .npz file")
     p.add_argument("--layer", type=Number(int, minimum=1),
                    help="encoder layer to draw, 1..N (default N-1, the paper's 5 of 6)")
@@ -33,15 +34,15 @@ def parse_args(argv=None):
     p.add_argument("--query", metavar="WORD",
                    help="draw only the lines from this word of the sentence, as tokenized (all its BPE pieces; "
                         "every occurrence), as the paper's Figs. 3 and 4 do for 'making' and 'its'")
-    add_force_option(p, "the --out and --dump files")
+    add_force_option(p, "the --output and --dump files")
     args = p.parse_args(argv)
     if not args.out and not args.dump:
-        raise UsageError("give --out FIG.png, --dump WEIGHTS.npz or both")
+        raise UsageError("give --output FIG.png, --dump WEIGHTS.npz or both")
     if args.out and args.out.suffix.lower() not in (".png", ".pdf", ".svg"):
-        raise UsageError(f"--out {args.out}: give a .png, .pdf or .svg file")
+        raise UsageError(f"--output {args.out}: give a .png, .pdf or .svg file")
     if args.out and args.dump and args.out.resolve() == args.dump.resolve():
-        raise UsageError("--out and --dump name the same file: give two")
-    for option, path in (("--out", args.out), ("--dump", args.dump)):  # before any work
+        raise UsageError("--output and --dump name the same file: give two")
+    for option, path in (("--output", args.out), ("--dump", args.dump)):  # before any work
         if path:
             check_output(path, option, args.force)
     return args

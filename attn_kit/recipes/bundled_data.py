@@ -12,7 +12,7 @@ import random
 from collections import OrderedDict
 from pathlib import Path
 
-from ..cli import ArgumentParser, Number, add_force_option, check_output
+from ..cli import ArgumentParser, Number, add_force_option, add_output_option, check_output
 from ..checkout import REPO
 
 
@@ -21,16 +21,16 @@ def main(argv=None):
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--source", default=REPO.parent / "shared/data/tatoeba/deu-eng.txt", type=Path,
                    help="Tatoeba deu-eng.txt (English<TAB>German per line)")
-    p.add_argument("--out", default=REPO / "data/tatoeba-en-de", type=Path, help="output folder")
+    add_output_option(p, "output folder (default data/tatoeba-en-de)", default=REPO / "data/tatoeba-en-de")
     p.add_argument("--seed", type=Number(int, minimum=0), default=1, help="shuffle seed (default 1)")
     p.add_argument("--test", type=Number(int, minimum=1), default=2000, help="test pairs (default 2000)")
     p.add_argument("--valid", type=Number(int, minimum=1), default=1000, help="valid pairs (default 1000)")
     p.add_argument("--train", type=Number(int, minimum=1), default=None,
                    help="keep at most this many train pairs (default all)")
     p.add_argument("--lang", default="de", help="the non-English language, for file names (default de)")
-    add_force_option(p, "the --out folder's files")
+    add_force_option(p, "the --output folder's files")
     args = p.parse_args(argv)
-    check_output(args.out, "--out", args.force, folder=True)
+    check_output(args.out, "--output", args.force, folder=True)
 
     groups = OrderedDict()
     with open(args.source, encoding="utf-8") as f:
