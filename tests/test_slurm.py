@@ -506,3 +506,19 @@ def test_every_script_holds_hostile_but_legal_values_only_quoted(tmp_path):
     script.write_text(text)
     assert subprocess.run(["bash", "-n", script]).returncode == 0
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("argv,cpus", [([], 16), (["--prep-cpus", "32"], 32), (["--workers", "6"], 6)])
+def test_the_data_job_is_sized_for_the_cluster_not_the_login_node(tmp_path, argv, cpus):
+    """The data job took its CPUs and --workers from the machine the command was typed on (a login
+    node's 2) and projected 40 minutes of preparation from them: --prep-cpus, else --workers where
+    given, else 16; the job's dry run projects the data stages for that many."""
+    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.wmt14", "--dry-run", "--launcher", "slurm",
+                           "--ngpus", "8", "--workdir", tmp_path / "w", "--data-workdir", tmp_path / "d", *argv],
+                          capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert f"  | #SBATCH --cpus-per-task={cpus}" in out
+    job = next(line for line in out.splitlines() if "--stop-stage binarize" in line and "--launcher srun" in line)
+    assert f"--workers {cpus}" in job
+    assert f"projected for WMT14 en-de (~4.5M pairs) on --workers {cpus}," in out

@@ -47,13 +47,16 @@ REFUSED = {
 # --launcher slurm's defaults (their help says why)
 TRAIN_MEM = "0"
 PREP_MEM = "32G"
+# The data job's CPUs by default: a common share of a cluster's CPU node. Not the CPUs of the
+# machine the command is typed on (a login node's 2 made a 2-CPU job and a 40-minute projection).
+PREP_CPUS = 16
 GPU_TASK_CPUS = 4
 SIGNAL_SECONDS = 300
 # the options that only mean something to sbatch (dest: the option), refused with --launcher torchrun
 SBATCH_OPTIONS = {"partition": "--partition", "time_limit": "--time", "account": "--account", "mem": "--mem",
                   "cpus_per_task": "--cpus-per-task", "signal_seconds": "--signal-seconds",
                   "prepare_here": "--prepare-here", "prep_partition": "--prep-partition", "prep_time": "--prep-time",
-                  "prep_mem": "--prep-mem"}
+                  "prep_mem": "--prep-mem", "prep_cpus": "--prep-cpus"}
 
 
 def add_options(g):
@@ -97,7 +100,11 @@ def add_options(g):
     g.add_argument("--prep-mem", metavar="SIZE",
                    help=f"--launcher slurm: the data job's memory (default {PREP_MEM}: an estimate with room for "
                         "learning BPE on the WMT14 EN-FR corpus, which holds the corpus's word counts in memory; "
-                        "not measured). Its CPUs: --workers")
+                        "not measured)")
+    g.add_argument("--prep-cpus", type=int, metavar="N",
+                   help=f"--launcher slurm: the data job's CPUs (sbatch --cpus-per-task) and its --workers "
+                        f"(default: --workers where given, else {PREP_CPUS}, a common share of a CPU node; not the "
+                        "CPUs of the machine you type on); --dry-run projects the data stages for them")
     g.add_argument("--gpu", metavar="NAME",
                    help="the GPU for --dry-run's wall-time estimate, by name (its dense bf16/fp16/fp32 peak, "
                         "python scripts/training_cost.py --gpus lists them)")
@@ -326,9 +333,10 @@ def run(s, stages, report, aliases=None, first_training: Optional[str] = None):
             log(f"stages {data[0].name}..{data[-1].name} are done already: no data job")
         else:
             first, last = data[0].name, data[-1].name
-            command = job_command(s, first, last, workers=s.workers)
+            cpus = data_job_cpus(s)
+            command = job_command(s, first, last, workers=cpus)
             where = getattr(s, "data_workdir", None)  # the data stages' folder (--data-workdir)
-            jobs.append((prep_script(s, command, s.workers, f"stages {first}..{last}"
+            jobs.append((prep_script(s, command, cpus, f"stages {first}..{last}"
                                      + (f" in {where}" if where and where != s.workdir else ""), watch=where),
                          first, last))
     if span.last >= cut:
@@ -339,8 +347,16 @@ def run(s, stages, report, aliases=None, first_training: Optional[str] = None):
     if s.dry_run:  # what each job will run, as its own dry run would print it
         for (name, _), first, last in jobs:
             log(f"the job of {name} runs (--launcher srun, on the first node of its allocation):")
-            job = dataclasses.replace(s, launcher="srun", stage=first, stop_stage=last)
+            job = dataclasses.replace(s, launcher="srun", stage=first, stop_stage=last,
+                                      **({"workers": data_job_cpus(s)} if name == slurm.PREP_SCRIPT else {}))
             run_recipe(job, stages(job), report, aliases)
+
+
+def data_job_cpus(s) -> int:
+    """The Slurm data job's CPUs and --workers: --prep-cpus, else --workers where the command line gave
+    it, else :data:`PREP_CPUS`."""
+    typed = any(a == "--workers" or a.startswith("--workers=") for a in s.recipe_argv)
+    return s.prep_cpus or (s.workers if typed else PREP_CPUS)
 
 
 def all_done(pipeline, stages=None) -> bool:

@@ -26,7 +26,8 @@ from . import scale
 DEFAULT_CANARY_MINUTES = 10.0
 # options that must be >= 1 where a recipe has them
 POSITIVE = ("max_update", "warmup_updates", "save_interval_updates", "average", "tokens_per_update",
-            "max_tokens_per_gpu", "beam", "workers", "bpe_merges", "log_interval", "validate_interval_updates")
+            "max_tokens_per_gpu", "beam", "workers", "bpe_merges", "log_interval", "validate_interval_updates",
+            "prep_cpus")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -60,6 +61,7 @@ class RunSettings:
     prep_partition: Optional[str]
     prep_time: Optional[str]
     prep_mem: Optional[str]
+    prep_cpus: Optional[int]
     gpu: Optional[str]
     gpu_tflops: Optional[float]
     utilization: Optional[float]

@@ -541,7 +541,8 @@ def data_job(s: Table3Settings):
     if scale.all_done(span):
         log(f"the EN-DE data in {data.workdir} is prepared already: no data job")
         return None
-    return scale.prep_script(s, [*command, "--workers", str(data.workers)], data.workers,
+    cpus = scale.data_job_cpus(s)
+    return scale.prep_script(s, [*command, "--workers", str(cpus)], cpus,
                              f"the EN-DE data stages in {data.workdir}", watch=data.workdir)
 
 
