@@ -298,3 +298,14 @@ def test_p_drop_and_the_size_options_mean_the_same_on_every_recipe_at_every_size
     flags = dict(zip(s.model[::2], s.model[1::2]))
     assert flags["--dropout"] == "0.2" and flags["--encoder-attention-heads"] == "4"
     assert flags["--encoder-embed-dim"] == str(own.d_model)
+
+
+@pytest.mark.parametrize("pair,threshold", [("en-de", 11), ("en-fr", 1)])
+def test_the_dry_run_prints_the_vocabulary_threshold_that_runs(pair, threshold, tmp_path, capsys):
+    """The dry run printed apply-bpe's --vocabulary-threshold 50 where the run, learning BPE on a 1M-pair
+    sample, applies 50 x the sample's share: EN-DE 50 x 1M / 4.5M = 11, EN-FR 50 x 1M / 36M = 1.4 -> 1."""
+    from attn_kit.recipes import wmt14
+
+    wmt14.main(["--pair", pair, "--dry-run", "--workdir", str(tmp_path / "w"), "--data-workdir", str(tmp_path / "d")])
+    applies = [line for line in capsys.readouterr().out.splitlines() if "subword_nmt.apply_bpe" in line]
+    assert len(applies) == 6 and all(f"--vocabulary-threshold {threshold} " in line for line in applies)

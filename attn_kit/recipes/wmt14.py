@@ -232,7 +232,7 @@ def bpe_learn_files(src: Path, tgt: Path, sample_src: Path, sample_tgt: Path, pa
     :data:`VOCABULARY_THRESHOLD` times in all the training text."""
     total = count_lines(src)
     sampled = bool(pairs) and total > pairs
-    threshold = max(1, round(VOCABULARY_THRESHOLD * pairs / total)) if sampled else VOCABULARY_THRESHOLD
+    threshold = sampled_threshold(pairs, total)
     if sampled:
         sample_pairs(src, tgt, sample_src, sample_tgt, pairs, BPE_SAMPLE_SEED)
     write_json_atomic(record, {"pairs": pairs if sampled else total, "of": total,
@@ -240,6 +240,23 @@ def bpe_learn_files(src: Path, tgt: Path, sample_src: Path, sample_tgt: Path, pa
     log(f"learning BPE on {pairs} of the {total} training pairs (--bpe-learn-pairs); apply-bpe keeps subwords "
         f"seen {threshold} times in them" if sampled else f"learning BPE on all {total} training pairs")
     return [sample_src, sample_tgt] if sampled else [src, tgt]
+
+
+def sampled_threshold(pairs: int, total: int) -> int:
+    """apply-bpe's --vocabulary-threshold for BPE learned on ``pairs`` of ``total`` training pairs
+    (:func:`bpe_learn_files`): :data:`VOCABULARY_THRESHOLD` x the sample's share, at least 1."""
+    if not pairs or total <= pairs:
+        return VOCABULARY_THRESHOLD
+    return max(1, round(VOCABULARY_THRESHOLD * pairs / total))
+
+
+def planned_threshold(s, lay: Layout) -> int:
+    """--dry-run, before the sample is drawn: the threshold that will run, from the tokenized
+    training text's pairs where it is there, else the pair's corpus size (PAIRS: train_pairs)."""
+    train = lay.tok / f"train.{s.src}"
+    total = count_lines(train) if train.exists() else (PAIRS[s.pair].train_pairs if s.mode not in
+                                                       ("bundled", "smoke", "files") else 0)
+    return sampled_threshold(s.bpe_learn_pairs, total)
 
 
 def bpe_vocabulary_threshold(bpe_dir: Path) -> int:
@@ -355,8 +372,10 @@ def learn_apply_bpe(ctx, s: Wmt14Settings, lay: Layout):
     for t in lay.texts:
         if not (bpe / t).exists() or ctx.dry_run:
             with ctx.output(bpe / t) as out, watch_output(ctx, out, tok / t, f"apply BPE to {t}"):
+                threshold = planned_threshold(s, lay) if ctx.dry_run and not (bpe / "learn.json").exists() \
+                    else bpe_vocabulary_threshold(bpe)
                 ctx.sh(apply_bpe_command(bpe / "codes", bpe / f"vocab.{t.rsplit('.', 1)[1]}", tok / t,
-                                         s.workers, bpe_vocabulary_threshold(bpe)), stdout=out, workers=s.workers > 1)
+                                         s.workers, threshold), stdout=out, workers=s.workers > 1)
     if s.clean:
         clean(ctx, lay)
 
