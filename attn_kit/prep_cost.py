@@ -5,8 +5,13 @@ recipes' ``--dry-run``, docs/scaling.md's planning table and the benchmark all p
 
 Per part (tokenize, sample, learn_bpe, apply_bpe, clean, binarize), CPU seconds (not wall time,
 which other work on a shared machine changes) of the main process (serial) and of its workers
-(parallel), each fitted as ``a * pairs^b``; on w workers ``serial + parallel / w`` (see
-:func:`part_seconds` for fairseq-preprocess's main chunk). The model in full: docs/scaling.md.
+(parallel); on w workers ``serial + parallel / w`` (see :func:`part_seconds` for
+fairseq-preprocess's main chunk). The parts that do the same work for every token (every part but
+learning BPE, whose cost follows the sample's word types) are fitted as ``c + k * pairs`` with
+c >= 0 (:data:`PER_TOKEN`): a power law fitted over 0.1-1M pairs gave them exponents as low as 0.37
+and, for binarize on 16 cores, a negative serial term, far below their cost at WMT's millions of
+pairs. Learning BPE and the memory peaks are fitted as ``a * pairs^b``. The model in full:
+docs/scaling.md.
 """
 import json
 import math
@@ -25,6 +30,23 @@ SERIAL = ("sample", "clean")
 # and what the main process's CPU seemed to lose with more workers there was the noise of CPU time on
 # a shared machine, not a share of the work
 MAIN_CHUNK_PARTS = ("binarize",)
+# the parts whose CPU time is per token: fitted linear with a floor (fit_linear), never sublinear
+PER_TOKEN = ("tokenize", "sample", "apply_bpe", "clean", "binarize")
+
+
+def fit_linear(points: Sequence[Tuple[float, float]]) -> Dict[str, float]:
+    """``y = c + k * x`` through ``points`` (x, y) by least squares with c >= 0 and k >= 0 (through
+    the origin when the free fit's c would be negative): ``{"c", "k"}``."""
+    pts = [(x, y) for x, y in points if x > 0]
+    if len({x for x, _ in pts}) < 2:
+        raise ValueError("a linear fit needs two different x")
+    n = len(pts)
+    mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
+    k = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    c = my - k * mx
+    if c < 0 or k < 0:
+        c, k = 0.0, max(0.0, sum(x * y for x, y in pts) / sum(x * x for x, _ in pts))
+    return {"c": c, "k": k}
 
 
 def fit_power(points: Sequence[Tuple[float, float]]) -> Dict[str, float]:
@@ -42,8 +64,11 @@ def fit_power(points: Sequence[Tuple[float, float]]) -> Dict[str, float]:
 
 
 def power(fit: Optional[Dict[str, float]], x: float) -> float:
-    """``a * x^b`` of ``fit``; 0 for no fit (a part with no such share)."""
-    return fit["a"] * x ** fit["b"] if fit else 0.0
+    """``fit`` at ``x``: ``c + k * x`` (:func:`fit_linear`) or ``a * x^b`` (:func:`fit_power`); 0 for
+    no fit (a part with no such share)."""
+    if not fit:
+        return 0.0
+    return fit["c"] + fit["k"] * x if "k" in fit else fit["a"] * x ** fit["b"]
 
 
 def part_seconds(fits: dict, part: str, pairs: float, workers: int) -> float:

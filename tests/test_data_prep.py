@@ -59,6 +59,36 @@ FITS = {"workers": 2, "fitted_from_pairs": 100000,
         "main_chunk_share": {"binarize": 0.5, "tokenize": 0.0}}
 
 
+def test_linear_fit_with_a_floor_by_hand():
+    """The per-token parts: y = c + k x by least squares; where the free fit's c is negative (a part
+    whose small sizes ran relatively slower), through the origin instead, never below 0."""
+    fit = prep_cost.fit_linear([(1000, 3.0), (2000, 5.0), (3000, 7.0)])
+    assert fit["c"] == pytest.approx(1.0) and fit["k"] == pytest.approx(0.002)
+    fit = prep_cost.fit_linear([(1000, 1.0), (2000, 3.0)])  # free: c = -1, k = 0.002
+    # through the origin: k = (1000 * 1 + 2000 * 3) / (1000^2 + 2000^2) = 7000 / 5e6
+    assert fit["c"] == 0.0 and fit["k"] == pytest.approx(0.0014)
+    assert prep_cost.power(fit, 10000) == pytest.approx(14.0)
+
+
+def test_the_filed_fits_never_make_a_per_token_part_sublinear_or_negative():
+    """issue 38: apply-bpe was fitted as pairs^0.37 and binarize on 16 cores had a negative serial
+    term; per-token parts are linear with c >= 0 in the filed results, and every projection of
+    every part is positive and grows at least linearly with the pairs beyond the fitted sizes."""
+    fits = prep_cost.load()["result"]["fits"]
+    for kind in ("cpu_serial", "cpu_parallel"):
+        for part, fit in fits[kind].items():
+            if part in prep_cost.PER_TOKEN:
+                assert "k" in fit and fit["c"] >= 0 and fit["k"] >= 0, (kind, part, fit)
+            else:
+                assert fit["b"] > 0, (kind, part, fit)
+    for workers in (2, 16):
+        zero, small, big = (prep_cost.project(fits, n, workers, 1)["seconds"] for n in (2, 1_000_000, 36_000_000))
+        for part in prep_cost.PER_TOKEN:
+            if part in small:  # what a part adds per pair does not shrink with the corpus
+                assert zero[part] >= 0 and big[part] - zero[part] >= 0.99 * 36 * (small[part] - zero[part]), \
+                    (workers, part)
+
+
 def test_projection_by_hand():
     """4.5M pairs on 16 workers, BPE learned on 1M: tokenize 450 s serial + 9000 s parallel / 16 =
     1012.5 s; learn 2e-4 * (1e6)^1.2 = 3169.8 s serial + 100 s / 16; apply 225 + 4500 / 16 = 506.25 s;

@@ -423,8 +423,9 @@ def measure(args, corpus: Path, workdir: Path, what: str, workers: int, n: int, 
 
 def fits_of(args, runs: List[dict]) -> dict:
     """prep_cost's fits from the measurements (see attn_kit.prep_cost): per part, serial and parallel
-    CPU seconds and the main processes' and the workers' peak MB, each ``a * pairs^b``, from the
-    second size on when there are three or more."""
+    CPU seconds (``c + k * pairs``, c >= 0, for the per-token parts; ``a * pairs^b`` for learning BPE)
+    and the main processes' and the workers' peak MB (``a * pairs^b``), from the second size on when
+    there are three or more."""
     fitted, W = (args.sizes[1] if len(args.sizes) > 2 else args.sizes[0]), args.workers
     fits = {"workers": W, "fitted_from_pairs": fitted, "cpu_serial": {}, "cpu_parallel": {},
             "memory_main": {}, "memory_workers": {}, "main_chunk_share": {}}
@@ -438,8 +439,12 @@ def fits_of(args, runs: List[dict]) -> dict:
             # a share that is nothing (a step with no workers) has no fit: it counts 0
             floor = 1.0 if kind.startswith("memory") else 0.01
             if len({n for n, _ in points}) >= 2 and all(v >= floor for _, v in points):
-                f = prep_cost.fit_power(points)
-                fits[kind][part] = {"a": float(f"{f['a']:.6g}"), "b": round(f["b"], 4)}
+                if kind.startswith("cpu") and part in prep_cost.PER_TOKEN:
+                    f = prep_cost.fit_linear(points)
+                    fits[kind][part] = {"c": round(f["c"], 3), "k": float(f"{f['k']:.6g}")}
+                else:
+                    f = prep_cost.fit_power(points)
+                    fits[kind][part] = {"a": float(f"{f['a']:.6g}"), "b": round(f["b"], 4)}
         # the main process's own chunk c: main(w) = S + c / w, measured on W and on more workers at one size
         if part not in prep_cost.MAIN_CHUNK_PARTS:
             continue
