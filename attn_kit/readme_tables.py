@@ -629,8 +629,11 @@ def data_prep() -> str:
     run = load(path)
     r, settings = run["result"], run["result"]["settings"]
     fits = r["fits"]
+    def form(fit):  # a fitted CPU-seconds curve as the docs say it
+        return f"{fit['c']:.0f} s + {fit['k'] * 1e6:.0f} s per million pairs" if "k" in fit else f"pairs^{fit['b']:.2f}"
+
     growth = "; ".join(f"{part.replace('_', ' ')} " + ", ".join(
-        f"{kind} {fits[f'cpu_{kind}'][part]['b']:.2f}" for kind in ("serial", "parallel") if part in fits[f"cpu_{kind}"])
+        f"{kind} {form(fits[f'cpu_{kind}'][part])}" for kind in ("serial", "parallel") if part in fits[f"cpu_{kind}"])
         for part in prep_cost.PARTS if part in fits["cpu_serial"] or part in fits["cpu_parallel"])
     ratios = [m["ratio"] for m in r["projections"]["measured_against_projected"]
               if m.get("workers", settings["workers"]) == settings["workers"]]
@@ -640,9 +643,10 @@ def data_prep() -> str:
     return (prep_cost.planning_table(fits, PAIRS, config.settings("wmt14", "paper")["bpe_learn_pairs"])
             + "\n\nProjected by `attn_kit.prep_cost` (the recipes' `--dry-run` prints the same for its pair, "
               "`--workers` and `--bpe-learn-pairs`) for cores of their own, from CPU seconds: per part, the main "
-              "process's (serial) and the workers' (parallel) CPU seconds, each fitted as a x pairs^b from "
-              f"{fits['fitted_from_pairs']:,} pairs on (exponents b: {growth}), and serial + parallel / workers; "
-              "peak memory likewise. Download and extraction are not included; EN-FR is projected from the same "
+              "process's (serial) and the workers' (parallel) CPU seconds, fitted from "
+              f"{fits['fitted_from_pairs']:,} pairs on as c + k x pairs (c >= 0) for the parts whose work is per "
+              "token and as a x pairs^b for learning BPE, whose work follows the sample's word types "
+              f"({growth}), and serial + parallel / workers; peak memory as a x pairs^b. Download and extraction are not included; EN-FR is projected from the same "
               f"EN-DE-like corpus with {settings['bpe_merges']} merges (it has 30000). Measured with "
               f"`--workers {settings['workers']}`, BPE learned on every pair (wall seconds, CPU seconds of the main "
               "process + the workers, peak memory of all the stage's processes, PSS):\n\n" + run["table"]
