@@ -115,12 +115,30 @@ def plan() -> List[object]:
     # where the time goes once the layers are compiled (the compiled runs before it leave their kernels in
     # the compiler's cache on disk, so it compiles in seconds)
     out += [Variant("base_28k_compile_profile", "base", compile_layers=True, profile=True, seconds=20)]
+    # the model's own step, without fairseq's trainer, at the same tokens per forward, the plugin beside
+    # stock fairseq: how much of an update fairseq-train adds around the model
+    out += ["bench:base"]
     out += [Variant(f"{model}_4k_fairseq_adam", model, 4096, optimizer="adam") for model in ("base", "big")]
     out += ["canary:base", "canary:big"]
     out += [Variant(f"{model}_28k_fairseq_adam", model, optimizer="adam") for model in ("base", "big")]
     out += [Variant(f"{model}_{f // 1000}k", model, f) for model in ("base", "big") for f in FORWARDS[:-1]]
     out += [Variant("base_28k_pad8", "base", pad8=True)]
     return out
+
+
+# benchmarks/train_throughput.py at one forward of the recipe's size: 437 sentences x 64 tokens = 27968
+BENCH_SENTENCES, BENCH_LENGTH, BENCH_SECONDS = 437, 64, 90
+
+
+def bench_argv(model: str, out: Path) -> List[str]:
+    """benchmarks/train_throughput.py on the GPU, bf16 autocast (the recipe's precision), one shape."""
+    return [sys.executable, str(REPO / "benchmarks" / "train_throughput.py"), "--ngpus", "1", "--precision",
+            "bf16", "--mixed", "autocast", "--shapes", model, "--sentences", str(BENCH_SENTENCES), "--length",
+            str(BENCH_LENGTH), "--steps", "20", "--warmup", "5", "--repeats", "3", "--output", str(out), "--force"]
+
+
+def item_name(item) -> str:
+    return item if isinstance(item, str) else item.name
 
 
 def recipe_argv(data: Path, model: str, workdir: Path, max_tokens_per_gpu: int = 28000,
@@ -354,23 +372,34 @@ def run(args) -> int:
     data, runs = args.dir / "data", args.dir / "runs"
     start = time.time()
     deadline = start + args.seconds
-    chosen = [item for item in plan() if not args.only or (item if isinstance(item, str) else item.name) in args.only]
-    items = [(item, canary_argv(data, item.split(":")[1], runs)) if isinstance(item, str)
-             else (item, sweep_command(data, item, runs)) for item in chosen]
+    chosen = [item for item in plan() if not args.only or item_name(item) in args.only]
+
+    def command(item):
+        if isinstance(item, Variant):
+            return sweep_command(data, item, runs)
+        kind, model = item.split(":")
+        return canary_argv(data, model, runs) if kind == "canary" else bench_argv(model, runs / f"{kind}_{model}.json")
+
+    items = [(item, command(item)) for item in chosen]
     log(f"the GPU check: {len(items)} runs (the recipe's canary, and its training command changed one way at a "
         f"time), none started later than {args.seconds} s after the start")
     for item, cmd in items:
-        print(f"  $ [{item}] bash recipes/parallel.sh " + " ".join(cmd) if isinstance(item, str)
-              else f"  $ [{item.name}] " + " ".join(cmd), flush=True)
+        print(f"  $ [{item}] bash recipes/parallel.sh " + " ".join(cmd) if item_name(item).startswith("canary:")
+              else f"  $ [{item_name(item)}] " + " ".join(cmd), flush=True)
     if args.dry_run:
-        trainings = [cmd for item, cmd in items if not isinstance(item, str)]
+        trainings = [cmd for item, cmd in items if isinstance(item, Variant)]
         for cmd in trainings:
             check_parses(cmd)
         log(f"fairseq-train's parser accepts the {len(trainings)} training commands")
         for item, argv in items:
-            if isinstance(item, str):
+            if item_name(item).startswith("canary:"):
                 log(f"the recipe's dry run of {item}:")
                 parallel.main([*argv, "--dry-run"])
+            elif item_name(item).startswith("bench:"):
+                from . import train
+
+                train.parser().parse_args(argv[2:])  # the benchmark's own parser takes the options
+                log(f"benchmarks/train_throughput.py's parser accepts the options of {item}")
         return 0
     if not data.joinpath("data-bin").exists():
         raise UserError(f"{data}/data-bin: not there; run bash benchmarks/gpu_check.sh --prepare first (where "
@@ -398,6 +427,26 @@ def run(args) -> int:
     forks = ForkedTrainings(cwd=REPO)
     try:
         for item, cmd in items:
+            if item_name(item).startswith("bench:"):
+                model = item.split(":")[1]
+                if time.time() + BENCH_SECONDS > deadline:
+                    result["skipped"].append(item)
+                    continue
+                t0 = time.time()
+                try:
+                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3 * BENCH_SECONDS)
+                    status, output = proc.returncode, proc.stdout + proc.stderr
+                except subprocess.TimeoutExpired as exc:
+                    status, output = "timeout", str(exc.stdout or "") + str(exc.stderr or "")
+                entry = {"command": " ".join(cmd[1:]), "exit_status": status, "seconds": round(time.time() - t0, 1),
+                         "output_tail": output.splitlines()[-25:]}
+                written = Path(cmd[cmd.index("--output") + 1])
+                if written.exists():
+                    entry["result"] = json.loads(written.read_text())
+                result.setdefault("bench", {})[model] = entry
+                log(f"{item}: exit {status} in {entry['seconds']} s")
+                save()
+                continue
             if isinstance(item, str):
                 model = item.split(":")[1]
                 if time.time() + CANARY_MINUTES * 60 + CANARY_OVERHEAD_SECONDS > deadline:
@@ -470,7 +519,7 @@ def parse_args(argv=None):
                     help="whether docs/scaling.md's install commands worked as written (gpu_check.sh)")
     args = p.parse_args(argv)
     if args.command == "run" and args.only:
-        names = [item if isinstance(item, str) else item.name for item in plan()]
+        names = [item_name(item) for item in plan()]
         unknown = [name for name in args.only if name not in names]
         if unknown:
             raise UsageError(f"--only: not in the plan: {', '.join(unknown)} (the plan: {', '.join(names)})")

@@ -41,6 +41,15 @@ BATCH = {  # (sentences, tokens per sentence at most) per device and shape
 
 
 def parse_args(argv=None):
+    args = harness.check_common_args(parser().parse_args(argv))
+    cuda = args.device == "cuda"
+    args.steps = args.steps or (10 if cuda else 3)
+    args.warmup = args.warmup if args.warmup is not None else (3 if cuda else 1)
+    args.out = harness.resolve_out(args, "train_throughput")
+    return args
+
+
+def parser():
     p = harness.base_parser(__doc__, "runs/benchmarks/train_throughput_<device>_<dtype>.json")
     p.add_argument("--steps", type=Number(int, minimum=1),
                    help="timed steps per model per trial (default 3 on CPU, 10 on CUDA)")
@@ -59,12 +68,7 @@ def parse_args(argv=None):
                    help="how --precision bf16/fp16 trains: fairseq = half-precision weights with an fp32 master "
                         "copy (fairseq's FP16Optimizer, as fairseq-train --fp16); autocast = fp32 weights under "
                         "torch.autocast (fairseq-train --amp). Default fairseq")
-    args = harness.check_common_args(p.parse_args(argv))
-    cuda = args.device == "cuda"
-    args.steps = args.steps or (10 if cuda else 3)
-    args.warmup = args.warmup if args.warmup is not None else (3 if cuda else 1)
-    args.out = harness.resolve_out(args, "train_throughput")
-    return args
+    return p
 
 
 class Trainee:
