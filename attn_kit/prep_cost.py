@@ -85,9 +85,13 @@ def part_seconds(fits: dict, part: str, pairs: float, workers: int) -> float:
 
 
 def part_peak_mb(fits: dict, part: str, pairs: float, workers: int) -> float:
-    """Peak MB (PSS) of ``part``'s processes on ``pairs`` pairs with ``workers`` workers."""
-    return (power(fits["memory_main"].get(part), pairs)
-            + power(fits["memory_workers"].get(part), pairs) * workers / fits["workers"])
+    """Peak MB (PSS) of ``part``'s processes on ``pairs`` pairs with ``workers`` workers: the main
+    process's, and the workers' as measured on the benchmark's workers, grown by the factor measured
+    per doubling of the workers (``memory_workers_per_doubling``: their pages are shared in part, PSS
+    counts each shared page once), else in proportion to the workers (the upper bound)."""
+    growth = fits.get("memory_workers_per_doubling", {}).get(part)
+    scale = workers / fits["workers"] if growth is None else growth ** math.log2(workers / fits["workers"])
+    return power(fits["memory_main"].get(part), pairs) + power(fits["memory_workers"].get(part), pairs) * scale
 
 
 def project(fits: dict, pairs: int, workers: int, bpe_learn_pairs: Optional[int] = None,

@@ -89,6 +89,16 @@ def test_the_filed_fits_never_make_a_per_token_part_sublinear_or_negative():
                     (workers, part)
 
 
+def test_workers_memory_grows_by_the_factor_measured_per_doubling():
+    """Workers share pages (PSS counts a shared page once): the benchmark's 2- and 4-worker runs grew
+    their workers' memory ~1.4x, not 2x. With 1.5x per doubling measured, 16 workers (3 doublings of 2):
+    tokenize 50 + 100 x 1.5^3 = 387.5 MB; without a measured factor, in proportion: 50 + 100 x 8."""
+    fits = {**FITS, "memory_workers_per_doubling": {"tokenize": 1.5}}
+    assert prep_cost.part_peak_mb(fits, "tokenize", 1e6, 16) == pytest.approx(387.5)
+    assert prep_cost.part_peak_mb(FITS, "tokenize", 1e6, 16) == pytest.approx(850.0)
+    assert prep_cost.part_peak_mb(fits, "tokenize", 1e6, 2) == pytest.approx(150.0)  # as measured
+
+
 def test_projection_by_hand():
     """4.5M pairs on 16 workers, BPE learned on 1M: tokenize 450 s serial + 9000 s parallel / 16 =
     1012.5 s; learn 2e-4 * (1e6)^1.2 = 3169.8 s serial + 100 s / 16; apply 225 + 4500 / 16 = 506.25 s;

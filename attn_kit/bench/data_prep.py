@@ -44,6 +44,7 @@ wall time, which says how much the machine's other work stretched the measuremen
 """
 import argparse
 import json
+import math
 import os
 import resource
 import shutil
@@ -428,7 +429,7 @@ def fits_of(args, runs: List[dict]) -> dict:
     there are three or more."""
     fitted, W = (args.sizes[1] if len(args.sizes) > 2 else args.sizes[0]), args.workers
     fits = {"workers": W, "fitted_from_pairs": fitted, "cpu_serial": {}, "cpu_parallel": {},
-            "memory_main": {}, "memory_workers": {}, "main_chunk_share": {}}
+            "memory_main": {}, "memory_workers": {}, "memory_workers_per_doubling": {}, "main_chunk_share": {}}
     values = {"cpu_serial": lambda p: p["main_cpu_seconds"],
               "cpu_parallel": lambda p: p["cpu_seconds"] - p["main_cpu_seconds"],
               "memory_main": lambda p: p["main_pss_mb"], "memory_workers": lambda p: p["workers_pss_mb"]}
@@ -445,6 +446,13 @@ def fits_of(args, runs: List[dict]) -> dict:
                 else:
                     f = prep_cost.fit_power(points)
                     fits[kind][part] = {"a": float(f"{f['a']:.6g}"), "b": round(f["b"], 4)}
+        # the workers' memory per doubling of the workers, measured on W and on more workers at one size
+        base = {r["pairs"]: r["parts"][part] for r in runs if r["workers"] == W and part in r["parts"]}
+        for r in runs:
+            one = base.get(r["pairs"])
+            if r["workers"] > W and part in r["parts"] and one and one["workers_pss_mb"] > 0:
+                ratio = r["parts"][part]["workers_pss_mb"] / one["workers_pss_mb"]
+                fits["memory_workers_per_doubling"][part] = round(ratio ** (1 / math.log2(r["workers"] / W)), 4)
         # the main process's own chunk c: main(w) = S + c / w, measured on W and on more workers at one size
         if part not in prep_cost.MAIN_CHUNK_PARTS:
             continue
