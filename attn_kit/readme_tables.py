@@ -646,7 +646,12 @@ def data_prep() -> str:
               "process's (serial) and the workers' (parallel) CPU seconds, fitted from "
               f"{fits['fitted_from_pairs']:,} pairs on as c + k x pairs (c >= 0) for the parts whose work is per "
               "token and as a x pairs^b for learning BPE, whose work follows the sample's word types "
-              f"({growth}), and serial + parallel / workers; peak memory as a x pairs^b. Download and extraction are not included; EN-FR is projected from the same "
+              f"({growth}), and serial + parallel / workers; peak memory as a x pairs^b, the workers' grown "
+              "by the factor their 2- and 4-worker runs measured per doubling of the workers ("
+              + ", ".join(f"{part.replace('_', ' ')} {g:.2f}x" for part, g in
+                          fits.get("memory_workers_per_doubling", {}).items())
+              + "; one doubling measured, extrapolated; in proportion to the workers it would be 2x). "
+              "Download and extraction are not included; EN-FR is projected from the same "
               f"EN-DE-like corpus with {settings['bpe_merges']} merges (it has 30000). Measured with "
               f"`--workers {settings['workers']}`, BPE learned on every pair (wall seconds, CPU seconds of the main "
               "process + the workers, peak memory of all the stage's processes, PSS):\n\n" + run["table"]
