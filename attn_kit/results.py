@@ -33,6 +33,32 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
 
 
+# The instruction-set extensions that decide how fast this project's CPU work runs (torch's kernels,
+# the tokenizer's regexes do not care): named so that a user can place their CPU beside the one measured.
+VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
+
+
+def cpu() -> dict:
+    """The CPU as /proc/cpuinfo names it: model name, vendor, family/model/stepping, clock (MHz, as
+    reported: a virtual machine's may be nominal) and which of :data:`VECTOR_FLAGS` it has; {} where
+    there is no /proc/cpuinfo."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    except OSError:
+        return {}
+    flags = set(fields.get("flags", "").split())
+    return {"model": fields.get("model name"), "vendor": fields.get("vendor_id"),
+            "family_model_stepping": "/".join(fields.get(k, "?") for k in ("cpu family", "model", "stepping")),
+            "mhz": float(fields["cpu MHz"]) if fields.get("cpu MHz") else None,
+            "vector_flags": [f for f in VECTOR_FLAGS if f in flags]}
+
+
 def git_commit() -> str:
     """HEAD of this checkout, marked when tracked files have uncommitted changes."""
     try:
@@ -55,7 +81,8 @@ def provenance(command=None) -> dict:
         command = command_line([Path(sys.executable).name, *sys.argv])
     elif not isinstance(command, str):
         command = command_line(command)
-    return {"command": command, "commit": git_commit(), "machine": machine(), "date": time.strftime("%Y-%m-%d")}
+    return {"command": command, "commit": git_commit(), "machine": machine(), "cpu": cpu(),
+            "date": time.strftime("%Y-%m-%d")}
 
 
 def write_results_file(path: Path, command, result, **extra) -> dict:
@@ -70,7 +97,7 @@ RECORD_HELP = """Run a command and file what it printed as a results file for RE
     python scripts/record_result.py recipes/results/tokens_per_update_newstest.json [--note TEXT] -- \\
         python scripts/tokens_per_update.py --src ... --max-tokens 3125 --devices 8
 
-writes the JSON file ``{"command", "commit", "machine", "date", "seconds",
+writes the JSON file ``{"command", "commit", "machine", "cpu", "date", "seconds",
 "result"}``, where ``result`` is the command's stdout parsed as JSON (or its
 text), and ``--copy FILE`` instead files an existing JSON output (such as a
 recipe's results.json) under the command given. Every number README reports

@@ -323,7 +323,7 @@ def test_benchmark_bad_input_is_one_error_line(tmp_path):
     proc = run([sys.executable, REPO / "benchmarks" / "train_throughput.py", "--shapes", "huge"], check=False)
     assert proc.returncode == 2 and proc.stderr.startswith("error: unknown shape 'huge'")
     proc = run([sys.executable, REPO / "benchmarks" / "generate_throughput.py", "--dtype", "bf16"], check=False)
-    assert proc.returncode == 2 and "needs --device cuda" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "--precision bf16 needs --ngpus 1" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_missing_matplotlib_is_one_clear_error_after_the_table(monkeypatch, tmp_path):

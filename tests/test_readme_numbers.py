@@ -117,3 +117,19 @@ def test_every_results_file_says_how_where_and_when(path):
     data = json.loads(path.read_text())
     for key in ("command", "commit", "machine", "date"):
         assert data.get(key), (path.name, key)
+
+
+def test_a_results_file_names_the_cpu_model_clock_and_vector_units():
+    """issue 38: "Intel(R) Xeon(R) Processor" alone could not be compared with a user's CPU; every
+    results file now records /proc/cpuinfo's model, family/model/stepping, clock and vector units,
+    read here against /proc/cpuinfo itself."""
+    import pathlib
+
+    from attn_kit.results import VECTOR_FLAGS, provenance
+
+    info = provenance("x")["cpu"]
+    text = pathlib.Path("/proc/cpuinfo").read_text(encoding="utf-8").split("\n\n")[0]
+    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in text.splitlines())}
+    assert info["model"] == fields["model name"] and info["mhz"] == float(fields["cpu MHz"])
+    assert info["family_model_stepping"] == f"{fields['cpu family']}/{fields['model']}/{fields['stepping']}"
+    assert info["vector_flags"] == [f for f in VECTOR_FLAGS if f in fields["flags"].split()]

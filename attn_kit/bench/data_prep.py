@@ -525,7 +525,7 @@ def main(argv=None):
         results = saved["result"]
         results["fits"] = fits_of(args, results["measurements"])
         results["projections"] = projections(results["fits"], results["measurements"])
-        refit = {k: v for k, v in provenance().items() if k != "machine"}
+        refit = {k: v for k, v in provenance().items() if k not in ("machine", "cpu")}  # the measurement's
         out = {**saved, "refitted": refit, "result": results,
                "table": measured_table(results["measurements"], args.workers)}
         return report(args, out)
