@@ -152,6 +152,24 @@ def test_smoke_rows_make_the_table_and_resume(smoke_run, tmp_path):
     for i, name in enumerate(["base", "A2", "C4", "table"], 1):
         assert f"stage {i}/4 {name}: done already, skipping" in again.stdout
     assert "fairseq_cli.train" not in again.stdout
+    # a group run on its own (another job, another machine), then one table of both runs' rows
+    other = tmp_path / "t3_a3"
+    proc = recipe("--smoke", "--rows", "A3", "--data-workdir", data, "--workdir", other)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    merged = tmp_path / "t3_all"
+    proc = in_process("--smoke", "--merge", work, other, "--workdir", merged)
+    assert proc.returncode == 0, proc.stderr
+    table = json.loads((merged / "table3.json").read_text())
+    assert [r["row"] for r in table["rows"]] == ["base", "A2", "A3", "C4"]  # Table 3's order
+    assert table["rows"][2] == json.loads((other / "table3.json").read_text())["rows"][0]
+    assert table["merged_from"] == [str(work), str(other)] and table["max_update"] == info["max_update"]
+    assert "rows not in the merged runs: A1, A4" in proc.stdout
+    assert_one_error_line(in_process("--smoke", "--merge", work, work, "--workdir", tmp_path / "x"),
+                          "row base is in")
+    changed = json.loads((other / "table3.json").read_text())
+    (other / "table3.json").write_text(json.dumps({**changed, "max_update": 99}))
+    assert_one_error_line(in_process("--smoke", "--merge", work, other, "--workdir", tmp_path / "x"),
+                          "differ in max_update (99 vs 20)")
 
 
 def table2_run(folder, arch="attn_paper_base", updates=100000, **result):

@@ -127,6 +127,7 @@ class Table3Settings(settings.TrainSettings):
     data_workdir: Path  # the EN-DE recipe's prepared data
     vocab_estimate: Tuple[int, str]  # (size, note) for --dry-run's cost
     reused: Mapping[str, Path]  # row name -> the finished EN-DE run whose final model it evaluates (--reuse)
+    merge: Tuple[Path, ...]  # --merge: finished Table 3 runs of some rows each, tabled together here
 
 
 def parser() -> argparse.ArgumentParser:
@@ -162,6 +163,10 @@ def parser() -> argparse.ArgumentParser:
                         "RUN_DIR (recipes/wmt14_en_de.sh --arch attn_paper_base or attn_paper_big: the Table 2 "
                         "runs) instead of training it again; checked: the paper's model, Table 3's updates for the "
                         "row, the same EN-DE data; repeatable")
+    p.add_argument("--merge", nargs="+", type=Path, metavar="RUN_DIR",
+                   help="table the rows of several finished Table 3 runs (each its own --workdir and --rows: "
+                        "groups run as separate jobs, on separate machines) into --workdir's table3.md/json/png; "
+                        "trains nothing. The runs must share the mode, base, updates and data; each row once")
     return p
 
 
@@ -185,6 +190,7 @@ def build(argv=None) -> Table3Settings:
     return settings.compose(Table3Settings, given, yaml, lambda v: dict(
         mode=mode, rows=rows, workers=settings.default_workers(), base=table3["base"],
         reused=reused_runs(given.reuse or [], rows, mode, v.max_update or table3["max_update"]),
+        merge=tuple(Path(d).resolve() for d in given.merge or ()),
         workdir=workdir,
         data_workdir=data_workdir, vocab_estimate=vocab, arch="attn_paper_base", size=None,
         average=1,  # no checkpoint averaging in Table 3 (Sec. 6.2)
@@ -383,14 +389,56 @@ def spearman(ours: List[float], paper: List[float]) -> Optional[float]:
 def write_table(s: Table3Settings):
     """WORKDIR/table3.{json,md,png}: every row's numbers beside the paper's, with rank correlations."""
     rows = [json.loads((s.workdir / "rows" / r.name / "row.json").read_text()) for r in s.rows]
+    write_info(s.workdir, {"mode": s.mode, "base": s.base or {k: BASE[k] for k in ("N", "d_model", "d_ff", "h")},
+                           "max_update": s.max_update, "minutes_per_row": s.train_minutes,
+                           "data": str(s.data_workdir / "data-bin")}, rows)
+
+
+SHARED_BY_MERGED = ("mode", "base", "max_update", "minutes_per_row", "data")  # what every merged run must share
+
+
+def write_info(workdir: Path, run: dict, rows: List[dict], **extra):
+    """table3.{json,md,png} in ``workdir`` of ``rows`` (row.json dicts) of a run described by ``run``
+    (:data:`SHARED_BY_MERGED`), with the rank correlations."""
     correlation = {"bleu": spearman([r["bleu"] for r in rows], [r["paper"]["bleu"] for r in rows]),
                    "ppl": spearman([r["dev_ppl"] for r in rows], [r["paper"]["ppl"] for r in rows])}
-    info = {**provenance(), "mode": s.mode, "base": s.base or {k: BASE[k] for k in ("N", "d_model", "d_ff", "h")},
-            "max_update": s.max_update, "minutes_per_row": s.train_minutes,
-            "data": str(s.data_workdir / "data-bin"), "spearman": correlation, "rows": rows}
-    write_json_atomic(s.workdir / "table3.json", info)
-    write_text_atomic(s.workdir / "table3.md", markdown(info) + "\n")
-    draw(info, s.workdir / "table3.png")
+    info = {**provenance(), **run, **extra, "spearman": correlation, "rows": rows}
+    write_json_atomic(workdir / "table3.json", info)
+    write_text_atomic(workdir / "table3.md", markdown(info) + "\n")
+    draw(info, workdir / "table3.png")
+
+
+def merge_tables(s: Table3Settings):
+    """--merge: the rows of finished Table 3 runs (each's table3.json), in Table 3's order, tabled
+    in --workdir; one line where they differ in what they share or hold a row twice."""
+    order = {row.name: i for i, row in enumerate(TABLE3)}
+    first, rows, seen = None, [], {}
+    for folder in s.merge:
+        try:
+            info = json.loads((folder / "table3.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise UserError(f"--merge {folder}: no table3.json there (a Table 3 run writes it when its rows "
+                            "are done)") from None
+        run = {k: info.get(k) for k in SHARED_BY_MERGED}
+        if first is None:
+            first = (folder, run)
+        elif run != first[1]:
+            key = next(k for k in SHARED_BY_MERGED if run[k] != first[1][k])
+            raise UserError(f"--merge: {folder} and {first[0]} differ in {key} ({run[key]!r} vs {first[1][key]!r}); "
+                            "a table holds rows of one setting")
+        for row in info["rows"]:
+            if row["row"] in seen:
+                raise UserError(f"--merge: row {row['row']} is in {seen[row['row']]} and in {folder}: give each "
+                                "row once")
+            seen[row["row"]] = folder
+            rows.append(row)
+    rows.sort(key=lambda r: order[r["row"]])
+    s.workdir.mkdir(parents=True, exist_ok=True)
+    write_info(s.workdir, first[1], rows, merged_from=[str(f) for f in s.merge])
+    missing = [row.name for row in TABLE3 if row.name not in seen]
+    print((s.workdir / "table3.md").read_text(encoding="utf-8")
+          + (f"rows not in the merged runs: {', '.join(missing)}\n" if missing else "")
+          + f"table: {s.workdir / 'table3.md'}, {s.workdir / 'table3.json'}, {s.workdir / 'table3.png'}")
 
 
 def markdown(info: dict) -> str:
@@ -548,6 +596,13 @@ def data_job(s: Table3Settings):
 
 def main(argv=None):
     s = build(argv)
+    if s.merge:
+        if s.dry_run:
+            log(f"--merge: would table the rows of {', '.join(map(str, s.merge))} in {s.workdir}")
+            return 0
+        with workdir_lock(s.workdir):
+            merge_tables(s)
+        return 0
     pipeline_stages = stages(s)
     scale.check_devices(s, pipeline_stages, training=lambda stage: not stage.name.startswith(("table", "canary-t")))
     prep = None
