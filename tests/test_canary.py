@@ -261,23 +261,18 @@ def test_a_canary_run_before_the_full_run_is_checked_when_the_run_ends(tmp_path)
     comparison was made only when the canary ran after the run): the full run's report fills it in."""
     from types import SimpleNamespace
 
-    from attn_kit.pipeline.stages import Stage
-    from attn_kit.recipes import scale
-
     work = tmp_path / "w"
     (work / "canary").mkdir(parents=True)
     predicted = {"data_preparation": 100.0, "training": 500.0, "validations": 50.0, "checkpoint_writes": 50.0,
                  "averaging": 20.0, "generation": 80.0, "total": 800.0}
-    (work / "canary" / "canary.json").write_text(json.dumps({"predicted_seconds": predicted,
-                                                             "checked_against": None}))
+    (work / "canary" / "canary.json").write_text(json.dumps({"predicted_seconds": predicted, "checked_against": None,
+                                                             "data_stages": ["download", "binarize"]}))
     stage_seconds = {"download": 40.0, "binarize": 60.0, "train": 750.0, "average": 25.0, "generate": 70.0,
                      "score": 10.0}
     (work / "results.json").write_text(json.dumps({"stage_seconds": stage_seconds}))
     s = SimpleNamespace(workdir=work, data_workdir=work, canary=False)
-    made = [Stage(name, lambda ctx: None) for name in ("download", "binarize", "train", "average", "generate",
-                                                       "score")]
     printed = []
-    scale._checking_an_earlier_canary(s, made, printed.append)({"sacrebleu": 1.0})
+    canary.checking(s, printed.append)({"sacrebleu": 1.0})
     assert printed == [{"sacrebleu": 1.0}]
     check = json.loads((work / "canary" / "canary.json").read_text())["checked_against"]
     assert check["measured_seconds"] == {"data_preparation": 100.0, "training + validations + checkpoint_writes": 750.0,

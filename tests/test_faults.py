@@ -411,8 +411,8 @@ def test_averaging_checks_every_input_before_writing(two_checkpoints, change, me
 
 
 @pytest.mark.parametrize("argv,usage,message", [
-    (["--num-update-checkpoints", "0"], True, "--num-update-checkpoints must be >= 1 (got 0)"),
-    (["--num-update-checkpoints", "-1"], True, "--num-update-checkpoints must be >= 1 (got -1)"),
+    (["--num-update-checkpoints", "0"], True, "argument --num-update-checkpoints: 0 is not >= 1"),
+    (["--num-update-checkpoints", "-1"], True, "argument --num-update-checkpoints: -1 is not >= 1"),
     (["--output", "{tmp}"], True, "is a folder; give a file path"),
     (["--output", "{tmp}/a.pt/avg.pt"], True, "a.pt is a file, not a folder"),
     (["--output", "{tmp}/a.pt"], True, "the file exists; pass --force to replace it"),

@@ -393,6 +393,7 @@ def predict(ctx, s, out: Path, result: dict, r: dict, writes: List[float], valid
     result["measured"] = {"startup_seconds": round(startup, 2), "shutdown_seconds": round(shutdown, 2),
                           "averaging": avg, "generation": gen, "decoded_sentences": gen["decoded_sentences"]}
     result["warnings"] = schedule_warnings(s, startup, r["seconds_per_update"])
+    result["data_stages"] = list(data_stages)  # for checking it against a full run that ends after it
     result["checked_against"] = checked_against(s.workdir, data_workdir, data_stages, result["predicted_seconds"])
     return causes
 
@@ -436,7 +437,17 @@ def checked_against(workdir: Path, data_workdir: Path, data_stages: Sequence[str
             "error": {k: round(guess[k] / v - 1, 4) for k, v in measured.items() if v and guess.get(k) is not None}}
 
 
-def check_earlier(s, data_stages: Sequence[str]) -> Optional[dict]:
+def checking(s, report: Callable) -> Callable:
+    """A full run's ``report``, after which a canary made earlier in the same work directory is
+    checked against the run (:func:`check_earlier`)."""
+    def reported(results):
+        report(results)
+        check_earlier(s)
+
+    return reported
+
+
+def check_earlier(s) -> Optional[dict]:
     """After a full run: a canary that ran before it in the same work directory gets its
     ``checked_against`` now that results.json holds the stage times (it was left null: the
     comparison was made only when the canary ran after the run). Returns it, or None."""
@@ -445,10 +456,11 @@ def check_earlier(s, data_stages: Sequence[str]) -> Optional[dict]:
         result = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if result.get("checked_against") or not result.get("predicted_seconds"):
-        return None
+    if result.get("checked_against") or not result.get("predicted_seconds") or "data_stages" not in result:
+        return None  # checked already, failed, or from before canaries recorded their data stages
     data_workdir = getattr(s, "data_workdir", None) or s.workdir
-    result["checked_against"] = checked_against(s.workdir, data_workdir, data_stages, result["predicted_seconds"])
+    result["checked_against"] = checked_against(s.workdir, data_workdir, result["data_stages"],
+                                                result["predicted_seconds"])
     if result["checked_against"]:
         write_json_atomic(path, result)
         log(f"{path}: its prediction checked against this run (checked_against)")

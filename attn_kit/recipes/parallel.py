@@ -295,7 +295,7 @@ parse_args = build  # the name callers used before the settings were typed
 
 def main(argv=None):
     s = build(argv)
-    scale.run(s, wmt14.stages, canary.report if s.canary else wmt14.report)  # a canary's results: canary.json
+    scale.run(s, wmt14.stages, canary.report if s.canary else canary.checking(s, wmt14.report))  # a canary's results: canary.json
 
 
 if __name__ == "__main__":

@@ -287,20 +287,6 @@ def parse(parser: argparse.ArgumentParser, argv=None):
 
 
 # ---------------------------------------------------------------------------------------------- Slurm
-def _checking_an_earlier_canary(s, made, report):
-    """``report``, after which a --canary run made earlier in this work directory is checked against
-    this run's stage times (attn_kit.recipes.canary.check_earlier)."""
-    from . import canary
-
-    data = [st.name for st in made[:next((i for i, st in enumerate(made) if is_training(st)), len(made))]]
-
-    def reported(results):
-        report(results)
-        canary.check_earlier(s, data)
-
-    return reported
-
-
 def run(s, stages, report, aliases=None, first_training: Optional[str] = None):
     """Run the recipe's ``stages``: all of them here, or with ``--launcher slurm`` as two Slurm
     jobs (:mod:`attn_kit.pipeline.slurm`): the stages before the first training stage
@@ -315,8 +301,6 @@ def run(s, stages, report, aliases=None, first_training: Optional[str] = None):
     check_devices(s, made, aliases)
     for note in schedule_notes(s, budget=s.dry_run):
         log(f"note: {note}")
-    if not s.canary:
-        report = _checking_an_earlier_canary(s, made, report)
     if s.launcher != "slurm":
         return run_recipe(s, made, report, aliases)
     if not s.dry_run:
