@@ -137,13 +137,14 @@ class TrainProgress:
         rate = (now - t0) / max(1, done - u0)
         eta, note = max(0, self.total - done) * rate, ""
         if self.minutes is not None:
-            left = self.minutes * 60 - (now - t0 + u0 * rate)  # this run's first u0 updates at the same rate
+            spent = now - t0 + u0 * rate  # this run's first u0 updates at the same rate
+            left = self.minutes * 60 - spent
             end = done + max(0.0, left) / rate
             if end < self.total:
                 eta, note = max(0.0, left), f" (the {self.minutes:g}-minute budget ends first, near update {end:.0f})"
             if self.warmup and end < self.warmup and not self.warned:
                 self.warned = True
-                needed = (self.warmup - done) * rate + (now - t0 + u0 * rate)
+                needed = (self.warmup - done) * rate + spent
                 print(f"    warning: at {rate:.2f} s/update the {self.minutes:g}-minute budget ends near update "
                       f"{end:.0f}, inside the {self.warmup}-update warm-up (the learning rate still rising; the "
                       f"average will hold the final model alone): the warm-up alone takes about "

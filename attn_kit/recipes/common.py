@@ -135,7 +135,8 @@ def run_training(ctx, s, cmd: list, tail=None, record: Optional[Path] = None, mo
         reached = checkpoint_update(last) if last.exists() else 0
         write_json_atomic(record, {"argv": cmd, "env": thread_env(s) or {},
                                    "fairseq_extra_args": list(s.fairseq_extra)})
-    with CurveWriter(ctx.log_dir / f"{ctx.stage}.log", record.parent, tail or TrainProgress(s.max_update, minutes=s.train_minutes, warmup=s.warmup_updates),
+    progress = tail or TrainProgress(s.max_update, minutes=s.train_minutes, warmup=s.warmup_updates)
+    with CurveWriter(ctx.log_dir / f"{ctx.stage}.log", record.parent, progress,
                      f"{s.arch}, {record.parent.name}", final=not ctx.dry_run) as curves:
         if reached and reached >= int(cmd[cmd.index("--max-update") + 1]):  # fairseq-train would add an update
             log(f"{last} is at update {reached} already (a run stopped after training ended): nothing to train")

@@ -210,10 +210,11 @@ def reused_runs(specs: List[str], rows, mode: str, max_update: int) -> dict:
         name, _, folder = spec.partition("=")
         if not folder:
             raise UsageError(f"--reuse {spec!r}: give ROW=RUN_DIR, e.g. --reuse base=runs/wmt14_en_de_base")
+        if name not in ("base", "big"):
+            raise UsageError(f"--reuse {spec!r}: only the base and big rows are Table 2 runs")
         row = by_name.get(name)
-        if row is None or name not in ("base", "big"):
-            raise UsageError(f"--reuse {spec!r}: only the base and big rows are Table 2 runs"
-                             + ("" if row or name not in ("base", "big") else f"; --rows does not hold {name}"))
+        if row is None:
+            raise UsageError(f"--reuse {spec!r}: --rows does not hold {name}")
         if mode != "paper":
             raise UsageError(f"--reuse {spec!r}: the Table 2 runs are paper-scale; this is --{mode}")
         folder = Path(folder).resolve()
@@ -566,15 +567,13 @@ def total_cost(s: Table3Settings) -> List[str]:
     for row in trained:
         r = row_settings(s, row)
         shape = cost.model_shape(r.arch, [*model_flags(scaled_settings(row, s.base)), *s.fairseq_extra], vocab)
-        devices = r.ngpus * r.nnodes if r.ngpus else r.cpu_procs
-        plan = batch_plan(r.tokens_per_update, devices, r.max_tokens_per_gpu)
+        plan = batch_plan(r.tokens_per_update, common.devices(r), r.max_tokens_per_gpu)
         for name, seconds in training_cost.gpu_seconds(shape, r.max_update, plan.max_tokens, plan.update_freq,
                                                        r.precision_used).items():
             sums[name] = sums.get(name, 0.0) + seconds
         paper += training_cost.paper_gpu_seconds(shape, r.tokens_per_update, r.max_update)
-    devices = s.ngpus * s.nnodes if s.ngpus else s.cpu_procs
     reused = f"; {', '.join(sorted(s.reused))} from finished runs (--reuse), not counted" if s.reused else ""
-    return [f"Table 3 in all: {len(trained)} rows trained one after the other on {devices} "
+    return [f"Table 3 in all: {len(trained)} rows trained one after the other on {common.devices(s)} "
             f"{'GPUs' if s.ngpus else 'CPU processes'}{reused}: "
             + ", ".join(f"{name} {cost.hours_text(seconds)}" for name, seconds in sums.items())
             + f" (attn_kit.step_model); on the paper's 8 P100s (fp32) {cost.hours_text(paper)}"]

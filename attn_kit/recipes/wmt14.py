@@ -44,6 +44,7 @@ SOURCES = {"wmt14": Wmt14Download(), "smoke-mirror": SmokeMirror(), "bundled": B
 SIZE_OPTIONS = ("layers", "d_model", "d_ff", "h", "p_drop")
 # The data stages of every mode (the first two are named check and copy for recipes/parallel.sh).
 STAGE_NAMES = ("download", "extract", "tokenize", "bpe", "binarize")
+SMALL_MODES = ("bundled", "smoke", "files")  # the modes whose data is not WMT14's (recipes/parallel.sh: files)
 # The stages that were one 'prepare' stage (WMT14) before the stage list was shared by every mode.
 STAGE_ALIASES = {"prepare": ("extract", "bpe")}
 
@@ -86,7 +87,7 @@ class Wmt14Settings(settings.TrainSettings):
     def vocab_estimate(self) -> Tuple[int, str]:
         """(size, note) of the joined dictionary before the binarize stage made it: the paper's for
         the WMT14 pairs, else about the BPE merges (plus the symbols they start from)."""
-        if self.mode not in ("bundled", "smoke", "files") and self.pair in PAIRS:
+        if self.mode not in SMALL_MODES and self.pair in PAIRS:
             return PAIRS[self.pair].paper_vocab, " (the paper's; the binarize stage prints the real one)"
         return self.bpe_merges, " (about --bpe-merges, until the binarize stage made the dictionary)"
 
@@ -254,8 +255,8 @@ def planned_threshold(s, lay: Layout) -> int:
     """--dry-run, before the sample is drawn: the threshold that will run, from the tokenized
     training text's pairs where it is there, else the pair's corpus size (PAIRS: train_pairs)."""
     train = lay.tok / f"train.{s.src}"
-    total = count_lines(train) if train.exists() else (PAIRS[s.pair].train_pairs if s.mode not in
-                                                       ("bundled", "smoke", "files") else 0)
+    total = count_lines(train) if train.exists() else (PAIRS[s.pair].train_pairs if s.mode not in SMALL_MODES
+                                                       else 0)
     return sampled_threshold(s.bpe_learn_pairs, total)
 
 
@@ -609,22 +610,23 @@ def write_results(s: Wmt14Settings, src: str, tgt: str, penalty: str):
     write_json_atomic(W / "results.json", out)
 
 
+def _arch_own_size(r: dict) -> bool:
+    """Whether a results.json's model is its arch's own size (no model_size recorded: it is)."""
+    size, paper = r.get("model_size"), ARCH_SIZES.get(r["arch"])
+    return not size or paper is None or ModelSize(**size) == paper
+
+
 def on_table2s_test_set(r: dict) -> bool:
     """Whether a run's scores compare with the paper's Table 2: WMT14 data (newstest2014), the
     paper's model as its arch defines it (not the bundled, smoke or your own corpus's runs, nor a
     resized model)."""
-    size, paper = r.get("model_size"), ARCH_SIZES.get(r["arch"])
-    return r.get("mode") not in ("bundled", "smoke", "files") and (not size or paper is None or
-                                                                    ModelSize(**size) == paper)
+    return r.get("mode") not in SMALL_MODES and _arch_own_size(r)
 
 
 def model_label(r: dict) -> str:
     """The model a results.json trained, by its shape: the arch's name when it is the arch's own
     size, else the arch with its shape (a 2-layer d_model 256 model is not "attn_paper_base")."""
-    size, paper = r.get("model_size"), ARCH_SIZES.get(r["arch"])
-    if not size or paper is None or ModelSize(**size) == paper:
-        return r["arch"]
-    return f"{r['arch']} as {ModelSize(**size).describe()}"
+    return r["arch"] if _arch_own_size(r) else f"{r['arch']} as {ModelSize(**r['model_size']).describe()}"
 
 
 def report(r: dict):
