@@ -55,21 +55,23 @@ assert sys.argv[1:3] == ["show", "hostnames"], sys.argv
 print("localhost")
 '''
 SBATCH = r'''
-"""sbatch [--dependency=afterok:JOB --kill-on-invalid-dep=yes] SCRIPT: runs the job now, unless
-FAKE_SBATCH_RUN=0, and after JOB only if JOB ended well; its output is appended to #SBATCH --output
-(%j = the job id). Each submission is a line of jobs.jsonl beside this file."""
+"""sbatch [--dependency=afterok:JOB[:JOB...] --kill-on-invalid-dep=yes] SCRIPT: runs the job now, unless
+FAKE_SBATCH_RUN=0, and only if each JOB ended well; its output is appended to #SBATCH --output
+(%j = the job id), whose folder must exist (Slurm's job fails otherwise). Each submission is a line
+of jobs.jsonl beside this file."""
 import json, os, random, re, subprocess, sys
 *options, path = sys.argv[1:]
 script = open(path).read()
 log = os.path.join(os.path.dirname(__file__), "jobs.jsonl")
 ended = {j["job"]: j["rc"] for j in map(json.loads, open(log))} if os.path.exists(log) else {}
 job = str(random.randint(10000, 99999))
-after = [o.split(":", 1)[1] for o in options if o.startswith("--dependency=afterok:")]
+after = [a for o in options if o.startswith("--dependency=afterok:") for a in o.split(":")[1:]]
 cpus = re.search(r"^#SBATCH --cpus-per-task=(\d+)$", script, re.M)
 rc = None
-if os.environ.get("FAKE_SBATCH_RUN") != "0" and all(ended[a] == 0 for a in after):
-    out = re.search(r"^#SBATCH --output=(.*)$", script, re.M).group(1).replace("%j", job)
-    os.makedirs(os.path.dirname(out), exist_ok=True)
+out = re.search(r"^#SBATCH --output=(.*)$", script, re.M).group(1).replace("%j", job)
+if not os.path.isdir(os.path.dirname(out)):  # as Slurm: the job fails, its output nowhere
+    rc = 1
+elif os.environ.get("FAKE_SBATCH_RUN") != "0" and all(ended[a] == 0 for a in after):
     with open(out, "a") as f:
         rc = subprocess.call(["bash", path], stdout=f, stderr=subprocess.STDOUT,
                              env=dict(os.environ, SLURM_JOB_ID=job, SLURM_JOB_NODELIST="localhost", SLURM_NNODES="1",
@@ -523,3 +525,67 @@ def test_the_data_job_is_sized_for_the_cluster_not_the_login_node(tmp_path, argv
     job = next(line for line in out.splitlines() if "--stop-stage binarize" in line and "--launcher srun" in line)
     assert f"--workers {cpus}" in job
     assert f"projected for WMT14 en-de (~4.5M pairs) on --workers {cpus}," in out
+
+
+def test_each_jobs_output_folder_is_made_before_sbatch(tmp_path, slurm_path, monkeypatch):
+    """sbatch does not create the folder of #SBATCH --output; a job whose output it cannot open
+    fails before its first line, writing nothing anywhere (the stand-in does as Slurm does). A
+    first submission into a new work directory (WORKDIR/logs not there yet) must still run."""
+    monkeypatch.setenv("PATH", slurm_path)
+    work = tmp_path / "w"
+    script = slurm.sbatch_script(["echo", "job ran"], work / "groups" / "A", cwd=tmp_path)
+    slurm.submit([("groups/A/train.sbatch", script)], work, dry_run=False)
+    (job,) = submitted(tmp_path)
+    assert job["rc"] == 0
+    assert (work / "groups" / "A" / "logs" / f"slurm-{job['job']}.out").read_text() == "job ran\n"
+
+
+def test_a_job_waits_for_every_job_it_names(tmp_path, slurm_path, monkeypatch):
+    monkeypatch.setenv("PATH", slurm_path)
+    monkeypatch.setenv("FAKE_SBATCH_RUN", "0")
+    scripts = [(name, slurm.sbatch_script(["true"], tmp_path / "w", cwd=tmp_path), after)
+               for name, after in (("a.sbatch", ()), ("b.sbatch", (0,)), ("c.sbatch", (0,)), ("d.sbatch", (1, 2)))]
+    ids = slurm.submit(scripts, tmp_path / "w", dry_run=False)
+    assert [j["options"][:1] for j in submitted(tmp_path)] == [
+        [], [f"--dependency=afterok:{ids[0]}"], [f"--dependency=afterok:{ids[0]}"],
+        [f"--dependency=afterok:{ids[1]}:{ids[2]}"]]
+    with pytest.raises(ValueError):  # a job cannot wait for one submitted after it
+        slurm.submit([("a.sbatch", "", (1,)), ("b.sbatch", "")], tmp_path / "x", dry_run=True)
+
+
+def test_table3_job_per_group_trains_each_group_in_its_own_job_then_merges(tmp_path, slurm_path, monkeypatch):
+    """Issue 37: Table 3 at paper scale was one job training 21 rows one after the other.
+    --job-per-group: the data job, then one training job per group (each a Table 3 run of its
+    group's rows in WORKDIR/groups/GROUP on the shared data, all waiting for the data job only),
+    then a job that tables them (--merge) once every group's job ended well."""
+    from attn_kit.recipes import table3
+
+    monkeypatch.setenv("PATH", slurm_path)
+    monkeypatch.setenv("FAKE_SBATCH_RUN", "0")
+    work, data = tmp_path / "t3", tmp_path / "data"
+    proc = run_main(table3.main, "--smoke", "--rows", "base,A3,C", "--launcher", "slurm", "--job-per-group",
+                    "--workdir", work, "--data-workdir", data)
+    assert proc.returncode == 0, proc.stderr
+    prep, *groups, merge = submitted(tmp_path)
+    assert prep["script"] == str(work / slurm.PREP_SCRIPT)
+    assert [g["script"] for g in groups] == [str(work / "groups" / g / slurm.SCRIPT) for g in ("base", "A", "C")]
+    assert all(g["options"][0] == f"--dependency=afterok:{prep['job']}" for g in groups)
+    assert merge["options"][0] == "--dependency=afterok:" + ":".join(g["job"] for g in groups)
+    for group, rows in (("base", ["base"]), ("A", ["A3"]), ("C", [f"C{i}" for i in range(1, 8)])):
+        job = job_command((work / "groups" / group / slurm.SCRIPT).read_text())
+        run = table3.build(job[job.index("-m") + 2:])
+        assert [r.name for r in run.rows] == rows
+        assert (run.workdir, run.data_workdir, run.mode, run.launcher) == (work / "groups" / group, data, "smoke",
+                                                                            "srun")
+    job = job_command((work / table3.MERGE_SCRIPT).read_text())
+    merged = table3.build(job[job.index("-m") + 2:])
+    assert merged.workdir == work and merged.mode == "smoke"
+    assert merged.merge == tuple(work / "groups" / g for g in ("base", "A", "C"))
+
+
+@pytest.mark.parametrize("argv", [["--job-per-group"], ["--launcher", "slurm", "--job-per-group", "--canary"]])
+def test_job_per_group_is_for_slurm_training_only(tmp_path, argv):
+    from attn_kit.recipes import table3
+
+    proc = run_main(table3.main, "--smoke", "--dry-run", "--workdir", tmp_path / "t3", *argv)
+    assert_one_error_line(proc, "--job-per-group submits Slurm jobs: it needs --launcher slurm")

@@ -153,51 +153,65 @@ def check_no_job(workdir: Path):
                             "then run again")
 
 
-def sbatch_command(path: Path, after: Optional[str] = None) -> str:
-    """The sbatch command line of the script ``path``; ``after``: the job it waits for: it starts
-    only once that one ended well, and is cancelled if that one failed."""
-    deps = f"--dependency=afterok:{after} --kill-on-invalid-dep=yes " if after else ""
+def sbatch_command(path: Path, after: Sequence[str] = ()) -> str:
+    """The sbatch command line of the script ``path``; ``after``: the jobs it waits for: it starts
+    only once all of them ended well, and is cancelled if one failed."""
+    deps = f"--dependency=afterok:{':'.join(after)} --kill-on-invalid-dep=yes " if after else ""
     return f"sbatch {deps}{shlex.quote(str(path))}"
 
 
-def submit(scripts: List[Tuple[str, str]], workdir: Path, dry_run: bool) -> List[Optional[str]]:
-    """Write each (file name, text) of ``scripts`` to WORKDIR and submit them in order with sbatch
-    where that exists, each after the one before it (:func:`sbatch_command`); --dry-run prints
+def output_folder(text: str) -> Optional[Path]:
+    """The folder of a script's ``#SBATCH --output``: sbatch does not create it, and a job whose
+    output cannot be opened fails before its first line runs, writing nothing anywhere."""
+    m = re.search(r"^#SBATCH --output=\"?(.*?)\"?$", text, re.M)
+    return Path(m.group(1)).parent if m else None
+
+
+def submit(scripts: List[tuple], workdir: Path, dry_run: bool) -> List[Optional[str]]:
+    """Write each (file name, text[, after]) of ``scripts`` to WORKDIR (a name may hold folders) and
+    submit them in order with sbatch where that exists (:func:`sbatch_command`); ``after``: the
+    indices in ``scripts`` of the jobs it waits for (default: the one before it). --dry-run prints
     them instead. Returns the job ids (None where not submitted)."""
-    paths = [workdir / name for name, _ in scripts]
-    placeholders = [None, *(f"<job id of {path.name}>" for path in paths[:-1])]
+    paths = [workdir / s[0] for s in scripts]
+    waits = [tuple(s[2]) if len(s) > 2 else (i - 1,) if i else () for i, s in enumerate(scripts)]
+    if any(j >= i or j < 0 for i, w in enumerate(waits) for j in w):
+        raise ValueError(f"a job can only wait for jobs submitted before it: {waits}")
+    placeholders = [tuple(f"<job id of {paths[j].relative_to(workdir)}>" for j in w) for w in waits]
     if dry_run:
-        for path, (_, text), after in zip(paths, scripts, placeholders):
+        for path, script, after in zip(paths, scripts, placeholders):
             print(f"  # {path}:", flush=True)
-            for line in text.splitlines():
+            for line in script[1].splitlines():
                 print(f"  | {line}", flush=True)
             print(f"  $ {sbatch_command(path, after)}", flush=True)
         return [None] * len(scripts)
     check_no_job(workdir)
-    for path, (_, text) in zip(paths, scripts):
-        write_text_atomic(path, text)
+    for path, script in zip(paths, scripts):
+        write_text_atomic(path, script[1])
         path.chmod(0o755)
+        if output_folder(script[1]):
+            output_folder(script[1]).mkdir(parents=True, exist_ok=True)
     if not shutil.which("sbatch"):
         how = "; then ".join(sbatch_command(path, after) for path, after in zip(paths, placeholders))
         log(f"wrote {', '.join(map(str, paths))}; sbatch is not on this machine's PATH: submit on the cluster: {how}")
         return [None] * len(scripts)
     jobs: List[dict] = []
-    for path in paths:
-        after = jobs[-1]["job_id"] if jobs else None
+    for path, wait in zip(paths, waits):
+        after = [jobs[j]["job_id"] for j in wait]
         proc = subprocess.run(shlex.split(sbatch_command(path, after)), capture_output=True, text=True)
         if proc.returncode != 0:
             reason = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-            before = (f"; job {after} ({Path(jobs[-1]['script']).name}) was submitted before it: cancel it "
-                      f"(scancel {after}) or let it run, then run again") if after else ""
+            before = (f"; job(s) {', '.join(j['job_id'] for j in jobs)} were submitted before it: cancel them "
+                      f"(scancel {' '.join(j['job_id'] for j in jobs)}) or let them run, then run again") \
+                if jobs else ""
             raise UserError(f"sbatch {path} failed (exit {proc.returncode}): "
                             f"{reason[-1] if reason else 'no message'}{before}")
         m = re.search(r"(\d+)", proc.stdout)
         job_id = m.group(1) if m else proc.stdout.strip()
-        jobs.append({"job_id": job_id, "script": str(path), **({"after": after} if after else {})})
+        jobs.append({"job_id": job_id, "script": str(path), **({"after": ":".join(after)} if after else {})})
         write_json_atomic(workdir / RECORD, {"jobs": jobs, "submitted": time.strftime("%Y-%m-%d %H:%M:%S")})
-        log(f"submitted Slurm job {job_id} ({path})" + (f", to start once job {after} has ended well"
+        log(f"submitted Slurm job {job_id} ({path})" + (f", to start once job(s) {', '.join(after)} ended well"
                                                         if after else "")
-            + f"; its output: {workdir / 'logs' / f'slurm-{job_id}.out'}")
+            + f"; its output: {output_folder(path.read_text()) or workdir / 'logs'}/slurm-{job_id}.out")
     return [job["job_id"] for job in jobs]
 
 

@@ -128,6 +128,7 @@ class Table3Settings(settings.TrainSettings):
     vocab_estimate: Tuple[int, str]  # (size, note) for --dry-run's cost
     reused: Mapping[str, Path]  # row name -> the finished EN-DE run whose final model it evaluates (--reuse)
     merge: Tuple[Path, ...]  # --merge: finished Table 3 runs of some rows each, tabled together here
+    job_per_group: bool  # --launcher slurm: a training job per group, then a job that merges them
 
 
 def parser() -> argparse.ArgumentParser:
@@ -167,6 +168,11 @@ def parser() -> argparse.ArgumentParser:
                    help="table the rows of several finished Table 3 runs (each its own --workdir and --rows: "
                         "groups run as separate jobs, on separate machines) into --workdir's table3.md/json/png; "
                         "trains nothing. The runs must share the mode, base, updates and data; each row once")
+    p.add_argument("--job-per-group", action="store_true",
+                   help="--launcher slurm: one training job per group of --rows (each a Table 3 run of its own in "
+                        "WORKDIR/groups/GROUP on --nnodes x --ngpus, all starting once the data is prepared) and a "
+                        "last job that tables them in WORKDIR (--merge) when all ended well; default: one job "
+                        "trains the rows one after the other")
     return p
 
 
@@ -187,6 +193,9 @@ def build(argv=None) -> Table3Settings:
     vocab = (common.dictionary_size(dictionary), " (the EN-DE data's dictionary)") if dictionary.exists() \
         else (training.get("bpe_merges") or EN_DE_VOCAB, " (until the EN-DE data is prepared)")
     rows = tuple(select_rows(given.rows))
+    if given.job_per_group and (given.launcher != "slurm" or given.canary or given.merge):
+        raise UsageError("--job-per-group submits Slurm jobs: it needs --launcher slurm, and is for training the "
+                         "rows (not with --canary or --merge)")
     return settings.compose(Table3Settings, given, yaml, lambda v: dict(
         mode=mode, rows=rows, workers=settings.default_workers(), base=table3["base"],
         reused=reused_runs(given.reuse or [], rows, mode, v.max_update or table3["max_update"]),
@@ -494,8 +503,21 @@ def data_command(s: Table3Settings) -> list:
             *(["--dry-run"] if s.dry_run else [])]
 
 
+def data_prepared(s: Table3Settings) -> bool:
+    """Whether the EN-DE recipe would skip every data stage in --data-workdir."""
+    command = [c for c in data_command(s) if c != "--dry-run"]
+    data = wmt14.build(command[3:])
+    return scale.all_done(Pipeline(data.workdir, wmt14.stages(data), True, data.stage, data.stop_stage,
+                                   wmt14.STAGE_ALIASES))
+
+
 def prepare_data(s: Table3Settings):
-    """The EN-DE recipe's data stages (:func:`data_command`), here, their output shown indented."""
+    """The EN-DE recipe's data stages (:func:`data_command`), here, their output shown indented;
+    nothing when they are done, so that runs starting together (--job-per-group's jobs, or
+    groups run by hand) do not meet at the data folder's lock."""
+    if data_prepared(s):
+        log(f"the EN-DE data in {s.data_workdir} is prepared already")
+        return
     cmd = data_command(s)
     log(f"data: the EN-DE recipe's stages download..binarize in {s.data_workdir}")
     print("  $ " + " ".join(cmd), flush=True)
@@ -553,44 +575,107 @@ def stages(s: Table3Settings) -> List[Stage]:
                          outputs=[s.workdir / f"table3.{ext}" for ext in ("md", "json", "png")])]
 
 
-def total_cost(s: Table3Settings) -> List[str]:
-    """--dry-run: the training wall time of every row trained here (not those --reuse takes), summed,
-    per GPU type and on the paper's P100s (attn_kit.step_model), one after the other as the rows run."""
+def row_costs(s: Table3Settings) -> dict:
+    """{row name: ({GPU type: seconds}, seconds on the paper's 8 P100s)} of every row trained here (not
+    those --reuse takes): its training wall time (attn_kit.step_model)."""
     from .. import cost, training_cost
     from ..fairseq_commands import batch_plan
 
-    trained = [row for row in s.rows if row.name not in s.reused]
-    if not trained:
-        return ["every row is a finished run (--reuse): nothing to train"]
-    vocab = s.vocab_estimate[0]
-    sums, paper = {}, 0.0
-    for row in trained:
+    out = {}
+    for row in s.rows:
+        if row.name in s.reused:
+            continue
         r = row_settings(s, row)
-        shape = cost.model_shape(r.arch, [*model_flags(scaled_settings(row, s.base)), *s.fairseq_extra], vocab)
+        shape = cost.model_shape(r.arch, [*model_flags(scaled_settings(row, s.base)), *s.fairseq_extra],
+                                 s.vocab_estimate[0])
         plan = batch_plan(r.tokens_per_update, common.devices(r), r.max_tokens_per_gpu)
-        for name, seconds in training_cost.gpu_seconds(shape, r.max_update, plan.max_tokens, plan.update_freq,
-                                                       r.precision_used).items():
-            sums[name] = sums.get(name, 0.0) + seconds
-        paper += training_cost.paper_gpu_seconds(shape, r.tokens_per_update, r.max_update)
+        out[row.name] = (training_cost.gpu_seconds(shape, r.max_update, plan.max_tokens, plan.update_freq,
+                                              r.precision_used),
+                    training_cost.paper_gpu_seconds(shape, r.tokens_per_update, r.max_update))
+    return out
+
+
+def total_cost(s: Table3Settings) -> List[str]:
+    """--dry-run: the training wall time of the rows trained here, summed per GPU type and on the
+    paper's P100s, one after the other as the rows run; with --job-per-group, also the longest
+    group's (the groups' jobs run side by side)."""
+    from .. import cost
+
+    costs = row_costs(s)
+    if not costs:
+        return ["every row is a finished run (--reuse): nothing to train"]
+
+    def summed(rows):
+        sums = {}
+        for row in rows:
+            for name, seconds in costs[row][0].items():
+                sums[name] = sums.get(name, 0.0) + seconds
+        return (", ".join(f"{name} {cost.hours_text(seconds)}" for name, seconds in sums.items())
+                + f" (attn_kit.step_model); on the paper's 8 P100s (fp32) "
+                + cost.hours_text(sum(costs[row][1] for row in rows)))
+
+    devices = f"{common.devices(s)} {'GPUs' if s.ngpus else 'CPU processes'}"
     reused = f"; {', '.join(sorted(s.reused))} from finished runs (--reuse), not counted" if s.reused else ""
-    return [f"Table 3 in all: {len(trained)} rows trained one after the other on {common.devices(s)} "
-            f"{'GPUs' if s.ngpus else 'CPU processes'}{reused}: "
-            + ", ".join(f"{name} {cost.hours_text(seconds)}" for name, seconds in sums.items())
-            + f" (attn_kit.step_model); on the paper's 8 P100s (fp32) {cost.hours_text(paper)}"]
+    lines = [f"Table 3 in all: {len(costs)} rows trained one after the other on {devices}{reused}: "
+             + summed(costs)]
+    if s.job_per_group:
+        groups = {}
+        for row in s.rows:
+            if row.name in costs:
+                groups.setdefault(row.group, []).append(row.name)
+        group, longest = max(groups.items(), key=lambda item: sum(costs[name][1] for name in item[1]))
+        lines.append(f"--job-per-group: {len(groups)} training jobs of {devices} each, side by side: the table is "
+                     f"done after the longest, group {group} ({len(longest)} row{'s' if len(longest) > 1 else ''}): "
+                     + summed(longest))
+    return lines
+
+
+GROUP_RUNS = "groups"  # --job-per-group: WORKDIR/groups/GROUP is each group's run
+MERGE_SCRIPT = "merge.sbatch"
+
+
+def group_runs(s: Table3Settings) -> List[Table3Settings]:
+    """--job-per-group: each group's run, as its job runs it: the group's rows of --rows (and the
+    --reuse of those rows) in WORKDIR/groups/GROUP, on the same --data-workdir."""
+    runs = []
+    for group in dict.fromkeys(row.group for row in s.rows):
+        rows = tuple(row for row in s.rows if row.group == group)
+        reused = {row.name: s.reused[row.name] for row in rows if row.name in s.reused}
+        argv = [*scale.without(s.recipe_argv, {"--rows": 1, "--reuse": 1, "--job-per-group": 0,
+                                               "--data-workdir": 1}),
+                "--rows", ",".join(row.name for row in rows), "--data-workdir", str(s.data_workdir),
+                *(x for name, folder in reused.items() for x in ("--reuse", f"{name}={folder}"))]
+        runs.append(dataclasses.replace(s, rows=rows, reused=reused, workdir=s.workdir / GROUP_RUNS / group,
+                                        recipe_argv=argv, job_per_group=False))
+    return runs
+
+
+def group_jobs(s: Table3Settings, data_job: bool) -> list:
+    """--job-per-group: (script, text, the jobs it waits for) of each group's training job (after
+    the data job, which is the first if ``data_job``), then of the job that merges their tables
+    into WORKDIR once all ended well."""
+    runs, wait = group_runs(s), (0,) if data_job else ()
+    jobs = [(str(Path(GROUP_RUNS) / run.workdir.name / slurm.SCRIPT),
+             scale.train_script(run, stages(run)[0].name, "table")[1], wait) for run in runs]
+    merge = [sys.executable, "-m", s.recipe_module, *([] if s.mode == "paper" else [f"--{s.mode}"]),
+             "--workdir", str(s.workdir), "--merge", *(str(run.workdir) for run in runs)]
+    log(f"Slurm merge job: Table 3 from the {len(runs)} groups' tables in {s.workdir}")
+    text = slurm.sbatch_script(merge, s.workdir, MERGE_SCRIPT, cpus_per_task=1, mem="4G",
+                               partition=s.prep_partition or s.partition, time_limit=s.prep_time or s.time_limit,
+                               account=s.account, env=slurm.job_environment(), cwd=Path.cwd())
+    return [*jobs, (MERGE_SCRIPT, text, tuple(range(len(wait), len(wait) + len(jobs))))]
 
 
 def data_job(s: Table3Settings):
     """--launcher slurm: (script name, text) of a job that prepares the EN-DE data, or None when it
     is prepared already (the EN-DE recipe would skip every data stage)."""
-    command = [c for c in data_command(s) if c != "--dry-run"]
-    data = wmt14.build(command[3:])
-    span = Pipeline(data.workdir, wmt14.stages(data), True, data.stage, data.stop_stage, wmt14.STAGE_ALIASES)
-    if scale.all_done(span):
-        log(f"the EN-DE data in {data.workdir} is prepared already: no data job")
+    if data_prepared(s):
+        log(f"the EN-DE data in {s.data_workdir} is prepared already: no data job")
         return None
+    command = [c for c in data_command(s) if c != "--dry-run"]
     cpus = scale.data_job_cpus(s)
     return scale.prep_script(s, [*command, "--workers", str(cpus)], cpus,
-                             f"the EN-DE data stages in {data.workdir}", watch=data.workdir)
+                             f"the EN-DE data stages in {s.data_workdir}", watch=s.data_workdir)
 
 
 def main(argv=None):
@@ -615,8 +700,15 @@ def main(argv=None):
     else:
         prepare_data(s)
     if s.launcher == "slurm":
-        train = scale.train_script(s, pipeline_stages[0].name, "table")
-        slurm.submit([job for job in (prep, train) if job], s.workdir, s.dry_run)
+        jobs = [prep] if prep else []
+        if s.job_per_group:
+            jobs += group_jobs(s, data_job=bool(prep))
+        else:
+            jobs.append(scale.train_script(s, pipeline_stages[0].name, "table"))
+        slurm.submit(jobs, s.workdir, s.dry_run)
+        if s.dry_run and not s.canary:
+            for line in total_cost(s):
+                print(f"  # {line}", flush=True)
         if s.dry_run and prep:
             log(f"the job of {prep[0]} runs:")
             prepare_data(s)
