@@ -404,7 +404,10 @@ def test_a_pool_worker_killed_inside_an_external_tool_ends_its_stage_in_one_line
     calls, caught = [], []
 
     def body(ctx):
-        ctx.sh([sys.executable, "-c", POOL_TOOL, "0.5", "60"], workers=True)
+        # 60 tasks of 0.25 s on 2 workers: ~7.5 s of work, so the kill comes while tasks are left, and the tree
+        # falls idle soon after it (the watch then waits IDLE_SECONDS): under load, 0.5 s tasks left it idle
+        # only ~30 s after the kill, past the join below
+        ctx.sh([sys.executable, "-c", POOL_TOOL, "0.25", "60"], workers=True)
 
     def run():
         try:
@@ -424,7 +427,7 @@ def test_a_pool_worker_killed_inside_an_external_tool_ends_its_stage_in_one_line
     assert len(workers) >= 2, workers
     time.sleep(3 * WATCH_SECONDS)  # a worker the watch has seen (the out-of-memory killer strikes mid-run)
     os.kill(sorted(workers)[-1], signal.SIGKILL)
-    thread.join(timeout=30)
+    thread.join(timeout=45)
     assert not thread.is_alive(), "the stage hung after its tool's worker was killed"
     assert len(caught) == 1 and caught[0].startswith("stage bpe: python") and "ended while it ran" in caught[0]
     assert "run the same command again to resume" in caught[0] and calls == []
