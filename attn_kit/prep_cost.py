@@ -10,7 +10,10 @@ fairseq-preprocess's main chunk). The parts that do the same work for every toke
 learning BPE, whose cost follows the sample's word types) are fitted as ``c + k * pairs`` with
 c >= 0 (:data:`PER_TOKEN`): a power law fitted over 0.1-1M pairs gave them exponents as low as 0.37
 and, for binarize on 16 cores, a negative serial term, far below their cost at WMT's millions of
-pairs. Learning BPE and the memory peaks are fitted as ``a * pairs^b``. The model in full:
+pairs. Learning BPE and the memory peaks are fitted as ``a * pairs^b``. The pairs are the benchmark
+corpus's, of newstest's lengths (:func:`fitted_words_per_pair` words each): a corpus of longer pairs
+is projected as that many more of them (``words_scale``), as a range from the benchmark's length to
+the corpus's estimated one until its size is known (:func:`recipe_lines`). The model in full:
 docs/scaling.md.
 """
 import json
@@ -95,19 +98,21 @@ def part_peak_mb(fits: dict, part: str, pairs: float, workers: int) -> float:
 
 
 def project(fits: dict, pairs: int, workers: int, bpe_learn_pairs: Optional[int] = None,
-            legacy: bool = False) -> dict:
+            legacy: bool = False, words_scale: float = 1.0) -> dict:
     """Seconds and peak MB of each part for ``pairs`` training pairs on ``workers`` workers, from
     ``fits`` (the results file's ``fits``): ``{"seconds": {part: s}, "peak_mb": {part: MB},
     "total_seconds", "peak_mb_max", "learn_pairs"}``. ``bpe_learn_pairs``: 0 or None learns on
     every pair. ``legacy``: the recipe before --bpe-learn-pairs (BPE learned on every pair, learn and
-    apply-bpe in one process)."""
+    apply-bpe in one process). ``words_scale``: the corpus's words per pair over the benchmark
+    corpus's (:func:`fitted_words_per_pair`): the parts work per word (and learning BPE on the words
+    of its sample), so a corpus of longer pairs counts as that many more of the benchmark's pairs."""
     learn_pairs = pairs if legacy or not bpe_learn_pairs else min(pairs, bpe_learn_pairs)
     seconds, peak = {}, {}
     for part in PARTS:
         measured = part in fits["cpu_serial"] or part in fits["cpu_parallel"]
         if not measured or (part == "sample" and learn_pairs >= pairs):
             continue
-        n = learn_pairs if part == "learn_bpe" else pairs
+        n = (learn_pairs if part == "learn_bpe" else pairs) * words_scale
         w = 1 if part in SERIAL or (legacy and part in ("learn_bpe", "apply_bpe")) else workers
         seconds[part] = part_seconds(fits, part, n, w)
         peak[part] = part_peak_mb(fits, part, n, w)
@@ -115,26 +120,33 @@ def project(fits: dict, pairs: int, workers: int, bpe_learn_pairs: Optional[int]
             "peak_mb_max": max(peak.values()) if peak else None, "learn_pairs": learn_pairs}
 
 
-def planning_table(fits: dict, pairs: dict, bpe_learn_pairs: int, cores=(2, 16)) -> str:
+def planning_table(fits: dict, pairs: dict, bpe_learn_pairs: int, cores=(2, 16),
+                   fitted_words: Optional[float] = None) -> str:
     """The projections for ``pairs`` (name -> attn_kit.recipes.wmt14_data.Pair) on ``cores`` (workers =
-    cores), the recipe before its speed-ups and now, as a markdown table (docs/scaling.md's, the benchmark's)."""
+    cores), the recipe before its speed-ups and now, as a markdown table (docs/scaling.md's, the benchmark's).
+    ``fitted_words``: the benchmark corpus's words per pair; then each cell is a range, from the
+    benchmark corpus's words per pair to the pair's (``Pair.words_per_pair``)."""
     parts = ("tokenize", "sample", "learn_bpe", "apply_bpe", "clean", "binarize")
     lines = ["| pair | training pairs | cores | recipe | " + " | ".join(p.replace("_", " ") for p in parts)
              + " | all data stages | peak memory |", "|" + "---|" * (len(parts) + 6)]
     for name, pair in pairs.items():
+        scales = (1.0, pair.words_per_pair / fitted_words) if fitted_words else (1.0,)
         for n in cores:
             for legacy in (True, False):
-                p = project(fits, pair.train_pairs, n, bpe_learn_pairs, legacy=legacy)
+                ps = [project(fits, pair.train_pairs, n, bpe_learn_pairs, legacy=legacy, words_scale=x) for x in scales]
                 recipe = ("before: BPE learned on every pair; learn and apply in one process" if legacy else
-                          f"now: BPE learned on {p['learn_pairs'] / 1e6:g}M sampled pairs; --workers {n}")
-                cells = [prep_cost_cell(p, k) for k in parts]
+                          f"now: BPE learned on {ps[0]['learn_pairs'] / 1e6:g}M sampled pairs; --workers {n}")
+                cells = [span([minutes_text(p["seconds"][k]) for p in ps]) if k in ps[0]["seconds"] else "-"
+                         for k in parts]
                 lines.append(f"| {name.upper()} | {pair.train_pairs / 1e6:g}M | {n} | {recipe} | " + " | ".join(cells)
-                             + f" | **{minutes_text(p['total_seconds'])}** | {p['peak_mb_max'] / 1024:.1f} GB |")
+                             + f" | **{span([minutes_text(p['total_seconds']) for p in ps])}** | "
+                             + span([f"{p['peak_mb_max'] / 1024:.1f}" for p in ps]) + " GB |")
     return "\n".join(lines)
 
 
-def prep_cost_cell(p: dict, part: str) -> str:
-    return minutes_text(p["seconds"][part]) if part in p["seconds"] else "-"
+def span(texts: Sequence[str]) -> str:
+    """A value, or a range "low to high" of two that differ as printed."""
+    return texts[0] if len(set(texts)) == 1 else " to ".join(texts)
 
 
 def load(path: Optional[Path] = None) -> Optional[dict]:
@@ -153,20 +165,46 @@ def minutes_text(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def fitted_words_per_pair(results: dict) -> Optional[float]:
+    """Whitespace words per pair (both sides) of the benchmark's corpus at its largest size: the unit
+    its fits are in (the corpus has newstest2013+2014 EN-DE's sentence lengths); None where the file
+    does not record it."""
+    counted = results["result"].get("corpus", {}).get("words_per_pair") or {}
+    return counted.get(str(max(results["result"]["settings"]["sizes"])))
+
+
 def recipe_lines(pair: str, train_pairs: int, workers: int, bpe_learn_pairs: Optional[int],
-                 path: Optional[Path] = None) -> List[str]:
+                 path: Optional[Path] = None, words_per_pair: Optional[Tuple[float, str]] = None,
+                 counted: bool = False) -> List[str]:
     """The recipe's --dry-run lines: the data stages of ``pair`` (``train_pairs`` training pairs)
-    projected on this run's --workers and --bpe-learn-pairs."""
+    projected on this run's --workers and --bpe-learn-pairs. ``words_per_pair``: (words per pair of
+    the corpus, where that number comes from). A range: from the benchmark corpus's own (news-shaped)
+    words per pair, the low end, to ``words_per_pair``, the high end; ``counted``: the corpus's size is
+    known, one projection at it."""
     path = Path(path or RESULTS)
     results = load(path)
     name = path.relative_to(REPO) if Path(path).is_relative_to(REPO) else path
     if results is None:
         return [f"data preparation: no projection ({name} is not filed; benchmarks/data_prep.py makes it)"]
-    p = project(results["result"]["fits"], train_pairs, workers, bpe_learn_pairs)
-    parts = ", ".join(f"{part.replace('_', ' ')} {minutes_text(s)}" for part, s in p["seconds"].items())
-    learn = ("every pair" if p["learn_pairs"] >= train_pairs else f"{p['learn_pairs']} sampled pairs")
+    fits, fitted = results["result"]["fits"], fitted_words_per_pair(results)
+    ends = [(1.0, f"{fitted:.1f} words per pair as the benchmark's news-shaped corpus" if fitted else
+             "the benchmark corpus's pairs")]
+    if words_per_pair and fitted:
+        high = (words_per_pair[0] / fitted, f"{words_per_pair[0]:.1f} words per pair ({words_per_pair[1]})")
+        ends = [high] if counted else [*ends, high]
+    projections = [(project(fits, train_pairs, workers, bpe_learn_pairs, words_scale=scale), why)
+                   for scale, why in ends]
+    first = projections[0][0]
+    learn = ("every pair" if first["learn_pairs"] >= train_pairs else f"{first['learn_pairs']} sampled pairs")
+    total = span([minutes_text(p["total_seconds"]) for p, _ in projections])
+    parts = ", ".join(f"{part.replace('_', ' ')} " + span([minutes_text(p["seconds"][part]) for p, _ in projections])
+                      for part in first["seconds"])
+    memory = span([f"{p['peak_mb_max'] / 1024:.1f}" for p, _ in projections])
+    machine = results["machine"] + (f" at {results['cpu']['mhz']:.0f} MHz" if (results.get("cpu") or {}).get("mhz")
+                                    else "")
     return [f"data preparation, projected for WMT14 {pair} (~{train_pairs / 1e6:g}M pairs) on --workers {workers}, "
-            f"BPE learned on {learn}: {minutes_text(p['total_seconds'])} ({parts}); peak memory "
-            f"{p['peak_mb_max'] / 1024:.1f} GB",
+            f"BPE learned on {learn}: {total} ({parts}); peak memory {memory} GB",
+            "  (" + "; ".join(("at " if len(projections) == 1 else ("low end at ", "high end at ")[i]) + why
+                              for i, (_, why) in enumerate(projections)) + ")",
             f"  (fits of {name}, measured up to {max(results['result']['settings']['sizes']) / 1e6:g}M pairs on "
-            f"{results['machine']}; download and extraction not included)"]
+            f"{machine}, per word; another CPU differs; download and extraction not included)"]

@@ -466,10 +466,15 @@ def decode_rules() -> str:
                          f"{d['bleu_compound_split']:.2f}", f"{d['sentences_per_s']:.0f}"])
         d = t["decodings"]
         speed = d["paper, t2t stop"]["sentences_per_s"] / d["paper, fairseq stop"]["sentences_per_s"]
+        min0 = d.get("paper, t2t stop, --min-len 0")
         notes.append(f"{name[0].upper()}{name[1:]} ({t['sentences']} sentences): the two rules give the same "
                      f"translation for {t['same_output_t2t_vs_fairseq_stop']}; the paper's rule decodes at "
                      f"{speed:.2f}x the speed of fairseq's; `--print-alignment` takes "
-                     f"{t['print_alignment_time_ratio']:.2f}x the time of the same decoding without it")
+                     f"{t['print_alignment_time_ratio']:.2f}x the time of the same decoding without it"
+                     + (f"; `--min-len 0` (an empty translation allowed, as the paper's code) gives "
+                        f"{min0['empty_outputs']} empty translation{'' if min0['empty_outputs'] == 1 else 's'} "
+                        f"and changes {t['sentences'] - t['same_output_min_len_1_vs_0']} of {t['sentences']}, "
+                        f"sacreBLEU {min0['sacrebleu'] - d['paper, t2t stop']['sacrebleu']:+.2f}" if min0 else ""))
     own = r["run_decoding"]
     own_text = (f"GNMT alpha {own['gnmt_alpha']:g}" if own.get("gnmt_alpha") is not None
                 else f"fairseq lenpen {own.get('lenpen', 1):g}")
@@ -621,7 +626,7 @@ def data_prep() -> str:
     function as the recipes' --dry-run (attn_kit.prep_cost.project)."""
     from . import prep_cost
     from .recipes import config
-    from .recipes.wmt14_data import PAIRS
+    from .recipes.wmt14_data import PAIRS, TRAIN_TO_NEWSTEST_BYTES
 
     path = BENCH / "cpu2core_data_prep.json"
     if not path.exists():
@@ -640,9 +645,17 @@ def data_prep() -> str:
     news = "; ".join(f"{k.split(' / ')[1].rsplit(' ', 1)[1]}: {v['synthetic_types']} types after {v['tokens']} "
                      f"tokens, the news text {v['real_types']}"
                      for k, v in r["corpus"]["check"]["compared_at_real_size"].items() if "newstest" in k)
-    return (prep_cost.planning_table(fits, PAIRS, config.settings("wmt14", "paper")["bpe_learn_pairs"])
-            + "\n\nProjected by `attn_kit.prep_cost` (the recipes' `--dry-run` prints the same for its pair, "
-              "`--workers` and `--bpe-learn-pairs`) for cores of their own, from CPU seconds: per part, the main "
+    fitted = prep_cost.fitted_words_per_pair(run)
+    lengths = (f"Each cell runs from the benchmark corpus's {fitted:.1f} words per pair (newstest's lengths) to "
+               + " and ".join(f"{name.upper()}'s {pair.words_per_pair:.1f} (WMT14's training text is longer per pair "
+                              f"than newstest2014 by {TRAIN_TO_NEWSTEST_BYTES[pair.tgt]:.2f}x in bytes)"
+                              for name, pair in PAIRS.items())
+               + "; the parts work per word, so the projection scales by words, not pairs (the recipe's dry run "
+                 "uses the extracted text's size once it is there). " if fitted else "")
+    return (prep_cost.planning_table(fits, PAIRS, config.settings("wmt14", "paper")["bpe_learn_pairs"],
+                                     fitted_words=fitted)
+            + "\n\n" + lengths + "Projected by `attn_kit.prep_cost` (the recipes' `--dry-run` prints the same for "
+              "its pair, `--workers` and `--bpe-learn-pairs`) for cores of their own, from CPU seconds: per part, the main "
               "process's (serial) and the workers' (parallel) CPU seconds, fitted from "
               f"{fits['fitted_from_pairs']:,} pairs on as c + k x pairs (c >= 0) for the parts whose work is per "
               "token and as a x pairs^b for learning BPE, whose work follows the sample's word types "

@@ -294,3 +294,53 @@ def test_dry_run_prints_the_projection_for_the_runs_pair_and_workers(tmp_path, m
     monkeypatch.setattr(prep_cost, "RESULTS", tmp_path / "missing.json")
     assert "no projection" in dry_run()
     assert not Path("/tmp/never-created-data-prep").exists()
+
+
+def test_a_corpus_of_longer_pairs_costs_what_as_many_more_pairs_cost():
+    """Issue 38: the parts work per word, so pairs twice as long as the benchmark corpus's cost what
+    twice the pairs cost (and BPE learned on a sample of them, what a sample of twice the pairs costs)."""
+    longer = prep_cost.project(FITS, 4_500_000, 16, 1_000_000, words_scale=2.0)
+    more = prep_cost.project(FITS, 9_000_000, 16, 2_000_000)
+    assert longer["seconds"] == pytest.approx(more["seconds"]) and longer["peak_mb"] == pytest.approx(more["peak_mb"])
+    assert longer["learn_pairs"] == 1_000_000  # still the sample's pairs
+
+
+def test_the_dry_run_projects_a_range_by_words_then_the_extracted_texts_size(tmp_path, monkeypatch):
+    """Issue 38: before extraction, from the benchmark corpus's words per pair (newstest's lengths,
+    the low end) to WMT14's estimated words per pair (the high end); once the training text is
+    extracted, one projection at its size in words (its bytes / newstest2014's bytes per word)."""
+    from attn_kit.recipes.wmt14_data import NEWSTEST2014_BYTES_PER_WORD, PAIRS
+
+    results = tmp_path / "data_prep.json"
+    results.write_text(json.dumps({"machine": "a test machine", "result": {
+        "fits": FITS, "settings": {"sizes": [1000, 1000000]}, "corpus": {"words_per_pair": {"1000000": 37.5}}}}))
+    monkeypatch.setattr(prep_cost, "RESULTS", results)
+    data = tmp_path / "data"
+    lines = dry_run("--workers", "16", "--bpe-learn-pairs", "1000000", "--data-workdir", str(data)).splitlines()
+    line = next(l for l in lines if "data preparation, projected" in l)
+    low, high = (prep_cost.project(FITS, 4_500_000, 16, 1_000_000, words_scale=x)
+                 for x in (1.0, PAIRS["en-de"].words_per_pair / 37.5))
+    assert f": {prep_cost.minutes_text(low['total_seconds'])} to {prep_cost.minutes_text(high['total_seconds'])} (" \
+        in line
+    assert "low end at 37.5 words per pair" in lines[lines.index(line) + 1]
+    assert f"high end at {PAIRS['en-de'].words_per_pair:.1f} words per pair" in lines[lines.index(line) + 1]
+    (data / "raw").mkdir(parents=True)
+    for lang, size in (("en", 300_000_000), ("de", 365_000_000)):
+        with open(data / "raw" / f"train.{lang}", "wb") as f:
+            f.truncate(size)  # sparse: only the size is read
+    lines = dry_run("--workers", "16", "--bpe-learn-pairs", "1000000", "--data-workdir", str(data)).splitlines()
+    line = next(l for l in lines if "data preparation, projected" in l)
+    words = 665_000_000 / NEWSTEST2014_BYTES_PER_WORD["de"]
+    at = prep_cost.project(FITS, 4_500_000, 16, 1_000_000, words_scale=words / 4_500_000 / 37.5)
+    assert f": {prep_cost.minutes_text(at['total_seconds'])} (" in line
+    assert f"at {words / 4_500_000:.1f} words per pair (~{words / 1e6:.0f}M words, from the size of" \
+        in lines[lines.index(line) + 1]
+
+
+def test_words_per_pair_counts_both_sides_of_the_first_n_pairs(tmp_path):
+    from attn_kit.bench.data_prep import words_per_pair
+
+    (tmp_path / "c.en").write_text("a b\nc d e f\n  g  \nh\n")
+    (tmp_path / "c.de").write_text("x\ny z\n\nw v u\n")
+    # pair 1: 2 + 1 words; pair 2: 4 + 2; pair 3: 1 + 0; pair 4: 1 + 3
+    assert words_per_pair(tmp_path / "c", [2, 4]) == {"2": 4.5, "4": 3.5}

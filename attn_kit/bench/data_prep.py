@@ -325,6 +325,20 @@ def uptime() -> str:
         return f"load average: {', '.join(map(str, load_average()))}"
 
 
+def words_per_pair(prefix: Path, sizes) -> dict:
+    """{N: whitespace words per pair, both sides, of the first N pairs of PREFIX.en/.de}: the
+    corpus's size in the unit the projections scale by (attn_kit.prep_cost: the token-bound
+    stages' work is per token)."""
+    out, words, pairs = {}, 0, 0
+    with open(f"{prefix}.en", encoding="utf-8") as en, open(f"{prefix}.de", encoding="utf-8") as de:
+        for a, b in zip(en, de):
+            words += len(a.split()) + len(b.split())
+            pairs += 1
+            if pairs in sizes:
+                out[str(pairs)] = round(words / pairs, 3)
+    return out
+
+
 def make_corpus(args, folder: Path) -> dict:
     """The synthetic corpus (train: the largest size; valid, test: HELD_OUT pairs each) and its check."""
     shapes = C.read_shapes(args.shapes[0], args.shapes[2]) + C.read_shapes(args.shapes[1], args.shapes[3]) \
@@ -336,7 +350,8 @@ def make_corpus(args, folder: Path) -> dict:
                           ("test", HELD_OUT, args.seed + 2)):
         C.write_corpus(C.generate(shapes, vocab, n, seed), folder / f"{name}.en", folder / f"{name}.de")
     log(f"corpus: {max(args.sizes)} training pairs in {time.perf_counter() - t0:.0f} s ({folder})")
-    return {"shapes": [str(p) for p in args.shapes], "shape_pairs": len(shapes), "seed": args.seed,
+    return {"words_per_pair": words_per_pair(folder / "train", args.sizes),
+            "shapes": [str(p) for p in args.shapes], "shape_pairs": len(shapes), "seed": args.seed,
             "wordfreq": C.wordfreq_version(), "burstiness": C.BURSTINESS, "document_sentences": C.DOCUMENT,
             "tail": {"en": round(vocab[0].tail, 5), "de": round(vocab[1].tail, 5)},
             "list_words": {"en": len(vocab[0].words), "de": len(vocab[1].words)},
@@ -582,7 +597,8 @@ def report(args, out: dict) -> int:
     from ..recipes import config
     from ..recipes.wmt14_data import PAIRS
 
-    print(prep_cost.planning_table(r["fits"], PAIRS, config.settings("wmt14", "paper")["bpe_learn_pairs"]))
+    print(prep_cost.planning_table(r["fits"], PAIRS, config.settings("wmt14", "paper")["bpe_learn_pairs"],
+                                   fitted_words=prep_cost.fitted_words_per_pair(out)))
     print(f"\n{r['uptime']['start']}\n{r['uptime'].get('end', '')}\nwrote {args.out}")
     return 0
 

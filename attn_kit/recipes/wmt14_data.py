@@ -64,6 +64,19 @@ class Pair:
     bpe_merges: int                    # joint BPE merges for the paper's vocabulary size
     paper_vocab: int
     train_pairs: int                   # training pairs, about (the paper, Sec. 5.1): for planning
+    words_per_pair: float              # whitespace words per training pair, both sides, about: for planning
+
+
+# Words per training pair (both sides, whitespace-separated), for projecting the data stages before the
+# corpus is extracted: newstest2014's own words per pair (counted on its plain text) times how much longer
+# a training pair is than a newstest2014 pair in bytes, from Hugging Face copies whose splits are stored
+# alike: en-de 1,358,406,800 bytes / 4,508,785 pairs against 777,326 / 3003
+# (huggingface.co/datasets/wmt/wmt14, de-en); en-fr 14,956,705,827 / 40,836,715 against 853,864 / 3003
+# (huggingface.co/datasets/manu/wmt-en-fr). Assumed: as much longer in words as in bytes.
+NEWSTEST2014_WORDS_PER_PAIR = {"de": 38.025, "fr": 43.946}
+NEWSTEST2014_BYTES_PER_WORD = {"de": 6.65, "fr": 6.22}  # UTF-8 bytes per word, newlines included (counted)
+TRAIN_TO_NEWSTEST_BYTES = {"de": (1_358_406_800 / 4_508_785) / (777_326 / 3003),
+                           "fr": (14_956_705_827 / 40_836_715) / (853_864 / 3003)}
 
 
 def _pair(f: str, corpora: List[str]) -> Pair:
@@ -85,6 +98,7 @@ def _pair(f: str, corpora: List[str]) -> Pair:
         bpe_merges=35000 if f == "de" else 30000,
         paper_vocab=37000 if f == "de" else 32000,
         train_pairs=4_500_000 if f == "de" else 36_000_000,
+        words_per_pair=NEWSTEST2014_WORDS_PER_PAIR[f] * TRAIN_TO_NEWSTEST_BYTES[f],
     )
 
 
@@ -202,7 +216,16 @@ class Wmt14Download(DataSource):
         return f"WMT14 {s.pair} corpora, newstest2013 and newstest2014"
 
     def notes(self, s) -> List[str]:
-        return recipe_lines(s.pair, PAIRS[s.pair].train_pairs, s.workers, s.bpe_learn_pairs)
+        pair, lay = PAIRS[s.pair], Layout.of(s)
+        extracted = [lay.raw / f"train.{lang}" for lang in (s.src, s.tgt)]
+        if all(path.is_file() for path in extracted):  # its size in words, from its size in bytes (no reading)
+            words = sum(path.stat().st_size for path in extracted) / NEWSTEST2014_BYTES_PER_WORD[pair.tgt]
+            return recipe_lines(s.pair, pair.train_pairs, s.workers, s.bpe_learn_pairs, words_per_pair=(
+                words / pair.train_pairs, f"~{words / 1e6:.0f}M words, from the size of {lay.raw}/train.*"),
+                counted=True)
+        return recipe_lines(s.pair, pair.train_pairs, s.workers, s.bpe_learn_pairs, words_per_pair=(
+            pair.words_per_pair, "WMT14's training text, longer per pair than news by its bytes per pair against "
+            "newstest2014's, attn_kit.recipes.wmt14_data; after the extract stage, from its size"))
 
     def manifest(self, ctx, s, lay: Layout):
         """(the files by key, the mirror to fetch them from, a function that stops serving it or None)."""
