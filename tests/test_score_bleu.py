@@ -518,3 +518,38 @@ def test_t2t_matches_the_real_perl_pipeline_where_it_is_installed(tmp_path):
                           f"perl {scripts}/tokenizer/tokenizer.perl -l de -q", shell=True, capture_output=True,
                           text=True).stdout.splitlines()
     assert perl == [t2t_tokenize(x, "de", version="2018") for x in lines]
+
+
+def test_bleu_is_computed_in_attn_kit_metrics_only():
+    """Issue 39: BLEU was scored in seven modules (sacrebleu called in recipes, inference, compare and
+    bench), so that a protocol fix could miss one. Every module outside attn_kit/metrics scores
+    through attn_kit.metrics.scores; none imports sacreBLEU itself."""
+    import ast
+
+    offenders = []
+    for path in sorted((REPO / "attn_kit").rglob("*.py")) + sorted((REPO / "attn_plugin").rglob("*.py")):
+        if path.parent.name == "metrics":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n.split(".")[0] == "sacrebleu" for n in names):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert offenders == []
+
+
+def test_the_shared_scores_are_sacrebleus_and_multi_bleus_own_numbers():
+    from sacrebleu.metrics import BLEU
+
+    from attn_kit.metrics.bleu import multi_bleu
+    from attn_kit.metrics.scores import sacrebleu_score, tokenized_score, translation_scores
+
+    refs = ["Der Hund läuft schnell über die Straße .", "Es ist ein schöner Tag ."]
+    hyps_tok = ["Der Hund läuft über die Straße .", "Es ist ein schöner Tag ."]
+    out = translation_scores(hyps_tok, refs, "de")
+    assert out["detokenized"] == ["Der Hund läuft über die Straße.", "Es ist ein schöner Tag."]
+    assert out["sacrebleu"] == round(BLEU().corpus_score(out["detokenized"], [refs]).score, 2) \
+        == sacrebleu_score(out["detokenized"], refs)
+    assert out["bleu_tokenized"] == round(multi_bleu(hyps_tok, refs).score, 2)
+    assert tokenized_score(hyps_tok, refs) == round(BLEU(tokenize="none", force=True).corpus_score(
+        hyps_tok, [refs]).score, 2)

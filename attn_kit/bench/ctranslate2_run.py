@@ -130,9 +130,8 @@ def bench_run(run_dir: Path, info: dict, args, log) -> dict:
     import torch
 
     from ..inference.ctranslate2 import CT2Translator, export, fairseq_batches
+    from ..metrics.scores import sacrebleu_score
     from .ctranslate2 import engines
-
-    import sacrebleu
 
     results = info["results"]
     gpu = args.device == "cuda"
@@ -194,7 +193,7 @@ def bench_run(run_dir: Path, info: dict, args, log) -> dict:
                      compute_type=name.split()[1].rstrip(","),
                      same_output=f"{sum(a == b for a, b in zip(lines, reference))}/{len(sources)}")
         if refs is not None:
-            e["sacrebleu"] = round(sacrebleu.corpus_bleu([detok(h) for h in lines], [refs]).score, 2)
+            e["sacrebleu"] = sacrebleu_score([detok(h) for h in lines], refs)
         result["engines"][name] = e
     return result
 

@@ -94,7 +94,7 @@ def run_training(cmd, run_dir: Path, tag: str, env: dict) -> dict:
 
 def run_generation(args, data: Path, run_dir: Path, subset: str, tag: str, env: dict) -> dict:
     """Translate ``subset`` with the run's last checkpoint; BLEU and fairseq's own speed."""
-    from sacrebleu.metrics import BLEU
+    from ..metrics.scores import tokenized_score
 
     checkpoint = run_dir / "checkpoints" / "checkpoint_last.pt"
     if not checkpoint.exists():
@@ -123,13 +123,13 @@ def run_generation(args, data: Path, run_dir: Path, subset: str, tag: str, env: 
     if not ids or sorted(hyps) != ids:
         raise UserError(f"{tag}: {out} has {len(hyps)} hypotheses for {len(refs)} references")
     # tokenized BLEU: the output and references are tokenized text (force: sacreBLEU would warn about it)
-    bleu = BLEU(tokenize="none", force=True).corpus_score([hyps[i] for i in ids], [[refs[i] for i in ids]])
+    bleu = tokenized_score([hyps[i] for i in ids], [refs[i] for i in ids])
     # fairseq's own timing of the generation alone (its log goes to the output file)
     speed = re.findall(r"Translated [\d,]+ sentences .* in [\d.]+s \(([\d.]+) sentences/s, ([\d.]+) tokens/s",
                        out.read_text(encoding="utf-8") + proc.stderr)
-    result = {"bleu": round(bleu.score, 2), "sentences": len(ids), "generate_seconds": round(seconds, 1),
+    result = {"bleu": bleu, "sentences": len(ids), "generate_seconds": round(seconds, 1),
               "subset": subset, "output": str(out)}
     if speed:
         result["sentences_per_s"], result["gen_tokens_per_s"] = map(float, speed[-1])
-    log(f"  {tag}: BLEU {bleu.score:.2f} on {len(ids)} {subset} sentences ({seconds:.0f} s)")
+    log(f"  {tag}: BLEU {bleu:.2f} on {len(ids)} {subset} sentences ({seconds:.0f} s)")
     return result

@@ -206,11 +206,10 @@ def compare_with_test_output(results: dict, hyps: List[str], parsing: bool, erro
            "identical_lines": sum(a == b for a, b in zip(hyps, recipe))}
     ref = results.get("test_reference")
     if not parsing and ref:
-        import sacrebleu
+        from ..metrics.scores import sacrebleu_score
 
         refs = read_input(Path(ref), f"{ref} (test_reference of results.json)", errors)
-        out.update(sacrebleu_translate=round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
-                   sacrebleu_recipe=round(sacrebleu.corpus_bleu(recipe, [refs]).score, 2))
+        out.update(sacrebleu_translate=sacrebleu_score(hyps, refs), sacrebleu_recipe=sacrebleu_score(recipe, refs))
     return out
 
 

@@ -116,8 +116,7 @@ def build(argv=None) -> SweepSettings:
 def valid_bleu(s: SweepSettings, work: Path, checkpoint: Path, flags) -> float:
     """sacreBLEU of ``checkpoint`` on the bundled valid split, decoded as the recipe decodes
     (:func:`attn_kit.recipes.common.generate_command`) with ``flags`` (beam, length penalty)."""
-    import sacrebleu
-    from sacremoses import MosesDetokenizer
+    from ..metrics.scores import detokenize, sacrebleu_score
 
     beam, penalty = flags[1], flags[2:]
     cmd = generate_command(s, work / "data-bin", checkpoint, "valid", beam, penalty, 50, 128)
@@ -130,9 +129,7 @@ def valid_bleu(s: SweepSettings, work: Path, checkpoint: Path, flags) -> float:
     if proc.returncode != 0:
         raise UserError(f"fairseq-generate failed: {proc.stderr.strip().splitlines()[-1:]}")
     refs = (work / "raw" / "valid.de").read_text(encoding="utf-8").split("\n")[:-1]
-    detok = MosesDetokenizer(lang="de")
-    hyps = [detok.detokenize(h.split()) for h in read_hypotheses(out, len(refs))]
-    return round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+    return sacrebleu_score(detokenize(read_hypotheses(out, len(refs)), "de"), refs)
 
 
 def average(work: Path, n: int, upper: int) -> Path:

@@ -286,16 +286,11 @@ def count_parameters(checkpoint: Path) -> int:
 
 def score_dev(data_w: Path, gen_out: Path) -> dict:
     """BLEU of the dev translations: the paper's protocol (t2t) and sacreBLEU."""
-    import sacrebleu
-    from sacremoses import MosesDetokenizer
-
-    from ..metrics.bleu import read_lines, t2t_bleu
+    from ..metrics.bleu import read_lines
+    from ..metrics.scores import dev_scores
 
     refs = read_lines(data_w / "raw" / "valid.de")
-    detok = MosesDetokenizer(lang="de")
-    hyps = [detok.detokenize(h.split()) for h in common.read_hypotheses(gen_out, len(refs))]
-    return {"bleu": round(t2t_bleu(hyps, refs, lang="de").score, 2), "bleu_script": "2017",
-            "sacrebleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2), "dev_sentences": len(refs)}
+    return dev_scores(common.read_hypotheses(gen_out, len(refs)), refs, "de")
 
 
 def dev_command(r: Table3Settings, checkpoint) -> list:

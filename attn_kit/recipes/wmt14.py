@@ -18,7 +18,6 @@ from ..cli import ArgumentParser, UsageError, UserError, log, main_guard, write_
 from ..textio import iter_lines
 from ..paper import TABLE2_BLEU
 from ..pipeline import verify
-from ..metrics.bleu import T2T_2018_NORMALIZES
 from ..pipeline.progress import Progress, watch_output
 from .. import fairseq_data
 from ..fairseq_log import progress_line
@@ -34,12 +33,6 @@ from .wmt14_smoke import SmokeMirror
 VOCABULARY_THRESHOLD = 50  # apply-bpe --vocabulary-threshold, as fairseq's WMT scripts
 BPE_SAMPLE_SEED = 1  # --bpe-learn-pairs: the sample of training pairs BPE is learned on
 MAX_LEN_B, BATCH_SIZE = 50, 128  # decoding: output up to input + 50 tokens (Sec. 6.1); sentences per batch
-T2T_PROTOCOL = {  # results.json's bleu_t2t_protocol, by whether the target is German
-    True: "tensor2tensor get_ende_bleu.sh of 2017: tokenizer.perl -l de (no -a), compound split, multi-bleu.perl "
-          f"(the paper's Table 2); bleu_t2t_2018: the 2018 script, {T2T_2018_NORMALIZES}",
-    False: "tokenizer.perl (no -a), multi-bleu.perl (t2t's 2017 pipeline without the compound split); "
-           f"bleu_t2t_2018: {T2T_2018_NORMALIZES}",
-}
 SOURCES = {"wmt14": Wmt14Download(), "smoke-mirror": SmokeMirror(), "bundled": Bundled()}  # by the YAML's data
 SIZE_OPTIONS = ("layers", "d_model", "d_ff", "h", "p_drop")
 # The data stages of every mode (the first two are named check and copy for recipes/parallel.sh).
@@ -548,42 +541,15 @@ def stages(s: Wmt14Settings) -> List[Stage]:
 
 
 # ---------------------------------------------------------------------------------------------- scoring
-def test_scores(hyps_tok, refs, tgt: str, tok_refs=None) -> dict:
-    """BLEU of fairseq-generate's hypotheses (Moses -a tokens, BPE removed) against the raw references
-    every way the paper and fairseq report it. ``tok_refs``: the references as the recipe tokenized
-    them (default: tokenized here the same way). ``detokenized``: the hypotheses as raw text."""
-    import sacrebleu
-    from sacremoses import MosesDetokenizer
-
-    from ..metrics.bleu import compound_split, multi_bleu, t2t_bleu
-    from ..pipeline.text import _moses_line
-
-    if tok_refs is None:
-        tok_refs = [_moses_line(tgt, r) for r in refs]
-    detok = MosesDetokenizer(lang=tgt)
-    hyps = [detok.detokenize(h.split()) for h in hyps_tok]
-    bleu = sacrebleu.metrics.BLEU()
-    result = bleu.corpus_score(hyps, [refs])
-    paper = t2t_bleu(hyps, refs, lang=tgt)  # the paper's protocol (tensor2tensor's get_ende_bleu.sh of 2017)
-    later = t2t_bleu(hyps, refs, lang=tgt, version="2018")
-    out = {"bleu_t2t": round(paper.score, 2), "bleu_t2t_2018": round(later.score, 2),
-           "bleu_t2t_protocol": T2T_PROTOCOL[tgt == "de"],
-           "sacrebleu": round(result.score, 2), "sacrebleu_signature": str(bleu.get_signature()),
-           "bleu_tokenized": round(multi_bleu(hyps_tok, tok_refs).score, 2), "detokenized": hyps}
-    if tgt == "de":
-        split = multi_bleu([compound_split(h) for h in hyps_tok], [compound_split(r) for r in tok_refs])
-        out["bleu_compound_split"] = round(split.score, 2)
-    return out
-
-
 def write_results(s: Wmt14Settings, src: str, tgt: str, penalty: str):
     """Score the test output every way the paper and fairseq report it; write results.json."""
     from ..metrics.bleu import read_lines
+    from ..metrics.scores import translation_scores
 
     W, D = s.workdir, s.data_workdir  # the run, its prepared data (--data-workdir)
     refs = read_lines(D / "raw" / f"test.{tgt}")  # split at \n only, as multi-bleu.perl does
     hyps_tok = common.read_hypotheses(W / "gen" / "test.out", len(refs))
-    out = test_scores(hyps_tok, refs, tgt, tok_refs=read_lines(D / "tok" / f"test.{tgt}"))
+    out = translation_scores(hyps_tok, refs, tgt, tok_refs=read_lines(D / "tok" / f"test.{tgt}"))
     hyps = out.pop("detokenized")
     (W / "gen" / f"test.detok.{tgt}").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     (W / "gen" / f"test.tok.{tgt}").write_text("\n".join(hyps_tok) + "\n", encoding="utf-8")
