@@ -28,9 +28,11 @@ PAPER = {"beam": 4, "alpha": 0.6}  # Sec. 6.1 (max length: the recipes' input + 
 DECODINGS = {  # name: fairseq-generate flags beyond the run's data, checkpoint and length limit
     "paper, t2t stop": ["--gnmt-alpha", "0.6", "--beam-stop", "t2t"],
     "paper, fairseq stop": ["--gnmt-alpha", "0.6", "--beam-stop", "fairseq"],
+    # the paper's code let </s> come first (an empty translation); fairseq's --min-len 1 forbids it
+    "paper, t2t stop, --min-len 0": ["--gnmt-alpha", "0.6", "--beam-stop", "t2t", "--min-len", "0"],
 }
 NAMES = {"own": "the run's own", "t2t": "paper, t2t stop", "fairseq": "paper, fairseq stop",
-         "alignment": "paper, t2t stop, --print-alignment"}  # --decodings
+         "min0": "paper, t2t stop, --min-len 0", "alignment": "paper, t2t stop, --print-alignment"}  # --decodings
 
 
 def parse_args(argv=None):
@@ -74,10 +76,10 @@ def prepare(run_dir: Path, info: dict, name: str, source: Path, work: Path) -> P
 
 
 def scores(hyps_tok, refs, tgt) -> dict:
-    """BLEU every way the recipes report it (attn_kit.recipes.wmt14.test_scores), without the texts."""
-    from ..recipes.wmt14 import test_scores
+    """BLEU every way the recipes report it (attn_kit.metrics.scores.translation_scores), without the texts."""
+    from ..metrics.scores import translation_scores
 
-    out = test_scores(hyps_tok, refs, tgt)
+    out = translation_scores(hyps_tok, refs, tgt)
     out.pop("detokenized")
     return out
 
@@ -135,12 +137,16 @@ def main(argv=None) -> int:
                 row = {"sentences_per_s": statistics.median(rates[decoding]), "trials_sentences_per_s": rates[decoding]}
                 if "--print-alignment" not in decoding:
                     row.update(scores(outputs[decoding], refs, tgt))
+                    row["empty_outputs"] = sum(not hyp.strip() for hyp in outputs[decoding])
                 rows[decoding] = row
             entry = result["test_sets"][name] = {"sentences": len(refs), "reference": str(reference),
                                                  "decodings": rows}
             if {NAMES["t2t"], NAMES["fairseq"]} <= set(outputs):
                 entry["same_output_t2t_vs_fairseq_stop"] = sum(
                     a == b for a, b in zip(outputs[NAMES["t2t"]], outputs[NAMES["fairseq"]]))
+            if {NAMES["t2t"], NAMES["min0"]} <= set(outputs):
+                entry["same_output_min_len_1_vs_0"] = sum(
+                    a == b for a, b in zip(outputs[NAMES["t2t"]], outputs[NAMES["min0"]]))
             if {NAMES["t2t"], NAMES["alignment"]} <= set(rows):
                 entry["print_alignment_time_ratio"] = (rows[NAMES["t2t"]]["sentences_per_s"]
                                                        / rows[NAMES["alignment"]]["sentences_per_s"])
@@ -150,11 +156,13 @@ def main(argv=None) -> int:
         print(f"\n{name} ({t['sentences']} sentences)"
               + (f": same translation under both stopping rules {t['same_output_t2t_vs_fairseq_stop']}"
                  if "same_output_t2t_vs_fairseq_stop" in t else "")
+              + (f"; the same with --min-len 1 and 0 {t['same_output_min_len_1_vs_0']}"
+                 if "same_output_min_len_1_vs_0" in t else "")
               + (f"; --print-alignment takes {t['print_alignment_time_ratio']:.2f}x the time"
                  if "print_alignment_time_ratio" in t else ""))
         for decoding, row in t["decodings"].items():
             print(f"  {decoding:36s} {row['sentences_per_s']:7.1f} sent/s"
                   + (f"  sacreBLEU {row['sacrebleu']:.2f}  t2t {row['bleu_t2t']:.2f}  t2t-2018 {row['bleu_t2t_2018']:.2f}"
-                     if "sacrebleu" in row else ""))
+                     f"  empty {row['empty_outputs']}" if "sacrebleu" in row else ""))
     print(f"\nwrote {args.out}")
     return 0
