@@ -689,6 +689,13 @@ def bpe_sample_effect() -> str:
     rows = [[f"every pair (the {len(seeds)} committed seeds, mean ± sd)", "50", mean_sd(
         [s["result"]["sacrebleu"] for s in seeds]), mean_sd([s["result"].get("bleu_compound_split") for s in seeds]),
         seeds[0]["result"].get("vocabulary"), seeds[0]["machine"].split(",")[0]]]
+    now = [run for run in runs if run["bpe_learn"].get("label") == "the recipe now"]  # the sample as the recipe runs it
+    if len(now) > 1:
+        rows.append([f"{now[0]['bpe_learn']['pairs']} sampled pairs (the recipe now), the {len(now)} seeds, mean ± sd",
+                     str(now[0]["bpe_learn"]["vocabulary_threshold"]),
+                     mean_sd([run["result"]["sacrebleu"] for run in now]),
+                     mean_sd([run["result"].get("bleu_compound_split") for run in now]),
+                     now[0]["result"].get("vocabulary"), now[0]["machine"].split(",")[0]])
     for seed in seeds:
         r = seed["result"]
         rows.append([f"every pair, seed {r['seed']}", "50", f"{r['sacrebleu']:.2f}", fmt(r.get("bleu_compound_split")),
