@@ -15,7 +15,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from .checkout import PLUGIN_DIR
 from .cli import UsageError, UserError
@@ -285,17 +285,62 @@ def comparison_train_command(launch: Sequence, data, save_dir, *, model: Sequenc
 
 
 # ---------------------------------------------------------------------------------------------- decoding
-def generate_command(data_bin, checkpoint, *, subset: str, beam, penalty_flags: Sequence, max_len_b,
-                     batch_size, gpus: int, remove_bpe: Optional[str] = None,
-                     program: str = "fairseq-generate") -> List[str]:
-    """fairseq-generate with the plugin's task: beam search with ``penalty_flags`` (GNMT's
-    ``--gnmt-alpha``, or fairseq's ``--lenpen``), outputs up to input + ``max_len_b`` (Sec. 6.1:
-    50; Sec. 6.3: 300), BPE removed (``remove_bpe``: fairseq's name of the scheme, default
-    '@@ '), on CPU without ``gpus``. ``--required-batch-size-multiple 1``: fairseq's main
-    branch drops a last batch that is not a multiple of it (default 8), up to 7 test sentences."""
+@dataclass(frozen=True)
+class DecodePlan:
+    """How a run decodes: built once from its settings (:func:`attn_kit.recipes.common.decode_plan`)
+    or read from its run card (:meth:`from_card`); fairseq-generate's flags (:meth:`flags`) and
+    inference.json's decoding (:meth:`card`) both come from it, so neither is parsed back from the
+    other. Sec. 6.1: beam 4, GNMT alpha 0.6, outputs up to input + 50 (Sec. 6.3: + 300)."""
+    beam: int
+    max_len_b: int
+    batch_size: int
+    alpha: Optional[float] = None  # GNMT's length penalty (the plugin task's --gnmt-alpha); None: fairseq's --lenpen
+    lenpen: float = 1.0  # fairseq's length penalty, where alpha is None
+    beam_stop: Optional[str] = None  # with GNMT: t2t (the paper's rule, the task's default) or fairseq
+    min_len: int = 1  # fairseq's default: no empty translation (0: as the paper's code)
+
+    def penalty_flags(self) -> List[str]:
+        """The length penalty and stopping rule as fairseq-generate options."""
+        if self.alpha is None:
+            return ["--lenpen", str(self.lenpen)]
+        return ["--gnmt-alpha", str(self.alpha), *(["--beam-stop", self.beam_stop] if self.beam_stop else [])]
+
+    def flags(self) -> List[str]:
+        """fairseq-generate's decoding options: beam, penalty, stopping rule, output length, batch."""
+        return ["--beam", str(self.beam), *self.penalty_flags(), "--max-len-a", str(MAX_LEN_A),
+                "--max-len-b", str(self.max_len_b), *(["--min-len", str(self.min_len)] if self.min_len != 1 else []),
+                "--batch-size", str(self.batch_size)]
+
+    def describe(self) -> str:
+        return f"GNMT alpha {self.alpha:g}" if self.alpha is not None else f"fairseq lenpen {self.lenpen:g}"
+
+    def card(self) -> Tuple[dict, dict]:
+        """(the task's arguments, the generation options) of inference.json."""
+        args = {} if self.alpha is None else {"gnmt_alpha": float(self.alpha),
+                                              **({"beam_stop": self.beam_stop} if self.beam_stop else {})}
+        generation = {"beam": int(self.beam), "max_len_a": MAX_LEN_A, "max_len_b": int(self.max_len_b),
+                      **({"lenpen": float(self.lenpen)} if self.alpha is None else {}),
+                      **({"min_len": int(self.min_len)} if self.min_len != 1 else {})}
+        return args, generation
+
+    @classmethod
+    def from_card(cls, info: dict, batch_size: int) -> "DecodePlan":
+        """The plan inference.json (``info``) records, at ``batch_size`` sentences a batch."""
+        gen, alpha = info["generation"], info["args"].get("gnmt_alpha")
+        gnmt = alpha is not None and "lenpen" not in gen
+        return cls(beam=int(gen["beam"]), max_len_b=int(gen["max_len_b"]), batch_size=int(batch_size),
+                   alpha=float(alpha) if gnmt else None, lenpen=float(gen.get("lenpen", 1.0)),
+                   beam_stop=info["args"].get("beam_stop") if gnmt else None, min_len=int(gen.get("min_len", 1)))
+
+
+def generate_command(data_bin, checkpoint, *, subset: str, plan: DecodePlan, gpus: int,
+                     remove_bpe: Optional[str] = None, program: str = "fairseq-generate") -> List[str]:
+    """fairseq-generate with the plugin's task, decoding as ``plan`` says, BPE removed
+    (``remove_bpe``: fairseq's name of the scheme, default '@@ '), on CPU without ``gpus``.
+    ``--required-batch-size-multiple 1``: fairseq's main branch drops a last batch that is not a
+    multiple of it (default 8), up to 7 test sentences."""
     cmd = [program, data_bin, "--user-dir", PLUGIN_DIR, *TASK, "--path", checkpoint, "--gen-subset", subset,
-           "--beam", beam, *penalty_flags, "--max-len-a", MAX_LEN_A, "--max-len-b", max_len_b,
-           "--batch-size", batch_size, "--required-batch-size-multiple", "1",
+           *plan.flags(), "--required-batch-size-multiple", "1",
            "--remove-bpe", *([remove_bpe] if remove_bpe else []), *cpu_flag(gpus)]
     return [str(c) for c in cmd]
 

@@ -2,6 +2,8 @@
 comparison's training share the paper's Adam and log JSON lines that attn_kit.fairseq_log reads."""
 from pathlib import Path
 
+import pytest
+
 from attn_kit import fairseq_commands as fc
 from attn_kit.fairseq_log import read
 
@@ -28,8 +30,9 @@ def test_both_training_commands_share_adam_and_log_json():
 
 
 def test_decoding_validation_and_binarizing_commands():
-    gen = fc.generate_command("bin", "c.pt", subset="test", beam=4, penalty_flags=["--gnmt-alpha", "0.6"],
-                              max_len_b=50, batch_size=128, gpus=0, remove_bpe="subword_nmt")
+    gen = fc.generate_command("bin", "c.pt", subset="test", plan=fc.DecodePlan(beam=4, max_len_b=50, batch_size=128,
+                                                                               alpha=0.6),
+                              gpus=0, remove_bpe="subword_nmt")
     assert gen[:2] == ["fairseq-generate", "bin"] and contains(gen, ["--gnmt-alpha", "0.6", "--max-len-a", "1"])
     assert gen[-3:] == ["--remove-bpe", "subword_nmt", "--cpu"]
     assert fc.validate_command("bin", "c.pt", max_tokens=500, gpus=1)[-2:] == ["--max-tokens", "500"]
@@ -45,3 +48,21 @@ def test_a_json_log_line_reads_back_without_fairseqs_tag_prefix():
     assert (entry.tag, entry.stats, entry.update) == ("valid", {"epoch": 1, "loss": "8.1", "num_updates": "20"}, 20)
     assert read("2026-01-01 10:00:22 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.1").stats is None
     assert read("$ fairseq-train bin").command and read("no stamp").stamp is None
+
+
+@pytest.mark.parametrize("plan", [
+    fc.DecodePlan(beam=4, max_len_b=50, batch_size=128, alpha=0.6),
+    fc.DecodePlan(beam=4, max_len_b=50, batch_size=128, alpha=0.6, beam_stop="fairseq"),
+    fc.DecodePlan(beam=21, max_len_b=300, batch_size=16, alpha=0.3, min_len=0),
+    fc.DecodePlan(beam=5, max_len_b=50, batch_size=64, lenpen=1.4),
+])
+def test_a_decoding_plan_reads_back_from_its_run_card_and_gives_fairseqs_flags(plan):
+    """Issue 39: the run card was written by parsing the penalty flags back (dict(zip(flags[::2], ...)))
+    and read by rebuilding them. Now one plan gives both; the card reads back to the same plan."""
+    args, generation = plan.card()
+    assert fc.DecodePlan.from_card({"args": args, "generation": generation}, plan.batch_size) == plan
+    flags = plan.flags()
+    assert flags[:2] == ["--beam", str(plan.beam)] and contains(flags, ["--max-len-b", str(plan.max_len_b)])
+    assert contains(flags, ["--gnmt-alpha", str(plan.alpha)] if plan.alpha is not None else ["--lenpen", str(plan.lenpen)])
+    assert ("--lenpen" in flags) == (plan.alpha is None) and ("--min-len" in flags) == (plan.min_len != 1)
+    assert ("--beam-stop" in flags) == (plan.beam_stop is not None)

@@ -28,6 +28,7 @@ Each trial runs every engine once, the order rotating; medians. Also reported: t
 equal to fairseq-generate's (after BPE removal) and sacreBLEU of the detokenized output of
 each engine against the run's test reference (fairseq-generate's is the run's own result).
 """
+import dataclasses
 import os
 import re
 import subprocess
@@ -36,6 +37,7 @@ import time
 from pathlib import Path
 
 from ..cli import UserError
+from ..fairseq_commands import DecodePlan
 from ..fairseq_commands import generate_command as generate_command_of
 from ..fairseq_commands import thread_env
 from ..pipeline.process import console_script
@@ -68,18 +70,16 @@ def _card(run_dir: Path):
     return info
 
 
-def generate_command(run_dir: Path, info: dict, gpu: bool, batch_size: int, beam_stop=None) -> list:
+def generate_command(run_dir: Path, info: dict, gpu: bool, batch_size: int, beam_stop=None,
+                     plan: "DecodePlan | None" = None) -> list:
     """The recipe's fairseq-generate command for the run's test split (attn_kit.fairseq_commands),
     ``batch_size`` sentences a batch; ``beam_stop``: another stopping rule than the run's (with the
-    GNMT penalty; CTranslate2's own search stops as fairseq's rule does)."""
-    gen, alpha = info["generation"], info["args"].get("gnmt_alpha")
-    penalty = ["--gnmt-alpha", str(alpha)] if alpha is not None and "lenpen" not in gen else \
-        ["--lenpen", str(gen["lenpen"])]
-    beam_stop = beam_stop or info["args"].get("beam_stop")
-    if penalty[0] == "--gnmt-alpha" and beam_stop:
-        penalty += ["--beam-stop", beam_stop]
-    cmd = generate_command_of(run_dir / info["data"], run_dir / info["checkpoint"], subset="test", beam=gen["beam"],
-                              penalty_flags=penalty, max_len_b=gen["max_len_b"], batch_size=batch_size,
+    GNMT penalty; CTranslate2's own search stops as fairseq's rule does); ``plan``: another decoding
+    than the run card's."""
+    plan = plan or DecodePlan.from_card(info, batch_size)
+    if beam_stop and plan.alpha is not None:
+        plan = dataclasses.replace(plan, beam_stop=beam_stop)
+    cmd = generate_command_of(run_dir / info["data"], run_dir / info["checkpoint"], subset="test", plan=plan,
                               gpus=1 if gpu else 0, program=console_script(FAIRSEQ))
     return cmd + ["--source-lang", info["args"]["source_lang"], "--target-lang", info["args"]["target_lang"]]
 

@@ -13,6 +13,7 @@ BPE codes and vocabulary, its dictionaries; attn_kit.recipes.wmt14). Trials alte
 decodings; sentences/s is the median of the trials (fairseq's timer covers the searches only).
 """
 import argparse
+import dataclasses
 import shutil
 import statistics
 import subprocess
@@ -21,15 +22,15 @@ import tempfile
 from pathlib import Path
 
 from ..cli import ArgumentParser, Number, UsageError, UserError, add_output_option, log
-from ..fairseq_commands import preprocess_command
+from ..fairseq_commands import DecodePlan, preprocess_command
 from ..results import write_results_file
 
 PAPER = {"beam": 4, "alpha": 0.6}  # Sec. 6.1 (max length: the recipes' input + 50)
-DECODINGS = {  # name: fairseq-generate flags beyond the run's data, checkpoint and length limit
-    "paper, t2t stop": ["--gnmt-alpha", "0.6", "--beam-stop", "t2t"],
-    "paper, fairseq stop": ["--gnmt-alpha", "0.6", "--beam-stop", "fairseq"],
+DECODINGS = {  # name: how it changes the run's own decoding plan (attn_kit.fairseq_commands.DecodePlan)
+    "paper, t2t stop": dict(beam=4, alpha=0.6, beam_stop="t2t"),
+    "paper, fairseq stop": dict(beam=4, alpha=0.6, beam_stop="fairseq"),
     # the paper's code let </s> come first (an empty translation); fairseq's --min-len 1 forbids it
-    "paper, t2t stop, --min-len 0": ["--gnmt-alpha", "0.6", "--beam-stop", "t2t", "--min-len", "0"],
+    "paper, t2t stop, --min-len 0": dict(beam=4, alpha=0.6, beam_stop="t2t", min_len=0),
 }
 NAMES = {"own": "the run's own", "t2t": "paper, t2t stop", "fairseq": "paper, fairseq stop",
          "min0": "paper, t2t stop, --min-len 0", "alignment": "paper, t2t stop, --print-alignment"}  # --decodings
@@ -100,12 +101,11 @@ def main(argv=None) -> int:
     info = _card(run_dir)
     src, tgt = info["args"]["source_lang"], info["args"]["target_lang"]
     own = dict(info["generation"], gnmt_alpha=info["args"].get("gnmt_alpha"), beam_stop=info["args"].get("beam_stop"))
-    base = generate_command(run_dir, info, gpu=False, batch_size=info["batch_size"])
-    penalty_at = next(i for i, a in enumerate(base) if a in ("--gnmt-alpha", "--lenpen"))
-    end = penalty_at + (4 if base[penalty_at + 2:penalty_at + 3] == ["--beam-stop"] else 2)
-    without_penalty = base[:penalty_at] + base[end:]  # the run's command, decoding flags aside
-    every = {"the run's own": base, **{k: without_penalty + v for k, v in DECODINGS.items()},
-             "paper, t2t stop, --print-alignment": without_penalty + DECODINGS["paper, t2t stop"] + ["--print-alignment"]}
+    own_plan = DecodePlan.from_card(info, info["batch_size"])
+    every = {"the run's own": generate_command(run_dir, info, gpu=False, batch_size=info["batch_size"]),
+             **{k: generate_command(run_dir, info, gpu=False, batch_size=info["batch_size"],
+                                    plan=dataclasses.replace(own_plan, **change)) for k, change in DECODINGS.items()}}
+    every["paper, t2t stop, --print-alignment"] = every["paper, t2t stop"] + ["--print-alignment"]
     asked = [d.strip() for d in args.decodings.split(",") if d.strip()]
     unknown = [d for d in asked if d not in NAMES]
     if unknown or not asked:

@@ -85,8 +85,9 @@ def generate_command(args, data: Path, checkpoint: Path, subset: str) -> List[st
     """fairseq-generate as the paper decodes (Sec. 6.1), the same for both checkpoints, in fp32
     whatever the training's precision."""
     return fairseq_commands.generate_command(
-        data, checkpoint, subset=subset, beam=args.beam, penalty_flags=["--gnmt-alpha", str(args.gnmt_alpha)],
-        max_len_b=50, batch_size=128, gpus=args.ngpus, remove_bpe=args.remove_bpe,
+        data, checkpoint, subset=subset,
+        plan=fairseq_commands.DecodePlan(beam=args.beam, max_len_b=50, batch_size=128, alpha=args.gnmt_alpha),
+        gpus=args.ngpus, remove_bpe=args.remove_bpe,
         program=fairseq_commands.installed("fairseq-generate"))
 
 

@@ -15,7 +15,7 @@ from typing import Iterable, List, Optional
 from ..cli import UsageError, UserError, log, write_json_atomic
 from .. import fairseq_commands
 from ..curves import CurveWriter
-from ..fairseq_commands import MAX_LEN_A, batch_plan, launcher, precision_of, read_averaged
+from ..fairseq_commands import DecodePlan, batch_plan, launcher, precision_of, read_averaged
 from ..fairseq_log import TrainProgress, train_log_summary
 from ..sizes import ARCH_SIZES, SIZES
 from . import scale
@@ -197,28 +197,22 @@ def beam_stop(s) -> str:
     return rule or ("t2t" if gnmt else "fairseq")
 
 
-def length_penalty(s):
-    """(description, fairseq-generate flags) of the run's length penalty and stopping rule: GNMT's
-    (Sec. 6.1, ``--task attn_translation --gnmt-alpha``; the paper's stopping rule unless
-    ``--beam-stop fairseq``) or fairseq's ``--lenpen`` (with fairseq's rule)."""
+def decode_plan(s, beam: int, max_len_b: int, batch_size: int, alpha: Optional[float] = None) -> DecodePlan:
+    """How the run decodes (:class:`attn_kit.fairseq_commands.DecodePlan`): ``beam`` and GNMT's length
+    penalty (Sec. 6.1, ``alpha``, default the run's ``--gnmt-alpha``; the paper's stopping rule unless
+    ``--beam-stop fairseq``) or fairseq's ``--lenpen`` (with fairseq's rule), outputs up to input +
+    ``max_len_b``. A contradictory ``--beam-stop`` is one error line here. ``beam`` and ``alpha`` may be
+    --dry-run's placeholders of a --tune run's selection (printed as they are)."""
+    stop = beam_stop(s)
     if getattr(s, "length_penalty", "gnmt") == "gnmt":
-        return f"GNMT alpha {s.alpha:g}", ["--gnmt-alpha", str(s.alpha), *beam_stop_flags(s)]
-    beam_stop(s)
-    return f"fairseq lenpen {s.lenpen:g}", ["--lenpen", str(s.lenpen)]
+        return DecodePlan(beam=beam, max_len_b=max_len_b, batch_size=batch_size,
+                          alpha=s.alpha if alpha is None else alpha, beam_stop="fairseq" if stop == "fairseq" else None)
+    return DecodePlan(beam=beam, max_len_b=max_len_b, batch_size=batch_size, lenpen=s.lenpen)
 
 
-def beam_stop_flags(s) -> List[str]:
-    """What fairseq-generate needs besides ``--gnmt-alpha`` for the run's stopping rule (the paper's
-    is the task's default with that penalty)."""
-    return ["--beam-stop", "fairseq"] if beam_stop(s) == "fairseq" else []
-
-
-def generate_command(s, data_bin: Path, checkpoint, subset: str, beam, penalty_flags: List[str],
-                     max_len_b: int, batch_size: int) -> list:
+def generate_command(s, data_bin: Path, checkpoint, subset: str, plan: DecodePlan) -> list:
     """fairseq-generate of the run (:func:`attn_kit.fairseq_commands.generate_command`) on its devices."""
-    return fairseq_commands.generate_command(data_bin, checkpoint, subset=subset, beam=beam,
-                                             penalty_flags=penalty_flags, max_len_b=max_len_b,
-                                             batch_size=batch_size, gpus=s.ngpus)
+    return fairseq_commands.generate_command(data_bin, checkpoint, subset=subset, plan=plan, gpus=s.ngpus)
 
 
 def run_path(workdir: Path, path: Path) -> str:
@@ -229,8 +223,7 @@ def run_path(workdir: Path, path: Path) -> str:
 
 
 def write_run_card(workdir: Path, kind: str, checkpoint: Path, data_bin: Path, src: str, tgt: str,
-                   preprocessing: dict, beam, penalty_flags: List[str], max_len_b: int, batch_size: int,
-                   data_workdir: Optional[Path] = None):
+                   preprocessing: dict, plan: DecodePlan, data_workdir: Optional[Path] = None):
     """``WORKDIR/inference.json`` (:mod:`attn_plugin.hub`): how raw text reaches the model
     evaluated in ``workdir`` and how it decodes, as fairseq options, so that
     scripts/translate.py, ``from_pretrained`` and fairseq-interactive translate new text
@@ -241,22 +234,15 @@ def write_run_card(workdir: Path, kind: str, checkpoint: Path, data_bin: Path, s
     rel = lambda path: run_path(workdir, path)  # noqa: E731
     # the precision generate_command decoded in (fp32: the plugin task's bf16_inference off), whatever
     # the training's; translate.py and from_pretrained decode as the card says
-    args = {"task": "attn_translation", "source_lang": src, "target_lang": tgt, "bf16_inference": False}
-    generation = {"beam": int(beam), "max_len_a": MAX_LEN_A, "max_len_b": int(max_len_b)}
-    flags = dict(zip(penalty_flags[::2], penalty_flags[1::2]))
-    if "--gnmt-alpha" in flags:
-        args["gnmt_alpha"] = float(flags["--gnmt-alpha"])
-    if "--beam-stop" in flags:
-        args["beam_stop"] = flags["--beam-stop"]
-    if "--lenpen" in flags:
-        generation["lenpen"] = float(flags["--lenpen"])
+    decoding, generation = plan.card()
+    args = {"task": "attn_translation", "source_lang": src, "target_lang": tgt, "bf16_inference": False, **decoding}
     paths = [k for k, v in preprocessing.items() if k.endswith(("_codes", "_vocabulary")) and v]
     args.update({k: rel(v) if k in paths else v for k, v in preprocessing.items()})
     shared = {"data_workdir": rel(data_workdir)} if data_workdir and Path(data_workdir).resolve() != \
         Path(workdir).resolve() else {}
     write_json_atomic(workdir / "inference.json", {
         "kind": kind, "checkpoint": rel(checkpoint), "data": rel(data_bin), **shared, "args": args, "paths": paths,
-        "generation": generation, "batch_size": int(batch_size)})
+        "generation": generation, "batch_size": int(plan.batch_size)})
 
 
 def read_hypotheses(gen_out: Path, expected: int) -> List[str]:

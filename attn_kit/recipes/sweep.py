@@ -18,6 +18,7 @@ from ..cli import ArgumentParser, Number, UserError, add_force_option, check_out
 from ..pipeline.lock import workdir_lock
 from ..results import provenance
 from ..checkout import REPO
+from ..fairseq_commands import DecodePlan
 from .common import generate_command, read_hypotheses
 
 DESCRIPTION = """\
@@ -52,11 +53,11 @@ DEFAULT_CONFIGS = {
 
 # Decodings tried on the validation split for every configuration.
 DECODINGS = {
-    "beam4_lenpen1.0": ["--beam", "4", "--lenpen", "1.0"],
-    "beam4_lenpen0.6": ["--beam", "4", "--lenpen", "0.6"],
-    "beam4_lenpen1.4": ["--beam", "4", "--lenpen", "1.4"],
-    "beam4_gnmt0.6": ["--beam", "4", "--gnmt-alpha", "0.6"],
-    "beam1": ["--beam", "1"],
+    "beam4_lenpen1.0": DecodePlan(beam=4, max_len_b=50, batch_size=128, lenpen=1.0),
+    "beam4_lenpen0.6": DecodePlan(beam=4, max_len_b=50, batch_size=128, lenpen=0.6),
+    "beam4_lenpen1.4": DecodePlan(beam=4, max_len_b=50, batch_size=128, lenpen=1.4),
+    "beam4_gnmt0.6": DecodePlan(beam=4, max_len_b=50, batch_size=128, alpha=0.6),
+    "beam1": DecodePlan(beam=1, max_len_b=50, batch_size=128),
 }
 
 
@@ -113,15 +114,14 @@ def build(argv=None) -> SweepSettings:
     return SweepSettings(configs, a.root, a.output, a.threads, a.max_update, a.curve_every, a.force)
 
 
-def valid_bleu(s: SweepSettings, work: Path, checkpoint: Path, flags) -> float:
+def valid_bleu(s: SweepSettings, work: Path, checkpoint: Path, name: str) -> float:
     """sacreBLEU of ``checkpoint`` on the bundled valid split, decoded as the recipe decodes
-    (:func:`attn_kit.recipes.common.generate_command`) with ``flags`` (beam, length penalty)."""
+    (:func:`attn_kit.recipes.common.generate_command`) with the plan DECODINGS[``name``]."""
     from ..metrics.scores import detokenize, sacrebleu_score
 
-    beam, penalty = flags[1], flags[2:]
-    cmd = generate_command(s, work / "data-bin", checkpoint, "valid", beam, penalty, 50, 128)
+    cmd = generate_command(s, work / "data-bin", checkpoint, "valid", DECODINGS[name])
     env = dict(os.environ, OMP_NUM_THREADS=s.threads, MKL_NUM_THREADS=s.threads, PYTHONWARNINGS="ignore")
-    out = work / "sweep" / f"valid.{checkpoint.stem}.{'_'.join(flags)}.out"
+    out = work / "sweep" / f"valid.{checkpoint.stem}.{name}.out"
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         proc = subprocess.run([str(Path(sys.executable).parent / cmd[0]), *map(str, cmd[1:])], stdout=f,
@@ -161,7 +161,8 @@ def run_config(s: SweepSettings, name: str, flags: str):
     data = {"what": "one configuration of the sweep of the bundled EN-DE run's settings; selection on the "
                     "valid split (1000 pairs), test scored by the recipe",
             **provenance(), "threads": s.threads,
-            "decodings": {k: " ".join(v) for k, v in DECODINGS.items()}, "name": name, "result": entry}
+            "decodings": {k: " ".join(["--beam", str(v.beam), *v.penalty_flags()]) for k, v in DECODINGS.items()},
+            "name": name, "result": entry}
     write_json_atomic(s.results_file(name), data)
     log(f"wrote {s.results_file(name)}", sys.stderr)
 
@@ -185,7 +186,7 @@ def evaluate(s: SweepSettings, work: Path, flags: str) -> dict:
     final = r["updates"]
     curve = {}
     for upper in range(max(s.max_update // 2, 5 * s.curve_every), final + 1, s.curve_every):
-        curve[upper] = valid_bleu(s, work, average(work, 5, upper), DECODINGS["beam4_lenpen1.0"])
+        curve[upper] = valid_bleu(s, work, average(work, 5, upper), "beam4_lenpen1.0")
         log(f"{name}: avg5 ending at {upper}: valid {curve[upper]}", sys.stderr)
     entry["valid_bleu_avg5_by_update"] = curve
     decodings = {}
@@ -193,10 +194,10 @@ def evaluate(s: SweepSettings, work: Path, flags: str) -> dict:
     many = min(10, saved)
     for which, ckpt in (("avg5", average(work, 5, final)), (f"avg{many}", average(work, many, final)),
                         ("last", work / "checkpoints" / "checkpoint_last.pt")):
-        for dname, dflags in DECODINGS.items():
+        for dname in DECODINGS:
             if which != "avg5" and dname != "beam4_lenpen1.0":
                 continue
-            decodings[f"{which}_{dname}"] = valid_bleu(s, work, ckpt, dflags)
+            decodings[f"{which}_{dname}"] = valid_bleu(s, work, ckpt, dname)
     entry["valid_bleu_final"] = decodings
     log(f"{name}: {json.dumps(entry['valid_bleu_final'])}", sys.stderr)
     return entry

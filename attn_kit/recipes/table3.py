@@ -23,7 +23,7 @@ from ..pipeline.process import stream
 from ..pipeline.stages import Pipeline, Stage
 from . import canary, common, config, scale, settings, wmt14
 from ..checkout import REPO
-from ..fairseq_commands import validate_command
+from ..fairseq_commands import DecodePlan, validate_command
 from ..fairseq_log import progress_line
 
 GROUPS = ("base", "A", "B", "C", "D", "E", "big")
@@ -295,8 +295,8 @@ def score_dev(data_w: Path, gen_out: Path) -> dict:
 
 def dev_command(r: Table3Settings, checkpoint) -> list:
     """fairseq-generate of the dev split as Sec. 6.1 decodes (beam 4, GNMT alpha 0.6, input + 50)."""
-    return common.generate_command(r, r.data_workdir / "data-bin", checkpoint, "valid", BEAM,
-                                   ["--gnmt-alpha", str(ALPHA)], MAX_LEN_B, 128)
+    return common.generate_command(r, r.data_workdir / "data-bin", checkpoint, "valid",
+                                   DecodePlan(beam=BEAM, max_len_b=MAX_LEN_B, batch_size=128, alpha=ALPHA))
 
 
 def run_row(r: Table3Settings, row: Table3Row, ctx):

@@ -427,10 +427,14 @@ def average(ctx, s: Wmt14Settings, lay: Layout):
     average_checkpoints(ctx, lay.ckpt, lay.avg, s.average, s.warmup_updates)
 
 
+def decode_plan(s: Wmt14Settings):
+    """The test set's decoding: the run's beam and length penalty, outputs up to input + 50 (Sec. 6.1)."""
+    return common.decode_plan(s, s.beam, MAX_LEN_B, BATCH_SIZE)
+
+
 def generate_command(s: Wmt14Settings, lay: Layout, checkpoint: Path) -> list:
     """fairseq-generate of the test set with ``checkpoint`` at the run's beam and length penalty."""
-    return common.generate_command(s, lay.data_bin, checkpoint, "test", s.beam, common.length_penalty(s)[1],
-                                   MAX_LEN_B, BATCH_SIZE)
+    return common.generate_command(s, lay.data_bin, checkpoint, "test", decode_plan(s))
 
 
 def generate(ctx, s: Wmt14Settings, lay: Layout):
@@ -443,13 +447,13 @@ def generate(ctx, s: Wmt14Settings, lay: Layout):
              common.write_run_card, lay.W, "translation", lay.avg, lay.data_bin, src, tgt, {
                  **moses_tokenizer_args(), "bpe": "attn_subword_nmt", "bpe_codes": bpe / "codes",
                  "bpe_vocabulary": bpe / f"vocab.{src}", "bpe_vocabulary_threshold": bpe_vocabulary_threshold(bpe)},
-             s.beam, common.length_penalty(s)[1], MAX_LEN_B, BATCH_SIZE, data_workdir=lay.D)
+             decode_plan(s), data_workdir=lay.D)
 
 
 def score(ctx, s: Wmt14Settings, lay: Layout):
     ctx.step(f"BLEU: tokenized{' and compound-split' if s.tgt == 'de' else ''} (multi-bleu) against "
              f"{lay.tok / f'test.{s.tgt}'}; sacreBLEU on detokenized output against {lay.raw / f'test.{s.tgt}'}",
-             write_results, s, s.src, s.tgt, common.length_penalty(s)[0])
+             write_results, s, s.src, s.tgt, decode_plan(s).describe())
 
 
 def bound(fn, *args):
@@ -499,7 +503,7 @@ def binaries(lay: Layout, test: Optional[bool] = None) -> List[Path]:
 
 def run_stages(s: Wmt14Settings, lay: Layout) -> List[Stage]:
     """train, average, generate, score (in the work directory)."""
-    penalty = common.length_penalty(s)[0]
+    penalty = decode_plan(s).describe()
     stop = common.beam_stop(s)
     return [
         Stage("train", bound(train, s, lay), f"fairseq-train --arch {s.arch}{s.size_word}, {common.train_budget(s)}",
@@ -535,7 +539,7 @@ def canary_stage(s: Wmt14Settings, lay: Layout, data: List[Stage]) -> Stage:
 def stages(s: Wmt14Settings) -> List[Stage]:
     """The recipe's stages; the modes differ only in their data source and their numbers."""
     lay = Layout.of(s)
-    common.length_penalty(s)  # a contradictory --beam-stop is one line before anything runs
+    decode_plan(s)  # a contradictory --beam-stop is one line before anything runs
     data = data_stages(s, lay)
     return data + ([canary_stage(s, lay, data)] if s.canary else run_stages(s, lay))
 

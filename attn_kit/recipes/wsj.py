@@ -382,9 +382,8 @@ def decode_batch_size(s) -> int:
 
 def decode_command(s, checkpoint, split: str, beam, alpha):
     """fairseq-generate: beam search with GNMT's length penalty, outputs up to input + --max-len-b."""
-    return common.generate_command(s, s.workdir / "data-bin", checkpoint, split, beam,
-                                   ["--gnmt-alpha", str(alpha), *common.beam_stop_flags(s)],
-                                   s.max_len_b, decode_batch_size(s))
+    return common.generate_command(s, s.workdir / "data-bin", checkpoint, split,
+                                   common.decode_plan(s, beam, s.max_len_b, decode_batch_size(s), alpha=alpha))
 
 
 def write_run_card(s):
@@ -393,8 +392,7 @@ def write_run_card(s):
     W, ev = s.workdir, evaluated(s)
     common.write_run_card(W, "parsing", ev["checkpoint"], W / "data-bin", SRC, TGT, {
         "tokenizer": "attn_treebank", "bpe": "attn_subword_nmt", "bpe_codes": W / "bpe" / "codes"},
-        ev["beam"], ["--gnmt-alpha", str(ev["alpha"]), *common.beam_stop_flags(s)], s.max_len_b,
-        decode_batch_size(s))
+        common.decode_plan(s, ev["beam"], s.max_len_b, decode_batch_size(s), alpha=ev["alpha"]))
 
 
 # ---------------------------------------------------------------------------
