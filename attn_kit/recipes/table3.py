@@ -584,9 +584,8 @@ def row_costs(s: Table3Settings) -> dict:
         shape = cost.model_shape(r.arch, [*model_flags(scaled_settings(row, s.base)), *s.fairseq_extra],
                                  s.vocab_estimate[0])
         plan = batch_plan(r.tokens_per_update, common.devices(r), r.max_tokens_per_gpu)
-        out[row.name] = (training_cost.gpu_seconds(shape, r.max_update, plan.max_tokens, plan.update_freq,
-                                              r.precision_used),
-                    training_cost.paper_gpu_seconds(shape, r.tokens_per_update, r.max_update))
+        on_gpus = training_cost.gpu_seconds(shape, r.max_update, plan.max_tokens, plan.update_freq, r.precision_used)
+        out[row.name] = (on_gpus, training_cost.paper_gpu_seconds(shape, r.tokens_per_update, r.max_update))
     return out
 
 
