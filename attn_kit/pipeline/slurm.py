@@ -177,6 +177,7 @@ def submit(scripts: List[tuple], workdir: Path, dry_run: bool) -> List[Optional[
     if any(j >= i or j < 0 for i, w in enumerate(waits) for j in w):
         raise ValueError(f"a job can only wait for jobs submitted before it: {waits}")
     placeholders = [tuple(f"<job id of {paths[j].relative_to(workdir)}>" for j in w) for w in waits]
+    logs = [output_folder(s[1]) or workdir / "logs" for s in scripts]
     if dry_run:
         for path, script, after in zip(paths, scripts, placeholders):
             print(f"  # {path}:", flush=True)
@@ -188,14 +189,14 @@ def submit(scripts: List[tuple], workdir: Path, dry_run: bool) -> List[Optional[
     for path, script in zip(paths, scripts):
         write_text_atomic(path, script[1])
         path.chmod(0o755)
-        if output_folder(script[1]):
-            output_folder(script[1]).mkdir(parents=True, exist_ok=True)
+    for folder in logs:
+        folder.mkdir(parents=True, exist_ok=True)
     if not shutil.which("sbatch"):
         how = "; then ".join(sbatch_command(path, after) for path, after in zip(paths, placeholders))
         log(f"wrote {', '.join(map(str, paths))}; sbatch is not on this machine's PATH: submit on the cluster: {how}")
         return [None] * len(scripts)
     jobs: List[dict] = []
-    for path, wait in zip(paths, waits):
+    for path, wait, folder in zip(paths, waits, logs):
         after = [jobs[j]["job_id"] for j in wait]
         proc = subprocess.run(shlex.split(sbatch_command(path, after)), capture_output=True, text=True)
         if proc.returncode != 0:
@@ -211,7 +212,7 @@ def submit(scripts: List[tuple], workdir: Path, dry_run: bool) -> List[Optional[
         write_json_atomic(workdir / RECORD, {"jobs": jobs, "submitted": time.strftime("%Y-%m-%d %H:%M:%S")})
         log(f"submitted Slurm job {job_id} ({path})" + (f", to start once job(s) {', '.join(after)} ended well"
                                                         if after else "")
-            + f"; its output: {output_folder(path.read_text()) or workdir / 'logs'}/slurm-{job_id}.out")
+            + f"; its output: {folder / f'slurm-{job_id}.out'}")
     return [job["job_id"] for job in jobs]
 
 
