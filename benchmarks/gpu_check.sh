@@ -123,7 +123,7 @@ fi
 LEFT=$(( SECONDS_ALLOWED - INSTALL_SECONDS - 20 ))
 [ "$LEFT" -lt 60 ] && LEFT=60
 python3 -m attn_kit.bench.gpu_check run --output "$OUT_FILE" --seconds "$LEFT" \
-  --install-seconds "$INSTALL_SECONDS" --install-as-documented "$AS_DOCUMENTED" ${COMMIT:+--commit "$COMMIT"} \
+  --install-seconds "$INSTALL_SECONDS" --script-seconds "$SECONDS_ALLOWED" --install-as-documented "$AS_DOCUMENTED" ${COMMIT:+--commit "$COMMIT"} \
   ${ONLY:+--only "$ONLY"}
 rc=$?
 [ -n "$SMI_PID" ] && kill "$SMI_PID" 2>/dev/null

@@ -127,3 +127,11 @@ def test_the_gpu_check_dry_run_prints_and_parses_every_command():
     assert out.count("the recipe's dry run of canary:") == 2 and out.count("--match-source-len") == 2
     for forward in ("--max-tokens 4000 --update-freq 7", "--max-tokens 28000 --update-freq 1"):
         assert forward in out
+    # the compiled layers' profile, run without the compiled runs before it (--only), compiles from
+    # nothing (~16 s on the H200, where a 20-second budget once ended it after one update): it stops at
+    # the updates past its profiled steps, with the compile budget as its cap
+    from attn_kit.bench.gpu_check import COMPILE_SECONDS, PROFILE_STEPS
+
+    line = next(t for t in trainings if t.startswith("  $ [base_28k_compile_profile]")).split()
+    assert int(line[line.index("--max-update") + 1]) > PROFILE_STEPS[1] + 3
+    assert float(line[line.index("--stop-time-hours") + 1]) * 3600 >= COMPILE_SECONDS - 1

@@ -94,8 +94,9 @@ class Variant:
     optimizer: str = "attn_adam"    # the recipe's; "adam": fairseq's own
     compile_layers: bool = False
     pad8: bool = False              # --required-seq-len-multiple 8
-    seconds: int = SWEEP_SECONDS
+    seconds: int = SWEEP_SECONDS    # the time budget (--stop-time-hours)
     profile: bool = False
+    updates: Optional[int] = None   # stop at this many updates (--max-update) if the budget lasts that long
 
     def extra(self) -> List[str]:
         return [*(["--compile-layers"] if self.compile_layers else []),
@@ -113,8 +114,10 @@ def plan() -> List[object]:
     out += [Variant(f"{model}_28k_compile", model, compile_layers=True, seconds=COMPILE_SECONDS)
             for model in ("base", "big")]
     # where the time goes once the layers are compiled (the compiled runs before it leave their kernels in
-    # the compiler's cache on disk, so it compiles in seconds)
-    out += [Variant("base_28k_compile_profile", "base", compile_layers=True, profile=True, seconds=20)]
+    # the compiler's cache on disk, so it compiles in seconds; run without them, as with --only, it compiles
+    # from nothing: it stops at its updates, the budget only a cap)
+    out += [Variant("base_28k_compile_profile", "base", compile_layers=True, profile=True, seconds=COMPILE_SECONDS,
+                    updates=PROFILE_STEPS[1] + 6)]
     # the model's own step, without fairseq's trainer, at the same tokens per forward, the plugin beside
     # stock fairseq: how much of an update fairseq-train adds around the model
     out += ["bench:base"]
@@ -166,7 +169,8 @@ def sweep_command(data: Path, v: Variant, runs: Path) -> List[str]:
     from ..recipes.wmt14_data import Layout
 
     s = parallel.build(recipe_argv(data, v.model, runs / v.name, v.max_tokens_per_gpu, v.extra()))
-    s = dc.replace(s, precision_used="bf16", train_minutes=v.seconds / 60, log_interval=10)
+    s = dc.replace(s, precision_used="bf16", train_minutes=v.seconds / 60, log_interval=10,
+                   **({"max_update": v.updates} if v.updates else {}))
     cmd = common.train_command(s, Layout.of(s).data_bin, runs / v.name / "checkpoints", s.model)
     cmd = [*cmd, "--no-save", "--disable-validation"]
     if v.optimizer != "attn_adam":
@@ -517,6 +521,8 @@ def parse_args(argv=None):
                     help="how long the install took (gpu_check.sh measures it)")
     pr.add_argument("--install-as-documented", choices=("yes", "no"),
                     help="whether docs/scaling.md's install commands worked as written (gpu_check.sh)")
+    pr.add_argument("--script-seconds", type=Number(int, minimum=0),
+                    help="gpu_check.sh's own --seconds (install included), for the command the results file records")
     args = p.parse_args(argv)
     if args.command == "run" and args.only:
         names = [item_name(item) for item in plan()]
@@ -524,6 +530,7 @@ def parse_args(argv=None):
         if unknown:
             raise UsageError(f"--only: not in the plan: {', '.join(unknown)} (the plan: {', '.join(names)})")
     args.command_line = "bash benchmarks/gpu_check.sh" + (" --dry-run" if getattr(args, "dry_run", False) else "") \
+        + (f" --seconds {args.script_seconds}" if getattr(args, "script_seconds", None) else "") \
         + (f" --only {','.join(args.only)}" if getattr(args, "only", None) else "")
     return args
 
