@@ -309,3 +309,21 @@ def test_the_dry_run_prints_the_vocabulary_threshold_that_runs(pair, threshold, 
     wmt14.main(["--pair", pair, "--dry-run", "--workdir", str(tmp_path / "w"), "--data-workdir", str(tmp_path / "d")])
     applies = [line for line in capsys.readouterr().out.splitlines() if "subword_nmt.apply_bpe" in line]
     assert len(applies) == 6 and all(f"--vocabulary-threshold {threshold} " in line for line in applies)
+
+
+def test_the_dry_run_counts_the_bundled_and_the_users_pairs_for_the_threshold(tmp_path, capsys):
+    """The bundled run and recipes/parallel.sh learning BPE on a sample: the dry run printed 50 (their
+    pairs were not counted before the copy stage); it prints 50 x the sample's share of the pairs
+    their data source counts: bundled 50 x 37070 / 166813 = 11.1 -> 11, 1000 user pairs 50 x 100 / 1000 = 5."""
+    from attn_kit.recipes import parallel, wmt14
+
+    wmt14.main(["--bundled", "--bpe-learn-pairs", "37070", "--dry-run", "--workdir", str(tmp_path / "b")])
+    applies = [line for line in capsys.readouterr().out.splitlines() if "subword_nmt.apply_bpe" in line]
+    assert len(applies) == 6 and all("--vocabulary-threshold 11 " in line for line in applies)
+    for split, n in (("train", 1000), ("valid", 10), ("test", 10)):
+        for lang in ("en", "de"):
+            (tmp_path / f"{split}.{lang}").write_text("".join(f"{split} {lang} {i}\n" for i in range(n)))
+    parallel.main(["--src", "en", "--tgt", "de", *(f"--{x}={tmp_path / x}" for x in ("train", "valid", "test")),
+                   "--preset", "small", "--bpe-learn-pairs", "100", "--dry-run", "--workdir", str(tmp_path / "p")])
+    applies = [line for line in capsys.readouterr().out.splitlines() if "subword_nmt.apply_bpe" in line]
+    assert len(applies) == 6 and all("--vocabulary-threshold 5 " in line for line in applies)

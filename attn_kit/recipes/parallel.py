@@ -16,7 +16,7 @@ from ..pipeline.text import copy_corpus
 from ..sizes import PLUGIN_ARCHS, SIZES
 from ..textio import add_errors_option, iter_lines
 from . import canary, config, scale, settings, wmt14
-from .common import model_size
+from .common import count_lines, model_size
 from .wmt14_data import SPLITS, DataSource, Layout, once
 
 DESCRIPTION = """\
@@ -185,6 +185,10 @@ class YourFiles(DataSource):
 
     def paper_vocab(self, s):
         return None
+
+    def train_pairs(self, s) -> Optional[int]:
+        train = Path(f"{s.files['train']}.{s.src}")
+        return count_lines(train) if train.is_file() else None
 
     def fetch(self, ctx, s, lay: Layout):
         ctx.step(f"check {', '.join(f'{prefix}.{{{s.src},{s.tgt}}}' for prefix in s.files.values())}: there, "

@@ -245,12 +245,13 @@ def sampled_threshold(pairs: int, total: int) -> int:
 
 
 def planned_threshold(s, lay: Layout) -> int:
-    """--dry-run, before the sample is drawn: the threshold that will run, from the tokenized
-    training text's pairs where it is there, else the pair's corpus size (PAIRS: train_pairs)."""
-    train = lay.tok / f"train.{s.src}"
-    total = count_lines(train) if train.exists() else (PAIRS[s.pair].train_pairs if s.mode not in SMALL_MODES
-                                                       else 0)
-    return sampled_threshold(s.bpe_learn_pairs, total)
+    """--dry-run, before the sample is drawn: the threshold that will run, from the training text's
+    pairs where a stage has written it, else from what the data source knows before any stage
+    (the bundled and the user's files counted, WMT14's corpus size as planned)."""
+    for train in (lay.tok / f"train.{s.src}", lay.raw / f"train.{s.src}"):
+        if train.exists():
+            return sampled_threshold(s.bpe_learn_pairs, count_lines(train))
+    return sampled_threshold(s.bpe_learn_pairs, s.source.train_pairs(s) or 0)
 
 
 def bpe_vocabulary_threshold(bpe_dir: Path) -> int:

@@ -198,6 +198,10 @@ class DataSource:
         """Lines --dry-run prints before tokenizing (what preparing this data costs)."""
         return []
 
+    def train_pairs(self, s) -> Optional[int]:
+        """The training pairs, before any stage has run (None: not known until the text is there)."""
+        return None
+
     def fetch(self, ctx, s, lay: Layout):
         raise NotImplementedError
 
@@ -226,6 +230,9 @@ class Wmt14Download(DataSource):
         return recipe_lines(s.pair, pair.train_pairs, s.workers, s.bpe_learn_pairs, words_per_pair=(
             pair.words_per_pair, "WMT14's training text, longer per pair than news by its bytes per pair against "
             "newstest2014's, attn_kit.recipes.wmt14_data; after the extract stage, from its size"))
+
+    def train_pairs(self, s) -> Optional[int]:
+        return PAIRS[s.pair].train_pairs
 
     def manifest(self, ctx, s, lay: Layout):
         """(the files by key, the mirror to fetch them from, a function that stops serving it or None)."""
@@ -282,6 +289,10 @@ class Bundled(DataSource):
 
     def paper_vocab(self, s) -> Optional[int]:
         return None
+
+    def train_pairs(self, s) -> Optional[int]:
+        with lzma.open(BUNDLED_DATA / BUNDLED["train"].name, "rb") as f:
+            return sum(1 for _ in f)
 
     def fetch(self, ctx, s, lay: Layout):
         ctx.step(f"check the bundled Tatoeba EN-DE files in {BUNDLED_DATA} (sizes, sha256)", check_bundled,

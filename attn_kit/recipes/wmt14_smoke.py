@@ -100,6 +100,9 @@ class SmokeMirror(Wmt14Download):
     def notes(self, s) -> list:
         return []
 
+    def train_pairs(self, s) -> int:
+        return TRAIN_PAIRS
+
     def manifest(self, ctx, s, lay: Layout):
         manifest, mirror, stop = dict(FILES), s.mirror, None
         if not mirror:
