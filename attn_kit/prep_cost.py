@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .checkout import REPO
 
-RESULTS = REPO / "benchmarks" / "results" / "cpu2core_data_prep.json"
+RESULTS = REPO / "benchmarks" / "results" / "cpu2core_data_prep.json"  # measured on the EN-DE-shaped corpus
 PARTS = ("tokenize", "sample", "learn_bpe", "apply_bpe", "clean", "binarize")
 # the parts that run in one process whatever --workers is (learn-joint-bpe-and-vocab's merges are
 # one loop, but its reading and its pass over the text use --num-workers: measured, not assumed)
@@ -133,7 +133,8 @@ def planning_table(fits: dict, pairs: dict, bpe_learn_pairs: int, cores=(2, 16),
         scales = (1.0, pair.words_per_pair / fitted_words) if fitted_words else (1.0,)
         for n in cores:
             for legacy in (True, False):
-                ps = [project(fits, pair.train_pairs, n, bpe_learn_pairs, legacy=legacy, words_scale=x) for x in scales]
+                ps = [project(fits, pair.train_pairs, n, bpe_learn_pairs, legacy=legacy, words_scale=x)
+                      for x in sorted(scales)]  # low to high: a corpus may have longer pairs than the pair's
                 recipe = ("before: BPE learned on every pair; learn and apply in one process" if legacy else
                           f"now: BPE learned on {ps[0]['learn_pairs'] / 1e6:g}M sampled pairs; --workers {n}")
                 cells = [span([minutes_text(p["seconds"][k]) for p in ps]) if k in ps[0]["seconds"] else "-"
@@ -147,6 +148,17 @@ def planning_table(fits: dict, pairs: dict, bpe_learn_pairs: int, cores=(2, 16),
 def span(texts: Sequence[str]) -> str:
     """A value, or a range "low to high" of two that differ as printed."""
     return texts[0] if len(set(texts)) == 1 else " to ".join(texts)
+
+
+def results_path(pair: str) -> Path:
+    """The results file measured on ``pair``'s corpus shape (benchmarks/data_prep.py --pair)."""
+    return RESULTS if pair == "en-de" else RESULTS.with_name(f"cpu2core_data_prep_{pair.replace('-', '_')}.json")
+
+
+def results_for(pair: str) -> Path:
+    """The file ``pair``'s projections read: its own corpus's where filed, else the EN-DE corpus's."""
+    own = results_path(pair)
+    return own if own.exists() else RESULTS
 
 
 def load(path: Optional[Path] = None) -> Optional[dict]:
@@ -181,19 +193,22 @@ def recipe_lines(pair: str, train_pairs: int, workers: int, bpe_learn_pairs: Opt
     the corpus, where that number comes from). A range: from the benchmark corpus's own (news-shaped)
     words per pair, the low end, to ``words_per_pair``, the high end; ``counted``: the corpus's size is
     known, one projection at it."""
-    path = Path(path or RESULTS)
+    path = Path(path or results_for(pair))
     results = load(path)
     name = path.relative_to(REPO) if Path(path).is_relative_to(REPO) else path
     if results is None:
         return [f"data preparation: no projection ({name} is not filed; benchmarks/data_prep.py makes it)"]
     fits, fitted = results["result"]["fits"], fitted_words_per_pair(results)
-    ends = [(1.0, f"{fitted:.1f} words per pair as the benchmark's news-shaped corpus" if fitted else
-             "the benchmark corpus's pairs")]
+    corpus = results["result"].get("corpus", {})
+    shape = f"{corpus.get('pair', 'en-de').upper()} newstest shapes" + (
+        f", {corpus['long_share']:.0%} of pairs joined as crawled long lines" if corpus.get("long_share") else "")
+    ends = [(1.0, f"{fitted:.1f} words per pair as the benchmark's corpus ({shape})" if fitted else
+             f"the benchmark corpus's pairs ({shape})")]
     if words_per_pair and fitted:
         high = (words_per_pair[0] / fitted, f"{words_per_pair[0]:.1f} words per pair ({words_per_pair[1]})")
         ends = [high] if counted else [*ends, high]
     projections = [(project(fits, train_pairs, workers, bpe_learn_pairs, words_scale=scale), why)
-                   for scale, why in ends]
+                   for scale, why in sorted(ends, key=lambda end: end[0])]  # low to high
     first = projections[0][0]
     learn = ("every pair" if first["learn_pairs"] >= train_pairs else f"{first['learn_pairs']} sampled pairs")
     total = span([minutes_text(p["total_seconds"]) for p, _ in projections])

@@ -5,6 +5,7 @@ benchmarks/data_prep.py, its results benchmarks/results/cpu2core_data_prep.json.
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -165,6 +166,36 @@ def test_corpus_is_deterministic_keeps_shapes_and_its_prefixes():
                 assert chunk.startswith(lead) and chunk.endswith(trail)
                 word = chunk[len(lead):len(chunk) - len(trail) if trail else None]
                 assert word[:1].isupper() == core[:1].isupper()
+
+
+def test_crawled_text_joins_pairs_and_adds_noise_only_to_them():
+    """``long_share``: that share of pairs are two real pairs joined (both sides), so the words per pair
+    grow by the share; ``noise``: in those pairs only, that share of words are strings no list holds.
+    Without them the corpus is the one the filed measurements ran on (no extra random numbers drawn)."""
+    vocab = (toy_vocabulary(), toy_vocabulary())
+    plain = list(C.generate(shapes(), vocab, 4000, seed=3))
+    assert plain == list(C.generate(shapes(), vocab, 4000, seed=3, long_share=0.0, noise=0.0))
+    crawled = list(C.generate(shapes(), vocab, 4000, seed=3, long_share=0.3, noise=0.1))
+    assert crawled[:1000] == list(C.generate(shapes(), vocab, 1000, seed=3, long_share=0.3, noise=0.1))
+    singles = {(len(s.split()), len(t.split())) for s, t in SENTENCES}
+    doubles = {(a + c, b + d) for a, b in singles for c, d in singles}
+    lengths = [(len(s.split()), len(t.split())) for s, t in crawled]
+    assert all(n in singles or n in doubles for n in lengths)
+    long = [pair for pair, n in zip(crawled, lengths) if n not in singles]
+    assert 0.3 * 4000 * 0.85 < len(long) < 0.3 * 4000 * 1.15  # some doubles have a single's lengths too
+    listed = set(vocab[0].words)
+
+    def words(pairs):  # the source side's words (not numbers, not punctuation), case undone
+        ws = [w.strip(".,;:!?\"'()-").lower() for s, _ in pairs for w in s.split()]
+        return [w for w in ws if w.isalnum() and not w.isdigit()]
+
+    def unlisted(ws):  # neither a list word nor a compound of two
+        return [w for w in ws if not all(p in listed for p in re.findall(r"w[a-z]\d+", w))
+                or not re.fullmatch(r"(w[a-z]\d+){1,2}", w)]
+    short_words = words([pair for pair, n in zip(crawled, lengths) if n in singles and n not in doubles])
+    assert not unlisted(short_words)
+    long_words = words(long)
+    assert 0.05 < len(unlisted(long_words)) / len(long_words) < 0.15
 
 
 def test_type_growth_is_heaps_like_and_topics_slow_it():
@@ -335,6 +366,29 @@ def test_the_dry_run_projects_a_range_by_words_then_the_extracted_texts_size(tmp
     assert f": {prep_cost.minutes_text(at['total_seconds'])} (" in line
     assert f"at {words / 4_500_000:.1f} words per pair (~{words / 1e6:.0f}M words, from the size of" \
         in lines[lines.index(line) + 1]
+
+
+def test_each_pair_is_projected_from_its_own_corpus_shape_where_filed(tmp_path, monkeypatch):
+    """EN-FR was projected from the EN-DE-shaped corpus; a results file measured on the EN-FR corpus
+    (benchmarks/data_prep.py --pair en-fr) is what its projection reads once filed, and the dry run
+    names the corpus each projection comes from; EN-DE's stays on its own."""
+    en_de = tmp_path / "cpu2core_data_prep.json"
+    monkeypatch.setattr(prep_cost, "RESULTS", en_de)
+    en_fr = prep_cost.results_path("en-fr")
+    assert en_fr.parent == tmp_path and en_fr != en_de and prep_cost.results_path("en-de") == en_de
+    fr_fits = {**FITS, "cpu_parallel": {k: {**v, "a": 2 * v["a"]} for k, v in FITS["cpu_parallel"].items()}}
+    for path, fits, corpus in ((en_de, FITS, {"pair": "en-de"}), (en_fr, fr_fits, {"pair": "en-fr", "long_share": 0.36})):
+        path.write_text(json.dumps({"machine": "a test machine", "result": {
+            "fits": fits, "settings": {"sizes": [1000, 1000000]}, "corpus": {**corpus, "words_per_pair": {"1000000": 40.0}}}}))
+    fr = prep_cost.recipe_lines("en-fr", 36_000_000, 16, 1_000_000)
+    p = prep_cost.project(fr_fits, 36_000_000, 16, 1_000_000)
+    assert p["total_seconds"] > prep_cost.project(FITS, 36_000_000, 16, 1_000_000)["total_seconds"]
+    assert prep_cost.minutes_text(p["total_seconds"]) in fr[0] and en_fr.name in fr[2]
+    assert "EN-FR newstest shapes, 36% of pairs joined as crawled long lines" in fr[1]
+    de = prep_cost.recipe_lines("en-de", 4_500_000, 16, 1_000_000)
+    assert en_de.name in de[2] and "EN-DE newstest shapes)" in de[1]
+    en_fr.unlink()  # not filed: EN-FR from the EN-DE corpus, said so
+    assert en_de.name in prep_cost.recipe_lines("en-fr", 36_000_000, 16, 1_000_000)[2]
 
 
 def test_words_per_pair_counts_both_sides_of_the_first_n_pairs(tmp_path):

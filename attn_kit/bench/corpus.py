@@ -20,7 +20,7 @@ BATCH = 4096  # pairs drawn per batch of random numbers
 DOCUMENT = 16  # sentences of a "document", within which a word may be used again (BURSTINESS)
 # The probability that a word repeats an earlier word of its document, per language: set so that the
 # corpus has as many types as newstest2013+2014 after as many tokens (~115K; the results file's check)
-BURSTINESS = {"en": 0.6, "de": 0.45}
+BURSTINESS = {"en": 0.6, "de": 0.45, "fr": 0.53}
 
 
 @dataclass
@@ -123,7 +123,7 @@ def read_shapes(src: Path, tgt: Path) -> List[Tuple[Shape, Shape]]:
 
 
 def generate(shapes: Sequence[Tuple[Shape, Shape]], vocab: Tuple[Vocabulary, Vocabulary], n: int,
-             seed: int) -> Iterator[Tuple[str, str]]:
+             seed: int, long_share: float = 0.0, noise: float = 0.0) -> Iterator[Tuple[str, str]]:
     """``n`` synthetic (source, target) sentences; deterministic in ``seed``. Each pair:
 
     1. **Shape.** A real sentence pair is drawn (uniformly, with replacement) from the shape text:
@@ -146,6 +146,11 @@ def generate(shapes: Sequence[Tuple[Shape, Shape]], vocab: Tuple[Vocabulary, Voc
        document (same side), chosen uniformly. The two values are the ones that give the corpus
        as many types as the real newstest2013+2014 text after as many tokens (see the results file).
     5. **Numbers.** Every digit of a chunk is replaced by a random digit (numbers make types too).
+    6. **Crawled text** (``long_share``, ``noise``; 0 leaves the corpus as it was). Web-crawled
+       corpora hold long lines (paragraphs the sentence splitter left whole) and noise (URLs, codes,
+       misspellings). With probability ``long_share`` a pair's shape is two drawn pairs joined, side
+       by side; in such a long pair, each word with probability ``noise`` is a random string of 4 to
+       12 letters and digits that no list holds (:func:`noise_word`).
 
     The source and target words are drawn independently: nothing is a translation of anything,
     which none of the data stages looks at (clean-corpus-n reads only lengths, which are real).
@@ -157,15 +162,24 @@ def generate(shapes: Sequence[Tuple[Shape, Shape]], vocab: Tuple[Vocabulary, Voc
     done = 0
     while done < n:  # whole batches, the last one cut: a corpus of N pairs is the first N of a longer one
         picks = rng.integers(0, len(shapes), size=BATCH).tolist()
+        pairs = [shapes[i] for i in picks]
+        joined = [False] * BATCH
+        if long_share:  # drawn only then: a corpus without crawled text is the one it always was
+            seconds = rng.integers(0, len(shapes), size=BATCH).tolist()
+            joined = (rng.random(BATCH) < long_share).tolist()
+            pairs = [(a[0] + shapes[j][0], a[1] + shapes[j][1]) if long else a
+                     for a, j, long in zip(pairs, seconds, joined)]
         sides = []
         for side in (0, 1):
-            chosen = [shapes[i][side] for i in picks]
+            chosen = [pair[side] for pair in pairs]
             counts = [sum(1 for c in shape if c[0] == "w") for shape in chosen]
             n_digits = sum(sum(ch.isdigit() for ch in c[2]) for shape in chosen for c in shape if c[0] == "d")
             words = vocab[side].draw(rng, sum(counts))
             repeat = (rng.random(len(words)) < vocab[side].burstiness).tolist()
             which = rng.random(len(words)).tolist()
             words = _repeat_within_documents(words, counts, repeat, which)
+            if noise and long_share:
+                words = _add_noise(words, counts, joined, rng, noise)
             digits = iter(rng.integers(0, 10, size=n_digits).tolist())
             words = iter(words)
             sides.append([_fill(shape, words, digits) for shape in chosen])
@@ -187,6 +201,27 @@ def _repeat_within_documents(words: List[str], counts: List[int], repeat: List[b
                 j += 1
             earlier += sentence
             out += sentence
+    return out
+
+
+_NOISE_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def noise_word(rng: np.random.Generator) -> str:
+    """A string of 4 to 12 letters and digits: a new type nearly every time, as crawled noise is."""
+    return "".join(_NOISE_CHARS[i] for i in rng.integers(0, len(_NOISE_CHARS), size=int(rng.integers(4, 13))))
+
+
+def _add_noise(words: List[str], counts: List[int], joined: List[bool], rng: np.random.Generator,
+               share: float) -> List[str]:
+    """``words`` (``counts`` per sentence) where each word of a ``joined`` (long) sentence is, with
+    probability ``share``, a :func:`noise_word`."""
+    flags = (rng.random(len(words)) < share).tolist()
+    out, j = [], 0
+    for count, long in zip(counts, joined):
+        for _ in range(count):
+            out.append(noise_word(rng) if long and flags[j] else words[j])
+            j += 1
     return out
 
 

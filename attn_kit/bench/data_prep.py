@@ -25,10 +25,13 @@ recipe's steps measures each part (tokenize, learn_bpe, apply_bpe, clean, binari
   and the workers at the largest sum; ``maxrss_mb`` is getrusage's peak of the largest single
   process of the stage.
 
-The corpus is synthetic (attn_kit.bench.corpus: real newstest sentence shapes, words from
-wordfreq's Zipfian lists, ``pip install wordfreq``), generated once with --seed into --scratch
+The corpus is synthetic (attn_kit.bench.corpus: real newstest sentence shapes of --pair, words
+from wordfreq's Zipfian lists, ``pip install wordfreq``), generated once with --seed into --scratch
 (not the repository); its type/token growth is compared with the real newstest2013+2014 and
-Tatoeba text (../shared/data) in the results file. The first N pairs of the largest size are
+Tatoeba text of the pair (../shared/data) in the results file. ``--long-share`` and ``--noise`` add
+crawled text (corpus.generate, step 6): by default as many long pairs as make the corpus's words
+per pair the WMT14 training text's (attn_kit.recipes.wmt14_data: its bytes per pair against
+newstest2014's), and an assumed 2% of their words noise (no crawl sample is at hand to measure it). The first N pairs of the largest size are
 the corpus of size N. Every stage's load average (``os.getloadavg``) before and after is
 recorded, and ``uptime`` at the start and the end.
 
@@ -65,15 +68,36 @@ from . import corpus as C
 from .harness import markdown_table
 
 SHARED = REPO.parent / "shared" / "data"
-DEFAULT_OUT = REPO / "benchmarks" / "results" / "cpu2core_data_prep.json"
+DEFAULT_OUT = prep_cost.RESULTS  # EN-DE's; --pair en-fr: prep_cost.results_path
+TATOEBA = {"de": "deu-eng.txt", "fr": "fra-eng.txt"}  # ../shared/data/tatoeba: English<TAB>other
+NOISE = 0.02  # of a long pair's words (an assumption: no crawled sample here to measure it on)
 PARTIAL = REPO / "runs" / "benchmarks" / "data_prep.partial.json"  # the measurements so far
 SIZES = (30000, 100000, 300000, 1000000)
 HELD_OUT = 3000  # synthetic valid and test pairs (newstest's size)
 PROJECTED_CORES = (2, 16)
 
 
+def long_share_for(shapes, pair: str) -> float:
+    """The share of joined (two-sentence) pairs that gives the corpus the WMT14 training text's words
+    per pair: joining a share x of pairs makes (1 + x) times the shapes' own words per pair."""
+    from ..recipes.wmt14_data import PAIRS
+
+    own = sum(len(s) + len(t) for s, t in shapes) / len(shapes)
+    return round(max(0.0, PAIRS[pair].words_per_pair / own - 1), 4)
+
+
 def parse_args(argv=None):
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pair", choices=("en-de", "en-fr"), default="en-de",
+                   help="the corpus's languages and shapes: newstest2013+2014 of the pair, the other language's "
+                        "word list (default en-de; en-fr writes its own results file)")
+    p.add_argument("--long-share", type=Number(float, minimum=0.0), default=None,
+                   help="share of pairs that are two pairs joined, as crawled text's long lines (default: as many "
+                        "as give the WMT14 training text's words per pair; 0: none, the corpus before this option)")
+    p.add_argument("--noise", type=Number(float, minimum=0.0), default=NOISE,
+                   help=f"share of a long pair's words that are random strings (default {NOISE}, an assumption)")
+    p.add_argument("--check-only", action="store_true",
+                   help="make the corpus and compare its type growth with the real text; measure nothing")
     p.add_argument("--sizes", default=",".join(map(str, SIZES)),
                    help=f"training pairs per measurement, comma-separated (default {','.join(map(str, SIZES))})")
     p.add_argument("--workers", type=Number(int, minimum=1), default=os.cpu_count() or 1,
@@ -81,8 +105,8 @@ def parse_args(argv=None):
     p.add_argument("--bpe-merges", type=Number(int, minimum=1), default=35000,
                    help="joint BPE merges (default 35000, EN-DE's)")
     p.add_argument("--seed", type=Number(int, minimum=0), default=1, help="the corpus's seed (default 1)")
-    p.add_argument("--shapes", type=Path, nargs=2, metavar=("EN", "DE"),
-                   help="sentence-shape text, two line-aligned files (default: newstest2013+2014 EN-DE from "
+    p.add_argument("--shapes", type=Path, nargs=2, metavar=("EN", "OTHER"),
+                   help="sentence-shape text, two line-aligned files (default: newstest2013+2014 of --pair from "
                         "../shared/data/wmt14/plain)")
     p.add_argument("--scratch", type=Path,
                    help="where the corpus and the stages' work directories go (default: a new folder in "
@@ -118,15 +142,16 @@ def parse_args(argv=None):
     if not args.sizes or args.sizes[0] < 100:
         raise UsageError("--sizes: sizes of >= 100 pairs (two or more for fits; one measures only)")
     args.more_workers = 2 * args.workers if args.more_workers is None else args.more_workers
+    args.tgt = args.pair.split("-")[1]
     if args.shapes is None:
         plain = SHARED / "wmt14" / "plain"
-        args.shapes = [plain / f"newstest{y}.en-de.{l}" for l in ("en", "de") for y in (2013, 2014)]
+        args.shapes = [plain / f"newstest{y}.{args.pair}.{l}" for l in ("en", args.tgt) for y in (2013, 2014)]
     else:
         args.shapes = [args.shapes[0], args.shapes[1]]
     for path in args.shapes:
         if not Path(path).exists():
             raise UserError(f"{path}: no such file (the sentence shapes; give --shapes EN DE)")
-    args.out = check_output(args.out or DEFAULT_OUT, "--output", args.force)
+    args.out = check_output(args.out or prep_cost.results_path(args.pair), "--output", args.force or args.check_only)
     return args
 
 
@@ -300,8 +325,9 @@ def run_child(spec_path: Path):
         tok = Path(stages["bpe"].inputs[0]).parent
         bpe = Path(stages["bpe"].outputs[0]).parent
         bpe.mkdir(parents=True, exist_ok=True)
-        ctx.step("sample (--bpe-learn-pairs)", sample_pairs, tok / "train.en", tok / "train.de",
-                 bpe / "learn-sample.en", bpe / "learn-sample.de", spec["sample_pairs"], wmt14.BPE_SAMPLE_SEED)
+        src, tgt = args.src, args.tgt
+        ctx.step("sample (--bpe-learn-pairs)", sample_pairs, tok / f"train.{src}", tok / f"train.{tgt}",
+                 bpe / f"learn-sample.{src}", bpe / f"learn-sample.{tgt}", spec["sample_pairs"], wmt14.BPE_SAMPLE_SEED)
     seconds = time.perf_counter() - t0
     sampler.stop()
     maxrss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
@@ -325,12 +351,12 @@ def uptime() -> str:
         return f"load average: {', '.join(map(str, load_average()))}"
 
 
-def words_per_pair(prefix: Path, sizes) -> dict:
-    """{N: whitespace words per pair, both sides, of the first N pairs of PREFIX.en/.de}: the
+def words_per_pair(prefix: Path, sizes, tgt: str = "de") -> dict:
+    """{N: whitespace words per pair, both sides, of the first N pairs of PREFIX.en/.TGT}: the
     corpus's size in the unit the projections scale by (attn_kit.prep_cost: the token-bound
     stages' work is per token)."""
     out, words, pairs = {}, 0, 0
-    with open(f"{prefix}.en", encoding="utf-8") as en, open(f"{prefix}.de", encoding="utf-8") as de:
+    with open(f"{prefix}.en", encoding="utf-8") as en, open(f"{prefix}.{tgt}", encoding="utf-8") as de:
         for a, b in zip(en, de):
             words += len(a.split()) + len(b.split())
             pairs += 1
@@ -343,18 +369,25 @@ def make_corpus(args, folder: Path) -> dict:
     """The synthetic corpus (train: the largest size; valid, test: HELD_OUT pairs each) and its check."""
     shapes = C.read_shapes(args.shapes[0], args.shapes[2]) + C.read_shapes(args.shapes[1], args.shapes[3]) \
         if len(args.shapes) == 4 else C.read_shapes(*args.shapes)
-    vocab = (C.wordfreq_vocabulary("en"), C.wordfreq_vocabulary("de"))
+    tgt = args.tgt
+    vocab = (C.wordfreq_vocabulary("en"), C.wordfreq_vocabulary(tgt))
+    long_share = long_share_for(shapes, args.pair) if args.long_share is None else args.long_share
     folder.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     for name, n, seed in (("train", max(args.sizes), args.seed), ("valid", HELD_OUT, args.seed + 1),
                           ("test", HELD_OUT, args.seed + 2)):
-        C.write_corpus(C.generate(shapes, vocab, n, seed), folder / f"{name}.en", folder / f"{name}.de")
+        C.write_corpus(C.generate(shapes, vocab, n, seed, long_share=long_share, noise=args.noise),
+                       folder / f"{name}.en", folder / f"{name}.{tgt}")
     log(f"corpus: {max(args.sizes)} training pairs in {time.perf_counter() - t0:.0f} s ({folder})")
-    return {"words_per_pair": words_per_pair(folder / "train", args.sizes),
+    return {"pair": args.pair, "words_per_pair": words_per_pair(folder / "train", args.sizes, tgt),
             "shapes": [str(p) for p in args.shapes], "shape_pairs": len(shapes), "seed": args.seed,
-            "wordfreq": C.wordfreq_version(), "burstiness": C.BURSTINESS, "document_sentences": C.DOCUMENT,
-            "tail": {"en": round(vocab[0].tail, 5), "de": round(vocab[1].tail, 5)},
-            "list_words": {"en": len(vocab[0].words), "de": len(vocab[1].words)},
+            "long_share": long_share, "noise": args.noise if long_share else 0.0,
+            "long_share_from": "given" if args.long_share is not None else
+            "the WMT14 training text's words per pair (attn_kit.recipes.wmt14_data) over the shapes' own",
+            "wordfreq": C.wordfreq_version(), "burstiness": {k: C.BURSTINESS[k] for k in ("en", tgt)},
+            "document_sentences": C.DOCUMENT,
+            "tail": {"en": round(vocab[0].tail, 5), tgt: round(vocab[1].tail, 5)},
+            "list_words": {"en": len(vocab[0].words), tgt: len(vocab[1].words)},
             "method": C.__doc__}
 
 
@@ -366,18 +399,19 @@ def corpus_check(args, folder: Path) -> dict:
                 yield from f
 
     texts = {}
-    for i, lang in enumerate(("en", "de")):
+    langs = ("en", args.tgt)
+    for i, lang in enumerate(langs):
         texts[f"synthetic {lang}"] = lambda lang=lang: lines(folder / f"train.{lang}")
-        news = [SHARED / "wmt14" / "plain" / f"newstest{y}.en-de.{lang}" for y in (2013, 2014)]
+        news = [SHARED / "wmt14" / "plain" / f"newstest{y}.{args.pair}.{lang}" for y in (2013, 2014)]
         if all(p.exists() for p in news):
             texts[f"newstest2013+2014 {lang}"] = lambda news=news: lines(*news)
-        tatoeba = SHARED / "tatoeba" / "deu-eng.txt"
+        tatoeba = SHARED / "tatoeba" / TATOEBA[args.tgt]
         if tatoeba.exists():
-            texts[f"Tatoeba {lang}"] = lambda i=i: (line.split("\t")[i] for line in lines(tatoeba))
+            texts[f"Tatoeba {lang}"] = lambda i=i, tatoeba=tatoeba: (line.split("\t")[i] for line in lines(tatoeba))
     growth = {name: C.type_growth(make()) for name, make in texts.items()}
     heaps = {name: {k: round(v, 4) for k, v in C.heaps_fit(g).items()} for name, g in growth.items()}
     compared = {}
-    for lang in ("en", "de"):
+    for lang in langs:
         syn = growth[f"synthetic {lang}"]
         for real in (f"newstest2013+2014 {lang}", f"Tatoeba {lang}"):
             if real not in growth:
@@ -394,8 +428,17 @@ def corpus_check(args, folder: Path) -> dict:
             "tokens": "\\w+ runs, case kept (the same count for every text)"}
 
 
+def print_check(about: dict):
+    """--check-only: the synthetic corpus's types against the real text's, at the real text's size."""
+    print(f"{about['pair']}: {about['words_per_pair']} words per pair; long share {about['long_share']}, noise "
+          f"{about['noise']}; burstiness {about['burstiness']}")
+    for name, c in about["check"]["compared_at_real_size"].items():
+        print(f"  {name}: {c['tokens']} tokens, real types {c['real_types']}, synthetic {c['synthetic_types']} "
+              f"(ratio {c['ratio']}); Heaps beta real {c['real_beta']}, synthetic {c['synthetic_beta_same_range']}")
+
+
 def recipe_argv(args, corpus: Path, workdir: Path, workers: int) -> List[str]:
-    return ["--src", "en", "--tgt", "de", *(x for split in ("train", "valid", "test")
+    return ["--src", "en", "--tgt", args.tgt, *(x for split in ("train", "valid", "test")
                                                for x in (f"--{split}", str(corpus / split))),
             "--workdir", str(workdir), "--workers", str(workers), "--bpe-merges", str(args.bpe_merges),
             "--bpe-learn-pairs", "0", "--ngpus", "0"]
@@ -549,12 +592,15 @@ def main(argv=None):
     start_uptime = uptime()
     log(f"scratch: {scratch}; {start_uptime}")
     corpus = scratch / "corpus"
-    settings = {"sizes": args.sizes, "workers": args.workers, "bpe_merges": args.bpe_merges,
+    settings = {"pair": args.pair, "sizes": args.sizes, "workers": args.workers, "bpe_merges": args.bpe_merges,
                 "seed": args.seed}
     head = {"benchmark": "data_prep", **provenance(), "environment": environment()}
     try:
         about = make_corpus(args, corpus)
         about["check"] = corpus_check(args, corpus)
+        if args.check_only:
+            print_check(about)
+            return 0
         runs = []
         plan = [(n, args.workers) for n in args.sizes]
         if args.more_workers and len(args.sizes) > 1:
