@@ -124,6 +124,17 @@ def args_reads(tree: ast.AST) -> Counter:
                    and isinstance(node.value, ast.Name) and node.value.id == "args")
 
 
+MAX_PARAMETERS = 10  # more, and the arguments belong in a plan or settings object
+
+
+def parameter_count(node) -> int:
+    """A function's parameters (``self``/``cls`` not counted; ``*args`` and ``**kwargs`` one each)."""
+    a = node.args
+    names = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+    own = 1 if names and names[0].arg in ("self", "cls") else 0
+    return len(names) - own + (a.vararg is not None) + (a.kwarg is not None)
+
+
 def measure(root: Path) -> dict:
     root = Path(root)
     lines, docs, code = Counter(), Counter(), Counter()
@@ -158,12 +169,16 @@ def measure(root: Path) -> dict:
                    and isinstance(node.func, ast.Name) and node.func.id == "setattr")
     long_docs = sorted((docstring_len, str(p.relative_to(root))) for p, t in kit_trees.items()
                        for docstring_len in [_module_doc_lines(t)] if docstring_len >= 30)
+    many = sorted(f"{p.relative_to(root)}:{node.name} ({parameter_count(node)})" for p, t in kit_trees.items()
+                  for node in ast.walk(t) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  and parameter_count(node) > MAX_PARAMETERS)
     readme = root / "README.md"
     return {
         "lines": dict(sorted(lines.items())),
         "longest_functions": sorted(all_functions, key=lambda f: -f[1])[:10],
         "functions_over_80_lines": sum(1 for f in all_functions if f[1] > 80),
         "functions_taking_args": takes_args,
+        f"functions_over_{MAX_PARAMETERS}_parameters": many,
         "recipes_args_attributes": len(recipe_reads),
         "setattr_calls": setattrs,
         "args_attribute_writes": writes,
@@ -186,6 +201,8 @@ def report(stats: dict) -> str:
     out += [f"  {n:>4}  {name}  ({nested} nested)" for name, n, nested in stats["longest_functions"]]
     out.append(f"functions over 80 lines: {stats['functions_over_80_lines']}")
     out.append(f"attn_kit functions taking `args`: {stats['functions_taking_args']}")
+    many = stats[f"functions_over_{MAX_PARAMETERS}_parameters"]
+    out.append(f"attn_kit functions of more than {MAX_PARAMETERS} parameters: " + (", ".join(many) or "none"))
     out.append(f"distinct args.* attributes read in attn_kit/recipes: {stats['recipes_args_attributes']}")
     out.append(f"setattr calls in attn_kit: {stats['setattr_calls']}; "
                f"assignments to args.* attributes: {stats['args_attribute_writes']}")

@@ -13,7 +13,7 @@ import math
 import os
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -239,49 +239,100 @@ def srun_launcher(gpus: int, cpu_procs: int, nnodes: int = 1, master_port: Optio
 
 
 # ---------------------------------------------------------------------------------------------- fairseq-train
-def train_command(launch: Sequence, data_bin, save_dir, *, arch: str, model: Sequence = (),
-                  warmup_updates: int, lr_scale: float = 1.0, label_smoothing: float = 0.1,
-                  max_tokens: int, update_freq: int, train_flags: Sequence = (), precision: str = "fp32",
-                  gpus: int = 0, world_size: Optional[int] = None, max_update: int, seed: int,
-                  train_minutes: Optional[float] = None, save_interval_updates: int, keep_interval_updates: int,
-                  validate_interval_updates: Optional[int] = None, log_interval: int,
-                  extra: Sequence = ()) -> List[str]:
-    """The recipes' fairseq-train after ``launch`` (:func:`launcher`): the plugin's task and
-    ``arch`` sized by ``model``, the paper's optimization (:func:`paper_optimization`), the batch
-    per device, ``train_flags`` (the recipe's own), the precision (as :func:`used_precision`
-    returned it), ``world_size`` (fairseq's, when torchrun's processes must form one job),
-    a budget of ``max_update`` updates or ``train_minutes``, interval checkpoints (the last
-    ``keep_interval_updates`` kept), JSON logs, then ``extra`` (the user's options after ``--``)."""
-    cmd = [*launch, data_bin, "--user-dir", PLUGIN_DIR, *TASK, "--arch", arch, *model,
-           *paper_optimization(warmup_updates, lr_scale, label_smoothing),
-           "--max-tokens", max_tokens, "--update-freq", update_freq, *train_flags,
-           *flags_for(precision), *cpu_flag(gpus),
-           *(["--distributed-world-size", world_size] if world_size else []),
-           "--max-update", max_update, "--seed", seed,
-           *(["--stop-time-hours", f"{train_minutes / 60:.4f}"] if train_minutes else []),
-           "--save-dir", save_dir, "--save-interval-updates", save_interval_updates,
-           "--keep-interval-updates", keep_interval_updates, "--no-epoch-checkpoints",
-           *(["--validate-interval-updates", validate_interval_updates] if validate_interval_updates else []),
-           *log_flags(log_interval), *extra]
-    return [str(c) for c in cmd]
+def _option(fingerprint=True, **kwargs):
+    """A :class:`TrainPlan` field; ``fingerprint``: whether (and under which name) a change of it
+    changes what the train stage makes (its ``options``, attn_kit.pipeline.stages): True, a key, or False."""
+    return field(metadata={"fingerprint": fingerprint}, **kwargs)
 
 
-def comparison_train_command(launch: Sequence, data, save_dir, *, model: Sequence, max_tokens: int,
-                             update_freq: int, seed: int, max_update: Optional[int] = None,
-                             train_minutes: Optional[float] = None, precision: str = "fp32", gpus: int = 0,
-                             validate_every: int, log_every: int) -> List[str]:
-    """fairseq-train of one side of attn_kit.compare after ``launch`` (its worker): ``model``
-    (the side's model, criterion, schedule and task flags), Adam, the batch, a budget of
-    ``max_update`` updates or ``train_minutes``, no checkpoints but the last (without the
-    optimizer's state), validations every ``validate_every`` updates only, JSON logs."""
-    budget = ["--max-update", str(max_update)] if max_update else ["--stop-time-hours", repr(train_minutes / 60)]
-    cmd = [*launch, data, *model, *ADAM,
-           "--max-tokens", max_tokens, "--update-freq", update_freq, "--required-batch-size-multiple", "1",
-           "--seed", seed, *budget, *cpu_flag(gpus), *flags_for(precision),
-           "--save-dir", save_dir, "--no-epoch-checkpoints", "--no-save-optimizer-state",
-           "--save-interval", "1000000", "--validate-interval", "1000000",  # no per-epoch saves/validations
-           "--validate-interval-updates", validate_every, *log_flags(log_every)]
-    return [str(c) for c in cmd]
+@dataclass(frozen=True)
+class TrainPlan:
+    """How a run trains: built once from its settings (:func:`attn_kit.recipes.common.train_plan`);
+    fairseq-train's command (:meth:`command`) and the train stage's fingerprint (:meth:`fingerprint`)
+    both come from it, each field declaring whether it changes what training makes (where the run
+    trains, on how many devices in how many forwards, does not: resuming may change it)."""
+    arch: str = _option()
+    warmup_updates: int = _option()            # eq. 3's warmup_steps
+    max_tokens: int = _option(False)           # per device and forward (BatchPlan)
+    update_freq: int = _option(False)
+    tokens_per_update: int = _option()         # the setting the batch comes from (not a flag)
+    max_update: int = _option()
+    seed: int = _option()
+    save_interval_updates: int = _option()
+    keep_interval_updates: int = _option(False)
+    log_interval: int = _option(False)
+    model: Tuple[str, ...] = _option(default=())   # flags that size --arch
+    lr_scale: float = _option(default=1.0)     # eq. 3's multiplier (a --tune trial's own)
+    # Table 3's row D is the only caller that varies eps_ls, and fingerprints it as eps_ls
+    label_smoothing: float = _option(False, default=0.1)
+    train_flags: Tuple[str, ...] = _option(default=())  # the recipe's own
+    precision: str = _option(default="fp32")  # as used_precision returned it
+    gpus: int = _option(False, default=0)
+    world_size: Optional[int] = _option(False, default=None)  # fairseq's, where torchrun's processes form one job
+    train_minutes: Optional[float] = _option(default=None)
+    validate_interval_updates: Optional[int] = _option(False, default=None)
+    extra: Tuple[str, ...] = _option("fairseq_extra_args", default=())  # the user's options after --
+
+    def command(self, launch: Sequence, data_bin, save_dir) -> List[str]:
+        """The recipes' fairseq-train after ``launch`` (:func:`launcher`): the plugin's task and
+        ``arch`` sized by ``model``, the paper's optimization (:func:`paper_optimization`), the batch
+        per device, ``train_flags``, the precision, ``world_size``, a budget of ``max_update``
+        updates or ``train_minutes``, interval checkpoints (the last ``keep_interval_updates``
+        kept), JSON logs, then ``extra``."""
+        cmd = [*launch, data_bin, "--user-dir", PLUGIN_DIR, *TASK, "--arch", self.arch, *self.model,
+               *paper_optimization(self.warmup_updates, self.lr_scale, self.label_smoothing),
+               "--max-tokens", self.max_tokens, "--update-freq", self.update_freq, *self.train_flags,
+               *flags_for(self.precision), *cpu_flag(self.gpus),
+               *(["--distributed-world-size", self.world_size] if self.world_size else []),
+               "--max-update", self.max_update, "--seed", self.seed,
+               *(["--stop-time-hours", f"{self.train_minutes / 60:.4f}"] if self.train_minutes else []),
+               "--save-dir", save_dir, "--save-interval-updates", self.save_interval_updates,
+               "--keep-interval-updates", self.keep_interval_updates, "--no-epoch-checkpoints",
+               *(["--validate-interval-updates", self.validate_interval_updates]
+                 if self.validate_interval_updates else []),
+               *log_flags(self.log_interval), *self.extra]
+        return [str(c) for c in cmd]
+
+    def fingerprint(self) -> dict:
+        """What shapes the training run, as the train stage's ``options``: the fields that declare so."""
+        out = {}
+        for f in fields(self):
+            key = f.metadata["fingerprint"]
+            if key:
+                value = getattr(self, f.name)
+                out[f.name if key is True else key] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+@dataclass(frozen=True)
+class ComparisonPlan:
+    """How one side of attn_kit.compare trains: ``model`` (the side's model, criterion, schedule and
+    task flags), fairseq's Adam, the batch, a budget of ``max_update`` updates or ``train_minutes``,
+    no checkpoints but the last (without the optimizer's state), validations every
+    ``validate_every`` updates only, JSON logs every ``log_every``."""
+    model: Tuple[str, ...]
+    max_tokens: int
+    update_freq: int
+    seed: int
+    validate_every: int
+    log_every: int
+    max_update: Optional[int] = None
+    train_minutes: Optional[float] = None
+    precision: str = "fp32"
+    gpus: int = 0
+
+    def command(self, launch: Sequence, data, save_dir) -> List[str]:
+        """fairseq-train after ``launch`` (the comparison's worker)."""
+        budget = (["--max-update", str(self.max_update)] if self.max_update
+                  else ["--stop-time-hours", repr(self.train_minutes / 60)])
+        cmd = [*launch, data, *self.model, *ADAM,
+               "--max-tokens", self.max_tokens, "--update-freq", self.update_freq,
+               "--required-batch-size-multiple", "1", "--seed", self.seed, *budget, *cpu_flag(self.gpus),
+               *flags_for(self.precision), "--save-dir", save_dir, "--no-epoch-checkpoints",
+               "--no-save-optimizer-state",
+               "--save-interval", "1000000", "--validate-interval", "1000000",  # no per-epoch saves/validations
+               "--validate-interval-updates", self.validate_every, *log_flags(self.log_every)]
+        return [str(c) for c in cmd]
 
 
 # ---------------------------------------------------------------------------------------------- decoding
@@ -363,13 +414,14 @@ def validate_command(data_bin, checkpoint, *, subset: str = "valid", max_tokens:
 
 
 # ---------------------------------------------------------------------------------------------- data
-def preprocess_command(src: str, tgt: str, destdir, *, trainpref=None, validpref=None, testpref=None,
-                       joined_dictionary: bool = False, only_source: bool = False, srcdict=None,
-                       workers: int = 1, program: str = "fairseq-preprocess") -> List[str]:
-    """fairseq-preprocess of the given splits into ``destdir``."""
+def preprocess_command(src: str, tgt: str, destdir, prefixes: dict, *, joined_dictionary: bool = False,
+                       only_source: bool = False, srcdict=None, workers: int = 1,
+                       program: str = "fairseq-preprocess") -> List[str]:
+    """fairseq-preprocess into ``destdir`` of the splits ``prefixes`` names (train, valid, test:
+    PREFIX of PREFIX.SRC and PREFIX.TGT)."""
     cmd = [program, "--source-lang", src, "--target-lang", tgt, *(["--only-source"] if only_source else [])]
-    for flag, prefix in (("--trainpref", trainpref), ("--validpref", validpref), ("--testpref", testpref)):
-        cmd += [flag, prefix] if prefix is not None else []
+    for split in ("train", "valid", "test"):
+        cmd += [f"--{split}pref", prefixes[split]] if split in prefixes else []
     cmd += ["--destdir", destdir, *(["--srcdict", srcdict] if srcdict is not None else []),
             *(["--joined-dictionary"] if joined_dictionary else []), "--workers", workers]
     return [str(c) for c in cmd]
@@ -380,8 +432,8 @@ def binarize(ctx, src: str, tgt: str, text_dir: Path, dest: Path, workers: int):
     ``text_dir/{train,valid,test}.{src,tgt}`` into ``dest`` with one dictionary for both sides
     (the shared embeddings of Sec. 3.4 need it)."""
     with ctx.output(dest) as tmp:
-        ctx.sh(preprocess_command(src, tgt, tmp, trainpref=text_dir / "train", validpref=text_dir / "valid",
-                                  testpref=text_dir / "test", joined_dictionary=True, workers=workers),
+        ctx.sh(preprocess_command(src, tgt, tmp, {split: text_dir / split for split in ("train", "valid", "test")},
+                                  joined_dictionary=True, workers=workers),
                workers=workers > 1)
 
 

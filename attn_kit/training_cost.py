@@ -12,7 +12,8 @@ kept checkpoints take.
 import argparse
 import math
 import sys
-from typing import List, Optional
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
 
 from . import step_model
 from .cli import ArgumentParser, Number, UsageError, main_guard
@@ -70,15 +71,27 @@ def paper_gpu_seconds(shape: Shape, tokens_per_update: int, updates: int, mean_l
     return updates * p.estimate.seconds_per_update
 
 
-def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, gpus: int, precision: str,
-                 gpu_name: Optional[str] = None, gpu_tflops: Optional[float] = None, utilization: Optional[float] = None,
+@dataclass(frozen=True)
+class Devices:
+    """What a run trains on, for :func:`describe_run`: ``gpus`` (0: CPU) in ``precision``; ``name``
+    (a GPU of attn_kit.cost.GPUS) or the user's own ``tflops`` peak and ``utilization`` of it."""
+    gpus: int
+    precision: str
+    name: Optional[str] = None
+    tflops: Optional[float] = None
+    utilization: Optional[float] = None
+
+
+def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, hw: Devices, *,
                  vocab_note: str = "", mean_length: float = MEAN_LENGTH, average: Optional[int] = None,
-                 max_tokens_per_device: Optional[int] = None, forwards: Optional[int] = None) -> List[str]:
+                 forward: Optional[Tuple[int, int]] = None) -> List[str]:
     """The cost lines of a run, the same for scripts/training_cost.py and a recipe's --dry-run:
     analytic FLOPs, the paper's Table 2 cost, the compute-only wall time, the checkpoints' disk
     (``average``: the checkpoints averaged), and where the whole run's time comes from (the canary).
     ``tokens_per_update``: padded positions per update, fairseq's --max-tokens x devices x --update-freq,
-    the recipes' --tokens-per-update."""
+    the recipes' --tokens-per-update; ``forward``: (tokens per device and forward, forwards per update)."""
+    gpus, precision, gpu_name, gpu_tflops, utilization = hw.gpus, hw.precision, hw.name, hw.tflops, hw.utilization
+    max_tokens_per_device, forwards = forward or (None, None)
     per_update = train_flops_per_update(shape, tokens_per_update, mean_length)
     total = per_update * updates
     lines = [f"training cost (analytic, attn_kit.cost): {per_update:.3g} FLOPs per update (forward + backward = "
@@ -195,9 +208,9 @@ def main(argv=None):
     forwards = math.ceil(args.tokens_per_update / (max(1, args.ngpus) * per_device)) if per_device else 1
     if per_device:
         per_device = math.ceil(args.tokens_per_update / (max(1, args.ngpus) * forwards))
-    for line in describe_run(shape, args.arch, args.tokens_per_update, updates, args.ngpus, args.precision,
-                             name, args.gpu_tflops, args.utilization, mean_length=args.mean_length,
-                             average=average, max_tokens_per_device=per_device, forwards=forwards):
+    hw = Devices(args.ngpus, args.precision, name, args.gpu_tflops, args.utilization)
+    for line in describe_run(shape, args.arch, args.tokens_per_update, updates, hw, mean_length=args.mean_length,
+                             average=average, forward=(per_device, forwards)):
         print(line)
 
 

@@ -75,13 +75,13 @@ def test_a_stock_arch_goes_through_fairseq():
 
 def test_wall_time_and_unknown_gpu():
     shape = cost.model_shape("attn_paper_base", (), 37000)
-    lines = training_cost.describe_run(shape, "attn_paper_base", 25000, 100000, gpus=8, precision="bf16", gpu_name="H100",
-                              utilization=0.25)
+    lines = training_cost.describe_run(shape, "attn_paper_base", 25000, 100000,
+                                       training_cost.Devices(8, "bf16", name="H100", utilization=0.25))
     total = cost.train_flops_per_update(shape, 25000) * 100000
     hours = total / (8 * 989e12 * 0.25) / 3600  # --utilization: the arithmetic alone at that share of the peak
     assert f"{hours * 60:.0f} min" in lines[2] and "8 x 989 TFLOPS at 25% of it (--utilization" in lines[2]
     assert "3.3e+18" in lines[1] and f"{total / 3.3e18:.0%}" in lines[1]
-    v100 = training_cost.describe_run(shape, "attn_paper_base", 25000, 100000, 8, "bf16", gpu_name="V100")
+    v100 = training_cost.describe_run(shape, "attn_paper_base", 25000, 100000, training_cost.Devices(8, "bf16", "V100"))
     assert "V100 has no bf16 units" in v100[2]
     with pytest.raises(UsageError, match="unknown --gpu 'Z80'; known: H200, H100"):
         cost.gpu("Z80")

@@ -8,25 +8,52 @@ from attn_kit import fairseq_commands as fc
 from attn_kit.fairseq_log import read
 
 
+PLAN = fc.TrainPlan(arch="attn_paper_base", warmup_updates=4000, max_tokens=4096, update_freq=1,
+                    tokens_per_update=4096, max_update=10, seed=1, save_interval_updates=5, keep_interval_updates=2,
+                    log_interval=10)
+
+
 def contains(cmd, part):
     return any(cmd[i:i + len(part)] == part for i in range(len(cmd)))
 
 
 def test_both_training_commands_share_adam_and_log_json():
-    recipe = fc.train_command(["fairseq-train"], "bin", "ckpt", arch="attn_paper_base", warmup_updates=4000,
-                              max_tokens=4096, update_freq=1, max_update=10, seed=1, save_interval_updates=5,
-                              keep_interval_updates=2, log_interval=10)
-    compare = fc.comparison_train_command(["worker"], "bin", "ckpt", model=["--arch", "transformer"],
-                                          max_tokens=4096, update_freq=1, seed=1, max_update=10,
-                                          validate_every=5, log_every=10)
+    recipe = PLAN.command(["fairseq-train"], "bin", "ckpt")
+    compare = fc.ComparisonPlan(model=("--arch", "transformer"), max_tokens=4096, update_freq=1, seed=1,
+                                max_update=10, validate_every=5, log_every=10).command(["worker"], "bin", "ckpt")
     for cmd, adam in ((recipe, fc.PAPER_ADAM), (compare, fc.ADAM)):  # the plugin's Adam; fairseq's for comparisons
         assert contains(cmd, adam) and contains(cmd, ["--log-format", "json"]) and "--cpu" in cmd
         assert all(isinstance(c, str) for c in cmd)
     assert contains(recipe, ["--lr-scheduler", "attn_inverse_sqrt", "--warmup-updates", "4000", "--lr", "1"])
     assert "--lr-scale" not in recipe and "--stop-time-hours" not in recipe  # eq. 3 as written; no time budget
-    timed = fc.comparison_train_command(["worker"], "bin", "ckpt", model=[], max_tokens=1, update_freq=1, seed=1,
-                                        train_minutes=3.0, precision="bf16", gpus=1, validate_every=5, log_every=10)
+    timed = fc.ComparisonPlan(model=(), max_tokens=1, update_freq=1, seed=1, train_minutes=3.0, precision="bf16",
+                              gpus=1, validate_every=5, log_every=10).command(["worker"], "bin", "ckpt")
     assert contains(timed, ["--stop-time-hours", repr(0.05), fc.BF16_FLAG]) and "--cpu" not in timed
+
+
+def test_the_train_stages_fingerprint_is_every_field_that_declares_it():
+    """The train stage's options come from the plan's fields (each declares whether it changes what
+    training makes), not from a hand list: changing a declared field changes the fingerprint, under
+    its own name or the one it declares; where and in how many forwards it trains does not (a resumed
+    run may change devices); the options a run resumes across are in it."""
+    import dataclasses
+
+    from attn_kit.recipes.common import RESUMABLE_TRAIN_OPTIONS
+
+    base = PLAN.fingerprint()
+    other = {int: 7, float: 0.123, str: "bf16", tuple: ("--x", "1")}
+    changed = set()
+    for f in dataclasses.fields(fc.TrainPlan):
+        value = getattr(PLAN, f.name)
+        kind = type(value) if value is not None else (float if f.name == "train_minutes" else int)
+        after = dataclasses.replace(PLAN, **{f.name: other[kind]}).fingerprint()
+        declared = f.metadata["fingerprint"]
+        assert (after != base) == bool(declared), f.name
+        if declared:
+            changed.add(f.name if declared is True else declared)
+    assert changed == set(base) and set(RESUMABLE_TRAIN_OPTIONS) <= changed
+    assert {"max_tokens", "update_freq", "gpus", "world_size"}.isdisjoint(changed)
+    assert base["fairseq_extra_args"] == [] and isinstance(base["model"], list)  # as it reads back from JSON
 
 
 def test_decoding_validation_and_binarizing_commands():
@@ -36,7 +63,7 @@ def test_decoding_validation_and_binarizing_commands():
     assert gen[:2] == ["fairseq-generate", "bin"] and contains(gen, ["--gnmt-alpha", "0.6", "--max-len-a", "1"])
     assert gen[-3:] == ["--remove-bpe", "subword_nmt", "--cpu"]
     assert fc.validate_command("bin", "c.pt", max_tokens=500, gpus=1)[-2:] == ["--max-tokens", "500"]
-    pre = fc.preprocess_command("en", "de", Path("out"), trainpref="t/train", validpref="t/valid",
+    pre = fc.preprocess_command("en", "de", Path("out"), {"valid": "t/valid", "train": "t/train"},
                                 joined_dictionary=True, workers=2)
     assert pre == ["fairseq-preprocess", "--source-lang", "en", "--target-lang", "de", "--trainpref", "t/train",
                    "--validpref", "t/valid", "--destdir", "out", "--joined-dictionary", "--workers", "2"]

@@ -275,8 +275,8 @@ def run_job_script(tmp_path, slurm_path, send, save: bool, signal_seconds=300):
     work = tmp_path / "w"
     recipe = tmp_path / "recipe.py"
     recipe.write_text(RECIPE)
-    text = slurm.sbatch_script([sys.executable, recipe, work, "save" if save else "wait"], work, cpus_per_task=3,
-                               signal_seconds=signal_seconds, cwd=tmp_path)
+    text = slurm.sbatch_script([sys.executable, recipe, work, "save" if save else "wait"], work,
+                               alloc=slurm.Allocation(cpus_per_task=3), signal_seconds=signal_seconds, cwd=tmp_path)
     script = tmp_path / "job.sbatch"
     script.write_text(text)
     proc = subprocess.Popen(["bash", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -495,12 +495,13 @@ def test_every_script_holds_hostile_but_legal_values_only_quoted(tmp_path):
     odd = "a b;$(touch pwned)`x`'q'"
     work = tmp_path / f"work {odd}"
     text = slurm.sbatch_script(["python", "-m", "attn_kit.recipes.wmt14", "--workdir", work, "--", odd], work,
-                               partition="gpu part", account="acct 1", time_limit="1-00:00:00", mem="64G",
+                               alloc=slurm.Allocation(partition="gpu part", account="acct 1",
+                                                      time_limit="1-00:00:00", mem="64G"),
                                signal_seconds=300, env={"ATTN_X": odd}, cwd=work)
     lines = text.splitlines()
-    assert len(lines) == len(slurm.sbatch_script(["python"], tmp_path / "plain", partition="gpu", account="a",
-                                                 time_limit="1", mem="64G", signal_seconds=300, env={"ATTN_X": "y"},
-                                                 cwd=tmp_path).splitlines())
+    plain = slurm.Allocation(partition="gpu", account="a", time_limit="1", mem="64G")
+    assert len(lines) == len(slurm.sbatch_script(["python"], tmp_path / "plain", alloc=plain, signal_seconds=300,
+                                                 env={"ATTN_X": "y"}, cwd=tmp_path).splitlines())
     assert '#SBATCH --partition="gpu part"' in lines and '#SBATCH --account="acct 1"' in lines
     for line in lines:
         if odd in line:

@@ -69,7 +69,7 @@ def prepare(run_dir: Path, info: dict, name: str, source: Path, work: Path) -> P
                         str(args.get("bpe_vocabulary_threshold", VOCABULARY_THRESHOLD))],
                        stdin=fin, stdout=fout, check=True)
     dictionaries = run_dir / info["data"]
-    subprocess.run(preprocess_command(src, tgt, data, testpref=bpe, only_source=True,
+    subprocess.run(preprocess_command(src, tgt, data, {"test": bpe}, only_source=True,
                                       srcdict=dictionaries / f"dict.{src}.txt", workers=2,
                                       program=console_script("fairseq-preprocess")), check=True, capture_output=True)
     shutil.copy(dictionaries / f"dict.{tgt}.txt", data / f"dict.{tgt}.txt")

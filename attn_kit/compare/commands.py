@@ -73,12 +73,12 @@ def train_command(which: str, args, data: Path, joined: bool, seed: int, run_dir
     """fairseq-train of one side for one seed, run by the worker (through torchrun
     with several GPUs); the worker writes its numbers to ``run_dir/stats.json``."""
     launch = launcher(args.ngpus, 0, module=WORKER) if args.ngpus > 1 else [sys.executable, "-m", WORKER]
-    return fairseq_commands.comparison_train_command(
-        [*launch, run_dir / "stats.json"], data, run_dir / "checkpoints",
-        model=[*model_flags(which, args, joined), *precision_task(which, args)], max_tokens=args.max_tokens,
+    plan = fairseq_commands.ComparisonPlan(
+        model=(*model_flags(which, args, joined), *precision_task(which, args)), max_tokens=args.max_tokens,
         update_freq=args.update_freq, seed=seed, max_update=args.max_update,
         train_minutes=None if args.max_update else args.train_minutes, precision=args.precision, gpus=args.ngpus,
         validate_every=args.validate_every, log_every=args.log_every)
+    return plan.command([*launch, run_dir / "stats.json"], data, run_dir / "checkpoints")
 
 
 def generate_command(args, data: Path, checkpoint: Path, subset: str) -> List[str]:

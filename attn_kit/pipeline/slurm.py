@@ -9,7 +9,8 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
 
 from ..cli import UsageError, UserError, log, one_line, write_json_atomic, write_text_atomic
 
@@ -36,13 +37,25 @@ def _directive(option: str, value) -> str:
     return f'"{text}"' if any(c.isspace() for c in text) else text
 
 
-def sbatch_script(job_command: List[str], workdir: Path, script: str = SCRIPT, nnodes: int = 1,
-                  tasks_per_node: int = 1, gpus_per_node: int = 0, cpus_per_task: Optional[int] = None,
-                  mem: Optional[str] = None, partition: Optional[str] = None, time_limit: Optional[str] = None,
-                  account: Optional[str] = None, signal_seconds: int = 0, env: Optional[dict] = None,
-                  cwd: Optional[Path] = None, watch: Optional[Path] = None) -> str:
+@dataclass(frozen=True)
+class Allocation:
+    """What a job asks Slurm for: ``nnodes`` x ``tasks_per_node`` tasks, ``gpus_per_node`` GPUs
+    each node, ``cpus_per_task`` CPUs and ``mem`` each task; where and how long (None: Slurm's default)."""
+    nnodes: int = 1
+    tasks_per_node: int = 1
+    gpus_per_node: int = 0
+    cpus_per_task: Optional[int] = None
+    mem: Optional[str] = None
+    partition: Optional[str] = None
+    time_limit: Optional[str] = None
+    account: Optional[str] = None
+
+
+def sbatch_script(job_command: List[str], workdir: Path, script: str = SCRIPT, alloc: Allocation = Allocation(),
+                  signal_seconds: int = 0, env: Optional[dict] = None, cwd: Optional[Path] = None,
+                  watch: Optional[Path] = None) -> str:
     """The text of WORKDIR/``script``: an sbatch script that runs ``job_command`` once, on the first
-    node of an allocation of ``nnodes`` x ``tasks_per_node`` tasks (``gpus_per_node`` GPUs each node).
+    node of the allocation ``alloc``.
     ``signal_seconds`` > 0: stop and requeue that long before the time limit (see below),
     if ``watch`` (default ``workdir``, the folder the job works in) shows progress.
 
@@ -66,9 +79,10 @@ def sbatch_script(job_command: List[str], workdir: Path, script: str = SCRIPT, n
                         *(("an argument of the job's command", a) for a in job_command)):
         _plain(what, value)  # every value the script holds, before any is written
     job_name = re.sub(r"[^A-Za-z0-9._-]", "_", f"attn-{workdir.name}-{Path(script).stem}")
-    directives = [("job-name", job_name), ("nodes", nnodes), ("ntasks-per-node", tasks_per_node)]
-    for key, value in (("gpus-per-node", gpus_per_node), ("cpus-per-task", cpus_per_task), ("mem", mem),
-                       ("partition", partition), ("time", time_limit), ("account", account)):
+    a = alloc
+    directives = [("job-name", job_name), ("nodes", a.nnodes), ("ntasks-per-node", a.tasks_per_node)]
+    for key, value in (("gpus-per-node", a.gpus_per_node), ("cpus-per-task", a.cpus_per_task), ("mem", a.mem),
+                       ("partition", a.partition), ("time", a.time_limit), ("account", a.account)):
         if value:  # mem is a string: "0" (all of a node's memory) is written
             directives.append((key, value))
     logs = workdir / "logs"
@@ -84,8 +98,8 @@ def sbatch_script(job_command: List[str], workdir: Path, script: str = SCRIPT, n
              "set -euo pipefail",
              f"cd {shlex.quote(str(cwd or Path.cwd()))}"]
     lines += [f"export {k}={shlex.quote(str(v))}" for k, v in (env or {}).items()]
-    if cpus_per_task:
-        lines.append(f"export SRUN_CPUS_PER_TASK={cpus_per_task}  # srun (Slurm >= 22.05) does not pass "
+    if a.cpus_per_task:
+        lines.append(f"export SRUN_CPUS_PER_TASK={a.cpus_per_task}  # srun (Slurm >= 22.05) does not pass "
                      "--cpus-per-task on by itself")
     if not signal_seconds:
         return "\n".join([*lines, "exec " + _quote(job_command)]) + "\n"

@@ -29,6 +29,19 @@ NEVER = 10 ** 9  # an interval no canary reaches: it saves and validates once, w
 
 
 # ---------------------------------------------------------------------------------------------- the stage
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What a recipe's canary stage measures and predicts for (:func:`stage` says what each is)."""
+    s: object
+    out: Path
+    data_bin: Path
+    data_stages: Sequence[str]
+    generate_command: Callable
+    decoded: Sequence[Sequence[Path]]
+    model_flags: Sequence[str]
+    averages: bool = True
+
+
 def stage(s, data_bin: Path, data_stages: Sequence[str], train_command: Callable, generate_command: Callable,
           decoded: Sequence[Sequence[Path]], model_flags: Sequence[str], train_inputs: Sequence[Path],
           name: str = "canary", averages: bool = True) -> Stage:
@@ -39,6 +52,7 @@ def stage(s, data_bin: Path, data_stages: Sequence[str], train_command: Callable
     split the run decodes, the test set last; ``model_flags``: the flags that size the arch, for the FLOPs;
     ``averages``: whether the run averages checkpoints (Table 3's rows do not)."""
     out = s.workdir / "canary"
+    job = Job(s, out, data_bin, data_stages, generate_command, decoded, model_flags, averages)
 
     def run(ctx):
         c = dataclasses.replace(s, train_minutes=s.canary_minutes, save_interval_updates=NEVER,
@@ -66,8 +80,7 @@ def stage(s, data_bin: Path, data_stages: Sequence[str], train_command: Callable
                 averaging_seconds(ctx, checkpoint, s.average, out)
             generation_seconds(ctx, generate_command(checkpoint), decoded, out)
             return
-        finish(ctx, s, out, launched, ended, ctx.log_dir / f"{ctx.stage}.log", failure, data_stages, generate_command,
-               decoded, model_flags, data_bin, averages)
+        finish(ctx, job, launched, ended, ctx.log_dir / f"{ctx.stage}.log", failure)
 
     return Stage(name, run, f"{s.canary_minutes:g} minutes of the real training, then the whole run's "
                                 "predicted cost (canary.json)",
@@ -281,12 +294,14 @@ def generation_seconds(ctx, cmd: List, decoded: Sequence[Sequence[Path]], out: P
 
 
 # ---------------------------------------------------------------------------------------------- the report
-def finish(ctx, s, out: Path, launched: float, ended: float, train_log: Path, failure: Optional[str], data_stages,
-           generate_command, decoded, model_flags, data_bin: Path, averages: bool = True):
-    """Analyse the canary's training, time averaging and generation, write canary.json, print the
-    table; raise a one-line UserError naming the first cause of failure."""
+def finish(ctx, job: Job, launched: float, ended: float, train_log: Path, failure: Optional[str]):
+    """Analyse the canary's training (launched and ended at those times, its log ``train_log``,
+    ``failure``: why fairseq-train failed), time averaging and generation, write canary.json, print
+    the table; raise a one-line UserError naming the first cause of failure."""
     from .. import cost
     from ..results import provenance
+
+    s, out, model_flags, data_bin = job.s, job.out, job.model_flags, job.data_bin
 
     records = read_stats(out / "stats")
     result = {**provenance(), "canary_minutes": s.canary_minutes, "arch": s.arch,
@@ -352,22 +367,23 @@ def finish(ctx, s, out: Path, launched: float, ended: float, train_log: Path, fa
         causes.append(failure or "the canary wrote no checkpoint (see the log)")
     if causes:  # fail fast: nothing more is worth measuring
         return conclude(out, result, causes)
-    causes += predict(ctx, s, out, result, r, writes, valid_seconds, (launched, ended), data_stages,
-                      generate_command, decoded, averages)
+    causes += predict(ctx, job, result, r, writes, valid_seconds, (launched, ended))
     shutil.rmtree(out / "checkpoints", ignore_errors=True)  # measured; a canary's weights are no product
     return conclude(out, result, causes)
 
 
-def predict(ctx, s, out: Path, result: dict, r: dict, writes: List[float], valid_seconds: Optional[float],
-            times: Sequence[float], data_stages, generate_command, decoded, averages: bool) -> List[str]:
+def predict(ctx, job: Job, result: dict, r: dict, writes: List[float], valid_seconds: Optional[float],
+            times: Sequence[float]) -> List[str]:
     """Time averaging and generation, predict the whole run's wall time part by part (``r``: the
     training's :func:`rates`; ``times``: when it was launched and ended) and check the disk, into
     ``result``; the causes of failure found (the disk's)."""
     (launched, ended), causes = times, []
+    s, out, data_stages = job.s, job.out, job.data_stages
     checkpoint = out / "checkpoints" / "checkpoint_last.pt"
     spans, plan = r["validations"], result["plan"]
     size = checkpoint.stat().st_size
-    avg = averaging_seconds(ctx, checkpoint, s.average, out) if averages else {"predicted": 0.0, "averaged_bytes": 0}
+    avg = averaging_seconds(ctx, checkpoint, s.average, out) if job.averages else {"predicted": 0.0,
+                                                                                   "averaged_bytes": 0}
     kept = (s.average + 2) * size + avg["averaged_bytes"]
     have = sum(p.stat().st_size for p in (s.workdir / "checkpoints").glob("*.pt")) \
         if (s.workdir / "checkpoints").is_dir() else 0
@@ -376,7 +392,7 @@ def predict(ctx, s, out: Path, result: dict, r: dict, writes: List[float], valid
     if kept - have > free:
         causes.append(f"disk: the run keeps {s.average + 2} checkpoints of {size / 1e9:.2f} GB and an average "
                       f"({kept / 1e9:.1f} GB), {s.workdir}'s file system has {free / 1e9:.1f} GB free")
-    gen = generation_seconds(ctx, generate_command(checkpoint), decoded, out, env=common.thread_env(s))
+    gen = generation_seconds(ctx, job.generate_command(checkpoint), job.decoded, out, env=common.thread_env(s))
     startup = r["first_end"] - launched
     # after the last update: the final validation and checkpoint write (counted below), then the
     # process ends (the dataloaders, the distributed group): measured from the last event to the exit

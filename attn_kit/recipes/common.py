@@ -15,7 +15,7 @@ from typing import Iterable, List, Optional
 from ..cli import UsageError, UserError, log, write_json_atomic
 from .. import fairseq_commands
 from ..curves import CurveWriter
-from ..fairseq_commands import DecodePlan, batch_plan, launcher, precision_of, read_averaged
+from ..fairseq_commands import DecodePlan, TrainPlan, batch_plan, launcher, precision_of, read_averaged
 from ..fairseq_log import TrainProgress, train_log_summary
 from ..sizes import ARCH_SIZES, SIZES
 from . import scale
@@ -66,27 +66,31 @@ def train_budget(s) -> str:
     return budget + (f" or {s.train_minutes:g} minutes, whichever comes first" if s.train_minutes else "")
 
 
-def train_command(s, data_bin: Path, save_dir: Path, model: Iterable[str] = (), lr_scale: float = None,
-                  label_smoothing: float = 0.1) -> list:
-    """fairseq-train with the paper's optimizer, schedule and criterion (Sec. 5.3-5.4),
-    launched on the run's devices; ``model``: flags that size the arch; ``lr_scale``:
-    eq. 3's multiplier when it differs from --lr-scale (a --tune trial's); ``label_smoothing``:
-    eps_ls (Table 3 row D varies it). Everything else comes from ``args`` (the recipe's
-    options over its config)."""
+def train_plan(s, model: Iterable[str] = (), lr_scale: float = None, label_smoothing: float = 0.1) -> TrainPlan:
+    """How the run trains (Sec. 5.3-5.4: the paper's optimizer, schedule and criterion), from its
+    settings; ``model``: flags that size the arch; ``lr_scale``: eq. 3's multiplier when it differs
+    from --lr-scale (a --tune trial's); ``label_smoothing``: eps_ls (Table 3 row D varies it)."""
     p = plan(s)
-    launch = launcher(s.ngpus, s.cpu_procs, s.nnodes, s.node_rank, s.master_addr, s.master_port,
-                      log_dir=str(s.workdir / "logs"), kind=s.launcher)
     # torchrun's processes join one job only when fairseq's world size is not 1; its default is the GPUs
     # visible on one node, so one GPU on each of several nodes would otherwise train as separate jobs
     world = devices(s) if s.launcher == "torchrun" and s.ngpus and devices(s) > 1 else None
-    return fairseq_commands.train_command(
-        launch, data_bin, save_dir, arch=s.arch, model=model, warmup_updates=s.warmup_updates,
+    return TrainPlan(
+        arch=s.arch, model=tuple(model), warmup_updates=s.warmup_updates,
         lr_scale=s.lr_scale if lr_scale is None else lr_scale, label_smoothing=label_smoothing,
-        max_tokens=p.max_tokens, update_freq=p.update_freq, train_flags=s.train_flags,
-        precision=s.precision_used, gpus=s.ngpus, world_size=world, max_update=s.max_update,
-        seed=s.seed, train_minutes=s.train_minutes, save_interval_updates=s.save_interval_updates,
-        keep_interval_updates=s.average, validate_interval_updates=s.validate_interval_updates,
-        log_interval=s.log_interval, extra=s.fairseq_extra)
+        max_tokens=p.max_tokens, update_freq=p.update_freq, tokens_per_update=s.tokens_per_update,
+        train_flags=tuple(s.train_flags), precision=s.precision_used, gpus=s.ngpus, world_size=world,
+        max_update=s.max_update, seed=s.seed, train_minutes=s.train_minutes,
+        save_interval_updates=s.save_interval_updates, keep_interval_updates=s.average,
+        validate_interval_updates=s.validate_interval_updates, log_interval=s.log_interval,
+        extra=tuple(s.fairseq_extra))
+
+
+def train_command(s, data_bin: Path, save_dir: Path, model: Iterable[str] = (), lr_scale: float = None,
+                  label_smoothing: float = 0.1) -> list:
+    """fairseq-train of :func:`train_plan`, launched on the run's devices."""
+    launch = launcher(s.ngpus, s.cpu_procs, s.nnodes, s.node_rank, s.master_addr, s.master_port,
+                      log_dir=str(s.workdir / "logs"), kind=s.launcher)
+    return train_plan(s, model, lr_scale, label_smoothing).command(launch, data_bin, save_dir)
 
 
 # Options of a training stage that run it again on top of its checkpoints when changed: fairseq-train
@@ -95,15 +99,9 @@ RESUMABLE_TRAIN_OPTIONS = ("max_update", "train_minutes", "save_interval_updates
 
 
 def train_options(s, model: Iterable[str] = (), **changes) -> dict:
-    """What shapes a training run, as a stage's ``options`` (attn_kit.pipeline.stages): the
-    model, optimizer schedule, batch, seed and precision; not where it runs (devices, threads),
-    which resuming may change. ``changes``: a --tune trial's own values."""
-    options = {"arch": s.arch, "model": list(model), "warmup_updates": s.warmup_updates,
-               "lr_scale": s.lr_scale, "tokens_per_update": s.tokens_per_update, "seed": s.seed,
-               "precision": s.precision_used, "train_flags": list(s.train_flags),
-               "fairseq_extra_args": list(s.fairseq_extra),
-               **{name: getattr(s, name) for name in RESUMABLE_TRAIN_OPTIONS}}
-    return {**options, **changes}
+    """What shapes a training run, as a stage's ``options`` (attn_kit.pipeline.stages): the train
+    plan's fingerprint (:meth:`TrainPlan.fingerprint`); ``changes``: a --tune trial's own values."""
+    return {**train_plan(s, model).fingerprint(), **changes}
 
 
 def train_records(s, record: Optional[Path] = None) -> list:

@@ -389,11 +389,11 @@ def prep_script(s, command: List[str], workers: int, what: str, watch: Optional[
     from ..pipeline import slurm
 
     log(f"Slurm data job: {what} on {workers} CPU(s)")
-    return slurm.PREP_SCRIPT, slurm.sbatch_script(
-        command, s.workdir, slurm.PREP_SCRIPT, cpus_per_task=workers, mem=s.prep_mem or PREP_MEM,
-        partition=s.prep_partition or s.partition, time_limit=s.prep_time or s.time_limit,
-        account=s.account, signal_seconds=_signal_seconds(s), env=slurm.job_environment(), cwd=Path.cwd(),
-        watch=watch)
+    alloc = slurm.Allocation(cpus_per_task=workers, mem=s.prep_mem or PREP_MEM,
+                             partition=s.prep_partition or s.partition, time_limit=s.prep_time or s.time_limit,
+                             account=s.account)
+    return slurm.PREP_SCRIPT, slurm.sbatch_script(command, s.workdir, slurm.PREP_SCRIPT, alloc, _signal_seconds(s),
+                                                  env=slurm.job_environment(), cwd=Path.cwd(), watch=watch)
 
 
 def train_script(s, first: str, last: str) -> Tuple[str, str]:
@@ -404,10 +404,10 @@ def train_script(s, first: str, last: str) -> Tuple[str, str]:
     per_node = s.ngpus if s.ngpus else s.cpu_procs
     log(f"Slurm training job: stages {first}..{last} on {s.nnodes} node(s) x "
         f"{f'{s.ngpus} GPU(s)' if s.ngpus else f'{s.cpu_procs} CPU task(s)'} of {task_cpus(s)} CPUs")
-    return slurm.SCRIPT, slurm.sbatch_script(
-        job_command(s, first, last), s.workdir, slurm.SCRIPT, s.nnodes, per_node, s.ngpus,
-        task_cpus(s), s.mem or TRAIN_MEM, s.partition, s.time_limit, s.account,
-        _signal_seconds(s), env=slurm.job_environment(), cwd=Path.cwd())
+    alloc = slurm.Allocation(s.nnodes, per_node, s.ngpus, task_cpus(s), s.mem or TRAIN_MEM, s.partition,
+                             s.time_limit, s.account)
+    return slurm.SCRIPT, slurm.sbatch_script(job_command(s, first, last), s.workdir, slurm.SCRIPT, alloc,
+                                             _signal_seconds(s), env=slurm.job_environment(), cwd=Path.cwd())
 
 
 # ---------------------------------------------------------------------------------------------- cost
@@ -419,11 +419,9 @@ def print_cost(s, model_flags: Sequence[str], vocab: int, vocab_note: str):
     from ..fairseq_commands import batch_plan
 
     p = batch_plan(s.tokens_per_update, s.ngpus * s.nnodes if s.ngpus else s.cpu_procs, s.max_tokens_per_gpu)
-    lines = training_cost.describe_run(shape, s.arch, s.tokens_per_update, s.max_update,
-                              gpus=s.ngpus * s.nnodes, precision=s.precision_used,
-                              gpu_name=cost.gpu_name(s.gpu) if s.gpu else None,
-                              gpu_tflops=s.gpu_tflops, utilization=s.utilization, vocab_note=vocab_note,
-                              average=getattr(s, "average", None), max_tokens_per_device=p.max_tokens,
-                              forwards=p.update_freq)
+    hw = training_cost.Devices(s.ngpus * s.nnodes, s.precision_used, cost.gpu_name(s.gpu) if s.gpu else None,
+                               s.gpu_tflops, s.utilization)
+    lines = training_cost.describe_run(shape, s.arch, s.tokens_per_update, s.max_update, hw, vocab_note=vocab_note,
+                                       average=getattr(s, "average", None), forward=(p.max_tokens, p.update_freq))
     for line in lines:
         print(f"  # {line}", flush=True)

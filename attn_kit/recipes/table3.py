@@ -654,9 +654,9 @@ def group_jobs(s: Table3Settings, data_job: bool) -> list:
     merge = [sys.executable, "-m", s.recipe_module, *([] if s.mode == "paper" else [f"--{s.mode}"]),
              "--workdir", str(s.workdir), "--merge", *(str(run.workdir) for run in runs)]
     log(f"Slurm merge job: Table 3 from the {len(runs)} groups' tables in {s.workdir}")
-    text = slurm.sbatch_script(merge, s.workdir, MERGE_SCRIPT, cpus_per_task=1, mem="4G",
-                               partition=s.prep_partition or s.partition, time_limit=s.prep_time or s.time_limit,
-                               account=s.account, env=slurm.job_environment(), cwd=Path.cwd())
+    alloc = slurm.Allocation(cpus_per_task=1, mem="4G", partition=s.prep_partition or s.partition,
+                             time_limit=s.prep_time or s.time_limit, account=s.account)
+    text = slurm.sbatch_script(merge, s.workdir, MERGE_SCRIPT, alloc, env=slurm.job_environment(), cwd=Path.cwd())
     return [*jobs, (MERGE_SCRIPT, text, tuple(range(len(wait), len(wait) + len(jobs))))]
 
 
