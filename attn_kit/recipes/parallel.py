@@ -174,17 +174,8 @@ class YourFiles(DataSource):
     def description(self, s) -> str:
         return f"your {s.src}-{s.tgt} corpus: {', '.join(f'{k} {v}' for k, v in s.files.items())}"
 
-    def downloads(self, s, lay: Layout) -> list:
-        return []
-
     def sources(self, s, lay: Layout) -> list:
         return [Path(f"{prefix}.{lang}") for prefix in s.files.values() for lang in (s.src, s.tgt)]
-
-    def options(self, s) -> dict:
-        return {"data": s.data, "files": []}
-
-    def paper_vocab(self, s):
-        return None
 
     def train_pairs(self, s) -> Optional[int]:
         train = Path(f"{s.files['train']}.{s.src}")

@@ -37,7 +37,6 @@ SOURCES = {"wmt14": Wmt14Download(), "smoke-mirror": SmokeMirror(), "bundled": B
 SIZE_OPTIONS = ("layers", "d_model", "d_ff", "h", "p_drop")
 # The data stages of every mode (the first two are named check and copy for recipes/parallel.sh).
 STAGE_NAMES = ("download", "extract", "tokenize", "bpe", "binarize")
-SMALL_MODES = ("bundled", "smoke", "files")  # the modes whose data is not WMT14's (recipes/parallel.sh: files)
 # The stages that were one 'prepare' stage (WMT14) before the stage list was shared by every mode.
 STAGE_ALIASES = {"prepare": ("extract", "bpe")}
 
@@ -80,7 +79,7 @@ class Wmt14Settings(settings.TrainSettings):
     def vocab_estimate(self) -> Tuple[int, str]:
         """(size, note) of the joined dictionary before the binarize stage made it: the paper's for
         the WMT14 pairs, else about the BPE merges (plus the symbols they start from)."""
-        if self.mode not in SMALL_MODES and self.pair in PAIRS:
+        if self.source.paper_data:
             return PAIRS[self.pair].paper_vocab, " (the paper's; the binarize stage prints the real one)"
         return self.bpe_merges, " (about --bpe-merges, until the binarize stage made the dictionary)"
 
@@ -89,7 +88,7 @@ class Wmt14Settings(settings.TrainSettings):
         """How the train stage names a model resized from its arch."""
         if not self.size:
             return ""
-        return f" ({'small' if self.mode == 'bundled' else 'tiny' if self.mode == 'smoke' else 'resized'})"
+        return f" ({self.source.model_word})"
 
 
 # ---------------------------------------------------------------------------------------------- settings
@@ -158,10 +157,10 @@ def build(argv=None) -> Wmt14Settings:
     yaml["bpe_merges"] = yaml["bpe_merges"] or PAIRS[pair].bpe_merges
     name = f"wmt14_{pair.replace('-', '_')}"
     workdir = (given.workdir or REPO / "runs" / f"{name}_{mode}").resolve()
-    data_workdir, data_home = data_folders(given.data_workdir, workdir,
-                                           None if mode in ("bundled", "smoke") else f"{name}_data")
+    source = SOURCES[yaml["data"]]
+    data_workdir, data_home = data_folders(given.data_workdir, workdir, f"{name}_data" if source.shared_data else None)
     return settings.compose(Wmt14Settings, given, yaml, lambda v: dict(
-        pair=pair, src=PAIRS[pair].src, tgt=PAIRS[pair].tgt, arch=arch, mode=mode, source=SOURCES[v.data],
+        pair=pair, src=PAIRS[pair].src, tgt=PAIRS[pair].tgt, arch=arch, mode=mode, source=source,
         workdir=workdir, data_workdir=data_workdir, data_home=data_home,
         size=common.model_size(yaml, size_overrides(given), arch), recipe_module="attn_kit.recipes.wmt14"))
 
@@ -591,7 +590,15 @@ def on_table2s_test_set(r: dict) -> bool:
     """Whether a run's scores compare with the paper's Table 2: WMT14 data (newstest2014), the
     paper's model as its arch defines it (not the bundled, smoke or your own corpus's runs, nor a
     resized model)."""
-    return r.get("mode") not in SMALL_MODES and _arch_own_size(r)
+    return mode_source(r.get("mode")).paper_data and _arch_own_size(r)
+
+
+def mode_source(mode: Optional[str]) -> DataSource:
+    """The data source of a results.json's ``mode`` (its YAML section's data; the paper's archs:
+    WMT14's); a mode of no source here (recipes/parallel.sh's files) is a corpus of the user's own."""
+    cfg = config.load("wmt14")
+    data = config.settings("wmt14", "paper", mode if mode in cfg else None)["data"]
+    return SOURCES.get(data, DataSource())
 
 
 def model_label(r: dict) -> str:

@@ -171,16 +171,20 @@ def once(ctx, path: Path, description: str, fn, *args):
 # ---------------------------------------------------------------------------------------------- data sources
 class DataSource:
     """Where a run's text comes from, behind the first two stages: ``fetch`` gets or checks it,
-    ``extract`` writes one raw text file per split and side (``Layout.raw``). Stateless: each
-    method takes the run's settings ``s`` and folders ``lay``."""
+    ``extract`` writes one raw text file per split and side (``Layout.raw``); and what the recipe
+    asks of the data instead of naming its mode. Stateless: each method takes the run's settings
+    ``s`` and folders ``lay``. The defaults are a corpus of the user's own, not the paper's."""
     fetch_name, extract_name = "download", "extract"
+    paper_data = False  # the paper's own data: its test set (newstest2014), comparable with Table 2
+    model_word = "resized"  # how the train stage names a model resized from its arch for this data
+    shared_data = False  # whether its data stages run in a folder of their own beside the work directory
 
     def description(self, s) -> str:
         raise NotImplementedError
 
     def downloads(self, s, lay: Layout) -> List[Path]:
         """What ``fetch`` writes (none: it only checks)."""
-        return [dl_path(lay, key) for key in files_for(s.pair)]
+        return []
 
     def sources(self, s, lay: Layout) -> List[Path]:
         """What ``extract`` reads."""
@@ -188,11 +192,11 @@ class DataSource:
 
     def options(self, s) -> dict:
         """The fetch stage's options (a change runs it again)."""
-        return {"data": s.data, "files": files_for(s.pair)}
+        return {"data": s.data, "files": []}
 
     def paper_vocab(self, s) -> Optional[int]:
         """The paper's dictionary size for this data, for the binarize stage's log (None: not the paper's)."""
-        return PAIRS[s.pair].paper_vocab
+        return None
 
     def notes(self, s) -> List[str]:
         """Lines --dry-run prints before tokenizing (what preparing this data costs)."""
@@ -215,6 +219,17 @@ def dl_path(lay: Layout, key: str) -> Path:
 
 class Wmt14Download(DataSource):
     """WMT14 from statmt.org (or --mirror): the pair's training corpora, newstest2013 and newstest2014."""
+    paper_data = True
+    shared_data = True
+
+    def downloads(self, s, lay: Layout) -> List[Path]:
+        return [dl_path(lay, key) for key in files_for(s.pair)]
+
+    def options(self, s) -> dict:
+        return {"data": s.data, "files": files_for(s.pair)}
+
+    def paper_vocab(self, s) -> Optional[int]:
+        return PAIRS[s.pair].paper_vocab
 
     def description(self, s) -> str:
         return f"WMT14 {s.pair} corpora, newstest2013 and newstest2014"
@@ -277,18 +292,16 @@ class Wmt14Download(DataSource):
 
 class Bundled(DataSource):
     """The repo's Tatoeba EN-DE corpus (data/tatoeba-en-de), checked against its committed sha256."""
+    model_word = "small"
 
     def description(self, s) -> str:
         return f"bundled Tatoeba EN-DE ({BUNDLED_DATA})"
 
-    def downloads(self, s, lay: Layout) -> List[Path]:
-        return []
-
     def sources(self, s, lay: Layout) -> List[Path]:
         return [BUNDLED_DATA / rf.name for rf in BUNDLED.values()]
 
-    def paper_vocab(self, s) -> Optional[int]:
-        return None
+    def options(self, s) -> dict:  # as every bundled run so far recorded it (a changed value would redo the stage)
+        return {"data": s.data, "files": files_for(s.pair)}
 
     def train_pairs(self, s) -> Optional[int]:
         with lzma.open(BUNDLED_DATA / BUNDLED["train"].name, "rb") as f:

@@ -93,6 +93,9 @@ def build_mirror(root: Path, pair: str) -> Dict[str, RemoteFile]:
 class SmokeMirror(Wmt14Download):
     """--smoke: the WMT14 download code against the smoke archives, built here and served on
     127.0.0.1 (or from a --mirror of them, checked against the ones built here)."""
+    paper_data = False  # WMT14's layout, not its text
+    shared_data = False
+    model_word = "tiny"
 
     def description(self, s) -> str:
         return super().description(s) + " (smoke archives, local mirror)"
