@@ -6,6 +6,8 @@ bundled data, the results files and ``runs/`` live beside the code, not inside a
 """
 from pathlib import Path
 
+from .cli import UserError
+
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "attn_plugin"  # fairseq's --user-dir
 CONFIG_DIR = REPO / "recipes" / "configs"
@@ -14,8 +16,6 @@ CONFIG_DIR = REPO / "recipes" / "configs"
 def require(path: Path) -> Path:
     """``path`` (part of the checkout), or a UserError saying the kit runs from a checkout."""
     if not Path(path).exists():
-        from .cli import UserError
-
         raise UserError(f"{path} is missing: attn_kit runs from a git checkout of this project "
                         "(git clone, then pip install -e .), not from an installed copy")
     return Path(path)

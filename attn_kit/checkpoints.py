@@ -19,14 +19,13 @@ from typing import Optional
 
 from .cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, atomic_output, check_output, log,
                   write_text_atomic)
+from .plugin import load
 
 UPDATE_CHECKPOINT = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")  # fairseq's checkpoint_{epoch}_{update}.pt
 
 
 def _plugin_checkpoint():
     """:mod:`attn_plugin.checkpoint`, imported when first needed and quietly (:func:`attn_kit.plugin.load`)."""
-    from .plugin import load
-
     return load("attn_plugin.checkpoint")
 
 

@@ -124,6 +124,7 @@ def args_reads(tree: ast.AST) -> Counter:
                    and isinstance(node.value, ast.Name) and node.value.id == "args")
 
 
+PROJECT = ("attn_kit", "attn_plugin")
 MAX_PARAMETERS = 10  # more, and the arguments belong in a plan or settings object
 
 
@@ -135,10 +136,23 @@ def parameter_count(node) -> int:
     return len(names) - own + (a.vararg is not None) + (a.kwarg is not None)
 
 
+def function_imports(tree: ast.AST, lines: List[str], rel: str) -> List[str]:
+    """The imports of the project's own modules inside functions, as "path:line: the line"."""
+    out = []
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                own = (isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").startswith(PROJECT))
+                       or isinstance(node, ast.Import) and any(a.name.startswith(PROJECT) for a in node.names))
+                if own:
+                    out.append(f"{rel}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    return out
+
+
 def measure(root: Path) -> dict:
     root = Path(root)
     lines, docs, code = Counter(), Counter(), Counter()
-    kit_trees, all_functions = {}, []
+    kit_trees, all_functions, deferred = {}, [], []
     for folder in FOLDERS:
         for path in python_files(root, folder):
             text = path.read_text(encoding="utf-8")
@@ -151,6 +165,7 @@ def measure(root: Path) -> dict:
                 code[folder] += len(text.splitlines())
             if folder == "attn_kit":
                 kit_trees[path] = tree
+                deferred += function_imports(tree, text.splitlines(), str(rel))
                 all_functions += [(f"{rel}:{name}", n, nested) for name, n, nested in functions(tree)]
     graph = import_graph(root, kit_trees)
     takes_args = sum(1 for t in kit_trees.values() for node in ast.walk(t)
@@ -179,6 +194,7 @@ def measure(root: Path) -> dict:
         "functions_over_80_lines": sum(1 for f in all_functions if f[1] > 80),
         "functions_taking_args": takes_args,
         f"functions_over_{MAX_PARAMETERS}_parameters": many,
+        "function_level_imports": sorted(deferred),
         "recipes_args_attributes": len(recipe_reads),
         "setattr_calls": setattrs,
         "args_attribute_writes": writes,
@@ -203,6 +219,8 @@ def report(stats: dict) -> str:
     out.append(f"attn_kit functions taking `args`: {stats['functions_taking_args']}")
     many = stats[f"functions_over_{MAX_PARAMETERS}_parameters"]
     out.append(f"attn_kit functions of more than {MAX_PARAMETERS} parameters: " + (", ".join(many) or "none"))
+    out.append(f"imports of the project's modules inside attn_kit's functions: {len(stats['function_level_imports'])}")
+    out += [f"  {line}" for line in stats["function_level_imports"]]
     out.append(f"distinct args.* attributes read in attn_kit/recipes: {stats['recipes_args_attributes']}")
     out.append(f"setattr calls in attn_kit: {stats['setattr_calls']}; "
                f"assignments to args.* attributes: {stats['args_attribute_writes']}")

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
+from .build import PLUGIN_DIR, parse_train_args
 from .cli import UsageError
 from .paper import EN_DE_VOCAB, P100_SUSTAINED_TFLOPS, TABLE2_FLOPS, TABLE2_TRAINING, TABLE3
 from .sizes import ARCH_SIZES
@@ -144,8 +145,6 @@ def model_shape(arch: str, flags: Sequence[str] = (), vocab: int = EN_DE_VOCAB) 
 def _fairseq_shape(arch: str, flags: Sequence[str], vocab: int) -> Shape:
     import contextlib
     import io
-
-    from .build import PLUGIN_DIR, parse_train_args
 
     said = io.StringIO()
     try:

@@ -7,6 +7,8 @@ label-smoothed criterion and shared embeddings (Sec. 3.4).
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
+from .build import plugin_flags
+from .paper import TABLE3
 from .sizes import ModelSize
 
 
@@ -29,8 +31,6 @@ LABEL = {"plugin": "attn_plugin", "stock": "stock fairseq"}
 def arch_size(pair: str) -> ModelSize:
     """The size both archs of ``pair`` have by default: Table 3's row of that name
     (N, d_model, d_ff, h, P_drop)."""
-    from .paper import TABLE3
-
     s = next(row for row in TABLE3 if row.name == pair).settings
     return ModelSize(layers=s["N"], d_model=s["d_model"], d_ff=s["d_ff"], h=s["h"], p_drop=s["P_drop"])
 
@@ -42,8 +42,6 @@ def model_flags(which: str, pair: str, size: Optional[ModelSize] = None, label_s
     ``joined``: one dictionary for source and target, so all three embedding
     matrices are shared; otherwise only the decoder's input and output ones.
     ``plugin_extra``: more flags for the plugin's side only."""
-    from .build import plugin_flags
-
     sizes = size.flags() if size is not None else []
     smoothing = ["--label-smoothing", f"{label_smoothing:g}"]
     arch = PAIRS[pair]

@@ -13,11 +13,18 @@ import glob
 import json
 import re
 import statistics
-import sys
 from pathlib import Path
 
+from . import prep_cost
 from .cli import ArgumentParser, UserError
+from .cost import GPUS, MEAN_LENGTH, describe_table2, hours_text, model_shape, paper_updates
+from .faults import CASES
 from .inference.ctranslate2 import PARALLEL_CALL
+from .metrics.bleu import T2T_2018_NORMALIZES
+from .recipes import config
+from .recipes.table3 import markdown
+from .recipes.wmt14_data import PAIRS, TRAIN_TO_NEWSTEST_BYTES
+from .step_model import fits_of, predict, size_forward
 from .checkout import REPO
 
 README = REPO / "README.md"
@@ -75,7 +82,6 @@ def t2t_2018_head(results) -> str:
     """The 2018 script's column heading for ``results`` (results.json dicts): it says so when any of
     them was scored before the kit normalized the translations only, as the script does (their
     protocol text does not say so): their reference was normalized too."""
-    from .metrics.bleu import T2T_2018_NORMALIZES
 
     old = any(t2t_scores(r)[1] is not None and T2T_2018_NORMALIZES not in r.get("bleu_t2t_protocol", "")
               for r in results)
@@ -366,7 +372,6 @@ def gpu_check() -> str:
     def speedup(a, b):  # in target tokens per second (updates differ a little in their tokens)
         return f"{runs[b]['target_tokens_per_second'] / runs[a]['target_tokens_per_second']:.1f}x"
 
-    from .step_model import fits_of
 
     fits = {f.model: f for f in fits_of(GPU_CHECK)}
     findings = (
@@ -446,7 +451,7 @@ def gpu_check_third() -> str:
         parts.append(f"{model} {c['seconds_per_update']:.3f} s per update, {c['tokens_per_second']['total']:.0f} target "
                      f"tokens/s, {c['model_tflops_per_second'] / matmul:.1%} of the measured matmul rate, "
                      f"{c['plan']['max_update']} updates of training predicted {p['training'] / 3600:.1f} h")
-    notes, notes_b = third["notes"], third_b["notes"]
+    notes = third["notes"]
     compiled = next(x for x in third["sweep"] if x["name"] == "big_28k_compile")
     plain = [earlier["big_28k"]["seconds_per_update"], repeat["big_28k"]["seconds_per_update"]]
     gain = sorted(t / compiled["seconds_per_update"] for t in plain)
@@ -471,8 +476,6 @@ def gpu_check_third() -> str:
 def gpu_planning() -> str:
     """docs/scaling.md: base and big on one GPU and on eight, from attn_kit.step_model's fits of the
     GPU check (a projection from measurements, not a measurement)."""
-    from .cost import GPUS, MEAN_LENGTH, hours_text, model_shape, paper_updates
-    from .step_model import predict, size_forward
 
     rows = []
     for arch in ("attn_paper_base", "attn_paper_big"):
@@ -549,7 +552,6 @@ def parsing_rules() -> str:
 def training_cost() -> str:
     """Table 2's cost recomputed from its footnote, beside the analytic count (attn_kit.cost): computed
     from the paper's numbers, not measured, and kept here so that the docs say what the code computes."""
-    from .cost import GPUS, describe_table2
 
     gpus = table(["GPU", "bf16", "fp16", "fp32 (dense TFLOPS)"],
                  [(name, g.bf16 or "-", g.fp16, g.fp32) for name, g in GPUS.items()])
@@ -574,7 +576,6 @@ def translate_consistency() -> str:
 # ---------------------------------------------------------------------------------------------- Table 3
 def table3() -> str:
     """Table 3 at bundled scale (recipes/table3.sh --bundled), beside the paper's rows."""
-    from .recipes.table3 import markdown
 
     path = RECIPES / "table3_bundled.json"
     if not filed(path):
@@ -671,9 +672,6 @@ def data_prep() -> str:
     """The WMT14 data stages measured at growing sizes (benchmarks/data_prep.py) and projected for
     WMT14 EN-DE and EN-FR on 2 and 16 cores, before and after the recipe's speed-ups, by the same
     function as the recipes' --dry-run (attn_kit.prep_cost.project)."""
-    from . import prep_cost
-    from .recipes import config
-    from .recipes.wmt14_data import PAIRS, TRAIN_TO_NEWSTEST_BYTES
 
     path = BENCH / "cpu2core_data_prep.json"
     if not path.exists():
@@ -721,7 +719,7 @@ def data_prep() -> str:
               "newstest sentence shapes, words drawn from wordfreq's Zipfian lists, compounds below the lists' "
               f"cut-off, words repeated within 16-sentence documents) and has as many types as newstest2013+2014 "
               f"where that text ends ({news}). {run['machine']}, date {run['date']}, commit {run['commit'][:7]}."
-            + source(path) + bpe_sample_effect())
+            + source(path) + bpe_sample_effect() + bpe_sample_en_fr())
 
 
 def bpe_sample_effect() -> str:
@@ -770,6 +768,42 @@ def bpe_sample_effect() -> str:
               "`bpe/learn.json` and the run card)." + source(*paths))
 
 
+BPE_SAMPLE_EN_FR = RECIPES / "bpe_sample_en_fr.json"
+
+
+def bpe_sample_en_fr() -> str:
+    """EN-FR's share: the bundled settings on Tatoeba EN-FR, BPE learned on every pair and on the share
+    the recipe samples of WMT14 EN-FR, the same seeds (benchmarks/bpe_sample.py)."""
+    if not BPE_SAMPLE_EN_FR.exists():
+        return ""
+    r = load(BPE_SAMPLE_EN_FR)
+    learn, runs = r["bpe_learn"], r["runs"]
+    ways = {way: {run["seed"]: run for run in runs if run["way"] == way} for way in ("all", "sample")}
+    seeds = sorted(set(ways["all"]) & set(ways["sample"]))
+    threshold = next((run["bpe_learn_json"]["vocabulary_threshold"] for run in runs
+                      if run["way"] == "sample" and run.get("bpe_learn_json")), None)
+    rows = [[f"seed {seed}", f"{ways['all'][seed]['sacrebleu']:.2f}", f"{ways['sample'][seed]['sacrebleu']:.2f}",
+             f"{ways['sample'][seed]['sacrebleu'] - ways['all'][seed]['sacrebleu']:+.2f}",
+             f"{ways['all'][seed]['vocabulary']} / {ways['sample'][seed]['vocabulary']}"] for seed in seeds]
+    summary = ""
+    if len(seeds) > 1:
+        diffs = [ways["sample"][seed]["sacrebleu"] - ways["all"][seed]["sacrebleu"] for seed in seeds]
+        rows.append(["mean ± sd", mean_sd([ways["all"][seed]["sacrebleu"] for seed in seeds]),
+                     mean_sd([ways["sample"][seed]["sacrebleu"] for seed in seeds]), mean_sd(diffs), ""])
+        summary = (f"\n\nOver {len(seeds)} training seeds BPE learned on EN-FR's share costs "
+                   f"{statistics.mean(diffs):+.2f} sacreBLEU (the paired differences' sd {statistics.stdev(diffs):.2f}, "
+                   f"the seeds' sd {statistics.stdev(ways['all'][seed]['sacrebleu'] for seed in seeds):.2f} on every "
+                   f"pair).")
+    return (f"\n\n**EN-FR's share.** WMT14 EN-FR samples {learn['default'] / 1e6:g}M of its {learn['wmt14_pairs'] / 1e6:g}M "
+            f"pairs, {learn['default'] / learn['wmt14_pairs']:.1%}, where the scaled vocabulary threshold rounds to "
+            f"{threshold}. The same share of Tatoeba EN-FR's {learn['of']} training pairs ({learn['pairs']}) with the "
+            f"bundled run's settings (`python benchmarks/bpe_sample.py --source .../fra-eng.txt --lang fr`; "
+            f"sacreBLEU on its 2000 held-out pairs):\n\n"
+            + table(["training seed", "BPE on every pair", f"BPE on {learn['pairs']} pairs", "difference",
+                     "dictionary (every pair / sample)"], rows)
+            + summary + source(BPE_SAMPLE_EN_FR))
+
+
 # ---------------------------------------------------------------------------------------------- faults
 def canary_check() -> str:
     """The canary's prediction of a whole run beside that run's measured stage times on one machine
@@ -809,7 +843,6 @@ def canary_check() -> str:
 
 def faults() -> str:
     """What happens when things go wrong: the cases of attn_kit.faults, each with its test."""
-    from .faults import CASES
 
     rows = [(c.fault, c.outcome, f"`{c.test}`") for c in CASES]
     return table(["what goes wrong", "what happens", "test (tests/test_faults.py unless named)"], rows)

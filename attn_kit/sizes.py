@@ -10,6 +10,8 @@ top of such an arch: N layers in encoder and decoder, d_model, d_ff, h heads
 from dataclasses import dataclass
 from typing import List, Optional
 
+from .cli import UsageError
+
 
 # The architectures attn_plugin registers (and the model's own name, which fairseq lists as one too),
 # known here without importing fairseq, so that a recipe checks --arch at once.
@@ -72,8 +74,6 @@ ARCH_SIZES = {
 
 
 def size(name: str) -> ModelSize:
-    from .cli import UsageError
-
     try:
         return SIZES[name]
     except KeyError:

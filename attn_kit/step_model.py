@@ -36,6 +36,9 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from .checkout import REPO
+from .cost import GPUS, gpu_of_device, model_shape, train_flops_per_update
+from .paper import PAPER_STEP_SECONDS, TABLE2_TRAINING
+from .sizes import ARCH_SIZES
 
 RESULTS = REPO / "benchmarks" / "results"
 PATTERN = "*gpu_check*.json"
@@ -71,9 +74,6 @@ def _least_squares(xs: List[float], ys: List[float]) -> Tuple[float, float]:
 def fits_of(path: Path) -> List[Fit]:
     """The fits of one gpu_check results file: per model, every plain run (no --compile-layers, no
     padding; either Adam) at two or more forward sizes."""
-    from .cost import GPUS, gpu_of_device, model_shape
-    from .sizes import ARCH_SIZES
-
     data = json.loads(Path(path).read_text())
     env = data["environment"]
     matmul = env["measured_bf16_matmul_tflops"]
@@ -128,8 +128,6 @@ def update_seconds(shape, tokens_per_forward: float, forwards: int, gpu_name: st
                    mean_length: float) -> List[Estimate]:
     """Seconds per update on one of ``gpu_name`` (data parallel: each device's share) by each fit,
     and by the paper's step times for GPUs with no measurement."""
-    from .cost import GPUS, train_flops_per_update
-
     g = GPUS[gpu_name]
     peak = g.peak(precision)
     if peak is None:
@@ -160,8 +158,6 @@ def update_seconds(shape, tokens_per_forward: float, forwards: int, gpu_name: st
 def _same_chip(gpu_name: str, device: str) -> bool:
     """Whether a measurement on ``device`` (torch's name) measured ``gpu_name``'s arithmetic: the same
     GPU, or H100 and H200, one chip (the H200's memory is larger and faster)."""
-    from .cost import gpu_of_device
-
     measured = gpu_of_device(device)
     return measured == gpu_name or {gpu_name, measured} <= {"H100", "H200"}
 
@@ -169,9 +165,6 @@ def _same_chip(gpu_name: str, device: str) -> bool:
 def paper_utilization(mean_length: float) -> dict:
     """{arch: model FLOP utilization of the paper's P100s}: our FLOP count of an update of the
     paper's ~25000 + 25000 tokens, over 8 P100s' fp32 dense peak x the step time of Sec. 5.2."""
-    from .cost import GPUS, model_shape, train_flops_per_update
-    from .paper import PAPER_STEP_SECONDS, TABLE2_TRAINING
-
     out = {}
     for arch, seconds in PAPER_STEP_SECONDS.items():
         t = TABLE2_TRAINING[arch]
@@ -245,8 +238,6 @@ def predict(shape, tokens_per_forward: float, forwards: int, gpu_name: str, prec
 def predicted_utilization(shape, tokens_per_forward: float, forwards: int, gpu_name: str, precision: str,
                           mean_length: float) -> Optional[float]:
     """The estimate's model FLOP utilization of the GPU's dense peak."""
-    from .cost import GPUS, train_flops_per_update
-
     p = predict(shape, tokens_per_forward, forwards, gpu_name, precision, mean_length)
     peak = GPUS[gpu_name].peak(precision)
     if p is None or not peak:

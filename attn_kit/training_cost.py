@@ -20,13 +20,12 @@ from .cli import ArgumentParser, Number, UsageError, main_guard
 from .cost import (GPUS, MEAN_LENGTH, TABLE2_ARCH, Shape, checkpoint_lines, describe_table2, gpu, gpu_name,
                    hours_text, model_shape, paper_updates, train_flops_per_update)
 from .paper import EN_DE_VOCAB, P100_SUSTAINED_TFLOPS, TABLE2_FLOPS, TABLE2_TRAINING
+from .recipes import config  # the WMT14 recipes' defaults: this script and their --dry-run plan the same run
 
 
 def paper_share(shape: Shape) -> float:
     """The model FLOP utilization the paper's step times imply on its P100s, of its model nearer in
     width (attn_kit.step_model.paper_utilization)."""
-    from . import step_model
-
     shares = step_model.paper_utilization(MEAN_LENGTH)
     return shares["attn_paper_big" if shape.encoder.d_model >= 1024 else "attn_paper_base"]
 
@@ -156,8 +155,6 @@ def main(argv=None):
     p.add_argument("--arch", default="attn_paper_base", help="any fairseq Transformer arch (default attn_paper_base)")
     p.add_argument("--max-update", type=Number(int, minimum=1),
                    help="updates (default: the paper's for base and big, 100000 / 300000)")
-    from .recipes import config  # the WMT14 recipes' defaults: this script and their --dry-run plan the same run
-
     paper, archs = config.settings("wmt14", "paper"), config.load("wmt14")["archs"]
     p.add_argument("--tokens-per-update", type=Number(int, minimum=1), default=paper["tokens_per_update"],
                    help="padded tokens per update over all devices, fairseq's --max-tokens x devices x "

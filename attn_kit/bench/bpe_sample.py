@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import List
 
 from ..checkout import REPO
-from ..cli import ArgumentParser, Number, UserError, add_output_option, log, write_json_atomic
+from ..cli import ArgumentParser, UserError, add_output_option, log, write_json_atomic
+from ..recipes import config
+from ..recipes.wmt14_data import PAIRS
 from ..results import provenance
 
 # the bundled run's settings (recipes/configs/wmt14.yaml, bundled:) as recipes/parallel.sh takes them
@@ -65,9 +67,6 @@ def split(args) -> Path:
 
 def sample_pairs(lang: str, train_pairs: int) -> dict:
     """The WMT14 recipe's sample for en-``lang`` scaled to this corpus: the same share of its pairs."""
-    from ..recipes import config
-    from ..recipes.wmt14_data import PAIRS
-
     default = config.settings("wmt14", "paper")["bpe_learn_pairs"]
     wmt = PAIRS[f"en-{lang}"].train_pairs
     return {"pairs": round(train_pairs * default / wmt), "of": train_pairs, "default": default, "wmt14_pairs": wmt}

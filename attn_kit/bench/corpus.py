@@ -11,6 +11,8 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..cli import UserError
+
 # a chunk: leading punctuation, the word, trailing punctuation
 _CHUNK = re.compile(r"^(\W*)(.*?)(\W*)$", re.S)
 _LETTERS = re.compile(r"[^\W\d_]")
@@ -54,8 +56,6 @@ def wordfreq_vocabulary(lang: str) -> Vocabulary:
     try:
         import wordfreq
     except ImportError:
-        from ..cli import UserError
-
         raise UserError("the benchmark's corpus draws words from wordfreq's lists: .venv/bin/pip install wordfreq "
                         "(it is not needed for anything else)") from None
     freqs = wordfreq.get_frequency_dict(lang, "large")

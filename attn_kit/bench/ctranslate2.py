@@ -47,8 +47,9 @@ from pathlib import Path
 
 from ..build import count_parameters, make_dictionary
 from ..cli import UserError
-from ..inference.ctranslate2 import require_ctranslate2
+from ..inference.ctranslate2 import build_spec, require_ctranslate2, save_spec
 from . import measure
+from .harness import quiet_fairseq
 from .models import SHAPES, build, make_sample
 
 COMPUTE_TYPES = {  # the exported weight types compared, per device and --precision
@@ -101,8 +102,6 @@ def _setup(shape, args, sentences, length, threads):
 def _worker(shape, args, sentences, length, rows, start, done, rounds):
     """A 1-thread plugin process decoding the sentences ``rows``, once per barrier round."""
     import torch
-
-    from .harness import quiet_fairseq
 
     quiet_fairseq()
     _, sample, model, generator = _setup(shape, args, sentences, length, 1)
@@ -178,8 +177,6 @@ def bench_shape(shape, args, log):
     with tempfile.TemporaryDirectory() as tmp:
         for ctype in engines(args):
             out = Path(tmp) / ctype
-            from ..inference.ctranslate2 import build_spec, save_spec
-
             save_spec(build_spec(cpu_model, dictionary, dictionary), out, ctype)
             sizes[ctype] = (out / "model.bin").stat().st_size
             one = ct2.Translator(str(out), device=args.device, intra_threads=threads, compute_type=ctype)

@@ -36,12 +36,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..cli import UserError
+from ..cli import UserError, write_json_atomic
 from ..fairseq_commands import DecodePlan
 from ..fairseq_commands import generate_command as generate_command_of
 from ..fairseq_commands import thread_env
+from ..inference.ctranslate2 import CT2Translator, export, fairseq_batches
+from ..metrics.scores import sacrebleu_score
 from ..pipeline.process import console_script
+from ..plugin import load
+from ..recipes.common import read_hypotheses
+from ..results import provenance
 from . import measure
+from .ctranslate2 import engines
+from .harness import markdown_table, progress
 
 TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in [\d.]+s \(([\d.]+) sentences/s")
 FAIRSEQ = "fairseq-generate"
@@ -49,8 +56,6 @@ FAIRSEQ = "fairseq-generate"
 
 def _card(run_dir: Path):
     """RUN_DIR's inference.json, with its results.json under ``results``, checked (attn_plugin.run_cards)."""
-    from ..plugin import load
-
     run_cards = load("attn_plugin.run_cards")
     try:
         info = run_cards.read_run_card(run_dir)
@@ -99,8 +104,6 @@ def test_sources(run_dir: Path, info: dict) -> list:
 
 def run_fairseq(cmd, threads: int, sentences: int):
     """(sentences/s by fairseq's own timer, its hypotheses in input order) of one fairseq-generate run."""
-    from ..recipes.common import read_hypotheses
-
     env = dict(os.environ, **(thread_env(threads) or {}), PYTHONWARNINGS="ignore")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "gen.out"
@@ -128,10 +131,6 @@ def bench_run(run_dir: Path, info: dict, args, log) -> dict:
     """The trials of every engine on ``run_dir``'s test set (``info``: its inference.json as :func:`_card`
     checked it, with its results.json under ``results``)."""
     import torch
-
-    from ..inference.ctranslate2 import CT2Translator, export, fairseq_batches
-    from ..metrics.scores import sacrebleu_score
-    from .ctranslate2 import engines
 
     results = info["results"]
     gpu = args.device == "cuda"
@@ -219,10 +218,6 @@ def table(result: dict) -> tuple:
 
 
 def main(args, env):
-    from ..cli import write_json_atomic
-    from ..results import provenance
-    from .harness import markdown_table, progress
-
     run_dir = Path(args.run)
     info = _card(run_dir)  # a run that cannot be timed is one line before anything starts
     progress(f"{run_dir}: the recipe's fairseq-generate and CTranslate2 on its test set, {args.repeats} trials ...")

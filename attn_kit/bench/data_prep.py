@@ -64,6 +64,10 @@ from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_opti
 from ..checkout import REPO
 from ..results import provenance
 from .. import prep_cost
+from ..pipeline.stages import Context
+from ..pipeline.text import sample_pairs
+from ..recipes import config, parallel, wmt14
+from ..recipes.wmt14_data import PAIRS
 from . import corpus as C
 from .harness import markdown_table
 
@@ -80,8 +84,6 @@ PROJECTED_CORES = (2, 16)
 def long_share_for(shapes, pair: str) -> float:
     """The share of joined (two-sentence) pairs that gives the corpus the WMT14 training text's words
     per pair: joining a share x of pairs makes (1 + x) times the shapes' own words per pair."""
-    from ..recipes.wmt14_data import PAIRS
-
     own = sum(len(s) + len(t) for s, t in shapes) / len(shapes)
     return round(max(0.0, PAIRS[pair].words_per_pair / own - 1), 4)
 
@@ -277,8 +279,6 @@ def timing_context(workdir: Path, stage: str, sampler: Sampler):
     """The recipe's :class:`attn_kit.pipeline.stages.Context`, measuring each command and step by part:
     wall seconds, CPU seconds of all its processes (getrusage of this process and of the children it
     waited for, which count their own waited-for children) and of its main process."""
-    from ..pipeline.stages import Context
-
     class Timing(Context):
         def timed(self, part: str, command: bool, fn, *args, **kwargs):
             sampler.begin(part, command)
@@ -308,8 +308,6 @@ def run_child(spec_path: Path):
     """One measurement, in this (fresh) process: ``spec["what"]`` is a stage of the recipe
     (tokenize, bpe, binarize) or ``sample``."""
     spec = json.loads(spec_path.read_text())
-    from ..recipes import parallel, wmt14
-
     args = parallel.parse_args(spec["argv"])
     stages = {s.name: s for s in wmt14.stages(args)}
     sampler = Sampler()
@@ -320,8 +318,6 @@ def run_child(spec_path: Path):
     if what in stages:
         stages[what].run(ctx)
     elif what == "sample":
-        from ..pipeline.text import sample_pairs
-
         tok = Path(stages["bpe"].inputs[0]).parent
         bpe = Path(stages["bpe"].outputs[0]).parent
         bpe.mkdir(parents=True, exist_ok=True)
@@ -446,8 +442,6 @@ def recipe_argv(args, corpus: Path, workdir: Path, workers: int) -> List[str]:
 
 def lay_out(args, corpus: Path, workdir: Path, n: int):
     """The recipe's raw text of ``n`` training pairs where its tokenize stage reads it."""
-    from ..recipes import parallel, wmt14
-
     rargs = parallel.parse_args(recipe_argv(args, corpus, workdir, args.workers))
     raw = {Path(p).name: Path(p) for p in next(s for s in wmt14.stages(rargs) if s.name == "tokenize").inputs}
     for name, path in raw.items():
@@ -526,9 +520,6 @@ def fits_of(args, runs: List[dict]) -> dict:
 def projections(fits: dict, runs: List[dict]) -> dict:
     """WMT14 EN-DE and EN-FR on 2 and 16 cores (workers = cores), before and after the speed-ups;
     and the projection for the benchmark's own runs beside their wall time."""
-    from ..recipes import config
-    from ..recipes.wmt14_data import PAIRS
-
     default = config.settings("wmt14", "paper")["bpe_learn_pairs"]
     out = {"bpe_learn_pairs": default, "wmt14": {}, "measured_against_projected": []}
     for name, pair in PAIRS.items():
@@ -640,9 +631,6 @@ def report(args, out: dict) -> int:
           f"seconds and peak memory (PSS of all the stage's processes)\n")
     print(out["table"])
     print()
-    from ..recipes import config
-    from ..recipes.wmt14_data import PAIRS
-
     print(prep_cost.planning_table(r["fits"], PAIRS, config.settings("wmt14", "paper")["bpe_learn_pairs"],
                                    fitted_words=prep_cost.fitted_words_per_pair(out)))
     print(f"\n{r['uptime']['start']}\n{r['uptime'].get('end', '')}\nwrote {args.out}")

@@ -21,9 +21,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..cli import ArgumentParser, Number, UsageError, UserError, add_output_option, log
+from ..cli import ArgumentParser, Number, UsageError, UserError, add_output_option, check_output, log
 from ..fairseq_commands import DecodePlan, preprocess_command
+from ..metrics.bleu import read_lines
+from ..metrics.scores import translation_scores
+from ..pipeline.process import console_script
+from ..pipeline.text import moses_tokenize
+from ..recipes.wmt14 import VOCABULARY_THRESHOLD
 from ..results import write_results_file
+from .ctranslate2_run import _card, generate_command, run_fairseq
 
 PAPER = {"beam": 4, "alpha": 0.6}  # Sec. 6.1 (max length: the recipes' input + 50)
 DECODINGS = {  # name: how it changes the run's own decoding plan (attn_kit.fairseq_commands.DecodePlan)
@@ -55,10 +61,6 @@ def parse_args(argv=None):
 
 def prepare(run_dir: Path, info: dict, name: str, source: Path, work: Path) -> Path:
     """``source`` through the run's pre-processing, binarized (source side) with the run's dictionaries."""
-    from ..pipeline.text import moses_tokenize
-    from ..pipeline.process import console_script
-    from ..recipes.wmt14 import VOCABULARY_THRESHOLD
-
     args = info["args"]
     src, tgt = args["source_lang"], args["target_lang"]
     tok, bpe, data = work / f"{name}.tok.{src}", work / f"{name}.bpe", work / f"{name}-bin"
@@ -78,17 +80,12 @@ def prepare(run_dir: Path, info: dict, name: str, source: Path, work: Path) -> P
 
 def scores(hyps_tok, refs, tgt) -> dict:
     """BLEU every way the recipes report it (attn_kit.metrics.scores.translation_scores), without the texts."""
-    from ..metrics.scores import translation_scores
-
     out = translation_scores(hyps_tok, refs, tgt)
     out.pop("detokenized")
     return out
 
 
 def main(argv=None) -> int:
-    from ..cli import check_output
-    from .ctranslate2_run import _card, generate_command, run_fairseq
-
     args = parse_args(argv)
     if args.out is None:
         raise UsageError("give --output FILE: the results file to write")
@@ -121,8 +118,6 @@ def main(argv=None) -> int:
             sets[name] = (prepare(run_dir, info, name.replace(" ", "_"), Path(source), Path(tmp)), Path(reference),
                           name)
         for name, (data, reference, _) in sets.items():
-            from ..metrics.bleu import read_lines
-
             refs = read_lines(reference)
             rates, outputs = {k: [] for k in decodings}, {}
             for trial in range(args.trials):

@@ -30,9 +30,10 @@ against CTranslate2 exports of the model it evaluated (attn_kit.bench.ctranslate
 from pathlib import Path
 
 from ..build import count_parameters, make_dictionary
-from ..cli import Number, UsageError
+from ..cli import Number, UsageError, write_json_atomic
 from ..pairs import MODELS
-from . import harness, measure
+from ..results import provenance
+from . import ctranslate2, ctranslate2_run, harness, measure
 from .models import SHAPES, build, make_sample
 
 BATCH = {  # (sentences, source length at most) per device and shape
@@ -79,7 +80,7 @@ def parse_args(argv=None):
 
 def build_pair(shape, dictionary, args):
     """Stock fairseq's model and the plugin's with the same weights, in eval mode."""
-    from attn_plugin.convert import convert_fairseq_transformer_state_dict
+    from attn_plugin.convert import convert_fairseq_transformer_state_dict  # deferred: pulls in fairseq/torch
 
     stock, _ = build("stock", shape, dictionary, args.seed)
     plugin, _ = build("plugin", shape, dictionary, args.seed, sinusoid_layout="fairseq")
@@ -154,14 +155,8 @@ def main(argv=None):
 
 def main_ctranslate2(args, env):
     """``--ctranslate2``: the plugin against CTranslate2 (attn_kit.bench.ctranslate2)."""
-    from ..cli import write_json_atomic
-    from ..results import provenance
-    from . import ctranslate2
-
     env["ctranslate2"] = ctranslate2.require_ctranslate2().__version__
     if args.run:
-        from . import ctranslate2_run
-
         return ctranslate2_run.main(args, env)
     results = harness.run_shapes(args, ctranslate2.bench_shape, f"beam-{args.beam} generation, plugin and CTranslate2")
     table = harness.markdown_table(*ctranslate2.table(results, args))

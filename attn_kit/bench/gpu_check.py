@@ -23,8 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
+from .. import cost
 from ..checkout import REPO
 from ..cli import ArgumentParser, Number, UsageError, UserError, add_output_option, log, main_guard, write_json_atomic
+from ..fairseq_forks import ForkedTrainings
+from ..recipes import canary, common, parallel
+from ..recipes.wmt14_data import Layout
+from ..results import provenance
+from . import train
+from .data_prep import SHARED, make_corpus
+from .measure import matmul_rate
 
 HERE = REPO / ".gpu_check"
 TOKENS_PER_UPDATE = 28000  # the paper's ~25K + 25K tokens per update (recipes/configs/wmt14.yaml)
@@ -44,9 +52,6 @@ def prepare(args) -> int:
     newstest's shapes), then the recipe's data stages on it, and the part the GPU needs copied aside."""
     from types import SimpleNamespace
 
-    from .data_prep import SHARED, make_corpus
-    from ..recipes import parallel
-
     corpus, prep, data = args.dir / "corpus", args.dir / "prep", args.dir / "data"
     shapes = [SHARED / "wmt14" / "plain" / f"newstest{y}.en-de.{lang}" for lang in ("en", "de") for y in (2013, 2014)]
     if args.shapes:
@@ -59,8 +64,6 @@ def prepare(args) -> int:
     parallel.main([*recipe_data_argv(corpus, prep, args.dir / "prep-run", args.workers), "--ngpus", "0",
                    "--stop-stage", "binarize"])
     s = parallel.build(recipe_data_argv(corpus, prep, args.dir / "prep-run", args.workers))
-    from ..recipes.wmt14_data import Layout
-
     lay = Layout.of(s)
     shutil.rmtree(data, ignore_errors=True)
     keep = [lay.data_bin, *(lay.binarize_from / f"test.{lang}" for lang in ("en", "de")), prep / ".stages"]
@@ -165,9 +168,6 @@ def sweep_command(data: Path, v: Variant, runs: Path) -> List[str]:
     with a time budget of ``v.seconds``, no checkpoints and no validation."""
     import dataclasses as dc
 
-    from ..recipes import common, parallel
-    from ..recipes.wmt14_data import Layout
-
     s = parallel.build(recipe_argv(data, v.model, runs / v.name, v.max_tokens_per_gpu, v.extra()))
     s = dc.replace(s, precision_used="bf16", train_minutes=v.seconds / 60, log_interval=10,
                    **({"max_update": v.updates} if v.updates else {}))
@@ -267,9 +267,6 @@ def sweep_result(v: Variant, cmd: List[str], folder: Path, rc: int, matmul: Opti
     utilization against the measured matmul rate and the datasheet's dense peak, peak memory."""
     import math
 
-    from .. import cost
-    from ..recipes import canary, common
-
     out = {"name": v.name, "model": v.model, "max_tokens": int(cmd[cmd.index("--max-tokens") + 1]),
            "update_freq": int(cmd[cmd.index("--update-freq") + 1]), "optimizer": v.optimizer,
            "compile_layers": v.compile_layers, "pad_to_multiple": 8 if v.pad8 else 1, "train_seconds": v.seconds,
@@ -339,8 +336,6 @@ def smi_utilization(smi: Path, start: float, end: float) -> Optional[float]:
 def add_utilization(entry: dict, folder: Path, smi: Path):
     """``entry["gpu_utilization_percent_median"]``: from ``smi`` over the timed updates of the run
     in ``folder`` (their span read from its step records)."""
-    from ..recipes import canary
-
     records = canary.read_stats(folder / "stats")
     ends = canary.update_times(records[0]) if records else {}
     if len(ends) >= 6:
@@ -370,9 +365,6 @@ def environment() -> dict:
 
 
 def run(args) -> int:
-    from ..results import provenance
-    from ..recipes import parallel
-
     data, runs = args.dir / "data", args.dir / "runs"
     start = time.time()
     deadline = start + args.seconds
@@ -400,8 +392,6 @@ def run(args) -> int:
                 log(f"the recipe's dry run of {item}:")
                 parallel.main([*argv, "--dry-run"])
             elif item_name(item).startswith("bench:"):
-                from . import train
-
                 train.parser().parse_args(argv[2:])  # the benchmark's own parser takes the options
                 log(f"benchmarks/train_throughput.py's parser accepts the options of {item}")
         return 0
@@ -418,15 +408,11 @@ def run(args) -> int:
         result["seconds"] = round(time.time() - start, 1)
         write_json_atomic(out, result)
 
-    from .measure import matmul_rate
-
     result["environment"]["measured_bf16_matmul_tflops"] = round(matmul_rate("cuda", "bf16") / 1e12, 1)
     matmul = result["environment"]["measured_bf16_matmul_tflops"] * 1e12
     log(f"bf16 matmul: {matmul / 1e12:.0f} TFLOP/s")
     save()
     import subprocess
-
-    from ..fairseq_forks import ForkedTrainings
 
     forks = ForkedTrainings(cwd=REPO)
     try:

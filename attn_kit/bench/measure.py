@@ -4,6 +4,7 @@ import statistics
 import time
 import weakref
 
+from ..cost import Shape, Side, forward_flops
 from ..pairs import MODELS
 from .models import SHAPES
 
@@ -157,8 +158,6 @@ def train_flops_per_step(shape: str, sample) -> float:
     weights, the output layer over the vocabulary and attention scores/values
     (causal self-attention counted half, as the fused kernels skip the masked
     half). Padding counted as work."""
-    from ..cost import Shape, Side, forward_flops
-
     dims, V = SHAPES[shape].dims, SHAPES[shape].vocab
     B, S = sample["net_input"]["src_tokens"].shape
     T = sample["net_input"]["prev_output_tokens"].shape[1]

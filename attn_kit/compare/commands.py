@@ -16,13 +16,12 @@ from ..checkout import PLUGIN_DIR, REPO
 from ..fairseq_commands import launcher
 from ..pairs import arch_size
 from ..pairs import model_flags as pair_flags
+from ..recipes.config import settings
 
 WORKER = "attn_kit.compare.worker"  # python -m WORKER STATS_JSON FAIRSEQ_TRAIN_ARGS...
 
 def _recipe_training(mode=None) -> dict:
     """The WMT14 recipe's batch and schedule (recipes/configs/wmt14.yaml), in ``mode``."""
-    from ..recipes.config import settings
-
     s = settings("wmt14", "paper", mode)
     return dict(max_tokens=s["max_tokens_per_gpu"], warmup_updates=s["warmup_updates"], lr_scale=s["lr_scale"])
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..cli import UserError, log
 from ..fairseq_log import read
+from ..metrics.scores import tokenized_score
 from ..pipeline.process import stream
 from ..results import command_line
 from .commands import generate_command
@@ -94,8 +95,6 @@ def run_training(cmd, run_dir: Path, tag: str, env: dict) -> dict:
 
 def run_generation(args, data: Path, run_dir: Path, subset: str, tag: str, env: dict) -> dict:
     """Translate ``subset`` with the run's last checkpoint; BLEU and fairseq's own speed."""
-    from ..metrics.scores import tokenized_score
-
     checkpoint = run_dir / "checkpoints" / "checkpoint_last.pt"
     if not checkpoint.exists():
         raise UserError(f"{tag}: no {checkpoint} (did training stop before its first update?)")

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..cli import write_json_atomic
+
 WARMUP_STEPS = 5  # train steps left out of tokens/s (allocator, caches, kernel selection)
 
 
@@ -48,8 +50,6 @@ def fairseq_train(stats_file: str, fairseq_argv):
     from fairseq.trainer import Trainer
 
     import fairseq_cli.train as fairseq_train_cli
-
-    from ..cli import write_json_atomic
 
     stats = {"tokens": 0, "step_seconds": 0.0, "all_tokens": 0, "all_step_seconds": 0.0, "steps": 0,
              "valid": [], "params": None, "updates": 0}

@@ -14,6 +14,7 @@ from typing import List, Optional
 
 from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, add_output_option, atomic_output,
                    check_output, log)
+from .translate import Translator
 
 
 def parse_args(argv=None):
@@ -87,7 +88,7 @@ def attention_of(translator, sentence: str) -> dict:
     src = translator.encode(sentence)
     best = hub.generate([src], beam=hub.cfg.generation.beam)[0][0]["tokens"]
     model = hub.models[0]
-    from attn_plugin.models.attn_transformer import AttnTransformerModel
+    from attn_plugin.models.attn_transformer import AttnTransformerModel  # deferred: pulls in fairseq/torch
 
     if not isinstance(model, AttnTransformerModel):  # stock fairseq's layers do not return every head's weights
         arch = getattr(hub.cfg.model, "_name", None) or getattr(hub.cfg.model, "arch", "?")
@@ -170,8 +171,6 @@ def dump(weights: dict, path: Path):
 
 def main(argv=None):
     args = parse_args(argv)
-    from .translate import Translator
-
     translator = Translator(args.run_dir, {})
     weights = attention_of(translator, args.sentence)
     n_layers, h = weights["encoder_self_attention"].shape[:2]

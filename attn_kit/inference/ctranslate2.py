@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from ..cli import ArgumentParser, UsageError, UserError, add_force_option, atomic_output, check_output, log
+from ..metrics.trees import delinearize
+from ..plugin import load, quiet_inference
 
 CARD = "ct2_card.json"
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
@@ -44,8 +46,6 @@ def require_ctranslate2():
 def unsupported(model) -> List[str]:
     """What CTranslate2's Transformer cannot represent in the plugin ``model`` (one phrase per
     problem, naming the option that made it); empty if it can be exported."""
-    from ..plugin import load
-
     AttnTransformerModel = load("attn_plugin.models.attn_transformer").AttnTransformerModel
     if not isinstance(model, AttnTransformerModel):
         return [f"the model is {type(model).__name__}, not attn_plugin's attn_transformer (stock fairseq "
@@ -96,8 +96,6 @@ def _positions(embed) -> "object":
     if pe.weight is not None:  # learned
         table = pe.weight
     else:
-        from ..plugin import load
-
         sinusoidal_encoding = load("attn_plugin.models.attn_transformer").sinusoidal_encoding
         table = sinusoidal_encoding(torch.arange(n + pe.offset), pe.d_model, pe.layout)
     return _np(table[pe.offset:pe.offset + n])
@@ -204,8 +202,6 @@ def export(run_dir, out_dir, quantization: Optional[str] = None, checkpoint: Opt
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise UsageError(f"--quantization {quantization}: choose from {', '.join(QUANTIZATIONS)}")
     ct2 = require_ctranslate2()
-    from ..plugin import load, quiet_inference
-
     quiet_inference()
     run_cards = load("attn_plugin.run_cards")
     run_dir = Path(run_dir)
@@ -263,8 +259,6 @@ def read_card(out_dir) -> dict:
             raise UserError(f"{out_dir} is a recipe run, not a CTranslate2 model: export it first with python "
                             f"scripts/export_ctranslate2.py {out_dir} OUT_DIR, then give OUT_DIR")
         raise UserError(f"{out_dir} has no {CARD}: give the OUT_DIR that scripts/export_ctranslate2.py wrote")
-    from ..plugin import load
-
     return load("attn_plugin.run_cards").read_ct2_card(card)  # its schema; every file it names in OUT_DIR
 
 
@@ -273,8 +267,6 @@ def _encoder(kind: str, name: Optional[str], args: dict):
     card's options of the same names (as fairseq fills it from the command line); None if ``name`` is None."""
     if not name:
         return None
-    from ..plugin import load
-
     modules = {("tokenizer", "attn_moses"): ("attn_plugin.encoders.attn_moses", "AttnMosesTokenizer",
                                              "AttnMosesConfig"),
                ("tokenizer", "attn_treebank"): ("attn_plugin.encoders.attn_treebank", "AttnTreebankTokenizer",
@@ -318,8 +310,6 @@ class CT2Translator:
         if options.pop("checkpoint_file", None):
             raise UserError("--checkpoint does not apply to an exported model: export that checkpoint with "
                             "scripts/export_ctranslate2.py RUN_DIR OUT_DIR --checkpoint FILE")
-        from ..plugin import load
-
         self.parsing = card["kind"] == "parsing"
         args = load("attn_plugin.run_cards").resolved_args(out_dir, card)
         generation = dict(card["generation"])
@@ -380,8 +370,6 @@ class CT2Translator:
         if self.bpe:
             text = self.bpe.decode(text)
         if self.parsing:
-            from ..metrics.trees import delinearize
-
             tree, _ = delinearize(text.split(), self.words(line))
             return str(tree)
         return self.tokenizer.decode(text) if self.tokenizer else text

@@ -14,9 +14,14 @@ import sys
 from pathlib import Path
 from typing import Iterable, List, Optional
 
-from ..cli import ArgumentParser, Number, UsageError, UserError, add_force_option, check_output, log, one_line
+from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, check_output, log, one_line,
+                   write_text_atomic)
+from ..metrics.scores import sacrebleu_score
+from ..metrics.trees import delinearize
 from ..pipeline.progress import Progress
+from ..plugin import load, quiet_inference
 from ..textio import add_errors_option, read_lines
+from .ctranslate2 import CT2Translator, read_card
 
 ENGINES = ("fairseq", "ctranslate2")
 
@@ -96,8 +101,6 @@ class Translator:
     """A run's model with its pre- and post-processing (fairseq's hub interface)."""
 
     def __init__(self, run_dir: Path, options: dict, gpu: bool = False):
-        from ..plugin import load, quiet_inference
-
         quiet_inference()
         self.card = load("attn_plugin.run_cards").read_run_card(run_dir)  # checked before anything loads
         AttnTransformerModel = load("attn_plugin.models.attn_transformer").AttnTransformerModel
@@ -119,8 +122,6 @@ class Translator:
     def decode(self, line: str, tokens) -> str:
         if not self.parsing:
             return self.hub.decode(tokens)
-        from ..metrics.trees import delinearize
-
         sequence = self.hub.remove_bpe(self.hub.string(tokens))
         tree, _ = delinearize(sequence.split(), self.words(line))
         return str(tree)
@@ -151,8 +152,6 @@ class Translator:
 
 def main(argv=None):
     args = parse_args(argv)
-    from ..plugin import load
-
     run_cards = load("attn_plugin.run_cards")
     if args.print_interactive_command:
         import shlex
@@ -162,8 +161,6 @@ def main(argv=None):
         return 0
     # everything the command reads is checked before any work: the run's cards, then the input
     if args.engine == "ctranslate2":
-        from .ctranslate2 import read_card
-
         read_card(args.run_dir)
     else:
         run_cards.read_run_card(args.run_dir)
@@ -178,8 +175,6 @@ def main(argv=None):
 
         torch.set_num_threads(args.threads)
     if args.engine == "ctranslate2":
-        from .ctranslate2 import CT2Translator
-
         translator = CT2Translator(args.run_dir, overrides(args), threads=args.threads, gpu=args.ngpus > 0)
     else:
         translator = Translator(args.run_dir, overrides(args), gpu=args.ngpus > 0)
@@ -206,8 +201,6 @@ def compare_with_test_output(results: dict, hyps: List[str], parsing: bool, erro
            "identical_lines": sum(a == b for a, b in zip(hyps, recipe))}
     ref = results.get("test_reference")
     if not parsing and ref:
-        from ..metrics.scores import sacrebleu_score
-
         refs = read_input(Path(ref), f"{ref} (test_reference of results.json)", errors)
         out.update(sacrebleu_translate=sacrebleu_score(hyps, refs), sacrebleu_recipe=sacrebleu_score(recipe, refs))
     return out
@@ -219,6 +212,4 @@ def write_output(path: Optional[Path], lines: Iterable[str]):
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    from ..cli import write_text_atomic
-
     write_text_atomic(path, text)

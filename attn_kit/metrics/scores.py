@@ -6,6 +6,7 @@ protocols themselves (multi-bleu.perl's statistics, tensor2tensor's scripts) are
 """
 from typing import List, Optional, Sequence, Tuple
 
+from ..pipeline.text import _moses_line
 from .bleu import T2T_2018_NORMALIZES, compound_split, multi_bleu, t2t_bleu
 
 T2T_PROTOCOL = {  # results.json's bleu_t2t_protocol, by whether the target is German
@@ -54,8 +55,6 @@ def translation_scores(hyps_tok: Sequence[str], refs: Sequence[str], tgt: str,
     of 2017, and of 2018), sacreBLEU with its signature, multi-bleu.perl on the tokens and, for German,
     with fairseq's compound split. ``tok_refs``: the references as the recipe tokenized them (default:
     tokenized here the same way). ``detokenized``: the hypotheses as raw text."""
-    from ..pipeline.text import _moses_line
-
     if tok_refs is None:
         tok_refs = [_moses_line(tgt, r) for r in refs]
     hyps = detokenize(hyps_tok, tgt)

@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Iterable, Iterator, List, Tuple
 
-from ..cli import UserError
+from ..cli import UserError, atomic_output
 from ..textio import iter_lines
 
 # The recipes' Moses steps: punctuation normalization, then tokenization with -a
@@ -278,8 +278,6 @@ def sample_pairs(src_in: Path, tgt_in: Path, src_out: Path, tgt_out: Path, n: in
     hold no more than ``n`` pairs are copied whole. Streamed: only the chosen line numbers are
     held in memory."""
     import random
-
-    from ..cli import atomic_output
 
     total = count_lines(src_in)
     chosen = sorted(random.Random(seed).sample(range(total), n)) if n < total else range(total)

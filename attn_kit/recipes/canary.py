@@ -19,8 +19,12 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+from .. import cost, step_model
+from ..checkout import REPO
 from ..cli import UserError, log, write_json_atomic
+from ..cost import forward_flops
 from ..pipeline.stages import Stage
+from ..results import provenance
 from . import common
 
 WARMUP_SHARE = 0.05  # updates left out of the rates: cuDNN plans, allocator growth, first batches
@@ -173,8 +177,6 @@ def rates(records: List[dict]) -> dict:
 
 def achieved_flops(records: List[dict], first: int, last: int, shape, window: float) -> float:
     """Analytic training FLOP/s of all processes over updates first+1..last (padded positions)."""
-    from ..cost import forward_flops
-
     total = 0.0
     for record in records:
         for s in record["steps"]:
@@ -186,8 +188,6 @@ def achieved_flops(records: List[dict], first: int, last: int, shape, window: fl
 def device_peak(record: dict, precision: str) -> Optional[float]:
     """The dense peak TFLOPS at ``precision`` of the GPU a process trained on (attn_kit.cost's
     datasheet values); None on a CPU or a GPU it does not list."""
-    from .. import cost
-
     name = cost.gpu_of_device(record.get("device", "")) if record.get("kind") == "cuda" else None
     return cost.GPUS[name].peak(precision) if name else None
 
@@ -195,8 +195,6 @@ def device_peak(record: dict, precision: str) -> Optional[float]:
 def expected_utilization(record: dict, s, shape) -> Optional[float]:
     """The utilization attn_kit.step_model predicts for the GPU a process trained on, at the run's
     forwards; None on a CPU or a GPU it does not list."""
-    from .. import cost, step_model
-
     name = cost.gpu_of_device(record.get("device", "")) if record.get("kind") == "cuda" else None
     if not name:
         return None
@@ -241,8 +239,6 @@ def timed(ctx, cmd: List, **kwargs) -> float:
 def averaging_seconds(ctx, checkpoint: Path, n: int, out: Path) -> dict:
     """The run's averaging of ``n`` checkpoints, projected from the real script on 1 and 2 copies of
     ``checkpoint`` (page-cached as the run's freshly written checkpoints are)."""
-    from ..checkout import REPO
-
     script = [sys.executable, REPO / "scripts" / "average_checkpoints.py"]
     one = timed(ctx, [*script, "--inputs", checkpoint, "--output", out / "avg1.pt", "--force"])
     two = timed(ctx, [*script, "--inputs", checkpoint, checkpoint, "--output", out / "avg2.pt", "--force"])
@@ -298,9 +294,6 @@ def finish(ctx, job: Job, launched: float, ended: float, train_log: Path, failur
     """Analyse the canary's training (launched and ended at those times, its log ``train_log``,
     ``failure``: why fairseq-train failed), time averaging and generation, write canary.json, print
     the table; raise a one-line UserError naming the first cause of failure."""
-    from .. import cost
-    from ..results import provenance
-
     s, out, model_flags, data_bin = job.s, job.out, job.model_flags, job.data_bin
 
     records = read_stats(out / "stats")

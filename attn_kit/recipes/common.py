@@ -12,11 +12,13 @@ import shlex
 from pathlib import Path
 from typing import Iterable, List, Optional
 
+from ..checkpoints import checkpoint_update, recover_last
 from ..cli import UsageError, UserError, log, write_json_atomic
 from .. import fairseq_commands
 from ..curves import CurveWriter
 from ..fairseq_commands import DecodePlan, TrainPlan, batch_plan, launcher, precision_of, read_averaged
 from ..fairseq_log import TrainProgress, train_log_summary
+from ..pipeline import text
 from ..sizes import ARCH_SIZES, SIZES
 from . import scale
 
@@ -126,8 +128,6 @@ def run_training(ctx, s, cmd: list, tail=None, record: Optional[Path] = None, mo
         f"= {p.tokens_per_update} tokens per update (at most; padding included); precision {s.precision_used}")
     reached = 0
     if not ctx.dry_run:
-        from ..checkpoints import checkpoint_update, recover_last
-
         last = Path(cmd[cmd.index("--save-dir") + 1]) / "checkpoint_last.pt"
         recover_last(last.parent)
         reached = checkpoint_update(last) if last.exists() else 0
@@ -299,9 +299,7 @@ def report_training(r: dict):
 
 
 def count_lines(path: Path) -> int:
-    from ..pipeline.text import count_lines as n
-
-    return n(path)
+    return text.count_lines(path)
 
 
 def dictionary_size(path: Path) -> Optional[int]:

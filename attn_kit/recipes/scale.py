@@ -12,8 +12,13 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from .. import cost, step_model, training_cost
 from ..cli import UsageError, log
-from ..fairseq_commands import LAUNCHERS, gpu_supports_bf16, used_precision, visible_gpus
+from ..cost import gpu
+from ..fairseq_commands import (LAUNCHERS, batch_plan, gpu_supports_bf16, used_precision, visible_gpu_memory_gib,
+                                visible_gpus)
+from ..pipeline import slurm
+from ..pipeline.stages import Pipeline, run_recipe
 
 USAGE = "%(prog)s [options] [-- fairseq-train options]"
 
@@ -144,8 +149,6 @@ def check(s):
     if s.utilization is not None and not 0 < s.utilization <= 1:
         raise UsageError("--utilization must be in (0, 1]")
     if s.gpu:
-        from ..cost import gpu
-
         gpu(s.gpu)  # an unknown name is one line listing the known ones
 
 
@@ -167,9 +170,6 @@ def size_forward(s) -> int:
     (attn_kit.step_model.size_forward) for --gpu NAME, else the GPU visible here (not for --launcher
     slurm, whose job decides on its own GPUs), at most each device's share of --tokens-per-update; the
     paper's 4096 on a CPU or with no GPU known."""
-    from .. import cost, step_model
-    from ..fairseq_commands import visible_gpu_memory_gib
-
     devices = s.ngpus * s.nnodes if s.ngpus else s.cpu_procs
     memory, where = None, ""
     if s.ngpus and s.gpu:
@@ -219,8 +219,6 @@ def check_devices(s, stages, aliases=None, training=is_training):
     (``attn_plugin.fairseq_patches``, patch 8)."""
     if s.launcher == "slurm" or not s.ngpus:
         return
-    from ..pipeline.stages import Pipeline
-
     span = Pipeline(s.workdir, stages, True, s.stage, s.stop_stage, aliases)  # checks the range
     if not any(training(stage) for stage in stages[span.first - 1:span.last]):
         return
@@ -294,9 +292,6 @@ def run(s, stages, report, aliases=None, first_training: Optional[str] = None):
     are done or ``--prepare-here`` runs them here, and the rest as a job that starts after it.
     ``stages``: a function of the settings that makes them; ``report``: what prints the results
     (:func:`attn_kit.recipes.canary.report` for a ``--canary`` run)."""
-    from ..pipeline import slurm
-    from ..pipeline.stages import Pipeline, run_recipe
-
     made = stages(s)
     check_devices(s, made, aliases)
     for note in schedule_notes(s, budget=s.dry_run):
@@ -386,8 +381,6 @@ def _signal_seconds(s) -> int:
 def prep_script(s, command: List[str], workers: int, what: str, watch: Optional[Path] = None) -> Tuple[str, str]:
     """(file name, text) of the data job: ``command`` (which runs ``what``, in words) on one CPU task
     of ``workers`` CPUs; ``watch``: the folder it works in (default WORKDIR)."""
-    from ..pipeline import slurm
-
     log(f"Slurm data job: {what} on {workers} CPU(s)")
     alloc = slurm.Allocation(cpus_per_task=workers, mem=s.prep_mem or PREP_MEM,
                              partition=s.prep_partition or s.partition, time_limit=s.prep_time or s.time_limit,
@@ -399,8 +392,6 @@ def prep_script(s, command: List[str], workers: int, what: str, watch: Optional[
 def train_script(s, first: str, last: str) -> Tuple[str, str]:
     """(file name, text) of the training job: stages ``first``..``last`` on --nnodes x (--ngpus or
     --cpu-procs) tasks."""
-    from ..pipeline import slurm
-
     per_node = s.ngpus if s.ngpus else s.cpu_procs
     log(f"Slurm training job: stages {first}..{last} on {s.nnodes} node(s) x "
         f"{f'{s.ngpus} GPU(s)' if s.ngpus else f'{s.cpu_procs} CPU task(s)'} of {task_cpus(s)} CPUs")
@@ -413,11 +404,7 @@ def train_script(s, first: str, last: str) -> Tuple[str, str]:
 # ---------------------------------------------------------------------------------------------- cost
 def print_cost(s, model_flags: Sequence[str], vocab: int, vocab_note: str):
     """--dry-run: the run's analytic training FLOPs, the paper's Table 2 cost and a wall-time estimate."""
-    from .. import cost, training_cost
-
     shape = cost.model_shape(s.arch, [*model_flags, *s.fairseq_extra], vocab)
-    from ..fairseq_commands import batch_plan
-
     p = batch_plan(s.tokens_per_update, s.ngpus * s.nnodes if s.ngpus else s.cpu_procs, s.max_tokens_per_gpu)
     hw = training_cost.Devices(s.ngpus * s.nnodes, s.precision_used, cost.gpu_name(s.gpu) if s.gpu else None,
                                s.gpu_tflops, s.utilization)

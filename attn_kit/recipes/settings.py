@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import Callable, Mapping, Optional, Sequence
 
 from ..cli import UsageError, UserError
-from ..fairseq_commands import PRECISIONS
+from ..fairseq_commands import PRECISIONS, paper_optimization
 from ..sizes import ModelSize
 from ..pipeline.text import CLEAN_MAX_LEN
 from . import scale
@@ -303,8 +303,6 @@ def check_overrides(s):
     """An option after ``--`` that the recipe's own fairseq-train command also sets would win silently
     (fairseq takes the last): one line naming the recipe's option for it. ``--lr`` too: eq. 3 sets the
     rate at every update and attn_inverse_sqrt ignores fairseq's --lr."""
-    from ..fairseq_commands import paper_optimization
-
     extra = {str(a).split("=", 1)[0] for a in getattr(s, "fairseq_extra", ()) if str(a).startswith("--")}
     own = [*(getattr(s, "model", None) or []), *getattr(s, "train_flags", ()), *paper_optimization(1)]
     for flag in sorted(extra & {str(a) for a in own if str(a).startswith("--")}):

@@ -19,6 +19,7 @@ from ..pipeline.lock import workdir_lock
 from ..results import provenance
 from ..checkout import REPO
 from ..fairseq_commands import DecodePlan
+from ..metrics.scores import detokenize, sacrebleu_score
 from .common import generate_command, read_hypotheses
 
 DESCRIPTION = """\
@@ -117,8 +118,6 @@ def build(argv=None) -> SweepSettings:
 def valid_bleu(s: SweepSettings, work: Path, checkpoint: Path, name: str) -> float:
     """sacreBLEU of ``checkpoint`` on the bundled valid split, decoded as the recipe decodes
     (:func:`attn_kit.recipes.common.generate_command`) with the plan DECODINGS[``name``]."""
-    from ..metrics.scores import detokenize, sacrebleu_score
-
     cmd = generate_command(s, work / "data-bin", checkpoint, "valid", DECODINGS[name])
     env = dict(os.environ, OMP_NUM_THREADS=s.threads, MKL_NUM_THREADS=s.threads, PYTHONWARNINGS="ignore")
     out = work / "sweep" / f"valid.{checkpoint.stem}.{name}.out"

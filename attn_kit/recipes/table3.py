@@ -23,8 +23,12 @@ from ..pipeline.process import stream
 from ..pipeline.stages import Pipeline, Stage
 from . import canary, common, config, scale, settings, wmt14
 from ..checkout import REPO
-from ..fairseq_commands import DecodePlan, validate_command
+from ..fairseq_commands import DecodePlan, batch_plan, validate_command
 from ..fairseq_log import progress_line
+from .. import cost, training_cost
+from ..checkpoints import load_checkpoint
+from ..metrics.bleu import read_lines
+from ..metrics.scores import dev_scores
 
 GROUPS = ("base", "A", "B", "C", "D", "E", "big")
 ALPHA, BEAM, MAX_LEN_B = 0.6, 4, 50  # Sec. 6.1's decoding, which Sec. 6.2 uses for Table 3
@@ -273,8 +277,6 @@ def row_settings(s: Table3Settings, row: Table3Row) -> Table3Settings:
 
 def count_parameters(checkpoint: Path) -> int:
     """Parameters of the model in ``checkpoint``, each shared tensor once (Sec. 3.4's one matrix)."""
-    from ..checkpoints import load_checkpoint
-
     seen, n = set(), 0
     for tensor in load_checkpoint(checkpoint)["model"].values():
         key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
@@ -286,9 +288,6 @@ def count_parameters(checkpoint: Path) -> int:
 
 def score_dev(data_w: Path, gen_out: Path) -> dict:
     """BLEU of the dev translations: the paper's protocol (t2t) and sacreBLEU."""
-    from ..metrics.bleu import read_lines
-    from ..metrics.scores import dev_scores
-
     refs = read_lines(data_w / "raw" / "valid.de")
     return dev_scores(common.read_hypotheses(gen_out, len(refs)), refs, "de")
 
@@ -329,8 +328,6 @@ def run_row(r: Table3Settings, row: Table3Row, ctx):
 def check_same_data(checkpoint: Path, data_bin: Path):
     """A reused run's model was trained on ``data_bin`` (its dictionaries are the ones the row's
     evaluation reads): the data folder its checkpoint records is the same folder."""
-    from ..checkpoints import load_checkpoint
-
     state = load_checkpoint(checkpoint, mmap=True)
     cfg = state.get("cfg") or {}
     trained_on = (cfg.get("task") or {}).get("data") if isinstance(cfg, dict) else getattr(cfg.task, "data", None)
@@ -573,9 +570,6 @@ def stages(s: Table3Settings) -> List[Stage]:
 def row_costs(s: Table3Settings) -> dict:
     """{row name: ({GPU type: seconds}, seconds on the paper's 8 P100s)} of every row trained here (not
     those --reuse takes): its training wall time (attn_kit.step_model)."""
-    from .. import cost, training_cost
-    from ..fairseq_commands import batch_plan
-
     out = {}
     for row in s.rows:
         if row.name in s.reused:
@@ -593,8 +587,6 @@ def total_cost(s: Table3Settings) -> List[str]:
     """--dry-run: the training wall time of the rows trained here, summed per GPU type and on the
     paper's P100s, one after the other as the rows run; with --job-per-group, also the longest
     group's (the groups' jobs run side by side)."""
-    from .. import cost
-
     costs = row_costs(s)
     if not costs:
         return ["every row is a finished run (--reuse): nothing to train"]

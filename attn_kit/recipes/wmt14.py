@@ -21,12 +21,14 @@ from ..pipeline import verify
 from ..pipeline.progress import Progress, watch_output
 from .. import fairseq_data
 from ..fairseq_log import progress_line
-from ..fairseq_commands import average_checkpoints, averaged_info_path, binarize
+from ..fairseq_commands import MAX_POSITIONS, average_checkpoints, averaged_info_path, binarize
 from ..pipeline.stages import Stage
 from ..pipeline.text import clean_parallel, count_lines, moses_tokenize, moses_tokenizer_args, sample_pairs
 from ..sizes import ARCH_SIZES, PLUGIN_ARCHS, SIZES, ModelSize
 from . import canary, common, config, scale, settings
 from ..step_model import PAPER_MAX_TOKENS
+from ..metrics.bleu import read_lines
+from ..metrics.scores import translation_scores
 from .wmt14_data import PAIRS, SPLITS, Bundled, DataSource, Layout, Wmt14Download, once
 from .wmt14_smoke import SmokeMirror
 
@@ -402,8 +404,6 @@ def binarize_stage(ctx, s: Wmt14Settings, lay: Layout):
 def check_positions(lay: Layout, src: str, tgt: str):
     """Before training: every valid and test sentence (in word pieces, </s> added) fits the positions
     fairseq decodes and validates with; a longer one made fairseq-generate fail after the training."""
-    from ..fairseq_commands import MAX_POSITIONS
-
     for split in ("valid", "test"):
         for lang in (src, tgt):
             path = lay.binarize_from / f"{split}.{lang}"
@@ -547,9 +547,6 @@ def stages(s: Wmt14Settings) -> List[Stage]:
 # ---------------------------------------------------------------------------------------------- scoring
 def write_results(s: Wmt14Settings, src: str, tgt: str, penalty: str):
     """Score the test output every way the paper and fairseq report it; write results.json."""
-    from ..metrics.bleu import read_lines
-    from ..metrics.scores import translation_scores
-
     W, D = s.workdir, s.data_workdir  # the run, its prepared data (--data-workdir)
     refs = read_lines(D / "raw" / f"test.{tgt}")  # split at \n only, as multi-bleu.perl does
     hyps_tok = common.read_hypotheses(W / "gen" / "test.out", len(refs))

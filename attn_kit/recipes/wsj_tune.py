@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import List, Optional
 
+from ..build import parse_train_args, plugin_flags
 from ..cli import UsageError, UserError, log, write_json_atomic
 from ..metrics.evalb import parse_summary
 from . import common
@@ -113,8 +114,6 @@ def parse_tune_grid(spec: str) -> dict:
 def arch_dropouts(arch: str) -> dict:
     """``arch``'s own dropout and attention dropout (the values a --tune key takes when
     neither the grid nor an option sets it), as fairseq-train would parse them."""
-    from ..build import parse_train_args, plugin_flags
-
     parsed = parse_train_args(plugin_flags(arch=arch))
     return {"dropout": parsed.dropout, "attention_dropout": parsed.attention_dropout}
 
