@@ -16,6 +16,22 @@ def test_attn_kit_has_no_import_cycles():
     assert cycles(import_graph(REPO)) == []
 
 
+def test_no_import_runs_back_up_from_the_kits_lower_layers():
+    """The kit's lower layers (its top-level modules, the stage engine, the metrics) import nothing
+    from the layers built on them: the recipes, the inference commands, the benchmarks and the
+    comparison, or the development tools (README tables, the fault catalogue, code statistics).
+    scripts/training_cost.py's defaults, the one arrow that ran back up (training_cost ->
+    recipes.config), are read by attn_kit.recipes.cost_report."""
+    upper = ("attn_kit.recipes", "attn_kit.bench", "attn_kit.compare", "attn_kit.inference",
+             "attn_kit.readme_tables", "attn_kit.faults", "attn_kit.code_stats")
+    graph = import_graph(REPO)
+    lower = [m for m in graph if not m.startswith(upper)
+             and (m.count(".") == 1 or m.startswith(("attn_kit.pipeline", "attn_kit.metrics")))]
+    assert len(lower) > 15
+    assert {m: sorted(d for d in graph[m] if d.startswith(upper)) for m in lower
+            if any(d.startswith(upper) for d in graph[m])} == {}
+
+
 def test_the_stage_engine_knows_nothing_of_fairseq():
     """attn_kit.pipeline imports neither fairseq nor the kit's fairseq layer."""
     for name, targets in import_graph(REPO).items():

@@ -83,9 +83,9 @@ def test_a_wrong_type_in_a_yaml_config_names_the_key_and_the_file(tmp_path, monk
 def test_training_costs_options_are_checked(argv, fragment, capsys):
     """A typo is an error (no parse_known_args), every number is in range and finite, and an unknown
     arch is one line, not fairseq's whole usage."""
-    from attn_kit import training_cost
+    from attn_kit.recipes import cost_report
 
-    proc = run_main(training_cost.main, *argv)
+    proc = run_main(cost_report.main, *argv)
     assert_one_error_line(proc, fragment)
     assert proc.stdout == ""  # nothing printed before the error
 
@@ -167,7 +167,7 @@ def test_the_positions_checked_are_fairseqs_and_the_plugins():
 @pytest.mark.parametrize("module,argv", [
     ("attn_kit.inference.attention", ["run", "--sentence", "a", "--min-weight", "nan"]),
     ("attn_kit.compare.cli", ["--train-minutes", "inf"]),
-    ("attn_kit.training_cost", ["--mean-length", "nan"]),
+    ("attn_kit.recipes.cost_report", ["--mean-length", "nan"]),
     ("attn_kit.inference.translate", ["run", "--gnmt-alpha", "inf"]),
 ])
 def test_every_kit_command_refuses_a_float_option_that_is_not_finite(module, argv):
