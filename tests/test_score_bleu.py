@@ -552,3 +552,16 @@ def test_the_shared_scores_detokenize_as_moses_and_score_a_perfect_translation_1
     # one word of 8 left out: every unigram matches, but not "läuft über", and the brevity penalty is
     # exp(1 - 14/13) over the corpus's 13 of 14 reference tokens
     assert 0 < sacrebleu_score(["Der Hund läuft über die Straße.", refs[1]], refs) < 100 * math.exp(1 - 14 / 13)
+
+
+def test_a_target_language_the_papers_protocol_was_not_checked_for_gets_the_other_scores():
+    """recipes/parallel.sh into English (say DE->EN) failed at its score stage after training: the
+    t2t protocol is checked for German and French targets only and refuses the others. Its keys are
+    left out there; sacreBLEU and the tokenized BLEU are there for every language."""
+    from attn_kit.metrics.scores import translation_scores
+
+    refs = ["The dog runs across the street.", "It is a fine day."]
+    out = translation_scores(["The dog runs across the street .", "It is a fine day ."], refs, "en")
+    assert out["sacrebleu"] == 100.0 and out["bleu_tokenized"] == 100.0 and out["detokenized"] == refs
+    assert not {"bleu_t2t", "bleu_t2t_2018", "bleu_t2t_protocol", "bleu_compound_split"} & set(out)
+    assert "bleu_t2t" in translation_scores(["Il fait beau ."], ["Il fait beau."], "fr")

@@ -7,7 +7,7 @@ protocols themselves (multi-bleu.perl's statistics, tensor2tensor's scripts) are
 from typing import List, Optional, Sequence, Tuple
 
 from ..pipeline.text import _moses_line
-from .bleu import T2T_2018_NORMALIZES, compound_split, multi_bleu, t2t_bleu
+from .bleu import T2T_2018_NORMALIZES, T2T_LANGS, compound_split, multi_bleu, t2t_bleu
 
 T2T_PROTOCOL = {  # results.json's bleu_t2t_protocol, by whether the target is German
     True: "tensor2tensor get_ende_bleu.sh of 2017: tokenizer.perl -l de (no -a), compound split, multi-bleu.perl "
@@ -52,18 +52,19 @@ def translation_scores(hyps_tok: Sequence[str], refs: Sequence[str], tgt: str,
                        tok_refs: Optional[Sequence[str]] = None) -> dict:
     """BLEU of fairseq-generate's hypotheses (Moses -a tokens, BPE removed) against the raw references
     every way the paper and fairseq report it: the paper's protocol (tensor2tensor's get_ende_bleu.sh
-    of 2017, and of 2018), sacreBLEU with its signature, multi-bleu.perl on the tokens and, for German,
+    of 2017, and of 2018; for German and French targets, the languages it is checked for), sacreBLEU with its signature, multi-bleu.perl on the tokens and, for German,
     with fairseq's compound split. ``tok_refs``: the references as the recipe tokenized them (default:
     tokenized here the same way). ``detokenized``: the hypotheses as raw text."""
     if tok_refs is None:
         tok_refs = [_moses_line(tgt, r) for r in refs]
     hyps = detokenize(hyps_tok, tgt)
     sacrebleu, signature = sacrebleu_with_signature(hyps, refs)
-    out = {"bleu_t2t": round(t2t_bleu(hyps, refs, lang=tgt).score, 2),
-           "bleu_t2t_2018": round(t2t_bleu(hyps, refs, lang=tgt, version="2018").score, 2),
-           "bleu_t2t_protocol": T2T_PROTOCOL[tgt == "de"],
-           "sacrebleu": sacrebleu, "sacrebleu_signature": signature,
+    out = {"sacrebleu": sacrebleu, "sacrebleu_signature": signature,
            "bleu_tokenized": round(multi_bleu(hyps_tok, tok_refs).score, 2), "detokenized": hyps}
+    if tgt in T2T_LANGS:  # the paper's protocol, as checked against its perl scripts (German, French)
+        out = {"bleu_t2t": round(t2t_bleu(hyps, refs, lang=tgt).score, 2),
+               "bleu_t2t_2018": round(t2t_bleu(hyps, refs, lang=tgt, version="2018").score, 2),
+               "bleu_t2t_protocol": T2T_PROTOCOL[tgt == "de"], **out}
     if tgt == "de":
         split = multi_bleu([compound_split(h) for h in hyps_tok], [compound_split(r) for r in tok_refs])
         out["bleu_compound_split"] = round(split.score, 2)

@@ -17,7 +17,7 @@ from ..sizes import PLUGIN_ARCHS, SIZES
 from ..textio import add_errors_option, iter_lines
 from . import canary, config, scale, settings, wmt14
 from .common import count_lines, model_size
-from .wmt14_data import SPLITS, DataSource, Layout, once
+from .wmt14_data import SPLITS, DataSource, Layout, once, source
 
 DESCRIPTION = """\
     bash recipes/parallel.sh --src en --tgt de --train data/train --valid data/valid --test data/test
@@ -167,6 +167,7 @@ def check_files(files: Dict[str, Path], src: str, tgt: str, errors: str = "stric
              f"{_MEASURES[inside]} counts sentences of {_SOURCE[outside]}")
 
 
+@source("files")
 class YourFiles(DataSource):
     """The user's raw text files (--train/--valid/--test PREFIX, PREFIX.SRC and PREFIX.TGT)."""
     fetch_name, extract_name = "check", "copy"

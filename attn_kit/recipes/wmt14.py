@@ -7,6 +7,7 @@ come from the run's data source (attn_kit.recipes.wmt14_data), the rest are the 
 """
 import argparse
 import dataclasses
+import importlib
 import json
 import os
 import sys
@@ -29,13 +30,12 @@ from . import canary, common, config, scale, settings
 from ..step_model import PAPER_MAX_TOKENS
 from ..metrics.bleu import read_lines
 from ..metrics.scores import translation_scores
-from .wmt14_data import PAIRS, SPLITS, Bundled, DataSource, Layout, Wmt14Download, once
-from .wmt14_smoke import SmokeMirror
+from .wmt14_data import PAIRS, SOURCES, SPLITS, DataSource, Layout, once
+from . import wmt14_smoke  # noqa: F401 -- registers the smoke mirror's source
 
 VOCABULARY_THRESHOLD = 50  # apply-bpe --vocabulary-threshold, as fairseq's WMT scripts
 BPE_SAMPLE_SEED = 1  # --bpe-learn-pairs: the sample of training pairs BPE is learned on
 MAX_LEN_B, BATCH_SIZE = 50, 128  # decoding: output up to input + 50 tokens (Sec. 6.1); sentences per batch
-SOURCES = {"wmt14": Wmt14Download(), "smoke-mirror": SmokeMirror(), "bundled": Bundled()}  # by the YAML's data
 SIZE_OPTIONS = ("layers", "d_model", "d_ff", "h", "p_drop")
 # The data stages of every mode (the first two are named check and copy for recipes/parallel.sh).
 STAGE_NAMES = ("download", "extract", "tokenize", "bpe", "binarize")
@@ -112,6 +112,9 @@ def parser() -> argparse.ArgumentParser:
                       if pair == "en-de" else argparse.SUPPRESS)
     mode.add_argument("--smoke", action="store_true",
                       help="every WMT14 stage on CPU in minutes: tiny archives from a local mirror, a tiny model")
+    mode.add_argument("--corpus", metavar="NAME",
+                      help="a corpus of its own: the section NAME of recipes/configs/wmt14.yaml, whose data: names "
+                           "its source (docs/architecture.md, how to add a corpus) and pair: its languages")
     settings.add_run_options(p, "runs/wmt14_<pair>_<mode or arch>")
     p.add_argument("--arch", default="attn_paper_base",
                    help=f"model architecture registered by attn_plugin: {', '.join(PLUGIN_ARCHS)} "
@@ -146,28 +149,58 @@ def the_pair(given: Optional[List[str]]) -> str:
 def build(argv=None) -> Wmt14Settings:
     """The run's settings: the command line over the YAML sections of its mode and arch."""
     given = scale.parse(parser(), argv)
-    pair = the_pair(given.pair)
+    cfg = config.load("wmt14")
+    pair = corpus_pair(given.corpus, cfg) if given.corpus else the_pair(given.pair)
     if given.arch not in PLUGIN_ARCHS:
         raise UsageError(f"unknown --arch {given.arch!r}; attn_plugin registers: {', '.join(PLUGIN_ARCHS)}")
     if given.bundled and pair != config.settings("wmt14", "bundled")["pair"]:
         raise UsageError(f"--bundled data is English-German; for {pair} use --smoke or the full recipe")
     arch = "attn_paper_big_en_fr" if pair == "en-fr" and given.arch == "attn_paper_big" else given.arch  # Sec. 6.1
-    mode = "bundled" if given.bundled else "smoke" if given.smoke else arch.replace("attn_paper_", "")
-    cfg = config.load("wmt14")
+    mode = given.corpus or ("bundled" if given.bundled else "smoke" if given.smoke else arch.replace("attn_paper_", ""))
     yaml = config.settings("wmt14", "paper", f"archs.{arch if arch in cfg['archs'] else 'attn_paper_base'}",
                            mode if mode in cfg else None)
-    yaml["bpe_merges"] = yaml["bpe_merges"] or PAIRS[pair].bpe_merges
+    source = data_source(yaml)
+    yaml["bpe_merges"] = yaml["bpe_merges"] or (PAIRS[pair].bpe_merges if pair in PAIRS else None)
+    if not yaml["bpe_merges"]:
+        raise UsageError(f"--corpus {mode}: give its bpe_merges in recipes/configs/wmt14.yaml (or --bpe-merges)")
     name = f"wmt14_{pair.replace('-', '_')}"
     workdir = (given.workdir or REPO / "runs" / f"{name}_{mode}").resolve()
-    source = SOURCES[yaml["data"]]
     data_workdir, data_home = data_folders(given.data_workdir, workdir, f"{name}_data" if source.shared_data else None)
+    src, tgt = pair.split("-")
     return settings.compose(Wmt14Settings, given, yaml, lambda v: dict(
-        pair=pair, src=PAIRS[pair].src, tgt=PAIRS[pair].tgt, arch=arch, mode=mode, source=source,
+        pair=pair, src=src, tgt=tgt, arch=arch, mode=mode, source=source,
         workdir=workdir, data_workdir=data_workdir, data_home=data_home,
         size=common.model_size(yaml, size_overrides(given), arch), recipe_module="attn_kit.recipes.wmt14"))
 
 
 parse_args = build  # the name callers used before the settings were typed
+
+
+def corpus_pair(name: str, cfg: dict) -> str:
+    """--corpus NAME: its section's language pair (SRC-TGT); a one-line UsageError for a section that
+    is not a corpus of its own."""
+    corpora = sorted(k for k, v in cfg.items() if isinstance(v, dict) and "data" in v and "pair" in v
+                     and k not in ("bundled",))
+    section = cfg.get(name)
+    if not isinstance(section, dict) or "data" not in section or name in ("paper", "smoke", "files", "bundled"):
+        raise UsageError(f"--corpus {name}: no such corpus in recipes/configs/wmt14.yaml (its sections with a "
+                         f"data: source and a pair: {', '.join(corpora) or 'none'}; --bundled and --smoke have flags)")
+    pair = str(section.get("pair", ""))
+    if len(pair.split("-")) != 2 or not all(pair.split("-")):
+        raise UsageError(f"--corpus {name}: its section gives no pair: SRC-TGT (e.g. de-en)")
+    return pair
+
+
+def data_source(yaml: dict) -> DataSource:
+    """The source the section's ``data:`` names (SOURCES); ``source_module:`` names the module that
+    registers it when it is not one of the kit's (a corpus of your own: attn_kit.recipes.wmt14_data.source)."""
+    module = yaml.pop("source_module", None)
+    if yaml["data"] not in SOURCES and module:
+        importlib.import_module(module)
+    if yaml["data"] not in SOURCES:
+        raise UsageError(f"data: {yaml['data']} names no data source (known: {', '.join(sorted(SOURCES))}; a source "
+                         "of your own: source_module: the module that registers it)")
+    return SOURCES[yaml["data"]]
 
 
 def size_overrides(given) -> dict:

@@ -169,6 +169,17 @@ def once(ctx, path: Path, description: str, fn, *args):
 
 
 # ---------------------------------------------------------------------------------------------- data sources
+SOURCES: Dict[str, "DataSource"] = {}  # by the name a YAML section's data: gives
+
+
+def source(name: str):
+    """Register a DataSource class as the source ``data: name`` selects (one instance: stateless)."""
+    def register(cls):
+        SOURCES[name] = cls()
+        return cls
+    return register
+
+
 class DataSource:
     """Where a run's text comes from, behind the first two stages: ``fetch`` gets or checks it,
     ``extract`` writes one raw text file per split and side (``Layout.raw``); and what the recipe
@@ -217,6 +228,7 @@ def dl_path(lay: Layout, key: str) -> Path:
     return lay.dl / FILES[key].name
 
 
+@source("wmt14")
 class Wmt14Download(DataSource):
     """WMT14 from statmt.org (or --mirror): the pair's training corpora, newstest2013 and newstest2014."""
     paper_data = True
@@ -290,6 +302,7 @@ class Wmt14Download(DataSource):
                  lambda out, lang=lang: concatenate([orig / f"{key}.{lang}" for key, _, _ in pair.train], out))
 
 
+@source("bundled")
 class Bundled(DataSource):
     """The repo's Tatoeba EN-DE corpus (data/tatoeba-en-de), checked against its committed sha256."""
     model_word = "small"

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 from attn_kit.pipeline.download import RemoteFile, sha256_of
 from attn_kit.pipeline.mirror import make_tar, serve
-from .wmt14_data import FILES, PAIRS, Layout, Wmt14Download, files_for
+from .wmt14_data import FILES, PAIRS, Layout, Wmt14Download, files_for, source
 from ..checkout import REPO
 
 SAMPLES = {"de": REPO / "data" / "tatoeba-en-de", "fr": REPO / "data" / "tatoeba-en-fr-sample"}
@@ -90,6 +90,7 @@ def build_mirror(root: Path, pair: str) -> Dict[str, RemoteFile]:
     return manifest
 
 
+@source("smoke-mirror")
 class SmokeMirror(Wmt14Download):
     """--smoke: the WMT14 download code against the smoke archives, built here and served on
     127.0.0.1 (or from a --mirror of them, checked against the ones built here)."""
