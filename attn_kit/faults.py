@@ -259,6 +259,10 @@ CASES = [
          "one line each (a typo is no longer swallowed as a model flag; an unknown arch is not fairseq's whole "
          "usage), nothing printed before it",
          "tests/test_values.py::test_training_costs_options_are_checked"),
+    Case("a run into a language the paper's BLEU protocol was not checked for (recipes/parallel.sh DE->EN, a "
+         "`--corpus` of your own)",
+         "sacreBLEU and tokenized BLEU, the t2t protocol's keys left out (the score stage failed after training)",
+         "tests/test_score_bleu.py::test_a_target_language_the_papers_protocol_was_not_checked_for_gets_the_other_scores"),
     Case("averaging onto a full disk",
          "one line, no temporary file, nothing else on stderr (no \"Please install tensorboardX\")",
          "test_averaging_on_a_full_disk_is_one_line_and_leaves_nothing"),
