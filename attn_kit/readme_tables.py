@@ -771,6 +771,34 @@ def bpe_sample_effect() -> str:
 BPE_SAMPLE_EN_FR = RECIPES / "bpe_sample_en_fr.json"
 
 
+def bpe_sample_summary() -> str:
+    """README: what learning BPE on the recipes' sample costs, EN-DE's share and EN-FR's, over three seeds."""
+    paths = [p for p in sorted(glob.glob(str(RECIPES / "bundled_bpe_learn_*.json")))
+             if load(p)["bpe_learn"].get("label") == "the recipe now"]  # the sample as the recipe runs it
+    now = [load(p) for p in paths]
+    seed_paths = sorted(glob.glob(str(RECIPES / "bundled_seed*.json")))
+    seeds = [load(p) for p in seed_paths]
+    fr = load(BPE_SAMPLE_EN_FR)
+    ways = {way: {r["seed"]: r["sacrebleu"] for r in fr["runs"] if r["way"] == way} for way in ("all", "sample")}
+    diffs = [ways["sample"][k] - ways["all"][k] for k in sorted(set(ways["all"]) & set(ways["sample"]))]
+    de = statistics.mean(r["result"]["sacrebleu"] for r in now) - statistics.mean(r["result"]["sacrebleu"] for r in seeds)
+    learn = fr["bpe_learn"]
+    de_sd, fr_mean, fr_sd = statistics.stdev(r["result"]["sacrebleu"] for r in seeds), statistics.mean(diffs), \
+        statistics.stdev(diffs)
+    within = [abs(de) < de_sd, abs(fr_mean) < fr_sd]
+    verdict = ("both within the seeds' spread" if all(within) else "beyond the seeds' spread for " +
+               " and ".join(p for p, w in zip(("EN-DE", "EN-FR"), within) if not w))
+    return (f"The WMT14 recipes learn BPE on {learn['default'] / 1e6:g}M sampled pairs (`--bpe-learn-pairs`), which "
+            f"cuts data preparation ([scaling.md](docs/scaling.md#preparing-wmt-sized-data)). Measured on Tatoeba with "
+            f"the same share of the pairs, {len(now)} training seeds each way: EN-DE's share "
+            f"({now[0]['bpe_learn']['pairs'] / now[0]['bpe_learn']['of']:.0%}) costs {de:+.2f} sacreBLEU (the seeds' sd "
+            f"{de_sd:.2f}), EN-FR's ({learn['default'] / learn['wmt14_pairs']:.1%}) {fr_mean:+.2f} (the paired "
+            f"differences' sd {fr_sd:.2f}): {verdict}." + source(*seed_paths, *paths, BPE_SAMPLE_EN_FR))
+
+
+
+
+
 def bpe_sample_en_fr() -> str:
     """EN-FR's share: the bundled settings on Tatoeba EN-FR, BPE learned on every pair and on the share
     the recipe samples of WMT14 EN-FR, the same seeds (benchmarks/bpe_sample.py)."""
@@ -790,10 +818,13 @@ def bpe_sample_en_fr() -> str:
         diffs = [ways["sample"][seed]["sacrebleu"] - ways["all"][seed]["sacrebleu"] for seed in seeds]
         rows.append(["mean ± sd", mean_sd([ways["all"][seed]["sacrebleu"] for seed in seeds]),
                      mean_sd([ways["sample"][seed]["sacrebleu"] for seed in seeds]), mean_sd(diffs), ""])
+        mean, spread = statistics.mean(diffs), statistics.stdev(diffs)
         summary = (f"\n\nOver {len(seeds)} training seeds BPE learned on EN-FR's share costs "
-                   f"{statistics.mean(diffs):+.2f} sacreBLEU (the paired differences' sd {statistics.stdev(diffs):.2f}, "
+                   f"{mean:+.2f} sacreBLEU (the paired differences' sd {spread:.2f}, "
                    f"the seeds' sd {statistics.stdev(ways['all'][seed]['sacrebleu'] for seed in seeds):.2f} on every "
-                   f"pair).")
+                   "pair)" + (": within the seeds' spread, so the recipe keeps its default (1M sampled pairs, the "
+                              "threshold scaled and rounded, at least 1)." if abs(mean) < spread else
+                              ": more than the seeds' spread."))
     return (f"\n\n**EN-FR's share.** WMT14 EN-FR samples {learn['default'] / 1e6:g}M of its {learn['wmt14_pairs'] / 1e6:g}M "
             f"pairs, {learn['default'] / learn['wmt14_pairs']:.1%}, where the scaled vocabulary threshold rounds to "
             f"{threshold}. The same share of Tatoeba EN-FR's {learn['of']} training pairs ({learn['pairs']}) with the "
@@ -855,6 +886,7 @@ TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "parallel_presets"
           "ctranslate2": ctranslate2, "ctranslate2_run": ctranslate2_run, "canary_check": canary_check,
           "data_prep": data_prep, "gpu_check": gpu_check, "gpu_check_summary": gpu_check_summary,
           "gpu_check_repeat": gpu_check_repeat, "gpu_check_third": gpu_check_third,
+          "bpe_sample_summary": bpe_sample_summary,
           "gpu_planning": gpu_planning}
 
 
