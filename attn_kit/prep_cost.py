@@ -185,6 +185,14 @@ def fitted_words_per_pair(results: dict) -> Optional[float]:
     return counted.get(str(max(results["result"]["settings"]["sizes"])))
 
 
+def machine_of(results: dict) -> str:
+    """The machine a results file was measured on, with its CPU's clock and family/model/stepping
+    where the file recorded them (/proc/cpuinfo), so that a user can place their own."""
+    cpu = results.get("cpu") or {}
+    return results["machine"] + (f" at {cpu['mhz']:.0f} MHz" if cpu.get("mhz") else "") + (
+        f" (family/model/stepping {cpu['family_model_stepping']})" if cpu.get("family_model_stepping") else "")
+
+
 def recipe_lines(pair: str, train_pairs: int, workers: int, bpe_learn_pairs: Optional[int],
                  path: Optional[Path] = None, words_per_pair: Optional[Tuple[float, str]] = None,
                  counted: bool = False) -> List[str]:
@@ -215,8 +223,7 @@ def recipe_lines(pair: str, train_pairs: int, workers: int, bpe_learn_pairs: Opt
     parts = ", ".join(f"{part.replace('_', ' ')} " + span([minutes_text(p["seconds"][part]) for p, _ in projections])
                       for part in first["seconds"])
     memory = span([f"{p['peak_mb_max'] / 1024:.1f}" for p, _ in projections])
-    machine = results["machine"] + (f" at {results['cpu']['mhz']:.0f} MHz" if (results.get("cpu") or {}).get("mhz")
-                                    else "")
+    machine = machine_of(results)
     return [f"data preparation, projected for WMT14 {pair} (~{train_pairs / 1e6:g}M pairs) on --workers {workers}, "
             f"BPE learned on {learn}: {total} ({parts}); peak memory {memory} GB",
             "  (" + "; ".join(("at " if len(projections) == 1 else ("low end at ", "high end at ")[i]) + why

@@ -691,7 +691,10 @@ def data_prep() -> str:
                      f"tokens, the news text {v['real_types']}"
                      for k, v in r["corpus"]["check"]["compared_at_real_size"].items() if "newstest" in k)
     fitted = prep_cost.fitted_words_per_pair(run)
-    lengths = (f"Each cell runs from the benchmark corpus's {fitted:.1f} words per pair (newstest's lengths) to "
+    corpus = r["corpus"]
+    shape = "newstest's lengths" + (f", {corpus['long_share']:.0%} of its pairs joined as crawled long lines with "
+                                    f"{corpus['noise']:.0%} of their words noise" if corpus.get("long_share") else "")
+    lengths = (f"Each cell runs from the benchmark corpus's {fitted:.1f} words per pair ({shape}) to "
                + " and ".join(f"{name.upper()}'s {pair.words_per_pair:.1f} (WMT14's training text is longer per pair "
                               f"than newstest2014 by {TRAIN_TO_NEWSTEST_BYTES[pair.tgt]:.2f}x in bytes)"
                               for name, pair in PAIRS.items())
@@ -717,8 +720,10 @@ def data_prep() -> str:
               f"the CPU seconds project for {settings['workers']} cores of their own ({r['uptime']['start']} at the "
               f"start, {r['uptime']['end']} at the end). The corpus is synthetic (`attn_kit/bench/corpus.py`: "
               "newstest sentence shapes, words drawn from wordfreq's Zipfian lists, compounds below the lists' "
-              f"cut-off, words repeated within 16-sentence documents) and has as many types as newstest2013+2014 "
-              f"where that text ends ({news}). {run['machine']}, date {run['date']}, commit {run['commit'][:7]}."
+              "cut-off, words repeated within 16-sentence documents"
+              + (", crawled long lines and noise" if corpus.get("long_share") else "")
+              + f"); its types where newstest2013+2014 ends: {news}. {prep_cost.machine_of(run)}, date {run['date']}, "
+                f"commit {run['commit'][:7]}."
             + source(path) + bpe_sample_effect() + bpe_sample_en_fr())
 
 
