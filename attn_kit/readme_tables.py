@@ -783,11 +783,8 @@ def bpe_sample_summary() -> str:
     now = [load(p) for p in paths]
     seed_paths = sorted(glob.glob(str(RECIPES / "bundled_seed*.json")))
     seeds = [load(p) for p in seed_paths]
-    fr = load(BPE_SAMPLE_EN_FR)
-    ways = {way: {r["seed"]: r["sacrebleu"] for r in fr["runs"] if r["way"] == way} for way in ("all", "sample")}
-    diffs = [ways["sample"][k] - ways["all"][k] for k in sorted(set(ways["all"]) & set(ways["sample"]))]
+    learn, _, _, diffs = en_fr_pairs()
     de = statistics.mean(r["result"]["sacrebleu"] for r in now) - statistics.mean(r["result"]["sacrebleu"] for r in seeds)
-    learn = fr["bpe_learn"]
     de_sd, fr_mean, fr_sd = statistics.stdev(r["result"]["sacrebleu"] for r in seeds), statistics.mean(diffs), \
         statistics.stdev(diffs)
     within = [abs(de) < de_sd, abs(fr_mean) < fr_sd]
@@ -801,7 +798,13 @@ def bpe_sample_summary() -> str:
             f"differences' sd {fr_sd:.2f}): {verdict}." + source(*seed_paths, *paths, BPE_SAMPLE_EN_FR))
 
 
-
+def en_fr_pairs():
+    """benchmarks/bpe_sample.py's EN-FR runs: (the sample's share, {way: {seed: run}}, the seeds run both
+    ways, the sample's sacreBLEU minus every pair's for each of them)."""
+    r = load(BPE_SAMPLE_EN_FR)
+    ways = {way: {run["seed"]: run for run in r["runs"] if run["way"] == way} for way in ("all", "sample")}
+    seeds = sorted(set(ways["all"]) & set(ways["sample"]))
+    return r["bpe_learn"], ways, seeds, [ways["sample"][k]["sacrebleu"] - ways["all"][k]["sacrebleu"] for k in seeds]
 
 
 def bpe_sample_en_fr() -> str:
@@ -809,32 +812,28 @@ def bpe_sample_en_fr() -> str:
     the recipe samples of WMT14 EN-FR, the same seeds (benchmarks/bpe_sample.py)."""
     if not BPE_SAMPLE_EN_FR.exists():
         return ""
-    r = load(BPE_SAMPLE_EN_FR)
-    learn, runs = r["bpe_learn"], r["runs"]
-    ways = {way: {run["seed"]: run for run in runs if run["way"] == way} for way in ("all", "sample")}
-    seeds = sorted(set(ways["all"]) & set(ways["sample"]))
-    threshold = next((run["bpe_learn_json"]["vocabulary_threshold"] for run in runs
-                      if run["way"] == "sample" and run.get("bpe_learn_json")), None)
+    learn, ways, seeds, diffs = en_fr_pairs()
+    sample = [run for run in ways["sample"].values() if run.get("bpe_learn_json")]
+    threshold = sample[0]["bpe_learn_json"]["vocabulary_threshold"] if sample else None
     rows = [[f"seed {seed}", f"{ways['all'][seed]['sacrebleu']:.2f}", f"{ways['sample'][seed]['sacrebleu']:.2f}",
-             f"{ways['sample'][seed]['sacrebleu'] - ways['all'][seed]['sacrebleu']:+.2f}",
-             f"{ways['all'][seed]['vocabulary']} / {ways['sample'][seed]['vocabulary']}"] for seed in seeds]
+             f"{diff:+.2f}", f"{ways['all'][seed]['vocabulary']} / {ways['sample'][seed]['vocabulary']}"]
+            for seed, diff in zip(seeds, diffs)]
     summary = ""
     if len(seeds) > 1:
-        diffs = [ways["sample"][seed]["sacrebleu"] - ways["all"][seed]["sacrebleu"] for seed in seeds]
         rows.append(["mean ± sd", mean_sd([ways["all"][seed]["sacrebleu"] for seed in seeds]),
                      mean_sd([ways["sample"][seed]["sacrebleu"] for seed in seeds]), mean_sd(diffs), ""])
         mean, spread = statistics.mean(diffs), statistics.stdev(diffs)
         summary = (f"\n\nOver {len(seeds)} training seeds BPE learned on EN-FR's share costs "
                    f"{mean:+.2f} sacreBLEU (the paired differences' sd {spread:.2f}, "
                    f"the seeds' sd {statistics.stdev(ways['all'][seed]['sacrebleu'] for seed in seeds):.2f} on every "
-                   "pair)" + (": within the seeds' spread, so the recipe keeps its default (1M sampled pairs, the "
-                              "threshold scaled and rounded, at least 1)." if abs(mean) < spread else
+                   "pair)" + (f": within the seeds' spread, so the recipe keeps its default ({learn['default'] / 1e6:g}M "
+                              "sampled pairs, the threshold scaled and rounded, at least 1)." if abs(mean) < spread else
                               ": more than the seeds' spread."))
     return (f"\n\n**EN-FR's share.** WMT14 EN-FR samples {learn['default'] / 1e6:g}M of its {learn['wmt14_pairs'] / 1e6:g}M "
             f"pairs, {learn['default'] / learn['wmt14_pairs']:.1%}, where the scaled vocabulary threshold rounds to "
             f"{threshold}. The same share of Tatoeba EN-FR's {learn['of']} training pairs ({learn['pairs']}) with the "
             f"bundled run's settings (`python benchmarks/bpe_sample.py --source .../fra-eng.txt --lang fr`; "
-            f"sacreBLEU on its 2000 held-out pairs):\n\n"
+            f"sacreBLEU on its {ways['all'][seeds[0]]['test_sentences']} held-out pairs):\n\n"
             + table(["training seed", "BPE on every pair", f"BPE on {learn['pairs']} pairs", "difference",
                      "dictionary (every pair / sample)"], rows)
             + summary + source(BPE_SAMPLE_EN_FR))

@@ -5,11 +5,12 @@ pairs, 1M of EN-FR's 36M), the same training seeds both ways.
 
 Each run is ``recipes/parallel.sh`` with the bundled settings; the two ways share nothing but the
 split (each has its own data folder, the seeds of one way share it). The results file is written
-after every run, so a stopped benchmark keeps what finished; a second call skips runs whose
-results.json exists (the recipe's stages skip their complete outputs too).
+after every run, so a stopped benchmark keeps what finished; a second call skips the runs the
+results file holds (and the recipe's stages skip their complete outputs).
 """
 import argparse
 import json
+import lzma
 import subprocess
 import sys
 import time
@@ -22,8 +23,16 @@ from ..recipes import config
 from ..recipes.wmt14_data import PAIRS
 from ..results import provenance
 
-# the bundled run's settings (recipes/configs/wmt14.yaml, bundled:) as recipes/parallel.sh takes them
-BUNDLED = ["--preset", "small", "--threads", "2", "--max-update", "1000", "--no-clean", "--length-penalty", "fairseq"]
+
+def bundled_argv() -> List[str]:
+    """The bundled run's own settings (recipes/configs/wmt14.yaml, ``bundled:``, but its data) as
+    recipes/parallel.sh's options."""
+    own = {k: v for k, v in config.load("wmt14")["bundled"].items() if k not in ("pair", "data")}
+    argv = []
+    for key, value in own.items():
+        flag = "--" + key.replace("_", "-")
+        argv += ([flag] if value else [f"--no-{key.replace('_', '-')}"]) if isinstance(value, bool) else [flag, str(value)]
+    return argv
 
 
 def parse_args(argv=None):
@@ -47,8 +56,6 @@ def parse_args(argv=None):
 def split(args) -> Path:
     """The corpus split as the bundled EN-DE one was made (scripts/make_bundled_data.py: test 2000,
     valid 1000, the rest train, no English sentence in two splits), as raw text files PREFIX.en/.LANG."""
-    import lzma
-
     folder = args.workdir / "split"
     text = args.workdir / "text"
     if not (text / f"train.{args.lang}").exists():
@@ -75,7 +82,7 @@ def sample_pairs(lang: str, train_pairs: int) -> dict:
 def run_argv(args, text: Path, way: str, seed: int, learn: dict) -> List[str]:
     return ["bash", str(REPO / "recipes" / "parallel.sh"), "--src", "en", "--tgt", args.lang,
             "--train", str(text / "train"), "--valid", str(text / "valid"), "--test", str(text / "test"),
-            *BUNDLED, "--seed", str(seed), "--workdir", str(args.workdir / f"{way}_seed{seed}"),
+            *bundled_argv(), "--seed", str(seed), "--workdir", str(args.workdir / f"{way}_seed{seed}"),
             "--data-workdir", str(args.workdir / f"{way}_data"),
             *(["--bpe-learn-pairs", str(learn["pairs"])] if way == "sample" else [])]
 
@@ -86,7 +93,7 @@ def main(argv=None) -> int:
     with open(text / "train.en", encoding="utf-8") as f:
         train_pairs = sum(1 for _ in f)
     learn = sample_pairs(args.lang, train_pairs)
-    out = {"benchmark": "bpe_sample", **provenance(), "settings": {"bundled": BUNDLED, "seeds": args.seeds},
+    out = {"benchmark": "bpe_sample", **provenance(), "settings": {"bundled": bundled_argv(), "seeds": args.seeds},
            "bpe_learn": learn, "runs": []}
     if args.out.exists():  # runs filed by an earlier call are kept
         out["runs"] = [r for r in json.loads(args.out.read_text())["runs"]]

@@ -31,9 +31,9 @@ from wordfreq's Zipfian lists, ``pip install wordfreq``), generated once with --
 Tatoeba text of the pair (../shared/data) in the results file. ``--long-share`` and ``--noise`` add
 crawled text (corpus.generate, step 6): by default as many long pairs as make the corpus's words
 per pair the WMT14 training text's (attn_kit.recipes.wmt14_data: its bytes per pair against
-newstest2014's), and an assumed 2% of their words noise (no crawl sample is at hand to measure it). The first N pairs of the largest size are
-the corpus of size N. Every stage's load average (``os.getloadavg``) before and after is
-recorded, and ``uptime`` at the start and the end.
+newstest2014's), and an assumed 2% of their words noise (no crawl sample is at hand to measure
+it). The first N pairs of the largest size are the corpus of size N. Every stage's load average
+(``os.getloadavg``) before and after is recorded, and ``uptime`` at the start and the end.
 
 Fits and projections: attn_kit.prep_cost (serial and parallel CPU seconds and the main and the
 workers' memory each ``a * pairs^b``; on w workers serial + parallel / w), fitted from the
@@ -352,8 +352,8 @@ def words_per_pair(prefix: Path, sizes, tgt: str = "de") -> dict:
     corpus's size in the unit the projections scale by (attn_kit.prep_cost: the token-bound
     stages' work is per token)."""
     out, words, pairs = {}, 0, 0
-    with open(f"{prefix}.en", encoding="utf-8") as en, open(f"{prefix}.{tgt}", encoding="utf-8") as de:
-        for a, b in zip(en, de):
+    with open(f"{prefix}.en", encoding="utf-8") as en, open(f"{prefix}.{tgt}", encoding="utf-8") as other:
+        for a, b in zip(en, other):
             words += len(a.split()) + len(b.split())
             pairs += 1
             if pairs in sizes:

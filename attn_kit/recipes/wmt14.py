@@ -177,17 +177,15 @@ parse_args = build  # the name callers used before the settings were typed
 
 
 def corpus_pair(name: str, cfg: dict) -> str:
-    """--corpus NAME: its section's language pair (SRC-TGT); a one-line UsageError for a section that
-    is not a corpus of its own."""
-    corpora = sorted(k for k, v in cfg.items() if isinstance(v, dict) and "data" in v and "pair" in v
-                     and k not in ("bundled",))
-    section = cfg.get(name)
-    if not isinstance(section, dict) or "data" not in section or name in ("paper", "smoke", "files", "bundled"):
+    """--corpus NAME: its section's language pair (SRC-TGT); a section with a data: source and a
+    pair: is a corpus (the bundled one too); anything else is one UsageError line."""
+    corpora = sorted(k for k, v in cfg.items() if isinstance(v, dict) and {"data", "pair"} <= set(v))
+    if name not in corpora:
         raise UsageError(f"--corpus {name}: no such corpus in recipes/configs/wmt14.yaml (its sections with a "
-                         f"data: source and a pair: {', '.join(corpora) or 'none'}; --bundled and --smoke have flags)")
-    pair = str(section.get("pair", ""))
+                         f"data: source and a pair: {', '.join(corpora)})")
+    pair = str(cfg[name]["pair"])
     if len(pair.split("-")) != 2 or not all(pair.split("-")):
-        raise UsageError(f"--corpus {name}: its section gives no pair: SRC-TGT (e.g. de-en)")
+        raise UsageError(f"--corpus {name}: its pair: is {pair!r}, not SRC-TGT (e.g. de-en)")
     return pair
 
 
