@@ -377,10 +377,15 @@ def test_a_tokenization_worker_killed_from_outside_is_one_line_not_a_hang(tmp_pa
 
 # A tool with a multiprocessing pool, as subword-nmt and fairseq-preprocess run theirs: its workers take
 # slow tasks; the parent waits for every result (a task lost with a killed worker is waited for forever).
+# a pool of two workers over argv[2] tasks of argv[1] seconds each; with argv[3], each task then waits
+# (up to 120 s) until that file exists, so that a test decides when the work can end
 POOL_TOOL = """
-import multiprocessing, sys, time
+import multiprocessing, os, sys, time
 def work(i):
     time.sleep(float(sys.argv[1]))
+    end = time.time() + 120
+    while len(sys.argv) > 3 and not os.path.exists(sys.argv[3]) and time.time() < end:
+        time.sleep(0.05)
     return i
 if __name__ == "__main__":
     with multiprocessing.Pool(2) as pool:
@@ -402,12 +407,13 @@ def test_a_pool_worker_killed_inside_an_external_tool_ends_its_stage_in_one_line
     from attn_kit.pipeline.process import WATCH_SECONDS, descendants
 
     calls, caught = [], []
+    gate = tmp_path / "killed"
 
     def body(ctx):
-        # 60 tasks of 0.25 s on 2 workers: ~7.5 s of work, so the kill comes while tasks are left, and the tree
-        # falls idle soon after it (the watch then waits IDLE_SECONDS): under load, 0.5 s tasks left it idle
-        # only ~30 s after the kill, past the join below
-        ctx.sh([sys.executable, "-c", POOL_TOOL, "0.25", "60"], workers=True)
+        # the tasks wait for the gate, which opens once a worker is killed: the kill always comes while tasks
+        # are left (with a fixed amount of work, a loaded CI machine once finished it all before the kill),
+        # and the tree falls idle right after it (the watch then waits IDLE_SECONDS)
+        ctx.sh([sys.executable, "-c", POOL_TOOL, "0", "60", gate], workers=True)
 
     def run():
         try:
@@ -427,6 +433,7 @@ def test_a_pool_worker_killed_inside_an_external_tool_ends_its_stage_in_one_line
     assert len(workers) >= 2, workers
     time.sleep(3 * WATCH_SECONDS)  # a worker the watch has seen (the out-of-memory killer strikes mid-run)
     os.kill(sorted(workers)[-1], signal.SIGKILL)
+    gate.touch()
     thread.join(timeout=90)  # a hang is forever; a loaded 2-core suite once took more than 45 s to end it
     assert not thread.is_alive(), "the stage hung after its tool's worker was killed"
     assert len(caught) == 1 and caught[0].startswith("stage bpe: python") and "ended while it ran" in caught[0]
