@@ -324,7 +324,7 @@ def one_job_problem(world_size: int, init_method: Optional[str], cpu: bool, gpus
             why = "no CUDA GPU is visible here" if not gpus else "--cpu was given"
             return (f"torchrun started {world} training processes, but {why}: "
                     "fairseq joins torchrun's processes into one job only on GPUs, so each would train alone, all "
-                    "on one --save-dir; on CPU start them with python -m attn_kit.fairseq_cpu_ddp --nprocs N -- "
+                    "on one --save-dir; on CPU start them with python -m attn_kit.fairseq_layer.fairseq_cpu_ddp --nprocs N -- "
                     "fairseq-train ... (the recipes: --ngpus 0 --cpu-procs N)")
         if local > gpus:
             return (f"torchrun started {local} training processes on this node, but {gpus} CUDA GPU"

@@ -7,4 +7,4 @@
 # Runs from any directory (a relative --workdir is relative to where you are).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
-ATTN_RECIPE_PAIR=en_de exec "$ATTN_PY" -m attn_kit.recipes.wmt14 --pair en-de "$@"
+ATTN_RECIPE_PAIR=en_de exec "$ATTN_PY" -m attn_kit.recipes.translation --pair en-de "$@"

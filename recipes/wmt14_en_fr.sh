@@ -6,4 +6,4 @@
 # Runs from any directory (a relative --workdir is relative to where you are).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
-ATTN_RECIPE_PAIR=en_fr exec "$ATTN_PY" -m attn_kit.recipes.wmt14 --pair en-fr "$@"
+ATTN_RECIPE_PAIR=en_fr exec "$ATTN_PY" -m attn_kit.recipes.translation --pair en-fr "$@"

@@ -11,9 +11,9 @@ if __name__ == "__main__":
 import argparse
 import logging
 
-from attn_kit.build import build_model, count_parameters, plugin_flags
+from attn_kit.fairseq_layer.build import build_model, count_parameters, plugin_flags
 from attn_kit.cli import ArgumentParser, Number, main_guard
-from attn_kit.paper import EN_DE_VOCAB, TABLE3
+from attn_kit.planning.paper import EN_DE_VOCAB, TABLE3
 
 
 def main(argv=None):

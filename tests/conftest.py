@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from attn_kit.sizes import SIZES
+from attn_kit.planning.sizes import SIZES
 
 # One thread per process unless told otherwise (before torch is imported here or in any command a test
 # starts): scripts/test.sh runs one pytest worker per core, and torch's threads, one per core by default,
@@ -198,7 +198,7 @@ def plugin_run(data_bin, tmp_path_factory):
 # A --smoke run of the WMT14 recipe small enough to repeat: 25 updates, checkpoints at 10 and 20, and the
 # average of the last 2 (checkpoint_1_20.pt and the final checkpoint_last.pt).
 SMOKE_RUN = ["--pair", "en-de", "--smoke", "--max-update", "25", "--save-interval-updates", "10", "--average", "2"]
-RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14"]
+RECIPE = [sys.executable, "-m", "attn_kit.recipes.translation"]
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,12 @@
 """fairseq-train runs of the tests in children of one interpreter that imported fairseq once
-(attn_kit.fairseq_forks): a test that trains several models one after the other, where the process
+(attn_kit.tools.fairseq_forks): a test that trains several models one after the other, where the process
 boundary is not what it checks, runs them through :class:`ForkedTrainings` (OMP_NUM_THREADS=1 and
 PYTHONWARNINGS=ignore as conftest.run sets them; --seed makes it the same run)."""
 import os
 import subprocess
 from pathlib import Path
 
-from attn_kit import fairseq_forks
+from attn_kit.tools import fairseq_forks
 
 
 class ForkedTrainings:

@@ -102,11 +102,11 @@ def test_a_linked_work_directory_and_linked_inputs_keep_working(tmp_path):
 def test_a_recipe_stops_in_one_line_before_its_first_stage(tmp_path, outside):
     """The WMT14 recipe on a work directory whose lock is a link: one error line, exit 1, the linked
     file as it was."""
-    from attn_kit.recipes import wmt14
+    from attn_kit.recipes import translation
 
     work = tmp_path / "w"
     work.mkdir()
     (work / ".lock").symlink_to(outside / "keep.txt")
-    proc = run_main(wmt14.main, "--smoke", "--workdir", work, "--stop-stage", "download")
+    proc = run_main(translation.main, "--smoke", "--workdir", work, "--stop-stage", "download")
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
     assert f"{work / '.lock'} is a symbolic link" in proc.stderr and untouched(outside)

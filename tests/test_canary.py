@@ -17,10 +17,10 @@ from conftest import USER_DIR, assert_one_error_line, copy_prepared, run, run_ma
 
 from attn_kit.checkout import REPO
 from attn_kit.cli import UserError
-from attn_kit.fairseq_log import stats_lines
+from attn_kit.fairseq_layer.fairseq_log import stats_lines
 from attn_kit.recipes import canary
 
-RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14"]
+RECIPE = [sys.executable, "-m", "attn_kit.recipes.translation"]
 SMOKE_CANARY = ["--smoke", "--canary", "--canary-minutes", "0.2"]
 
 
@@ -143,7 +143,7 @@ def test_a_diverging_run_fails_its_canary_in_one_line(smoke_canary, tmp_path):
 
 @pytest.mark.slow
 def test_a_disk_too_small_for_the_kept_checkpoints_fails_the_canary(smoke_canary, tmp_path, monkeypatch, capsys):
-    from attn_kit.recipes import wmt14
+    from attn_kit.recipes import translation
 
     work = copy_data(smoke_canary[0], tmp_path / "w")
     usage = shutil.disk_usage(work)
@@ -158,14 +158,14 @@ def test_a_disk_too_small_for_the_kept_checkpoints_fails_the_canary(smoke_canary
     # --max-update 20 (a third of --smoke's 60, which the canary reaches before its time is up): the loss falls
     # and a checkpoint is written as in 60; the disk's check depends on the checkpoints' size and number only
     with pytest.raises(UserError, match=r"^canary: disk: the run keeps 7 checkpoints of .* 0\.0 GB free"):
-        wmt14.main([*SMOKE_CANARY, "--workdir", str(work), "--max-update", "20"])
+        translation.main([*SMOKE_CANARY, "--workdir", str(work), "--max-update", "20"])
     assert canary_json(work)["failed"].startswith("disk:")
 
 
 # --------------------------------------------------------------------------- every training recipe
 @pytest.mark.parametrize("recipe,argv,canaries", [
-    ("wmt14", ["--smoke"], ["canary"]),
-    ("wmt14", ["--arch", "attn_paper_big", "--ngpus", "8"], ["canary"]),
+    ("translation", ["--smoke"], ["canary"]),
+    ("translation", ["--arch", "attn_paper_big", "--ngpus", "8"], ["canary"]),
     ("parallel", ["--src", "en", "--tgt", "de", "--train", "t", "--valid", "v", "--test", "s"], ["canary"]),
     ("wsj", ["--smoke"], ["canary"]),
     ("table3", ["--smoke", "--rows", "base,big"], ["canary-base", "canary-big"]),
@@ -199,7 +199,7 @@ def test_a_canary_of_the_tuning_grid_is_refused_in_one_line(tmp_path):
     ("NVIDIA A100-SXM4-80GB", "bf16", 312), ("NVIDIA A10", "fp16", 125), ("NVIDIA L40S", "bf16", 362),
     ("Tesla V100-SXM2-16GB", "bf16", None), ("NVIDIA GeForce RTX 4090", "bf16", None)])
 def test_the_peak_of_the_gpu_torch_names(device, precision, peak):
-    """Utilization needs the device's peak: torch's device names map to attn_kit.cost's datasheet GPUs
+    """Utilization needs the device's peak: torch's device names map to attn_kit.planning.cost's datasheet GPUs
     (the longest name that fits: an A100 is no A10, an H100 PCIe no H100 SXM); a V100 has no bf16 units."""
     assert canary.device_peak({"kind": "cuda", "device": device}, precision) == peak
     assert canary.device_peak({"kind": "cpu", "device": "cpu"}, precision) is None
@@ -207,7 +207,7 @@ def test_the_peak_of_the_gpu_torch_names(device, precision, peak):
 
 @pytest.mark.parametrize("recipe,argv", [
     ("parallel", ["--src", "en", "--tgt", "de", "--train", "t", "--valid", "v", "--test", "s", "--ngpus", "0"]),
-    ("wmt14", ["--smoke"]), ("wsj", ["--smoke"])])
+    ("translation", ["--smoke"]), ("wsj", ["--smoke"])])
 def test_every_recipes_canary_reports_its_canary_table(recipe, argv, tmp_path, monkeypatch):
     """A canary's results are its canary.json, whichever recipe ran it: reported with the canary's table.
     (recipes/parallel.sh --canary once printed them with the full run's report: a KeyError traceback
@@ -224,7 +224,7 @@ def test_every_recipes_canary_reports_its_canary_table(recipe, argv, tmp_path, m
         (work / "canary" / "canary.json").write_text(json.dumps(result))
 
     module = importlib.import_module(f"attn_kit.recipes.{recipe}")
-    stages_module = module if recipe != "parallel" else importlib.import_module("attn_kit.recipes.wmt14")
+    stages_module = module if recipe != "parallel" else importlib.import_module("attn_kit.recipes.translation")
     monkeypatch.setattr(stages_module, "stages", lambda s: [Stage("canary", write, outputs=[work / "canary" /
                                                                                              "canary.json"])])
     proc = run_main(module.main, *argv, "--canary", "--workdir", work)
@@ -239,7 +239,7 @@ def test_gpu_busy_share_is_the_median_of_nvidia_smis_samples_over_the_timed_upda
     run's start-up or of the idle machine after it."""
     import datetime
 
-    from attn_kit.bench.gpu_check import add_utilization
+    from attn_kit.tools.bench.gpu_check import add_utilization
 
     t0 = datetime.datetime(2026, 11, 27, 15, 0, 0)
     smi = tmp_path / "smi.csv"

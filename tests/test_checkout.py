@@ -18,7 +18,7 @@ def installed_copy(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("command", [["attn_kit.recipes.cost_report"], ["attn_kit.recipes.wmt14", "--help"]],
+@pytest.mark.parametrize("command", [["attn_kit.recipes.cost_report"], ["attn_kit.recipes.translation", "--help"]],
                          ids=["training_cost", "wmt14_help"])
 def test_a_command_without_its_checkout_says_so_in_one_line(installed_copy, tmp_path, command):
     env = {**os.environ, "PYTHONPATH": str(installed_copy)}

@@ -8,8 +8,8 @@ import pytest
 import torch
 from conftest import REPO, USER_DIR, cli, last_line, run, run_main
 
-from attn_kit.checkpoints import main as average_main
-from attn_kit.checkpoints import update_candidates, update_checkpoints
+from attn_kit.fairseq_layer.checkpoints import main as average_main
+from attn_kit.fairseq_layer.checkpoints import update_candidates, update_checkpoints
 
 AVERAGE = str(REPO / "scripts" / "average_checkpoints.py")
 
@@ -226,7 +226,7 @@ def test_no_averaged_checkpoint_comes_from_before_the_warmups_end(tmp_path, max_
 
 def test_the_recipes_average_from_the_warmups_end(tmp_path):
     """Every recipe's average stage passes its --warmup-updates (the script's --from-update)."""
-    import attn_kit.fairseq_commands as fc
+    import attn_kit.fairseq_layer.fairseq_commands as fc
 
     calls = []
 

@@ -1,4 +1,4 @@
-"""attn_kit.compare (scripts/compare_baselines.py) and attn_kit.bench (benchmarks/):
+"""attn_kit.tools.compare (scripts/compare_baselines.py) and attn_kit.tools.bench (benchmarks/):
 the plugin against stock fairseq.
 
 The schedule equivalence goes through fairseq's own scheduler classes, the
@@ -16,11 +16,11 @@ from conftest import REPO, assert_one_error_line, run, run_main
 from fairseq import options, tasks
 
 from attn_kit.cli import UsageError, UserError
-from attn_kit.compare import commands
-from attn_kit.compare.cli import main, parse_args
-from attn_kit.compare.report import plot
-from attn_kit.pairs import MODELS, PAIRS, arch_size
-from attn_kit.sizes import SIZES
+from attn_kit.tools.compare import commands
+from attn_kit.tools.compare.cli import main, parse_args
+from attn_kit.tools.compare.report import plot
+from attn_kit.tools.pairs import MODELS, PAIRS, arch_size
+from attn_kit.planning.sizes import SIZES
 
 SCRIPT = REPO / "scripts" / "compare_baselines.py"
 
@@ -153,8 +153,8 @@ def test_precision_is_what_runs():
     # on GPUs (the count is checked against torch in parse_args, so set it afterwards): fp16 trains with
     # fairseq's fp16 mixed precision, bf16 (auto on bf16 GPUs) with the plugin task's bf16 autocast, and
     # the report says which; several GPUs run the worker under torchrun
-    from attn_kit.compare.report import device_label
-    from attn_kit.fairseq_commands import used_precision
+    from attn_kit.tools.compare.report import device_label
+    from attn_kit.fairseq_layer.fairseq_commands import used_precision
 
     args = replace(args, ngpus=8)  # the settings are frozen: a changed copy
     for asked, bf16_ok, used in (("auto", True, "bf16"), ("auto", False, "fp16"), ("fp16", True, "fp16"),
@@ -201,7 +201,7 @@ def test_tiny_comparison_prints_the_table_and_writes_json_and_png(data_bin, tmp_
     plugin, stock = cmds["plugin-seed1"], cmds["stock-seed1"]
     for which, cmd in (("plugin", plugin), ("stock", stock)):  # fairseq-train through the worker module
         stats = tmp_path.resolve() / f"{which}-seed1" / "stats.json"
-        assert cmd[:4] == [sys.executable, "-m", "attn_kit.compare.worker", str(stats)]
+        assert cmd[:4] == [sys.executable, "-m", "attn_kit.tools.compare.worker", str(stats)]
     for flag in ("--max-tokens", "--seed", "--max-update", "--warmup-updates", "--adam-betas", "--adam-eps",
                  "--label-smoothing", "--encoder-embed-dim", "--decoder-layers"):
         assert plugin[plugin.index(flag) + 1] == stock[stock.index(flag) + 1], flag
@@ -253,7 +253,7 @@ def test_data_without_binarized_training_split_is_one_error_line(tmp_path):
 # The benchmarks
 # ---------------------------------------------------------------------------
 def test_peak_memory_counts_live_tensor_bytes():
-    from attn_kit.bench.measure import PeakMemory
+    from attn_kit.tools.bench.measure import PeakMemory
 
     weight = torch.zeros(1000, 250)  # 1 MB, there before
     with PeakMemory() as tracker:
@@ -268,7 +268,7 @@ def test_peak_memory_counts_live_tensor_bytes():
 
 
 def test_benchmark_shapes_are_the_bundled_model_and_the_papers():
-    from attn_kit.bench.models import SHAPES, shape_flags
+    from attn_kit.tools.bench.models import SHAPES, shape_flags
 
     # small: the bundled model's dims at the P_drop 0.1 the committed results were measured with
     assert SHAPES["small"].size == SIZES["bundled"].replace(p_drop=0.1) and SHAPES["small"].vocab == 8000
@@ -336,7 +336,7 @@ def test_missing_matplotlib_is_one_clear_error_after_the_table(monkeypatch, tmp_
 def test_tokens_per_update_is_the_recipes_option_and_sets_update_freq():
     """compare_baselines.py took only --max-tokens/--update-freq where the recipes take
     --tokens-per-update: the same option, the same split (devices x --max-tokens x --update-freq)."""
-    from attn_kit.fairseq_commands import batch_plan
+    from attn_kit.fairseq_layer.fairseq_commands import batch_plan
 
     args = parse_args(["unused-data", "--max-update", "10", "--max-tokens", "4096", "--tokens-per-update", "25000"])
     plan = batch_plan(25000, 1, 4096)

@@ -9,12 +9,12 @@ import lzma
 import pytest
 from conftest import REPO, run_main
 
-from attn_kit.recipes import config, wmt14
+from attn_kit.recipes import config, translation
 
 MODULE = '''
 from pathlib import Path
 
-from attn_kit.recipes.wmt14_data import SPLITS, DataSource, once, source
+from attn_kit.recipes.sources import SPLITS, DataSource, once, source
 
 HOME = Path(__file__).parent / "iwslt"
 
@@ -89,10 +89,10 @@ def iwslt_corpus(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_a_corpus_of_its_own_is_a_source_module_and_a_config_section(iwslt_corpus, tmp_path):
-    s = wmt14.build(["--corpus", "iwslt_like", "--workdir", str(tmp_path / "w")])
+    s = translation.build(["--corpus", "iwslt_like", "--workdir", str(tmp_path / "w")])
     assert (s.src, s.tgt, s.pair, s.mode, s.bpe_merges) == ("de", "en", "de-en", "iwslt_like", 300)
     assert type(s.source).__name__ == "IwsltLike" and not s.source.paper_data and s.data_workdir == s.workdir
-    proc = run_main(wmt14.main, "--corpus", "iwslt_like", "--workdir", tmp_path / "w")
+    proc = run_main(translation.main, "--corpus", "iwslt_like", "--workdir", tmp_path / "w")
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads((tmp_path / "w" / "results.json").read_text())
     assert results["pair"] == "de-en" and results["mode"] == "iwslt_like" and results["updates"] == 20
@@ -102,6 +102,6 @@ def test_a_corpus_of_its_own_is_a_source_module_and_a_config_section(iwslt_corpu
 
 
 def test_a_section_that_is_no_corpus_is_one_line(iwslt_corpus, tmp_path):
-    proc = run_main(wmt14.main, "--corpus", "nope", "--dry-run", "--workdir", tmp_path / "w")
+    proc = run_main(translation.main, "--corpus", "nope", "--dry-run", "--workdir", tmp_path / "w")
     assert proc.returncode == 2 and "--corpus nope: no such corpus" in proc.stderr and "iwslt_like" in proc.stderr
     assert "Traceback" not in proc.stderr

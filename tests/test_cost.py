@@ -1,16 +1,16 @@
-"""attn_kit.cost (scripts/training_cost.py and the recipes' --dry-run): the paper's own Table 2
+"""attn_kit.planning.cost (scripts/training_cost.py and the recipes' --dry-run): the paper's own Table 2
 arithmetic, the analytic FLOP count against a hand count, model shapes against fairseq's parser,
-and the wall time's estimate (attn_kit.step_model: tests/test_step_model.py)."""
+and the wall time's estimate (attn_kit.planning.step_model: tests/test_step_model.py)."""
 import subprocess
 import sys
 
 import pytest
 from conftest import REPO
 
-from attn_kit import cost, training_cost
+from attn_kit.planning import cost, training_cost
 from attn_kit.cli import UsageError
-from attn_kit.paper import TABLE2_FLOPS
-from attn_kit.sizes import ARCH_SIZES
+from attn_kit.planning.paper import TABLE2_FLOPS
+from attn_kit.planning.sizes import ARCH_SIZES
 
 SCRIPT = REPO / "scripts" / "training_cost.py"
 
@@ -59,7 +59,7 @@ def test_base_model_cost_is_the_familiar_6_n_params_estimate():
     ("attn_paper_big", ["--encoder-attention-heads", "8", "--decoder-ffn-embed-dim", "1024"]),
 ])
 def test_model_shapes_match_fairseqs_parser(arch, flags):
-    """The recipes' cost estimate reads the shape without importing fairseq (attn_kit.sizes.ARCH_SIZES
+    """The recipes' cost estimate reads the shape without importing fairseq (attn_kit.planning.sizes.ARCH_SIZES
     plus the size flags); fairseq's own parser of the plugin's archs says the same."""
     fast = cost.model_shape(arch, flags, 1000)
     assert fast == cost._fairseq_shape(arch, flags, 1000)
@@ -98,7 +98,7 @@ def test_the_script_prints_table2_and_an_estimate():
 
 
 def test_recipe_dry_run_prints_the_cost():
-    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.wmt14", "--dry-run", "--ngpus", "8",
+    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.translation", "--dry-run", "--ngpus", "8",
                            "--arch", "attn_paper_big", "--gpu", "H100", "--workdir", "/tmp/never-created-cost"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -115,7 +115,7 @@ def test_the_script_and_the_recipes_dry_run_print_the_same_cost():
     for arch in ("attn_paper_base", "attn_paper_big"):
         script = subprocess.run([sys.executable, SCRIPT, "--arch", arch, "--gpu", "H100", "--ngpus", "8"],
                                 capture_output=True, text=True, check=True).stdout
-        recipe = subprocess.run([sys.executable, "-m", "attn_kit.recipes.wmt14", "--dry-run", "--ngpus", "8",
+        recipe = subprocess.run([sys.executable, "-m", "attn_kit.recipes.translation", "--dry-run", "--ngpus", "8",
                                  "--arch", arch, "--gpu", "H100", "--workdir", "/tmp/never-created-cost",
                                  "--stage", "train", "--stop-stage", "train"], capture_output=True, text=True,
                                 check=True).stdout
@@ -132,7 +132,7 @@ def test_the_script_and_the_recipes_dry_run_print_the_same_cost():
 def test_parameters_counted_from_the_shape_are_the_built_models(arch, flags):
     """The checkpoint disk estimate's parameter count (Shape.parameters) is the count of the model
     attn_plugin builds (shared embeddings counted once)."""
-    from attn_kit.build import build_model, plugin_flags
+    from attn_kit.fairseq_layer.build import build_model, plugin_flags
 
     model = build_model(plugin_flags(*flags, arch=arch), vocab_size=1000)
     assert cost.model_shape(arch, flags, 1000).parameters() == sum(p.numel() for p in set(model.parameters()))

@@ -131,7 +131,7 @@ VARIANTS = {  # plugin options -> every one exported and scored against the plug
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_every_representable_variant_scores_as_the_plugin(variant, tmp_path):
-    from attn_kit.build import build_model, make_dictionary, plugin_flags
+    from attn_kit.fairseq_layer.build import build_model, make_dictionary, plugin_flags
 
     d = make_dictionary(60)
     torch.manual_seed(1)
@@ -437,6 +437,6 @@ def test_benchmark_run_refuses_what_it_cannot_time(smoke_run, tmp_path):
     proc = run(bench, "--run", smoke_run)
     assert proc.returncode == 2
     assert_one_error_line(proc, "--ctranslate2")
-    from attn_kit.bench.generate import main  # the script's main() in this process: its contract is checked above
+    from attn_kit.tools.bench.generate import main  # the script's main() in this process: its contract is checked above
 
     assert_one_error_line(run_main(main, "--ctranslate2", "--run", tmp_path / "nothing"), "no such run directory")

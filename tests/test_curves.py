@@ -1,4 +1,4 @@
-"""Training curves (attn_kit.curves) from fairseq-train's JSON log format, read by attn_kit.fairseq_log,
+"""Training curves (attn_kit.fairseq_layer.curves) from fairseq-train's JSON log format, read by attn_kit.fairseq_layer.fairseq_log,
 and the progress lines with an ETA of the long stages (attn_kit.pipeline.progress)."""
 import contextlib
 import csv
@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from attn_kit import curves
+from attn_kit.fairseq_layer import curves
 from attn_kit.cli import Terminated, UserError
-from attn_kit.fairseq_log import TrainProgress, echo_text, train_log_summary
+from attn_kit.fairseq_layer.fairseq_log import TrainProgress, echo_text, train_log_summary
 from attn_kit.pipeline import progress
 
 # Two runs of one training, as the train stage's log holds them: the first killed after update 30

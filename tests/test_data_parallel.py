@@ -8,7 +8,7 @@ import torch
 from conftest import USER_DIR, run, train_cmd
 from fairseq_forks import ForkedTrainings
 
-from attn_kit.fairseq_commands import launcher
+from attn_kit.fairseq_layer.fairseq_commands import launcher
 
 pytestmark = pytest.mark.slow  # trains models (left out by scripts/test.sh --quick)
 
@@ -35,7 +35,7 @@ def trainings():
 
 def train(trainings, data_bin, save_dir, procs, extra=()):
     cmd = train_cmd(data_bin, save_dir, DETERMINISTIC, [*SCHEDULE, *extra])
-    if procs > 1:  # the recipes' CPU data parallel: python -m attn_kit.fairseq_cpu_ddp --nprocs N -- fairseq-train
+    if procs > 1:  # the recipes' CPU data parallel: python -m attn_kit.fairseq_layer.fairseq_cpu_ddp --nprocs N -- fairseq-train
         run([*launcher(0, procs, log_dir=str(save_dir)), *cmd[1:]])
     else:
         save_dir.mkdir(parents=True)

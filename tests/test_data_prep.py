@@ -1,4 +1,4 @@
-"""The data-preparation benchmark's arithmetic and corpus (attn_kit.prep_cost, attn_kit.bench.corpus),
+"""The data-preparation benchmark's arithmetic and corpus (attn_kit.planning.prep_cost, attn_kit.tools.bench.corpus),
 the recipes' --bpe-learn-pairs (BPE learned on a sample reaches subword-nmt as the sample), and
 the projection the recipes' --dry-run prints. No big corpus: the benchmark itself is
 benchmarks/data_prep.py, its results benchmarks/results/cpu2core_data_prep.json."""
@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attn_kit import prep_cost
-from attn_kit.bench import corpus as C
-from attn_kit.bench.data_prep import part_of_command, part_of_step
+from attn_kit.planning import prep_cost
+from attn_kit.tools.bench import corpus as C
+from attn_kit.tools.bench.data_prep import part_of_command, part_of_step
 
 SENTENCES = [  # shapes: punctuation, capitals, numbers
     ("The 3 houses, near Berlin, were sold on Monday.", "Die 3 Häuser bei Berlin wurden am Montag verkauft."),
@@ -229,7 +229,7 @@ def bpe_stage(tmp_path, n_pairs, *options, dry_run=False):
     """The recipe's bpe stage (recipes/parallel.sh's arguments) on ``n_pairs`` tokenized toy pairs;
     the learn command's input files and their line counts as subword-nmt got them."""
     from attn_kit.pipeline.stages import Context
-    from attn_kit.recipes import parallel, wmt14
+    from attn_kit.recipes import parallel, translation
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     for split in ("train", "valid", "test"):
@@ -239,7 +239,7 @@ def bpe_stage(tmp_path, n_pairs, *options, dry_run=False):
                                                                    for x in (f"--{s}", str(tmp_path / s))),
                                 "--workdir", str(tmp_path / "w"), "--workers", "1", "--bpe-merges", "30",
                                 "--ngpus", "0", *options])
-    stage = next(s for s in wmt14.stages(args) if s.name == "bpe")
+    stage = next(s for s in translation.stages(args) if s.name == "bpe")
     vocab = (toy_vocabulary(size=200), toy_vocabulary(size=200))
     pairs = list(C.generate(shapes(), vocab, n_pairs, seed=2))
     for path in stage.inputs:
@@ -300,11 +300,11 @@ def write_results(path: Path):
 
 
 def dry_run(*options) -> str:
-    from attn_kit.recipes import wmt14
+    from attn_kit.recipes import translation
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        wmt14.main(["--dry-run", "--ngpus", "0", "--workdir", "/tmp/never-created-data-prep", *options])
+        translation.main(["--dry-run", "--ngpus", "0", "--workdir", "/tmp/never-created-data-prep", *options])
     return out.getvalue()
 
 
@@ -392,7 +392,7 @@ def test_each_pair_is_projected_from_its_own_corpus_shape_where_filed(tmp_path, 
 
 
 def test_words_per_pair_counts_both_sides_of_the_first_n_pairs(tmp_path):
-    from attn_kit.bench.data_prep import words_per_pair
+    from attn_kit.tools.bench.data_prep import words_per_pair
 
     (tmp_path / "c.en").write_text("a b\nc d e f\n  g  \nh\n")
     (tmp_path / "c.de").write_text("x\ny z\n\nw v u\n")

@@ -18,7 +18,7 @@ from attn_kit.cli import UserError
 from attn_kit.pipeline.lock import workdir_lock
 from attn_kit.pipeline.stages import Pipeline, Stage
 
-RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14"]
+RECIPE = [sys.executable, "-m", "attn_kit.recipes.translation"]
 TABLE3 = [sys.executable, "-m", "attn_kit.recipes.table3"]
 TRANSLATE = [sys.executable, str(REPO / "scripts" / "translate.py")]
 

@@ -20,11 +20,11 @@ import pytest
 from conftest import USER_DIR, assert_one_error_line, run_main, train_cmd
 from test_slurm import corpus, parallel
 
-from attn_kit.checkpoints import load_checkpoint
+from attn_kit.fairseq_layer.checkpoints import load_checkpoint
 from attn_kit.cli import UsageError
 from attn_kit.pipeline import slurm
 from attn_kit.recipes import parallel as parallel_recipe
-from attn_kit.recipes import scale, wmt14
+from attn_kit.recipes import scale, translation
 from attn_plugin.fairseq_patches import SAVE_DIR_LOCK, one_job_problem
 
 NO_GPUS = {"CUDA_VISIBLE_DEVICES": ""}  # this machine without its GPUs, if it has any
@@ -56,25 +56,25 @@ def test_fewer_gpus_than_asked_are_refused_where_training_starts_and_planned_whe
     # here, with torchrun: what this machine has and what to pass, before the first stage
     with pytest.raises(UsageError, match=r"^--ngpus 8 \(the default\): 2 CUDA GPUs visible on this machine.*; "
                                          r"pass --ngpus 2 \(an update keeps its 28000 tokens"):
-        wmt14.main(["--workdir", str(work)])
+        translation.main(["--workdir", str(work)])
     # two nodes: each node's recipe checks its own GPUs
     with pytest.raises(UsageError, match=r"^--ngpus 4: 2 CUDA GPUs visible on this node"):
-        wmt14.main(["--workdir", str(work), "--ngpus", "4", "--nnodes", "2", "--master-addr", "10.0.0.1"])
+        translation.main(["--workdir", str(work), "--ngpus", "4", "--nnodes", "2", "--master-addr", "10.0.0.1"])
     # inside a Slurm job (--launcher srun): the node the job runs on
     monkeypatch.setattr(scale, "visible_gpus", lambda: 0)
     with pytest.raises(UsageError, match=r"^--ngpus 8 \(the default\): no CUDA GPU is visible"):
-        wmt14.main(["--workdir", str(work), "--launcher", "srun", "--stage", "train"])
+        translation.main(["--workdir", str(work), "--launcher", "srun", "--stage", "train"])
     assert not work.exists()
     capsys.readouterr()
 
     # a --dry-run runs nothing: the 8-GPU plan, with the line as a note
-    wmt14.main(["--workdir", str(work), "--dry-run"])
+    translation.main(["--workdir", str(work), "--dry-run"])
     out = capsys.readouterr().out
     assert "torchrun --nproc-per-node 8 " in out and "--max-tokens 3500 --update-freq 1 " in out
     assert "note: a run on this machine would stop before its first stage: --ngpus 8 (the default)" in out
     # --launcher slurm submits from a login node without GPUs: the job gets 8 per node
     monkeypatch.setattr(slurm.shutil, "which", lambda name: None)  # no sbatch here: the script is written
-    wmt14.main(["--workdir", str(work), "--launcher", "slurm", "--stage", "train"])
+    translation.main(["--workdir", str(work), "--launcher", "slurm", "--stage", "train"])
     script = (work / slurm.SCRIPT).read_text()
     assert "#SBATCH --gpus-per-node=8\n" in script and "#SBATCH --ntasks-per-node=8\n" in script
 

@@ -1,11 +1,11 @@
-"""attn_kit.fairseq_commands, the one place fairseq command lines are built: the recipes' and the
-comparison's training share the paper's Adam and log JSON lines that attn_kit.fairseq_log reads."""
+"""attn_kit.fairseq_layer.fairseq_commands, the one place fairseq command lines are built: the recipes' and the
+comparison's training share the paper's Adam and log JSON lines that attn_kit.fairseq_layer.fairseq_log reads."""
 from pathlib import Path
 
 import pytest
 
-from attn_kit import fairseq_commands as fc
-from attn_kit.fairseq_log import read
+from attn_kit.fairseq_layer import fairseq_commands as fc
+from attn_kit.fairseq_layer.fairseq_log import read
 
 
 PLAN = fc.TrainPlan(arch="attn_paper_base", warmup_updates=4000, max_tokens=4096, update_freq=1,

@@ -1,12 +1,12 @@
 """attn_kit's import graph (every import, function-level ones included) has no cycles, and
 its stage engine (attn_kit.pipeline) knows nothing of fairseq."""
 from attn_kit.checkout import REPO
-from attn_kit.code_stats import cycles, import_graph
+from attn_kit.tools.code_stats import cycles, import_graph
 
 
 def test_the_graph_sees_function_level_and_relative_imports():
     graph = import_graph(REPO)
-    assert "attn_kit.pipeline.stages" in graph["attn_kit.recipes.wmt14"]
+    assert "attn_kit.pipeline.stages" in graph["attn_kit.recipes.translation"]
     assert "attn_kit.cli" in graph["attn_kit.pipeline.text"]
     assert "attn_kit.pipeline.stages" in graph["attn_kit.recipes.scale"]  # imported inside a function
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
@@ -16,27 +16,39 @@ def test_attn_kit_has_no_import_cycles():
     assert cycles(import_graph(REPO)) == []
 
 
+def layer(module: str) -> int:
+    """attn_kit's three layers: 2 the development and benchmarking tools (attn_kit.tools: benchmarks, the
+    comparison, README tables, the fault catalogue, code statistics), which no recipe imports; 1 the
+    commands (attn_kit.recipes, attn_kit.inference); 0 the runtime under them (the fairseq layer,
+    planning, metrics, the stage engine, the top-level modules)."""
+    return 2 if module.startswith("attn_kit.tools") else \
+        1 if module.startswith(("attn_kit.recipes", "attn_kit.inference")) else 0
+
+
 def test_no_import_runs_back_up_from_the_kits_lower_layers():
-    """The kit's lower layers (its top-level modules, the stage engine, the metrics) import nothing
-    from the layers built on them: the recipes, the inference commands, the benchmarks and the
-    comparison, or the development tools (README tables, the fault catalogue, code statistics).
-    scripts/training_cost.py's defaults, the one arrow that ran back up (training_cost ->
-    recipes.config), are read by attn_kit.recipes.cost_report."""
-    upper = ("attn_kit.recipes", "attn_kit.bench", "attn_kit.compare", "attn_kit.inference",
-             "attn_kit.readme_tables", "attn_kit.faults", "attn_kit.code_stats")
+    """Each layer imports only its own and the ones below it. scripts/training_cost.py's defaults, the
+    one arrow that ran back up (training_cost -> recipes.config), are read by attn_kit.recipes.cost_report;
+    the fairseq-train runner the GPU check uses (tools.fairseq_forks) sits with the tools."""
     graph = import_graph(REPO)
-    lower = [m for m in graph if not m.startswith(upper)
-             and (m.count(".") == 1 or m.startswith(("attn_kit.pipeline", "attn_kit.metrics")))]
-    assert len(lower) > 15
-    assert {m: sorted(d for d in graph[m] if d.startswith(upper)) for m in lower
-            if any(d.startswith(upper) for d in graph[m])} == {}
+    assert [sum(layer(m) == n for m in graph) > 10 for n in (0, 1, 2)] == [True, True, True]
+    assert {m: sorted(d for d in graph[m] if layer(d) > layer(m)) for m in graph
+            if any(layer(d) > layer(m) for d in graph[m])} == {}
+
+
+def test_the_kits_top_level_is_a_few_shared_modules_and_its_packages():
+    """The flat top level of 24 modules, grouped by what each is for: the fairseq layer, planning and the
+    tools are packages; at the top stay the modules every layer shares."""
+    top = sorted(p.name for p in (REPO / "attn_kit").glob("*.py"))
+    assert top == ["__init__.py", "checkout.py", "cli.py", "results.py", "textio.py"]
+    packages = sorted(p.parent.name for p in (REPO / "attn_kit").glob("*/__init__.py"))
+    assert packages == ["fairseq_layer", "inference", "metrics", "pipeline", "planning", "recipes", "tools"]
 
 
 def test_the_stage_engine_knows_nothing_of_fairseq():
     """attn_kit.pipeline imports neither fairseq nor the kit's fairseq layer."""
     for name, targets in import_graph(REPO).items():
         if name.startswith("attn_kit.pipeline"):
-            assert not {t for t in targets if t.startswith(("attn_kit.fairseq", "attn_kit.curves"))}, name
+            assert not {t for t in targets if t.startswith("attn_kit.fairseq_layer")}, name
             path = REPO / (name.replace(".", "/") + ("/__init__.py" if name.endswith("pipeline") else ".py"))
             source = path.read_text(encoding="utf-8")
             assert "import fairseq" not in source and "from fairseq" not in source, name

@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, USER_DIR, assert_one_error_line, run, train_cmd
 from fairseq_forks import ForkedTrainings
 
-from attn_kit import checkpoints
+from attn_kit.fairseq_layer import checkpoints
 from attn_kit.cli import UserError
 
 pytestmark = pytest.mark.slow  # trains models (left out by scripts/test.sh --quick)

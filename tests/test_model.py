@@ -6,8 +6,8 @@ import torch
 from conftest import TINY_MODEL, USER_DIR
 from fairseq import options, tasks
 
-from attn_kit.build import build_model, count_parameters, plugin_flags
-from attn_kit.paper import TABLE3
+from attn_kit.fairseq_layer.build import build_model, count_parameters, plugin_flags
+from attn_kit.planning.paper import TABLE3
 from attn_plugin.convert import convert_fairseq_transformer_state_dict
 from attn_plugin.models.attn_transformer import PositionalEncoding, sinusoidal_encoding
 

@@ -146,7 +146,7 @@ OTHER_MEANING = {("scripts/plot_attention.py", "--heads"): "which heads to draw 
 def every_parser(monkeypatch):
     """{command: its parser}: every script's and benchmark's, and the recipes'."""
     out = {script: parser_of(main, monkeypatch) for script, main in COMMANDS.items()}
-    for recipe in ("wmt14", "parallel", "wsj", "table3"):
+    for recipe in ("translation", "parallel", "wsj", "table3"):
         out[f"recipes ({recipe})"] = importlib.import_module(f"attn_kit.recipes.{recipe}").parser()
     return out
 

@@ -17,13 +17,13 @@ def record(out, marker, *force):
 
 
 def train_benchmark(out, marker, *force):
-    from attn_kit.bench.train import parse_args
+    from attn_kit.tools.bench.train import parse_args
 
     return parse_args(["--out", str(out), *force])
 
 
 def decode_benchmark(out, marker, *force):
-    from attn_kit.bench.decode_rules import main
+    from attn_kit.tools.bench.decode_rules import main
 
     return main(["--run", str(marker.parent / "no-run"), "--out", str(out), *force])
 

@@ -256,7 +256,7 @@ def test_parallel_text_must_have_equal_line_counts(tmp_path):
 def test_a_binarized_dataset_must_match_its_index(data_bin, tmp_path):
     """fairseq-preprocess's real output passes; a .bin cut short, an index cut short and a
     .bin from another split fail, each naming the file."""
-    from attn_kit import fairseq_data
+    from attn_kit.fairseq_layer import fairseq_data
 
     copy = tmp_path / "bin"
     shutil.copytree(data_bin, copy)

@@ -10,7 +10,7 @@ from fairseq import options, tasks
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from attn_kit.cli import UsageError
-from attn_kit.fairseq_commands import BF16_FLAG, flags_for, precision_of, used_precision
+from attn_kit.fairseq_layer.fairseq_commands import BF16_FLAG, flags_for, precision_of, used_precision
 
 
 # --------------------------------------------------------------------------- what --precision means
@@ -160,9 +160,9 @@ def test_fairseq_train_with_bf16_autocast_has_no_loss_scale(data_bin, tmp_path):
 
 # --------------------------------------------------------------------------- the comparison in bf16
 def test_comparison_trains_both_models_under_the_plugin_task_in_bf16():
-    from attn_kit.compare import commands
-    from attn_kit.compare.cli import parse_args
-    from attn_kit.compare.report import device_label
+    from attn_kit.tools.compare import commands
+    from attn_kit.tools.compare.cli import parse_args
+    from attn_kit.tools.compare.report import device_label
 
     args = parse_args(["unused-data", "--max-update", "10", "--precision", "bf16"])
     assert args.precision == "bf16"  # asked for bf16 on CPU: bf16 autocast there too

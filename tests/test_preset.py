@@ -5,8 +5,8 @@ given on the command line win over it, and the bundled mode is that preset (one 
 8-minute runs that chose the preset's values are in recipes/results/parallel_multi30k_*.json."""
 from test_slurm import parallel
 
-from attn_kit.recipes import config, parallel as parallel_recipe, wmt14
-from attn_kit.sizes import SIZES
+from attn_kit.recipes import config, parallel as parallel_recipe, translation
+from attn_kit.planning.sizes import SIZES
 
 SMALL = config.presets("wmt14")["small"]
 FILES = ["--src", "en", "--tgt", "de", "--train", "c/train", "--valid", "c/valid", "--test", "c/test"]
@@ -73,7 +73,7 @@ def test_the_bundled_mode_is_the_small_preset():
     bundled = config.settings("wmt14", "paper", "bundled")
     assert {k: bundled[k] for k in SMALL if k not in raw} == {k: v for k, v in SMALL.items() if k not in raw}
     # and the two recipes parse to the same model, batch, schedule, vocabulary and checkpoints
-    b = wmt14.parse_args(["--bundled", "--workdir", "/nonexistent/b"])
+    b = translation.parse_args(["--bundled", "--workdir", "/nonexistent/b"])
     s = parallel_recipe.parse_args(["--preset", "small", *FILES, "--workdir", "/nonexistent/s"])
     for key in ("model", "tokens_per_update", "max_tokens_per_gpu", "warmup_updates", "lr_scale", "bpe_merges",
                 "save_interval_updates", "average", "ngpus", "validate_interval_updates", "train_flags"):

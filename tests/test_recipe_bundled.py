@@ -16,9 +16,9 @@ from conftest import REPO, assert_one_error_line
 
 from attn_kit.cli import UserError
 from attn_kit.pipeline.stages import Pipeline
-from attn_kit.recipes import config, wmt14, wmt14_data
+from attn_kit.recipes import config, translation, wmt14_data
 
-RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14", "--pair", "en-de"]
+RECIPE = [sys.executable, "-m", "attn_kit.recipes.translation", "--pair", "en-de"]
 SH = ["bash", str(REPO / "recipes" / "wmt14_en_de.sh")]
 
 
@@ -44,7 +44,7 @@ def test_shell_dry_run_prints_the_fairseq_commands_and_creates_nothing(tmp_path)
     assert proc.returncode == 0, proc.stderr
     for command in ("sacremoses", "subword-nmt learn-joint-bpe-and-vocab", "-m subword_nmt.apply_bpe",
                     "fairseq-preprocess", "--joined-dictionary", "fairseq-train", "--arch attn_paper_base",
-                    "--seed 1", "attn_kit.checkpoints", "--num-update-checkpoints",
+                    "--seed 1", "attn_kit.fairseq_layer.checkpoints", "--num-update-checkpoints",
                     "fairseq-generate", "--beam 4", "--remove-bpe", "sacreBLEU"):
         assert command in proc.stdout, command
     assert str(tmp_path / "w" / "data-bin") in proc.stdout
@@ -80,11 +80,11 @@ def test_unknown_arch_error_lists_the_plugins_architectures(tmp_path):
 
 
 def test_the_arch_names_the_recipes_know_are_the_registered_ones():
-    """The cheap --arch check (attn_kit.sizes.PLUGIN_ARCHS, no fairseq import) agrees with fairseq's registry."""
+    """The cheap --arch check (attn_kit.planning.sizes.PLUGIN_ARCHS, no fairseq import) agrees with fairseq's registry."""
     import attn_plugin  # noqa: F401  (registers the architectures)
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    from attn_kit.sizes import PLUGIN_ARCHS
+    from attn_kit.planning.sizes import PLUGIN_ARCHS
 
     registered = {name for name, cls in ARCH_MODEL_REGISTRY.items() if cls.__module__.startswith("attn_plugin")}
     assert set(PLUGIN_ARCHS) == registered
@@ -112,13 +112,13 @@ def test_a_corrupt_or_missing_bundled_file_is_one_error_line(tmp_path, monkeypat
     train = data / "train.en-de.tsv.xz"
     train.write_bytes(train.read_bytes()[:-1] + b"x")  # one byte changed
     monkeypatch.setattr(wmt14_data, "BUNDLED_DATA", data)
-    args = wmt14.parse_args(["--bundled", "--workdir", str(tmp_path / "w")])
+    args = translation.parse_args(["--bundled", "--workdir", str(tmp_path / "w")])
     with pytest.raises(UserError, match="bundled data damaged: .*train.en-de.tsv.xz.*git checkout"):
-        Pipeline(args.workdir, wmt14.stages(args)).run()
+        Pipeline(args.workdir, translation.stages(args)).run()
     assert not (tmp_path / "w" / "raw").exists() and not (tmp_path / "w" / ".stages" / "download.done").exists()
     train.unlink()
     with pytest.raises(UserError, match="bundled data missing: .*train.en-de.tsv.xz"):
-        Pipeline(args.workdir, wmt14.stages(args)).run()
+        Pipeline(args.workdir, translation.stages(args)).run()
 
 
 def test_bundled_data_is_complete_and_attributed():
@@ -139,8 +139,8 @@ def test_bundled_data_is_complete_and_attributed():
 def test_a_second_run_skips_every_stage_and_reprints_the_score(tmp_path):
     """With every stage stamped and its outputs present, the recipe only reports (in seconds)."""
     work = tmp_path / "w"
-    args = wmt14.parse_args(["--bundled", "--workdir", str(work)])
-    stages = wmt14.stages(args)
+    args = translation.parse_args(["--bundled", "--workdir", str(work)])
+    stages = translation.stages(args)
     for stage in stages:
         for path in stage.outputs:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, assert_one_error_line
-from attn_kit.fairseq_commands import batch_plan
+from attn_kit.fairseq_layer.fairseq_commands import batch_plan
 
-RECIPE = [sys.executable, "-m", "attn_kit.recipes.wmt14"]
+RECIPE = [sys.executable, "-m", "attn_kit.recipes.translation"]
 
 
 def recipe(*args, timeout=600):
@@ -268,7 +268,7 @@ def test_the_report_names_the_model_by_its_shape_and_compares_with_table_2_only_
     """A Multi30k run of a 2-layer d_model 256 model was reported as "attn_paper_base" and told to
     "compare with Table 2": the label comes from the shape trained, and Table 2 only for the paper's
     model on WMT14 data."""
-    from attn_kit.recipes.wmt14 import report
+    from attn_kit.recipes.translation import report
 
     r = {"sacrebleu": 3.48, "sacrebleu_signature": "sig", "pair": "en-de", "arch": "attn_paper_base", "mode": mode,
          "model_size": size, "updates": 135, "seed": 1, "averaged_updates": [100, 135], "test_sentences": 1000,
@@ -280,7 +280,7 @@ def test_the_report_names_the_model_by_its_shape_and_compares_with_table_2_only_
 
 
 @pytest.mark.parametrize("recipe,argv", [
-    ("wmt14", []), ("wmt14", ["--arch", "attn_paper_big"]),
+    ("translation", []), ("translation", ["--arch", "attn_paper_big"]),
     ("parallel", ["--src", "en", "--tgt", "de", "--train", "t", "--valid", "v", "--test", "s"]),
 ])
 def test_p_drop_and_the_size_options_mean_the_same_on_every_recipe_at_every_size(recipe, argv):
@@ -289,7 +289,7 @@ def test_p_drop_and_the_size_options_mean_the_same_on_every_recipe_at_every_size
     --dropout 0.2 and its own sizes otherwise; --h changes h alone."""
     import importlib
 
-    from attn_kit.sizes import ARCH_SIZES
+    from attn_kit.planning.sizes import ARCH_SIZES
 
     build = importlib.import_module(f"attn_kit.recipes.{recipe}").build
     s = build([*argv, "--p-drop", "0.2", "--h", "4", "--dry-run"])
@@ -304,9 +304,9 @@ def test_p_drop_and_the_size_options_mean_the_same_on_every_recipe_at_every_size
 def test_the_dry_run_prints_the_vocabulary_threshold_that_runs(pair, threshold, tmp_path, capsys):
     """The dry run printed apply-bpe's --vocabulary-threshold 50 where the run, learning BPE on a 1M-pair
     sample, applies 50 x the sample's share: EN-DE 50 x 1M / 4.5M = 11, EN-FR 50 x 1M / 36M = 1.4 -> 1."""
-    from attn_kit.recipes import wmt14
+    from attn_kit.recipes import translation
 
-    wmt14.main(["--pair", pair, "--dry-run", "--workdir", str(tmp_path / "w"), "--data-workdir", str(tmp_path / "d")])
+    translation.main(["--pair", pair, "--dry-run", "--workdir", str(tmp_path / "w"), "--data-workdir", str(tmp_path / "d")])
     applies = [line for line in capsys.readouterr().out.splitlines() if "subword_nmt.apply_bpe" in line]
     assert len(applies) == 6 and all(f"--vocabulary-threshold {threshold} " in line for line in applies)
 
@@ -315,9 +315,9 @@ def test_the_dry_run_counts_the_bundled_and_the_users_pairs_for_the_threshold(tm
     """The bundled run and recipes/parallel.sh learning BPE on a sample: the dry run printed 50 (their
     pairs were not counted before the copy stage); it prints 50 x the sample's share of the pairs
     their data source counts: bundled 50 x 37070 / 166813 = 11.1 -> 11, 1000 user pairs 50 x 100 / 1000 = 5."""
-    from attn_kit.recipes import parallel, wmt14
+    from attn_kit.recipes import parallel, translation
 
-    wmt14.main(["--bundled", "--bpe-learn-pairs", "37070", "--dry-run", "--workdir", str(tmp_path / "b")])
+    translation.main(["--bundled", "--bpe-learn-pairs", "37070", "--dry-run", "--workdir", str(tmp_path / "b")])
     applies = [line for line in capsys.readouterr().out.splitlines() if "subword_nmt.apply_bpe" in line]
     assert len(applies) == 6 and all("--vocabulary-threshold 11 " in line for line in applies)
     for split, n in (("train", 1000), ("valid", 10), ("test", 10)):

@@ -90,7 +90,7 @@ def test_dry_run_prints_the_papers_commands_and_creates_nothing(tmp_path):
                     "--criterion attn_label_smoothed_cross_entropy --label-smoothing 0.1",
                     "--max-tokens 3500 --update-freq 1", "--max-update 100000",
                     "--save-interval-updates 1500",
-                    "--keep-interval-updates 5", "attn_kit.checkpoints", "--num-update-checkpoints 5",
+                    "--keep-interval-updates 5", "attn_kit.fairseq_layer.checkpoints", "--num-update-checkpoints 5",
                     "fairseq-generate", "--gen-subset valid", "--gen-subset test", "--beam 21", "--gnmt-alpha 0.3",
                     "--max-len-a 1 --max-len-b 300", "attn_kit.metrics.evalb"):
         assert command in out, command
@@ -422,7 +422,7 @@ def test_smoke_tune_with_more_decoding_settings_decodes_but_does_not_train(smoke
     out = recipe_here(capfd, [*SMOKE, "--tune-grid", "attention_dropout=0,0.2;beam=21,1;alpha=0.3,1",
                               "--workdir", copy])
     assert "the --tune grid changed since the last selection: selecting again" in out
-    assert "fairseq-train" not in out and "attn_kit.checkpoints" not in out
+    assert "fairseq-train" not in out and "attn_kit.fairseq_layer.checkpoints" not in out
     assert out.count("# train: done already") == 2 and out.count("--gen-subset valid --beam 1 ") == 4
     assert "--gen-subset valid --beam 21 " not in out
     r = json.loads((copy / "results.json").read_text())

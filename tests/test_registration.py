@@ -68,7 +68,7 @@ def test_parse_architecture_parameter_count():
     N=4, d_model=1024, d_ff=2048 (h does not change it): every projection has a bias,
     LayerNorms have gain and bias, one embedding matrix is shared by the encoder,
     the decoder and the pre-softmax linear (Sec. 3.4), positions are sinusoids."""
-    from attn_kit.build import build_model, count_parameters, plugin_flags
+    from attn_kit.fairseq_layer.build import build_model, count_parameters, plugin_flags
 
     V, d, d_ff, N = 16000, 1024, 2048, 4
     attention = 4 * (d * d + d)                  # W^Q, W^K, W^V, W^O

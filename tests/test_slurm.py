@@ -338,7 +338,7 @@ def test_without_signal_seconds_the_job_runs_the_recipe_itself(tmp_path, slurm_p
 
 def dry_run_scripts(argv, tmp_path) -> dict:
     """--dry-run of the WMT14 recipe with --launcher slurm: {script name: its #SBATCH directives}."""
-    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.wmt14", "--dry-run", "--launcher", "slurm",
+    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.translation", "--dry-run", "--launcher", "slurm",
                            "--workdir", tmp_path / "w", *argv], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     scripts, name = {}, None
@@ -375,7 +375,7 @@ def test_memory_cpus_and_signal_of_both_jobs(tmp_path, argv, train, prep):
 
 
 def test_dry_run_prints_both_scripts_and_what_the_jobs_run(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.wmt14", "--dry-run", "--ngpus", "8", "--nnodes",
+    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.translation", "--dry-run", "--ngpus", "8", "--nnodes",
                            "4", "--launcher", "slurm", "--time", "2-00:00:00", "--workdir", tmp_path / "w", "--",
                            "--tensorboard-logdir", "tb"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -404,7 +404,7 @@ def test_table3_prepares_the_en_de_data_as_its_data_job(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     prep = job_command(out[out.index("prepare.sbatch:"):out.index("train.sbatch:")].replace("  | ", ""))
-    assert prep[prep.index("-m") + 1] == "attn_kit.recipes.wmt14" and "--dry-run" not in prep
+    assert prep[prep.index("-m") + 1] == "attn_kit.recipes.translation" and "--dry-run" not in prep
     assert prep[prep.index("--workdir") + 1] == str(tmp_path / "data") and "--stop-stage" in prep
     assert f"  $ sbatch --dependency=afterok:<job id of prepare.sbatch> --kill-on-invalid-dep=yes " \
            f"{tmp_path / 't3' / 'train.sbatch'}\n" in out
@@ -428,14 +428,14 @@ def test_table3_prepares_the_en_de_data_as_its_data_job(tmp_path):
     (["--gpu", "Z80"], "unknown --gpu 'Z80'"),
 ])
 def test_options_that_would_break_the_run_are_one_line(argv, message):
-    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.wmt14", "--dry-run", "--smoke", *argv],
+    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.translation", "--dry-run", "--smoke", *argv],
                           capture_output=True, text=True)
     assert_one_error_line(proc, message)
 
 
 def test_passed_through_options_end_the_training_command_of_every_recipe(tmp_path):
     extra = ["--tensorboard-logdir", str(tmp_path / "tb"), "--patience", "3"]
-    for module, argv in (("wmt14", ["--smoke"]), ("wsj", ["--smoke"]),
+    for module, argv in (("translation", ["--smoke"]), ("wsj", ["--smoke"]),
                          ("parallel", ["--src", "en", "--tgt", "de", "--train", "a", "--valid", "b", "--test", "c"])):
         # each recipe's main() in this process (the parallel recipe's process would import torch again, ~2 s
         # CPU); their processes are run by the one-line error tests (here, test_devices.py, test_canary.py)
@@ -478,12 +478,12 @@ def test_a_value_that_would_add_a_line_to_a_script_is_refused_in_one_line(tmp_pa
     prepare.sbatch / train.sbatch, and sbatch stopped reading #SBATCH directives there, losing
     --requeue, --signal and --output. Now every value the scripts hold is checked before either is
     written: one line, nothing written."""
-    from attn_kit.recipes import wmt14
+    from attn_kit.recipes import translation
 
     work = tmp_path / "w"
     if argv[0] == "--workdir-suffix":
         work, argv = tmp_path / f"w{HOSTILE}", []
-    proc = run_main(wmt14.main, "--ngpus", "8", "--launcher", "slurm", "--workdir", work, *argv)
+    proc = run_main(translation.main, "--ngpus", "8", "--launcher", "slurm", "--workdir", work, *argv)
     assert_one_error_line(proc, "a Slurm script cannot hold a control character")
     assert not any(p.suffix == ".sbatch" for p in tmp_path.rglob("*"))
 
@@ -494,7 +494,7 @@ def test_every_script_holds_hostile_but_legal_values_only_quoted(tmp_path):
     double-quoted in an #SBATCH directive)."""
     odd = "a b;$(touch pwned)`x`'q'"
     work = tmp_path / f"work {odd}"
-    text = slurm.sbatch_script(["python", "-m", "attn_kit.recipes.wmt14", "--workdir", work, "--", odd], work,
+    text = slurm.sbatch_script(["python", "-m", "attn_kit.recipes.translation", "--workdir", work, "--", odd], work,
                                alloc=slurm.Allocation(partition="gpu part", account="acct 1",
                                                       time_limit="1-00:00:00", mem="64G"),
                                signal_seconds=300, env={"ATTN_X": odd}, cwd=work)
@@ -517,7 +517,7 @@ def test_the_data_job_is_sized_for_the_cluster_not_the_login_node(tmp_path, argv
     """The data job took its CPUs and --workers from the machine the command was typed on (a login
     node's 2) and projected 40 minutes of preparation from them: --prep-cpus, else --workers where
     given, else 16; the job's dry run projects the data stages for that many."""
-    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.wmt14", "--dry-run", "--launcher", "slurm",
+    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.translation", "--dry-run", "--launcher", "slurm",
                            "--ngpus", "8", "--workdir", tmp_path / "w", "--data-workdir", tmp_path / "d", *argv],
                           capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr

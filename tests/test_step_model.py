@@ -1,4 +1,4 @@
-"""attn_kit.step_model: the step time and memory fitted to the GPU check's results file, checked
+"""attn_kit.planning.step_model: the step time and memory fitted to the GPU check's results file, checked
 against what ran there (each run's seconds per update and reserved memory) and against the paper's
 own hardware (Sec. 5.2: 8 P100s, base 12 hours, big 3.5 days); the recipes' --max-tokens-per-gpu auto
 that reads it; and benchmarks/gpu_check.sh's dry run, which CI runs so that a GPU hour is not spent
@@ -9,9 +9,9 @@ import subprocess
 import pytest
 from conftest import REPO, run_main
 
-from attn_kit import cost, step_model
-from attn_kit.paper import TABLE2_TRAINING
-from attn_kit.recipes import wmt14
+from attn_kit.planning import cost, step_model
+from attn_kit.planning.paper import TABLE2_TRAINING
+from attn_kit.recipes import translation
 
 FILED = REPO / "benchmarks" / "results" / "h200_gpu_check.json"
 
@@ -73,13 +73,13 @@ def test_a_measured_gpu_is_predicted_from_its_measurement_and_the_range_holds_th
 def test_auto_sizes_the_forward_to_the_gpus_memory(gpu, arch, forward, forwards, tmp_path):
     """bash recipes/wmt14_en_de.sh --dry-run --ngpus 1 --gpu NAME: one or two forwards per update on
     one GPU at the paper's 28000 tokens (the A100 listed at its 40 GB); its share (3500) on 8."""
-    proc = run_main(wmt14.main, "--dry-run", "--ngpus", "1", "--gpu", gpu, "--arch", arch, "--workdir",
+    proc = run_main(translation.main, "--dry-run", "--ngpus", "1", "--gpu", gpu, "--arch", arch, "--workdir",
                     tmp_path / "w", "--stage", "train", "--stop-stage", "train")
     assert proc.returncode == 0, proc.stderr
     assert f"1 device(s) x --max-tokens {forward} x --update-freq {forwards} = 28000 tokens" in proc.stdout
     assert f"training wall time on 1 x {gpu} ({forward}-token forwards, {forwards} per update" in proc.stdout
     assert "  range: " in proc.stdout and "  to " in proc.stdout
-    eight = run_main(wmt14.main, "--dry-run", "--ngpus", "8", "--gpu", gpu, "--arch", arch, "--workdir",
+    eight = run_main(translation.main, "--dry-run", "--ngpus", "8", "--gpu", gpu, "--arch", arch, "--workdir",
                      tmp_path / "w", "--stage", "train", "--stop-stage", "train")
     assert "8 device(s) x --max-tokens 3500 x --update-freq 1" in eight.stdout
 
@@ -98,17 +98,17 @@ def test_auto_holds_the_memory_it_predicts_within_the_share():
 
 
 def test_auto_on_a_cpu_or_an_unknown_gpu_is_the_papers_batch(tmp_path):
-    cpu = run_main(wmt14.main, "--dry-run", "--ngpus", "0", "--workdir", tmp_path / "w", "--stage", "train",
+    cpu = run_main(translation.main, "--dry-run", "--ngpus", "0", "--workdir", tmp_path / "w", "--stage", "train",
                    "--stop-stage", "train")
     assert "1 device(s) x --max-tokens 4000 x --update-freq 7" in cpu.stdout  # 4096 at most, balanced
-    here = run_main(wmt14.main, "--dry-run", "--ngpus", "1", "--workdir", tmp_path / "w", "--stage", "train",
+    here = run_main(translation.main, "--dry-run", "--ngpus", "1", "--workdir", tmp_path / "w", "--stage", "train",
                     "--stop-stage", "train")  # no GPU visible on the test machine, no --gpu
     assert "--max-tokens-per-gpu auto: 4096 tokens per forward (the paper's per-GPU batch: no GPU visible" \
         in here.stdout
-    given = run_main(wmt14.main, "--dry-run", "--ngpus", "1", "--max-tokens-per-gpu", "9000", "--workdir",
+    given = run_main(translation.main, "--dry-run", "--ngpus", "1", "--max-tokens-per-gpu", "9000", "--workdir",
                      tmp_path / "w", "--stage", "train", "--stop-stage", "train")
     assert "1 device(s) x --max-tokens 7000 x --update-freq 4" in given.stdout  # the user's cap, balanced
-    bad = run_main(wmt14.main, "--dry-run", "--max-tokens-per-gpu", "lots", "--workdir", tmp_path / "w")
+    bad = run_main(translation.main, "--dry-run", "--max-tokens-per-gpu", "lots", "--workdir", tmp_path / "w")
     assert bad.returncode == 2 and "give a number of tokens or auto" in bad.stderr
 
 
@@ -130,7 +130,7 @@ def test_the_gpu_check_dry_run_prints_and_parses_every_command():
     # the compiled layers' profile, run without the compiled runs before it (--only), compiles from
     # nothing (~16 s on the H200, where a 20-second budget once ended it after one update): it stops at
     # the updates past its profiled steps, with the compile budget as its cap
-    from attn_kit.bench.gpu_check import COMPILE_SECONDS, PROFILE_STEPS
+    from attn_kit.tools.bench.gpu_check import COMPILE_SECONDS, PROFILE_STEPS
 
     line = next(t for t in trainings if t.startswith("  $ [base_28k_compile_profile]")).split()
     assert int(line[line.index("--max-update") + 1]) > PROFILE_STEPS[1] + 3

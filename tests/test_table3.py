@@ -12,9 +12,9 @@ import pytest
 import torch
 from conftest import assert_one_error_line, run_main
 
-from attn_kit.build import build_model, count_parameters, plugin_flags
+from attn_kit.fairseq_layer.build import build_model, count_parameters, plugin_flags
 from attn_kit.cli import UsageError
-from attn_kit.paper import TABLE3
+from attn_kit.planning.paper import TABLE3
 from attn_kit.recipes import config
 from attn_kit.recipes.table3 import main as table3_main
 from attn_kit.recipes.table3 import model_flags, scaled_settings, select_rows, spearman

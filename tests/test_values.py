@@ -11,7 +11,7 @@ from conftest import assert_one_error_line, run_main
 from attn_kit.recipes import config, settings
 
 RECIPES = {
-    "wmt14": ["--smoke"],
+    "translation": ["--smoke"],
     "parallel": ["--src", "en", "--tgt", "de", "--train", "t", "--valid", "v", "--test", "s", "--ngpus", "0"],
     "wsj": ["--smoke"],
     "table3": ["--smoke", "--rows", "base"],
@@ -40,34 +40,34 @@ def test_a_bad_number_is_one_line_before_any_work(recipe, option, value, tmp_pat
 
 
 def test_nan_canary_minutes_no_longer_trains_the_whole_run(tmp_path):
-    from attn_kit.recipes import wmt14
+    from attn_kit.recipes import translation
 
-    proc = run_main(wmt14.main, "--smoke", "--canary", "--canary-minutes", "nan", "--workdir", tmp_path / "w")
+    proc = run_main(translation.main, "--smoke", "--canary", "--canary-minutes", "nan", "--workdir", tmp_path / "w")
     assert_one_error_line(proc, "--canary-minutes: nan is not a finite number")
 
 
 def test_what_fails_after_the_data_stages_is_refused_before_them(tmp_path):
     """A dropout out of [0, 1), heads that do not divide d_model, a batch smaller than the longest
     sentence the cleaned data keeps, no BPE merges, no workers: one line, nothing prepared."""
-    from attn_kit.recipes import wmt14
+    from attn_kit.recipes import translation
 
     for argv, fragment in [(["--p-drop", "1.5"], "a dropout rate is in [0, 1)"),
                            (["--h", "3", "--d-model", "64"], "--h 3 does not divide --d-model 64"),
                            (["--max-tokens-per-gpu", "5"], "give more than 250"),
                            (["--bpe-merges", "0"], "--bpe-merges must be >= 1"),
                            (["--workers", "0"], "--workers must be >= 1")]:
-        proc = run_main(wmt14.main, "--smoke", *argv, "--workdir", tmp_path / "w")
+        proc = run_main(translation.main, "--smoke", *argv, "--workdir", tmp_path / "w")
         assert_one_error_line(proc, fragment)
         assert not (tmp_path / "w").exists()
 
 
 def test_a_wrong_type_in_a_yaml_config_names_the_key_and_the_file(tmp_path, monkeypatch):
-    from attn_kit.recipes import wmt14
+    from attn_kit.recipes import translation
 
     real = config.load("wmt14")
     changed = {**real, "smoke": {**real["smoke"], "beam": "four"}}
     monkeypatch.setattr(config, "load", lambda recipe: changed if recipe == "wmt14" else real)
-    proc = run_main(wmt14.main, "--smoke", "--workdir", tmp_path / "w", "--dry-run")
+    proc = run_main(translation.main, "--smoke", "--workdir", tmp_path / "w", "--dry-run")
     assert_one_error_line(proc, "recipes/configs/wmt14.yaml: beam: 'four' is not a whole number")
 
 
@@ -109,12 +109,12 @@ def test_the_kits_parsers_make_argparse_errors_one_line():
 def test_what_would_be_ignored_or_overridden_silently_is_one_line(argv, fragment, tmp_path):
     """Issue 36: `-- --lr 5 --dropout 0.9` overrode what the recipe sets (fairseq takes the last value; its
     --lr is not even read by eq. 3's schedule), and --lenpen was ignored beside the GNMT penalty."""
-    from attn_kit.recipes import wmt14
+    from attn_kit.recipes import translation
 
     mode = "--smoke" if "--lenpen" in argv else "--bundled"  # --bundled ranks by fairseq's --lenpen already
-    proc = run_main(wmt14.main, mode, "--workdir", tmp_path / "w", "--dry-run", *argv)
+    proc = run_main(translation.main, mode, "--workdir", tmp_path / "w", "--dry-run", *argv)
     assert_one_error_line(proc, fragment)
-    ok = run_main(wmt14.main, "--bundled", "--workdir", tmp_path / "w", "--dry-run", "--", "--tensorboard-logdir", "tb")
+    ok = run_main(translation.main, "--bundled", "--workdir", tmp_path / "w", "--dry-run", "--", "--tensorboard-logdir", "tb")
     assert ok.returncode == 0, ok.stderr
 
 
@@ -139,7 +139,7 @@ def test_a_test_sentence_too_long_to_decode_is_refused_before_training(tmp_path)
     before fairseq-train starts: one line naming the file and the line."""
     from test_slurm import corpus, parallel
 
-    from attn_kit.fairseq_commands import MAX_POSITIONS
+    from attn_kit.fairseq_layer.fairseq_commands import MAX_POSITIONS
 
     data = corpus(tmp_path / "c", sizes=(("train", 300), ("valid", 40), ("test", 40)))
     for lang in ("en", "de"):
@@ -157,7 +157,7 @@ def test_a_test_sentence_too_long_to_decode_is_refused_before_training(tmp_path)
 def test_the_positions_checked_are_fairseqs_and_the_plugins():
     from fairseq.tasks.translation import TranslationConfig
 
-    from attn_kit.fairseq_commands import MAX_POSITIONS
+    from attn_kit.fairseq_layer.fairseq_commands import MAX_POSITIONS
     from attn_plugin.models.attn_transformer import AttnTransformerConfig
 
     assert MAX_POSITIONS == TranslationConfig().max_source_positions == TranslationConfig().max_target_positions
@@ -166,7 +166,7 @@ def test_the_positions_checked_are_fairseqs_and_the_plugins():
 
 @pytest.mark.parametrize("module,argv", [
     ("attn_kit.inference.attention", ["run", "--sentence", "a", "--min-weight", "nan"]),
-    ("attn_kit.compare.cli", ["--train-minutes", "inf"]),
+    ("attn_kit.tools.compare.cli", ["--train-minutes", "inf"]),
     ("attn_kit.recipes.cost_report", ["--mean-length", "nan"]),
     ("attn_kit.inference.translate", ["run", "--gnmt-alpha", "inf"]),
 ])
@@ -186,7 +186,7 @@ WHOLE_SETTING_KEYS = {"data": "--bundled, --smoke, --mirror; parallel.sh: --trai
                       "train_flags": "fairseq-train options after --", "pair": "--pair; parallel.sh --src/--tgt"}
 
 
-@pytest.mark.parametrize("recipe,yaml_name", [("wmt14", "wmt14"), ("parallel", "wmt14"), ("wsj", "wsj")])
+@pytest.mark.parametrize("recipe,yaml_name", [("translation", "wmt14"), ("parallel", "wmt14"), ("wsj", "wsj")])
 def test_every_yaml_key_is_an_option(recipe, yaml_name):
     """The YAML's `clean` (which dropped 7% of Multi30k's pairs), `log_interval` and
     `validate_interval_updates` had no option, though the YAML said every key has one."""
@@ -208,9 +208,9 @@ def test_every_yaml_key_is_an_option(recipe, yaml_name):
 
 
 def test_no_clean_keeps_every_training_pair():
-    from attn_kit.recipes import parallel, wmt14
+    from attn_kit.recipes import parallel, translation
 
-    assert wmt14.build(["--smoke", "--no-clean", "--dry-run"]).clean is False
-    assert wmt14.build(["--bundled", "--clean", "--dry-run"]).clean is True
+    assert translation.build(["--smoke", "--no-clean", "--dry-run"]).clean is False
+    assert translation.build(["--bundled", "--clean", "--dry-run"]).clean is True
     base = ["--src", "en", "--tgt", "de", "--train", "t", "--valid", "v", "--test", "s", "--dry-run"]
     assert parallel.build(base).clean is True and parallel.build([*base, "--no-clean"]).clean is False

@@ -19,7 +19,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from ..cli import ArgumentParser, UsageError, UserError, add_force_option, atomic_output, check_output, log
 from ..metrics.trees import delinearize
-from ..plugin import load, quiet_inference
+from ..fairseq_layer.plugin import load, quiet_inference
 
 CARD = "ct2_card.json"
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",

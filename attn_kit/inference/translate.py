@@ -19,7 +19,7 @@ from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_opti
 from ..metrics.scores import sacrebleu_score
 from ..metrics.trees import delinearize
 from ..pipeline.progress import Progress
-from ..plugin import load, quiet_inference
+from ..fairseq_layer.plugin import load, quiet_inference
 from ..textio import add_errors_option, read_lines
 from .ctranslate2 import CT2Translator, read_card
 

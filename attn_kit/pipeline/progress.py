@@ -5,7 +5,7 @@ every ``every`` seconds (and once at the end), from the rate measured since it
 started. :func:`watch_lines` follows a command that writes its output into a
 file (subword-nmt apply-bpe, fairseq-generate) from a thread that counts the
 file's complete lines as they arrive. Training has its own line
-(:class:`attn_kit.fairseq_log.TrainProgress`: updates, s/update, ETA);
+(:class:`attn_kit.fairseq_layer.fairseq_log.TrainProgress`: updates, s/update, ETA);
 downloads print MB, MB/s and an ETA (:mod:`attn_kit.pipeline.download`).
 """
 import threading

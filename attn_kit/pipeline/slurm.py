@@ -63,7 +63,7 @@ def sbatch_script(job_command: List[str], workdir: Path, script: str = SCRIPT, a
     on one CPU-only task (not submitted when they are done; ``--prepare-here`` runs them where the
     command is typed), ``train.sbatch`` the rest, after it (``--dependency=afterok``,
     ``--kill-on-invalid-dep``); its train stage starts one fairseq-train task per GPU with srun
-    (:func:`attn_kit.fairseq_commands.srun_launcher`), and ``--precision auto`` and ``--ngpus`` are
+    (:func:`attn_kit.fairseq_layer.fairseq_commands.srun_launcher`), and ``--precision auto`` and ``--ngpus`` are
     resolved and checked on the job's node. Each script exports ``SRUN_CPUS_PER_TASK``: from Slurm
     22.05 srun no longer passes ``--cpus-per-task`` on to its tasks. The recipe runs in the
     background so that bash acts on signals: USR1 (``--signal=B:USR1@N``) stops it with SIGTERM and

@@ -71,7 +71,7 @@ class Context:
         everything else to ``logs/STAGE.log``; ``tail``, a function of each log
         line, picks the lines to echo to the console as they come: true to echo
         the line, a string to echo that instead (e.g.
-        :func:`attn_kit.fairseq_log.progress_line`). ``workers``: the command runs a pool of worker
+        :func:`attn_kit.fairseq_layer.fairseq_log.progress_line`). ``workers``: the command runs a pool of worker
         processes, watched (:class:`attn_kit.pipeline.process.WorkerWatch`): one killed from outside
         fails the stage in one line instead of leaving it waiting forever."""
         cmd = [str(c) for c in cmd]

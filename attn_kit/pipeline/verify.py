@@ -1,6 +1,6 @@
 """Completeness checks a stage's outputs pass before they are trusted
 (:attr:`attn_kit.pipeline.stages.Stage.check`): parallel text has as many lines on both
-sides (fairseq's binarized data: :func:`attn_kit.fairseq_data.binarized`). Each raises
+sides (fairseq's binarized data: :func:`attn_kit.fairseq_layer.fairseq_data.binarized`). Each raises
 :class:`attn_kit.cli.UserError` naming the file and what is wrong."""
 from pathlib import Path
 from typing import Iterable, Tuple

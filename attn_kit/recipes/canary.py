@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .. import cost, step_model
+from ..planning import cost, step_model
 from ..checkout import REPO
 from ..cli import UserError, log, write_json_atomic
-from ..cost import forward_flops
+from ..planning.cost import forward_flops
 from ..pipeline.stages import Stage
 from ..results import provenance
 from . import common
@@ -186,14 +186,14 @@ def achieved_flops(records: List[dict], first: int, last: int, shape, window: fl
 
 
 def device_peak(record: dict, precision: str) -> Optional[float]:
-    """The dense peak TFLOPS at ``precision`` of the GPU a process trained on (attn_kit.cost's
+    """The dense peak TFLOPS at ``precision`` of the GPU a process trained on (attn_kit.planning.cost's
     datasheet values); None on a CPU or a GPU it does not list."""
     name = cost.gpu_of_device(record.get("device", "")) if record.get("kind") == "cuda" else None
     return cost.GPUS[name].peak(precision) if name else None
 
 
 def expected_utilization(record: dict, s, shape) -> Optional[float]:
-    """The utilization attn_kit.step_model predicts for the GPU a process trained on, at the run's
+    """The utilization attn_kit.planning.step_model predicts for the GPU a process trained on, at the run's
     forwards; None on a CPU or a GPU it does not list."""
     name = cost.gpu_of_device(record.get("device", "")) if record.get("kind") == "cuda" else None
     if not name:

@@ -4,7 +4,7 @@ what a run did back from its files.
 
 Every recipe trains with the paper's optimizer, schedule and criterion (Sec. 5.3,
 5.4) through :func:`train_command`, on ``--ngpus`` GPUs x ``--nnodes`` nodes (or
-``--cpu-procs`` CPU processes), with the batch of :func:`attn_kit.fairseq_commands.batch_plan`.
+``--cpu-procs`` CPU processes), with the batch of :func:`attn_kit.fairseq_layer.fairseq_commands.batch_plan`.
 """
 import json
 import os
@@ -12,14 +12,14 @@ import shlex
 from pathlib import Path
 from typing import Iterable, List, Optional
 
-from ..checkpoints import checkpoint_update, recover_last
+from ..fairseq_layer.checkpoints import checkpoint_update, recover_last
 from ..cli import UsageError, UserError, log, write_json_atomic
-from .. import fairseq_commands
-from ..curves import CurveWriter
-from ..fairseq_commands import DecodePlan, TrainPlan, batch_plan, launcher, precision_of, read_averaged
-from ..fairseq_log import TrainProgress, train_log_summary
+from ..fairseq_layer import fairseq_commands
+from ..fairseq_layer.curves import CurveWriter
+from ..fairseq_layer.fairseq_commands import DecodePlan, TrainPlan, batch_plan, launcher, precision_of, read_averaged
+from ..fairseq_layer.fairseq_log import TrainProgress, train_log_summary
 from ..pipeline import text
-from ..sizes import ARCH_SIZES, SIZES
+from ..planning.sizes import ARCH_SIZES, SIZES
 from . import scale
 
 
@@ -121,7 +121,7 @@ def run_training(ctx, s, cmd: list, tail=None, record: Optional[Path] = None, mo
     :func:`training_record` reads the precision back from the command). --dry-run also prints the run's cost (``model``: the size flags).
     ``env``: more environment for the training processes (the canary's ATTN_RUN_STATS).
     A damaged or missing checkpoint_last.pt is replaced by the newest intact checkpoint first
-    (:func:`attn_kit.checkpoints.recover_last`), so that training resumes from there."""
+    (:func:`attn_kit.fairseq_layer.checkpoints.recover_last`), so that training resumes from there."""
     p = plan(s)
     record = Path(record or s.workdir / "train_command.json")
     log(f"{p.devices} device(s) x --max-tokens {p.max_tokens} x --update-freq {p.update_freq} "
@@ -196,7 +196,7 @@ def beam_stop(s) -> str:
 
 
 def decode_plan(s, beam: int, max_len_b: int, batch_size: int, alpha: Optional[float] = None) -> DecodePlan:
-    """How the run decodes (:class:`attn_kit.fairseq_commands.DecodePlan`): ``beam`` and GNMT's length
+    """How the run decodes (:class:`attn_kit.fairseq_layer.fairseq_commands.DecodePlan`): ``beam`` and GNMT's length
     penalty (Sec. 6.1, ``alpha``, default the run's ``--gnmt-alpha``; the paper's stopping rule unless
     ``--beam-stop fairseq``) or fairseq's ``--lenpen`` (with fairseq's rule), outputs up to input +
     ``max_len_b``. A contradictory ``--beam-stop`` is one error line here. ``beam`` and ``alpha`` may be
@@ -209,7 +209,7 @@ def decode_plan(s, beam: int, max_len_b: int, batch_size: int, alpha: Optional[f
 
 
 def generate_command(s, data_bin: Path, checkpoint, subset: str, plan: DecodePlan) -> list:
-    """fairseq-generate of the run (:func:`attn_kit.fairseq_commands.generate_command`) on its devices."""
+    """fairseq-generate of the run (:func:`attn_kit.fairseq_layer.fairseq_commands.generate_command`) on its devices."""
     return fairseq_commands.generate_command(data_bin, checkpoint, subset=subset, plan=plan, gpus=s.ngpus)
 
 

@@ -1,4 +1,4 @@
-"""scripts/training_cost.py: what a training run costs before it starts (attn_kit.training_cost's
+"""scripts/training_cost.py: what a training run costs before it starts (attn_kit.planning.training_cost's
 lines), with the WMT14 recipes' defaults (recipes/configs/wmt14.yaml), so that this script and a
 recipe's --dry-run plan the same run.
 
@@ -11,11 +11,11 @@ import argparse
 import math
 import sys
 
-from .. import step_model
+from ..planning import step_model
 from ..cli import ArgumentParser, Number, UsageError, main_guard
-from ..cost import GPUS, MEAN_LENGTH, describe_table2, gpu_name, model_shape, paper_updates
-from ..paper import EN_DE_VOCAB
-from ..training_cost import Devices, describe_run
+from ..planning.cost import GPUS, MEAN_LENGTH, describe_table2, gpu_name, model_shape, paper_updates
+from ..planning.paper import EN_DE_VOCAB
+from ..planning.training_cost import Devices, describe_run
 from . import config
 
 
@@ -51,7 +51,7 @@ def main(argv=None):
     p.add_argument("--gpu-tflops", type=Number(float, above=0), metavar="X", help="the GPU's dense peak at --precision")
     p.add_argument("--utilization", type=Number(float, above=0, maximum=1),
                    help="share of the peak reached, for the arithmetic alone (default: "
-                                                        "attn_kit.step_model's estimate and range)")
+                                                        "attn_kit.planning.step_model's estimate and range)")
     p.add_argument("--max-tokens-per-gpu", type=Number(int, minimum=1), metavar="N",
                    help="tokens per forward on each GPU (default: with --gpu, the largest its memory holds, at most "
                         "its share of an update, as the recipes' auto; without, its share: one forward per update)")

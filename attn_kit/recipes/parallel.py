@@ -1,4 +1,4 @@
-"""recipes/parallel.sh: your own parallel corpus through the WMT14 recipe's stages (attn_kit.recipes.wmt14),
+"""recipes/parallel.sh: your own parallel corpus through the translation recipe's stages (attn_kit.recipes.translation),
 with its files as the data source (:class:`YourFiles`: check and copy in place of download and extract)
 and the recipe's settings from ``files:`` (and ``--preset``) in recipes/configs/wmt14.yaml.
 """
@@ -13,11 +13,11 @@ from typing import Dict, Optional, Set
 from ..checkout import REPO
 from ..cli import ArgumentParser, UsageError, UserError, main_guard
 from ..pipeline.text import copy_corpus
-from ..sizes import PLUGIN_ARCHS, SIZES
+from ..planning.sizes import PLUGIN_ARCHS, SIZES
 from ..textio import add_errors_option, iter_lines
-from . import canary, config, scale, settings, wmt14
+from . import canary, config, scale, settings, translation
 from .common import count_lines, model_size
-from .wmt14_data import SPLITS, DataSource, Layout, once, source
+from .sources import SPLITS, DataSource, Layout, once, source
 
 DESCRIPTION = """\
     bash recipes/parallel.sh --src en --tgt de --train data/train --valid data/valid --test data/test
@@ -238,17 +238,17 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--bpe-merges", type=int, help=f"joint BPE merges (default {F['bpe_merges']}; fewer for a "
                                                   "small corpus)")
     add_errors_option(g)
-    wmt14.add_workers_option(g)
-    wmt14.add_bpe_learn_option(g, F)
-    wmt14.add_clean_option(g, F)
-    wmt14.add_data_workdir_option(g, "the work directory: the corpus is yours, so its prepared copy is shared only "
+    translation.add_workers_option(g)
+    translation.add_bpe_learn_option(g, F)
+    translation.add_clean_option(g, F)
+    translation.add_data_workdir_option(g, "the work directory: the corpus is yours, so its prepared copy is shared only "
                                      "where you say, e.g. by the runs of two --arch")
     settings.add_run_options(p, "runs/parallel_<src>_<tgt>_<arch>")
     p.add_argument("--arch", default="attn_paper_base",
                    help=f"model architecture registered by attn_plugin: {', '.join(PLUGIN_ARCHS)} (default "
                         "attn_paper_base); --layers, --d-model, --d-ff, --h, --p-drop resize it")
     p.add_argument("--preset", default="paper", choices=PRESETS, help=preset_help())
-    wmt14.add_training_options(p, cfg, P, {}, resize="resize --arch: ", small_model="--preset small's model")
+    translation.add_training_options(p, cfg, P, {}, resize="resize --arch: ", small_model="--preset small's model")
     return p
 
 
@@ -266,7 +266,7 @@ def check_given(given):
         raise UsageError(f"unknown --arch {given.arch!r}; attn_plugin registers: {', '.join(PLUGIN_ARCHS)}")
 
 
-def build(argv=None) -> wmt14.Wmt14Settings:
+def build(argv=None) -> translation.TranslationSettings:
     """The run's settings: the command line over ``files:``, the arch's and the preset's YAML sections."""
     given = scale.parse(parser(), argv)
     check_given(given)
@@ -274,15 +274,15 @@ def build(argv=None) -> wmt14.Wmt14Settings:
     if given.preset != "paper":
         short = given.preset if short == "base" else f"{short}_{given.preset}"
     workdir = (given.workdir or REPO / "runs" / f"parallel_{given.src}_{given.tgt}_{short}").resolve()
-    data_workdir, data_home = wmt14.data_folders(given.data_workdir, workdir, None)
+    data_workdir, data_home = translation.data_folders(given.data_workdir, workdir, None)
     arch = given.arch if given.arch in config.load("wmt14")["archs"] else "attn_paper_base"
     yaml = config.settings("wmt14", "paper", f"archs.{arch}", "files",
                            None if given.preset == "paper" else f"presets.{given.preset}")
-    return settings.compose(wmt14.Wmt14Settings, given, yaml, lambda v: dict(
+    return settings.compose(translation.TranslationSettings, given, yaml, lambda v: dict(
         pair=f"{given.src}-{given.tgt}", mode="files", source=YourFiles(), workdir=workdir,
         data_workdir=data_workdir, data_home=data_home,
         files={split: getattr(given, split).expanduser().resolve() for split in SPLITS},
-        size=model_size(yaml, wmt14.size_overrides(given), given.arch),
+        size=model_size(yaml, translation.size_overrides(given), given.arch),
         recipe_module="attn_kit.recipes.parallel"))
 
 
@@ -291,7 +291,7 @@ parse_args = build  # the name callers used before the settings were typed
 
 def main(argv=None):
     s = build(argv)
-    scale.run(s, wmt14.stages, canary.report if s.canary else canary.checking(s, wmt14.report))  # a canary's results: canary.json
+    scale.run(s, translation.stages, canary.report if s.canary else canary.checking(s, translation.report))  # a canary's results: canary.json
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Training the way users run it, for every recipe: the precision that really runs (``--precision``),
 Slurm (``--launcher slurm``: the data stages as a CPU job, the rest as a job after it, requeued
 before its time limit), fairseq-train options passed through after ``--`` (those that would break
-the recipe's bookkeeping refused: :data:`REFUSED`), ``--dry-run``'s cost estimate (:mod:`attn_kit.cost`),
+the recipe's bookkeeping refused: :data:`REFUSED`), ``--dry-run``'s cost estimate (:mod:`attn_kit.planning.cost`),
 and the devices checked before the first stage (:func:`check_devices`).
 """
 import argparse
@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from .. import cost, step_model, training_cost
+from ..planning import cost, step_model, training_cost
 from ..cli import UsageError, log
-from ..cost import gpu
-from ..fairseq_commands import (LAUNCHERS, batch_plan, gpu_supports_bf16, used_precision, visible_gpu_memory_gib,
-                                visible_gpus)
+from ..planning.cost import gpu
+from ..fairseq_layer.fairseq_commands import (LAUNCHERS, batch_plan, gpu_supports_bf16, used_precision,
+                                              visible_gpu_memory_gib, visible_gpus)
 from ..pipeline import slurm
 from ..pipeline.stages import Pipeline, run_recipe
 
@@ -117,7 +117,7 @@ def add_options(g):
                    help="the GPU's dense peak in TFLOPS at the run's precision, for a GPU not in the list")
     g.add_argument("--utilization", type=float,
                    help="the share of that peak the run reaches, for the arithmetic alone (default: the step time "
-                        "model attn_kit.step_model fitted to the GPU check's measurements, with its range)")
+                        "model attn_kit.planning.step_model fitted to the GPU check's measurements, with its range)")
 
 
 def precision_help() -> str:
@@ -167,7 +167,7 @@ def resolve_precision(precision: str, ngpus: int, launcher: str, dry_run: bool) 
 
 def size_forward(s) -> int:
     """``--max-tokens-per-gpu auto`` for the composed settings ``s``: the largest forward the GPU holds
-    (attn_kit.step_model.size_forward) for --gpu NAME, else the GPU visible here (not for --launcher
+    (attn_kit.planning.step_model.size_forward) for --gpu NAME, else the GPU visible here (not for --launcher
     slurm, whose job decides on its own GPUs), at most each device's share of --tokens-per-update; the
     paper's 4096 on a CPU or with no GPU known."""
     devices = s.ngpus * s.nnodes if s.ngpus else s.cpu_procs

@@ -1,7 +1,7 @@
 """A recipe's settings as one frozen, typed object, built once from its YAML and its command line.
 
 A recipe subclasses :class:`TrainSettings` (frozen, keyword-only; one field per option dest and YAML
-key it reads) and builds it in one place (the model: attn_kit.recipes.wmt14.build):
+key it reads) and builds it in one place (the model: attn_kit.recipes.translation.build):
 ``compose(MySettings, scale.parse(parser, argv), config.settings("my", "paper", mode), derive)``.
 A field takes, first to last: ``derive(values)`` (computed from a read-only view of the merged values),
 the command line (when not None), the YAML (named in ``.defaulted``), its default; :func:`check_run`
@@ -18,8 +18,8 @@ from types import SimpleNamespace
 from typing import Callable, Mapping, Optional, Sequence
 
 from ..cli import UsageError, UserError
-from ..fairseq_commands import PRECISIONS, paper_optimization
-from ..sizes import ModelSize
+from ..fairseq_layer.fairseq_commands import PRECISIONS, paper_optimization
+from ..planning.sizes import ModelSize
 from ..pipeline.text import CLEAN_MAX_LEN
 from . import scale
 
@@ -195,7 +195,7 @@ def tokens_or_auto(text: str):
 MAX_TOKENS_HELP = ("most tokens one device holds per forward; --update-freq makes up the rest of --tokens-per-update. "
                    "auto: the largest forward a GPU's memory holds (--gpu NAME's, else the GPU here; a Slurm job "
                    "decides on its own), at most its share of an update; {cpu} on a CPU or with no GPU known "
-                   "(attn_kit.step_model, sized from the GPU check's measured memory)")
+                   "(attn_kit.planning.step_model, sized from the GPU check's measured memory)")
 
 
 # ---------------------------------------------------------------------------------------------- options
@@ -247,7 +247,7 @@ def add_canary_options(g):
                    help=f"how long the canary trains (default {DEFAULT_CANARY_MINUTES:g})")
     g.add_argument("--canary-min-utilization", type=float, metavar="X",
                    help="the canary fails below this share of the GPU's dense peak (default: half the utilization "
-                        "attn_kit.step_model predicts for the GPU and the run's forwards; not checked on CPUs or "
+                        "attn_kit.planning.step_model predicts for the GPU and the run's forwards; not checked on CPUs or "
                         "GPUs it does not list)")
     g.add_argument("--canary-min-tokens-per-second", type=float, metavar="N",
                    help="the canary fails below N target tokens/s over all devices (default: no floor)")

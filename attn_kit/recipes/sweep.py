@@ -18,7 +18,7 @@ from ..cli import ArgumentParser, Number, UserError, add_force_option, check_out
 from ..pipeline.lock import workdir_lock
 from ..results import provenance
 from ..checkout import REPO
-from ..fairseq_commands import DecodePlan
+from ..fairseq_layer.fairseq_commands import DecodePlan
 from ..metrics.scores import detokenize, sacrebleu_score
 from .common import generate_command, read_hypotheses
 
@@ -63,7 +63,7 @@ DECODINGS = {
 
 
 def recipe(argv, env=None):
-    cmd = [sys.executable, "-m", "attn_kit.recipes.wmt14", "--pair", "en-de", "--bundled", *argv]
+    cmd = [sys.executable, "-m", "attn_kit.recipes.translation", "--pair", "en-de", "--bundled", *argv]
     log("$ " + " ".join(shlex.quote(str(c)) for c in cmd), sys.stderr)
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -136,7 +136,7 @@ def average(work: Path, n: int, upper: int) -> Path:
     out = work / "sweep" / f"avg{n}_{upper}.pt"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "attn_kit.checkpoints", "--inputs",
+        subprocess.run([sys.executable, "-m", "attn_kit.fairseq_layer.checkpoints", "--inputs",
                         str(work / "checkpoints"), "--num-update-checkpoints", str(n), "--checkpoint-upper-bound",
                         str(upper), "--output", str(out)], check=True, capture_output=True)
     return out

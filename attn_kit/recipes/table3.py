@@ -15,18 +15,18 @@ from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
 from ..cli import ArgumentParser, UsageError, UserError, atomic_output, log, main_guard, write_json_atomic, write_text_atomic
-from ..paper import BASE, EN_DE_VOCAB, TABLE3, Table3Row
+from ..planning.paper import BASE, EN_DE_VOCAB, TABLE3, Table3Row
 from ..results import provenance
 from ..pipeline import slurm
 from ..pipeline.lock import workdir_lock
 from ..pipeline.process import stream
 from ..pipeline.stages import Pipeline, Stage
-from . import canary, common, config, scale, settings, wmt14
+from . import canary, common, config, scale, settings, translation
 from ..checkout import REPO
-from ..fairseq_commands import DecodePlan, batch_plan, validate_command
-from ..fairseq_log import progress_line
-from .. import cost, training_cost
-from ..checkpoints import load_checkpoint
+from ..fairseq_layer.fairseq_commands import DecodePlan, batch_plan, validate_command
+from ..fairseq_layer.fairseq_log import progress_line
+from ..planning import cost, training_cost
+from ..fairseq_layer.checkpoints import load_checkpoint
 from ..metrics.bleu import read_lines
 from ..metrics.scores import dev_scores
 
@@ -217,7 +217,7 @@ parse_args = build  # the name callers used before the settings were typed
 def reused_runs(specs: List[str], rows, mode: str, max_update: int) -> dict:
     """{row name: run directory} from --reuse ROW=RUN_DIR, each checked against its results.json:
     a row of this run, the paper's own model (base or big, unchanged) trained for Table 3's updates
-    for it on WMT14 (attn_kit.recipes.wmt14.on_table2s_test_set), its final checkpoint there."""
+    for it on WMT14 (attn_kit.recipes.translation.on_table2s_test_set), its final checkpoint there."""
     by_name, out = {r.name: r for r in rows}, {}
     for spec in specs:
         name, _, folder = spec.partition("=")
@@ -240,7 +240,7 @@ def reused_runs(specs: List[str], rows, mode: str, max_update: int) -> dict:
         problem = (f"its arch is {r.get('arch')}, the row's {row.arch}" if r.get("arch") != row.arch else
                    f"it trained {r.get('updates')} updates, the row {updates}" if r.get("updates") != updates else
                    f"it is a {r.get('mode')} run on {r.get('pair')}, not the paper's model on WMT14 en-de"
-                   if r.get("pair") != "en-de" or not wmt14.on_table2s_test_set(r) else
+                   if r.get("pair") != "en-de" or not translation.on_table2s_test_set(r) else
                    "it has no checkpoints/checkpoint_last.pt" if not (folder / "checkpoints" / "checkpoint_last.pt")
                    .is_file() else None)
         if problem:
@@ -250,7 +250,7 @@ def reused_runs(specs: List[str], rows, mode: str, max_update: int) -> dict:
 
 
 def default_data_workdir(mode: str, workdir: Path) -> Path:
-    """Where the EN-DE recipe prepares this mode's data by default (attn_kit.recipes.wmt14.data_folders):
+    """Where the EN-DE recipe prepares this mode's data by default (attn_kit.recipes.translation.data_folders):
     the shared wmt14_en_de_data beside the work directory; --bundled, --smoke: that recipe's work
     directory. Data an earlier version prepared in runs/wmt14_en_de_base (this option's default then)
     is used while the shared folder has nothing."""
@@ -490,7 +490,7 @@ def data_command(s: Table3Settings) -> list:
     """The EN-DE recipe's data stages in --data-workdir (skipping what is done): given as that recipe's
     --data-workdir, so that data prepared there with other options is refused, never redone."""
     mode = {"bundled": ["--bundled"], "smoke": ["--smoke"]}.get(s.mode, [])
-    return [sys.executable, "-m", "attn_kit.recipes.wmt14", "--pair", "en-de", *mode, "--workdir",
+    return [sys.executable, "-m", "attn_kit.recipes.translation", "--pair", "en-de", *mode, "--workdir",
             str(s.data_workdir), "--data-workdir", str(s.data_workdir), "--stop-stage", "binarize",
             *(["--dry-run"] if s.dry_run else [])]
 
@@ -498,9 +498,9 @@ def data_command(s: Table3Settings) -> list:
 def data_prepared(s: Table3Settings) -> bool:
     """Whether the EN-DE recipe would skip every data stage in --data-workdir."""
     command = [c for c in data_command(s) if c != "--dry-run"]
-    data = wmt14.build(command[3:])
-    return scale.all_done(Pipeline(data.workdir, wmt14.stages(data), True, data.stage, data.stop_stage,
-                                   wmt14.STAGE_ALIASES))
+    data = translation.build(command[3:])
+    return scale.all_done(Pipeline(data.workdir, translation.stages(data), True, data.stage, data.stop_stage,
+                                   translation.STAGE_ALIASES))
 
 
 def prepare_data(s: Table3Settings):
@@ -537,7 +537,7 @@ def write_canary_table(s: Table3Settings):
     for row in s.rows:
         c = json.loads((s.workdir / "rows" / row.name / "canary" / "canary.json").read_text())
         rows[row.name] = c["predicted_seconds"]["total"]
-    data = canary.data_seconds(s.data_workdir, wmt14.STAGE_NAMES)
+    data = canary.data_seconds(s.data_workdir, translation.STAGE_NAMES)
     total = sum(rows.values()) + (data or 0.0)
     write_json_atomic(s.workdir / "canary.json", {"rows_predicted_seconds": rows, "data_preparation": data,
                                                       "total": round(total, 1)})
@@ -569,7 +569,7 @@ def stages(s: Table3Settings) -> List[Stage]:
 
 def row_costs(s: Table3Settings) -> dict:
     """{row name: ({GPU type: seconds}, seconds on the paper's 8 P100s)} of every row trained here (not
-    those --reuse takes): its training wall time (attn_kit.step_model)."""
+    those --reuse takes): its training wall time (attn_kit.planning.step_model)."""
     out = {}
     for row in s.rows:
         if row.name in s.reused:
@@ -597,7 +597,7 @@ def total_cost(s: Table3Settings) -> List[str]:
             for name, seconds in costs[row][0].items():
                 sums[name] = sums.get(name, 0.0) + seconds
         return (", ".join(f"{name} {cost.hours_text(seconds)}" for name, seconds in sums.items())
-                + f" (attn_kit.step_model); on the paper's 8 P100s (fp32) "
+                + f" (attn_kit.planning.step_model); on the paper's 8 P100s (fp32) "
                 + cost.hours_text(sum(costs[row][1] for row in rows)))
 
     devices = f"{common.devices(s)} {'GPUs' if s.ngpus else 'CPU processes'}"

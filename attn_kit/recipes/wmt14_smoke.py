@@ -16,7 +16,8 @@ from urllib.parse import urlparse
 
 from attn_kit.pipeline.download import RemoteFile, sha256_of
 from attn_kit.pipeline.mirror import make_tar, serve
-from .wmt14_data import FILES, PAIRS, Layout, Wmt14Download, files_for, source
+from .wmt14_data import FILES, PAIRS, Wmt14Download, files_for
+from .sources import Layout, source
 from ..checkout import REPO
 
 SAMPLES = {"de": REPO / "data" / "tatoeba-en-de", "fr": REPO / "data" / "tatoeba-en-fr-sample"}

@@ -19,14 +19,14 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from ..checkout import REPO
 from ..cli import ArgumentParser, UsageError, UserError, log, main_guard, write_json_atomic
 from ..metrics.trees import REPAIRS, delinearize
-from ..paper import TABLE4_F1
+from ..planning.paper import TABLE4_F1
 from ..pipeline.lock import workdir_lock
 from ..pipeline.progress import watch_output
-from .. import fairseq_data
-from ..fairseq_log import progress_line
-from ..fairseq_commands import average_checkpoints, binarize
+from ..fairseq_layer import fairseq_data
+from ..fairseq_layer.fairseq_log import progress_line
+from ..fairseq_layer.fairseq_commands import average_checkpoints, binarize
 from ..pipeline.stages import Stage
-from ..step_model import PAPER_MAX_TOKENS
+from ..planning.step_model import PAPER_MAX_TOKENS
 from . import canary, common, config, scale, settings
 from .wsj_data import LDC, SMOKE_PTB, SPLITS, SRC, TGT, SilverTrees, Treebank, prepare_data
 from .wsj_tune import (HELP as TUNE_GRID_HELP, decode_settings, evalb_blocks, forget_stale_selection,

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import List, Optional
 
-from ..build import parse_train_args, plugin_flags
+from ..fairseq_layer.build import parse_train_args, plugin_flags
 from ..cli import UsageError, UserError, log, write_json_atomic
 from ..metrics.evalb import parse_summary
 from . import common

@@ -34,7 +34,7 @@ import sys
 
 from attn_kit.cli import main_guard
 from attn_kit.pipeline import stages
-from attn_kit.recipes import wmt14
+from attn_kit.recipes import translation
 
 
 def install(stage: str, sig: str, trigger: str):
@@ -43,7 +43,7 @@ def install(stage: str, sig: str, trigger: str):
     number = getattr(signal, name)
     state = {"stage": None, "steps": 0, "fired": False}
     run_one, step, sh, stream, report = (stages.Pipeline._run_one, stages.Context.step, stages.Context.sh,
-                                         stages.stream, wmt14.report)
+                                         stages.stream, translation.report)
     if group:
         assert group == "group" and os.getpgrp() == os.getpid(), "SIGNAL@group needs the recipe to lead its group"
     assert not (number == signal.SIGKILL and kind == "import"), "SIGKILL would leave a paused command paused"
@@ -109,7 +109,7 @@ def install(stage: str, sig: str, trigger: str):
             return None  # the import goes on as usual (or the signal ends it here)
 
     stages.Pipeline._run_one, stages.Context.step, stages.Context.sh = patched_run_one, patched_step, patched_sh
-    stages.stream, wmt14.report = patched_stream, patched_report
+    stages.stream, translation.report = patched_stream, patched_report
     sys.meta_path.insert(0, ImportWatch())
 
 
@@ -117,4 +117,4 @@ if __name__ == "__main__":
     stage, sig, trigger, dashes, *options = sys.argv[1:]
     assert dashes == "--", "usage: inject.py STAGE SIGNAL TRIGGER -- RECIPE OPTIONS..."
     install(stage, sig, trigger)
-    main_guard(wmt14.main, options, interrupted="interrupted; finished stages are kept, run the same command again to resume")
+    main_guard(translation.main, options, interrupted="interrupted; finished stages are kept, run the same command again to resume")

@@ -1,0 +1,530 @@
+"""The prepared GPU check (benchmarks/gpu_check.sh): what one call on a lent GPU machine measures,
+built here and dry-run on CPU first, so that a rare GPU hour is not spent on a typo.
+
+``prepare`` (here, with internet and ../shared): the WMT-shaped synthetic corpus (newstest's
+sentence shapes, :mod:`attn_kit.tools.bench.corpus`) through the recipe's own data stages
+(``recipes/parallel.sh --stop-stage binarize``), and the part of its data folder the GPU needs
+(data-bin, the BPE'd test text, the stamps) copied to ``.gpu_check/data``.
+
+``run`` (there; ``--dry-run`` here prints and checks every command): the measured bf16 matmul
+rate; the recipe's ``--canary`` at the paper's base and big sizes and tokens per update; the
+recipe's own fairseq-train command at per-GPU forwards of 4K / 8K / 16K / 28K tokens, with
+fairseq's Adam in place of the plugin's, with ``--compile-layers``, with lengths padded to a
+multiple of 8; a profile of a few updates. Each step is checked against a deadline, and the results
+file is rewritten after each, so a run cut short keeps what it measured.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+from ...planning import cost
+from ...checkout import REPO
+from ...cli import ArgumentParser, Number, UsageError, UserError, add_output_option, log, main_guard, write_json_atomic
+from ..fairseq_forks import ForkedTrainings
+from ...recipes import canary, common, parallel
+from ...recipes.sources import Layout
+from ...results import provenance
+from . import train
+from .data_prep import SHARED, make_corpus
+from .measure import matmul_rate
+
+HERE = REPO / ".gpu_check"
+TOKENS_PER_UPDATE = 28000  # the paper's ~25K + 25K tokens per update (recipes/configs/wmt14.yaml)
+
+
+# ---------------------------------------------------------------------------------------------- prepare
+def recipe_data_argv(corpus: Path, data_workdir: Path, workdir: Path, workers: int) -> List[str]:
+    """recipes/parallel.sh's options for the synthetic EN-DE corpus: the paper's EN-DE BPE (35000 merges)."""
+    return ["--src", "en", "--tgt", "de", *(x for split in ("train", "valid", "test")
+                                               for x in (f"--{split}", str(corpus / split))),
+            "--data-workdir", str(data_workdir), "--workdir", str(workdir), "--workers", str(workers),
+            "--bpe-merges", "35000"]
+
+
+def prepare(args) -> int:
+    """The data-preparation benchmark's synthetic corpus (its make_corpus: train, valid and test with
+    newstest's shapes), then the recipe's data stages on it, and the part the GPU needs copied aside."""
+    from types import SimpleNamespace
+
+    corpus, prep, data = args.dir / "corpus", args.dir / "prep", args.dir / "data"
+    shapes = [SHARED / "wmt14" / "plain" / f"newstest{y}.en-de.{lang}" for lang in ("en", "de") for y in (2013, 2014)]
+    if args.shapes:
+        shapes = list(args.shapes)
+    for path in shapes:
+        if not Path(path).exists():
+            raise UserError(f"{path}: no such file (newstest's sentence shapes; give --shapes EN DE)")
+    if not (corpus / "test.de").exists():
+        make_corpus(SimpleNamespace(shapes=shapes, sizes=[args.pairs], seed=1), corpus)
+    parallel.main([*recipe_data_argv(corpus, prep, args.dir / "prep-run", args.workers), "--ngpus", "0",
+                   "--stop-stage", "binarize"])
+    s = parallel.build(recipe_data_argv(corpus, prep, args.dir / "prep-run", args.workers))
+    lay = Layout.of(s)
+    shutil.rmtree(data, ignore_errors=True)
+    keep = [lay.data_bin, *(lay.binarize_from / f"test.{lang}" for lang in ("en", "de")), prep / ".stages"]
+    for path in keep:
+        target = data / path.relative_to(prep)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if path.is_dir() else shutil.copy2)(path, target)
+    size = sum(p.stat().st_size for p in data.rglob("*") if p.is_file())
+    log(f"{data}: {size / 2 ** 20:.1f} MiB for the GPU machine (data-bin, the BPE'd test text, the stamps)")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- what runs
+MODELS = {"base": "attn_paper_base", "big": "attn_paper_big"}
+FORWARDS = (4096, 8192, 16384, 28000)  # --max-tokens-per-gpu: 7, 4, 2, 1 forwards per update of 28000 tokens
+CANARY_MINUTES = 0.3
+SWEEP_SECONDS = 12  # of training per sweep run (fairseq's --stop-time-hours; start-up comes on top)
+COMPILE_SECONDS = 60  # --compile-layers compiles in its first updates (and again for new shapes: 30 s was
+# all compilation on the H200)
+STARTUP_SECONDS = 12  # a sweep run's start (CUDA, data, model) and end, for the deadline
+CANARY_OVERHEAD_SECONDS = 75  # recipe start, fairseq-train start, validation, checkpoint, averaging, generation
+PROFILE_STEPS = (12, 17)  # trainer.train_step calls profiled: [start, stop)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One run of the recipe's training command, changed in one respect."""
+    name: str
+    model: str                      # base | big
+    max_tokens_per_gpu: int = 28000
+    optimizer: str = "attn_adam"    # the recipe's; "adam": fairseq's own
+    compile_layers: bool = False
+    pad8: bool = False              # --required-seq-len-multiple 8
+    seconds: int = SWEEP_SECONDS    # the time budget (--stop-time-hours)
+    profile: bool = False
+    updates: Optional[int] = None   # stop at this many updates (--max-update) if the budget lasts that long
+
+    def extra(self) -> List[str]:
+        return [*(["--compile-layers"] if self.compile_layers else []),
+                *(["--required-seq-len-multiple", "8"] if self.pad8 else [])]
+
+
+def plan() -> List[object]:
+    """What runs, most telling first, as the deadline may cut the list short: a profile and the
+    recipe's training as it is (one 28K-token forward, attn_adam) at base and big size, with
+    --compile-layers (which needs its first minute to compile) and a profile of it, as it was (4K-token forwards,
+    fairseq's Adam: the baseline, run again on the same machine), the two canaries, then one change
+    at a time."""
+    out: List[object] = [Variant("base_28k_profile", "base", profile=True, seconds=10)]
+    out += [Variant(f"{model}_28k", model) for model in ("base", "big")]
+    out += [Variant(f"{model}_28k_compile", model, compile_layers=True, seconds=COMPILE_SECONDS)
+            for model in ("base", "big")]
+    # where the time goes once the layers are compiled (the compiled runs before it leave their kernels in
+    # the compiler's cache on disk, so it compiles in seconds; run without them, as with --only, it compiles
+    # from nothing: it stops at its updates, the budget only a cap)
+    out += [Variant("base_28k_compile_profile", "base", compile_layers=True, profile=True, seconds=COMPILE_SECONDS,
+                    updates=PROFILE_STEPS[1] + 6)]
+    # the model's own step, without fairseq's trainer, at the same tokens per forward, the plugin beside
+    # stock fairseq: how much of an update fairseq-train adds around the model
+    out += ["bench:base"]
+    out += [Variant(f"{model}_4k_fairseq_adam", model, 4096, optimizer="adam") for model in ("base", "big")]
+    out += ["canary:base", "canary:big"]
+    out += [Variant(f"{model}_28k_fairseq_adam", model, optimizer="adam") for model in ("base", "big")]
+    out += [Variant(f"{model}_{f // 1000}k", model, f) for model in ("base", "big") for f in FORWARDS[:-1]]
+    out += [Variant("base_28k_pad8", "base", pad8=True)]
+    return out
+
+
+# benchmarks/train_throughput.py at one forward of the recipe's size: 437 sentences x 64 tokens = 27968
+BENCH_SENTENCES, BENCH_LENGTH, BENCH_SECONDS = 437, 64, 90
+
+
+def bench_argv(model: str, out: Path) -> List[str]:
+    """benchmarks/train_throughput.py on the GPU, bf16 autocast (the recipe's precision), one shape."""
+    return [sys.executable, str(REPO / "benchmarks" / "train_throughput.py"), "--ngpus", "1", "--precision",
+            "bf16", "--mixed", "autocast", "--shapes", model, "--sentences", str(BENCH_SENTENCES), "--length",
+            str(BENCH_LENGTH), "--steps", "20", "--warmup", "5", "--repeats", "3", "--output", str(out), "--force"]
+
+
+def item_name(item) -> str:
+    return item if isinstance(item, str) else item.name
+
+
+def recipe_argv(data: Path, model: str, workdir: Path, max_tokens_per_gpu: int = 28000,
+                extra: List[str] = ()) -> List[str]:
+    """recipes/parallel.sh on the prepared data folder, from the canary stage (the data stages ran
+    at ``prepare``; their raw text stays here): the paper's model, tokens per update and schedule,
+    one GPU, bf16."""
+    argv = [*recipe_data_argv(data.parent / "corpus", data, workdir, 4), "--arch", MODELS[model],
+            "--ngpus", "1", "--precision", "bf16", "--tokens-per-update", str(TOKENS_PER_UPDATE),
+            "--max-tokens-per-gpu", str(max_tokens_per_gpu)]
+    return [*argv, "--", *extra] if extra else argv
+
+
+def canary_argv(data: Path, model: str, runs: Path) -> List[str]:
+    return [*recipe_argv(data, model, runs / f"canary_{model}"), "--canary", "--canary-minutes", str(CANARY_MINUTES),
+            "--stage", "canary"]
+
+
+def sweep_command(data: Path, v: Variant, runs: Path) -> List[str]:
+    """The recipe's own fairseq-train command (attn_kit.recipes.common.train_command) for ``v``,
+    with a time budget of ``v.seconds``, no checkpoints and no validation."""
+    import dataclasses as dc
+
+    s = parallel.build(recipe_argv(data, v.model, runs / v.name, v.max_tokens_per_gpu, v.extra()))
+    s = dc.replace(s, precision_used="bf16", train_minutes=v.seconds / 60, log_interval=10,
+                   **({"max_update": v.updates} if v.updates else {}))
+    cmd = common.train_command(s, Layout.of(s).data_bin, runs / v.name / "checkpoints", s.model)
+    cmd = [*cmd, "--no-save", "--disable-validation"]
+    if v.optimizer != "attn_adam":
+        cmd[cmd.index("attn_adam")] = v.optimizer
+    return cmd
+
+
+def check_parses(cmd: List[str]):
+    """fairseq-train's own parser (the plugin's options included) accepts ``cmd``."""
+    from fairseq import options
+
+    parser = options.get_training_parser()
+    try:
+        options.parse_args_and_arch(parser, input_args=[str(c) for c in cmd[1:]])
+    except SystemExit:
+        raise UserError(f"fairseq-train does not parse: {' '.join(map(str, cmd))}") from None
+
+
+# ---------------------------------------------------------------------------------------------- running
+def profile_steps(path: str, steps=PROFILE_STEPS):
+    """In a fairseq-train child: profile trainer.train_step calls ``steps`` (torch.profiler, CPU
+    and CUDA) and write where their time went to ``path``."""
+    import torch
+    from fairseq.trainer import Trainer
+
+    original, calls = Trainer.train_step, [0]
+    cuda = torch.cuda.is_available()
+    activities = [torch.profiler.ProfilerActivity.CPU, *([torch.profiler.ProfilerActivity.CUDA] if cuda else [])]
+    prof = torch.profiler.profile(activities=activities)
+    clock = {}
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def train_step(self, samples, raise_oom=False):
+        calls[0] += 1
+        if calls[0] == steps[0]:
+            sync()
+            prof.start()
+            clock["start"] = time.perf_counter()
+        out = original(self, samples, raise_oom)
+        if calls[0] == steps[1] - 1:
+            sync()
+            seconds = time.perf_counter() - clock["start"]
+            prof.stop()
+            write_json_atomic(Path(path), profile_summary(prof, seconds, steps[1] - steps[0]))
+        return out
+
+    Trainer.train_step = train_step
+
+
+def profile_summary(prof, seconds: float, steps: int) -> dict:
+    """Wall time per update, GPU kernel time and launches per update, and the top CPU and GPU entries."""
+    rows = prof.key_averages()
+
+    def device_self(e):
+        return getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0) or 0
+
+    from torch.autograd import DeviceType
+
+    # the kernels themselves: CPU-side rows (an aten op, a user annotation) carry their kernels' time too
+    # (a CPU-side annotation such as "forward" also has a GPU-side row of the same name: not a kernel)
+    cpu_keys = {e.key for e in rows if e.device_type == DeviceType.CPU}
+    kernels = [e for e in rows if e.device_type == DeviceType.CUDA and e.key not in cpu_keys]
+    gpu_us = sum(device_self(e) for e in kernels)
+    launches = sum(e.count for e in rows if e.key in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
+                                                      "cudaGraphLaunch"))
+    top_gpu = sorted(kernels, key=device_self, reverse=True)[:20]
+    top_cpu = sorted(rows, key=lambda e: e.cpu_time_total, reverse=True)[:25]
+    return {"updates": steps, "wall_ms_per_update": round(1e3 * seconds / steps, 2),
+            "gpu_kernel_ms_per_update": round(gpu_us / 1e3 / steps, 2),
+            "gpu_busy_share": round(gpu_us / 1e6 / seconds, 3) if seconds else None,
+            "kernel_launches_per_update": round(launches / steps),
+            "top_gpu": [{"name": e.key[:120], "calls_per_update": round(e.count / steps, 1),
+                         "ms_per_update": round(device_self(e) / 1e3 / steps, 3)} for e in top_gpu],
+            "top_cpu_total": [{"name": e.key[:120], "calls_per_update": round(e.count / steps, 1),
+                               "ms_per_update": round(e.cpu_time_total / 1e3 / steps, 3),
+                               "self_ms_per_update": round(e.self_cpu_time_total / 1e3 / steps, 3)}
+                              for e in top_cpu]}
+
+
+def timed_updates(ends: dict):
+    """(first, last): the updates whose span is timed, the first 30% (at least 3) left out: start-up,
+    allocator growth, compilation. ``ends``: {update: when it ended} (canary.update_times)."""
+    import math
+
+    updates = list(ends)
+    return updates[max(3, math.ceil(0.3 * len(updates))) - 1], updates[-1]
+
+
+def sweep_result(v: Variant, cmd: List[str], folder: Path, rc: int, matmul: Optional[float]) -> dict:
+    """What one sweep run did: updates, seconds per update, target and padded tokens/s, model FLOP
+    utilization against the measured matmul rate and the datasheet's dense peak, peak memory."""
+    import math
+
+    out = {"name": v.name, "model": v.model, "max_tokens": int(cmd[cmd.index("--max-tokens") + 1]),
+           "update_freq": int(cmd[cmd.index("--update-freq") + 1]), "optimizer": v.optimizer,
+           "compile_layers": v.compile_layers, "pad_to_multiple": 8 if v.pad8 else 1, "train_seconds": v.seconds,
+           "exit_status": rc}
+    records = canary.read_stats(folder / "stats")
+    log_path = folder / "train.log"
+    if rc != 0 or not records:
+        text = log_path.read_text(errors="replace") if log_path.exists() else ""
+        out["log_tail"] = text.splitlines()[-12:]
+        return out
+    ends = canary.update_times(records[0])
+    updates = list(ends)
+    if len(updates) < 6:
+        out["updates"] = len(updates)
+        return out
+    first, last = timed_updates(ends)
+    window = ends[last] - ends[first]
+    steps = [st for st in records[0]["steps"] if first < st[0] + 1 <= last]
+    data_bin = Path(cmd[1])
+    vocab = common.dictionary_size(next(iter(sorted(data_bin.glob("dict.*.txt")))))
+    model_flags = cmd[cmd.index("--arch"):cmd.index("--arch") + 2]
+    shape = cost.model_shape(model_flags[1], cmd[2:], vocab)
+    flops = canary.achieved_flops(records, first, last, shape, window)
+    peak = canary.device_peak(records[0], "bf16")
+    rec = records[0]
+    out.update({
+        "updates": len(updates), "timed_updates": last - first, "seconds_per_update": round(window / (last - first), 5),
+        "target_tokens_per_second": round(sum(st[2] for st in steps) / window, 1),
+        "padded_tokens_per_second": round(sum(st[3] + st[4] for st in steps) / 2 / window, 1),
+        "target_tokens_per_update": round(sum(st[2] for st in steps) / (last - first), 1),
+        "model_tflops_per_second": round(flops / 1e12, 2),
+        "mfu_vs_measured_matmul": round(flops / matmul, 4) if matmul else None,
+        "mfu_vs_datasheet_peak": round(flops / (peak * 1e12), 4) if peak else None,
+        "peak_allocated_gib": round(rec.get("peak_allocated_bytes", 0) / 2 ** 30, 2),
+        "peak_reserved_gib": round(rec.get("peak_reserved_bytes", 0) / 2 ** 30, 2),
+        "device": rec.get("device"), "total_memory_gib": round(rec.get("total_bytes", 0) / 2 ** 30, 1),
+        "loss_bits_first_last": [round(v, 3) for v in (steps[0][6] / steps[0][7] / math.log(2),
+                                                       steps[-1][6] / steps[-1][7] / math.log(2))],
+    })
+    return out
+
+
+def smi_utilization(smi: Path, start: float, end: float) -> Optional[float]:
+    """The median of nvidia-smi's utilization.gpu samples (gpu_check.sh writes them to ``smi``,
+    "2026/11/27 15:15:48.820, 37 %, ...", the machine's local time) from ``start`` to ``end``
+    (time.time()s): the share of time a kernel was running, not of the GPU's arithmetic."""
+    import datetime
+    import statistics
+
+    samples = []
+    try:
+        lines = smi.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = [f.strip() for f in line.split(",")]
+        try:
+            when = datetime.datetime.strptime(fields[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            busy = float(fields[1].rstrip(" %"))
+        except (ValueError, IndexError):
+            continue
+        if start <= when <= end:
+            samples.append(busy)
+    return statistics.median(samples) if samples else None
+
+
+def add_utilization(entry: dict, folder: Path, smi: Path):
+    """``entry["gpu_utilization_percent_median"]``: from ``smi`` over the timed updates of the run
+    in ``folder`` (their span read from its step records)."""
+    records = canary.read_stats(folder / "stats")
+    ends = canary.update_times(records[0]) if records else {}
+    if len(ends) >= 6:
+        first, last = timed_updates(ends)
+        busy = smi_utilization(smi, ends[first], ends[last])
+        if busy is not None:
+            entry["gpu_utilization_percent_median"] = busy
+
+
+def environment() -> dict:
+    import platform
+
+    import torch
+
+    env = {"python": platform.python_version(), "torch": torch.__version__}
+    try:
+        import fairseq
+
+        env["fairseq"] = fairseq.__version__
+    except ImportError:
+        env["fairseq"] = None
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env.update({"gpu": props.name, "gpu_memory_gib": round(props.total_memory / 2 ** 30, 1),
+                    "multiprocessors": props.multi_processor_count})
+    return env
+
+
+def run(args) -> int:
+    data, runs = args.dir / "data", args.dir / "runs"
+    start = time.time()
+    deadline = start + args.seconds
+    chosen = [item for item in plan() if not args.only or item_name(item) in args.only]
+
+    def command(item):
+        if isinstance(item, Variant):
+            return sweep_command(data, item, runs)
+        kind, model = item.split(":")
+        return canary_argv(data, model, runs) if kind == "canary" else bench_argv(model, runs / f"{kind}_{model}.json")
+
+    items = [(item, command(item)) for item in chosen]
+    log(f"the GPU check: {len(items)} runs (the recipe's canary, and its training command changed one way at a "
+        f"time), none started later than {args.seconds} s after the start")
+    for item, cmd in items:
+        print(f"  $ [{item}] bash recipes/parallel.sh " + " ".join(cmd) if item_name(item).startswith("canary:")
+              else f"  $ [{item_name(item)}] " + " ".join(cmd), flush=True)
+    if args.dry_run:
+        trainings = [cmd for item, cmd in items if isinstance(item, Variant)]
+        for cmd in trainings:
+            check_parses(cmd)
+        log(f"fairseq-train's parser accepts the {len(trainings)} training commands")
+        for item, argv in items:
+            if item_name(item).startswith("canary:"):
+                log(f"the recipe's dry run of {item}:")
+                parallel.main([*argv, "--dry-run"])
+            elif item_name(item).startswith("bench:"):
+                train.parser().parse_args(argv[2:])  # the benchmark's own parser takes the options
+                log(f"benchmarks/train_throughput.py's parser accepts the options of {item}")
+        return 0
+    if not data.joinpath("data-bin").exists():
+        raise UserError(f"{data}/data-bin: not there; run bash benchmarks/gpu_check.sh --prepare first (where "
+                        "../shared is) and carry .gpu_check/data")
+    result = {**provenance(args.command_line), "commit": args.commit or provenance()["commit"],
+              "benchmark": "gpu_check", "environment": environment(), "seconds_allowed": args.seconds,
+              "install_seconds": args.install_seconds,
+              "install_as_documented": args.install_as_documented, "tokens_per_update": TOKENS_PER_UPDATE, "canary": {}, "sweep": [], "skipped": []}
+    out = args.out
+
+    def save():
+        result["seconds"] = round(time.time() - start, 1)
+        write_json_atomic(out, result)
+
+    result["environment"]["measured_bf16_matmul_tflops"] = round(matmul_rate("cuda", "bf16") / 1e12, 1)
+    matmul = result["environment"]["measured_bf16_matmul_tflops"] * 1e12
+    log(f"bf16 matmul: {matmul / 1e12:.0f} TFLOP/s")
+    save()
+    import subprocess
+
+    forks = ForkedTrainings(cwd=REPO)
+    try:
+        for item, cmd in items:
+            if item_name(item).startswith("bench:"):
+                model = item.split(":")[1]
+                if time.time() + BENCH_SECONDS > deadline:
+                    result["skipped"].append(item)
+                    continue
+                t0 = time.time()
+                try:
+                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3 * BENCH_SECONDS)
+                    status, output = proc.returncode, proc.stdout + proc.stderr
+                except subprocess.TimeoutExpired as exc:
+                    status, output = "timeout", str(exc.stdout or "") + str(exc.stderr or "")
+                entry = {"command": " ".join(cmd[1:]), "exit_status": status, "seconds": round(time.time() - t0, 1),
+                         "output_tail": output.splitlines()[-25:]}
+                written = Path(cmd[cmd.index("--output") + 1])
+                if written.exists():
+                    entry["result"] = json.loads(written.read_text())
+                result.setdefault("bench", {})[model] = entry
+                log(f"{item}: exit {status} in {entry['seconds']} s")
+                save()
+                continue
+            if isinstance(item, str):
+                model = item.split(":")[1]
+                if time.time() + CANARY_MINUTES * 60 + CANARY_OVERHEAD_SECONDS > deadline:
+                    result["skipped"].append(item)
+                    continue
+                t0 = time.time()
+                proc = subprocess.run(["bash", str(REPO / "recipes" / "parallel.sh"), *cmd], capture_output=True,
+                                      text=True)
+                folder = runs / f"canary_{model}" / "canary"
+                entry = {"exit_status": proc.returncode, "seconds": round(time.time() - t0, 1),
+                         "output_tail": (proc.stdout + proc.stderr).splitlines()[-25:]}
+                if (folder / "canary.json").exists():
+                    entry["canary"] = json.loads((folder / "canary.json").read_text())
+                result["canary"][model] = entry
+                log(f"canary {model}: exit {proc.returncode} in {entry['seconds']} s")
+                save()
+                continue
+            v = item
+            if time.time() + v.seconds + STARTUP_SECONDS > deadline:
+                result["skipped"].append(v.name)
+                continue
+            folder = runs / v.name
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            profile = str(folder / "profile.json") if v.profile else None
+            rc = forks.run(cmd, folder / "train.log", {"ATTN_RUN_STATS": str(folder / "stats")}, profile)
+            entry = sweep_result(v, cmd, folder, rc, matmul)
+            add_utilization(entry, folder, out.parent / "smi.csv")
+            if profile and Path(profile).exists():
+                summary = {"run": v.name, **json.loads(Path(profile).read_text())}
+                result.setdefault("profile", summary)  # the first: the plain layers'
+                result.setdefault("profiles", {})[v.name] = summary
+            result["sweep"].append(entry)
+            log(f"{v.name}: " + ", ".join(f"{k} {entry.get(k)}" for k in (
+                "exit_status", "updates", "seconds_per_update", "target_tokens_per_second", "mfu_vs_measured_matmul",
+                "peak_reserved_gib")))
+            save()
+    finally:
+        forks.close()
+    save()
+    log(f"wrote {out}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- command line
+def parse_args(argv=None):
+    p = ArgumentParser(prog="python -m attn_kit.tools.bench.gpu_check", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    pp = sub.add_parser("prepare", help="the synthetic corpus and its data-bin, here (needs ../shared and wordfreq)")
+    pp.add_argument("--pairs", type=Number(int, minimum=1000), default=200000,
+                    help="training pairs of the synthetic corpus (default 200000)")
+    pp.add_argument("--workers", type=Number(int, minimum=1), default=os.cpu_count() or 1,
+                    help="the data stages' --workers")
+    pp.add_argument("--shapes", type=Path, nargs=2, metavar=("EN", "DE"),
+                    help="sentence-shape text (default: newstest2013+2014 EN-DE from ../shared)")
+    pp.add_argument("--dir", type=Path, default=HERE, help=f"where (default {HERE})")
+    pr = sub.add_parser("run", help="measure on the GPU (--dry-run: print and check every command, on any machine)")
+    pr.add_argument("--dry-run", action="store_true", help="print every command and check that it parses; run none")
+    pr.add_argument("--seconds", type=Number(int, minimum=60), default=420,
+                    help="stop starting runs that would end later than this many seconds after the start (default 420)")
+    add_output_option(pr, "the results file", default=HERE / "gpu_check.json")
+    pr.add_argument("--only", type=lambda text: text.split(","), metavar="NAME,...",
+                    help="run only these of the plan (names as --dry-run prints them: base_28k_compile, canary:base)")
+    pr.add_argument("--commit", help="the commit the tree is at (the GPU machine's copy has no .git)")
+    pr.add_argument("--dir", type=Path, default=HERE, help=f"the prepared folder (default {HERE})")
+    pr.add_argument("--install-seconds", type=Number(int, minimum=0),
+                    help="how long the install took (gpu_check.sh measures it)")
+    pr.add_argument("--install-as-documented", choices=("yes", "no"),
+                    help="whether docs/scaling.md's install commands worked as written (gpu_check.sh)")
+    pr.add_argument("--script-seconds", type=Number(int, minimum=0),
+                    help="gpu_check.sh's own --seconds (install included), for the command the results file records")
+    args = p.parse_args(argv)
+    if args.command == "run" and args.only:
+        names = [item_name(item) for item in plan()]
+        unknown = [name for name in args.only if name not in names]
+        if unknown:
+            raise UsageError(f"--only: not in the plan: {', '.join(unknown)} (the plan: {', '.join(names)})")
+    args.command_line = "bash benchmarks/gpu_check.sh" + (" --dry-run" if getattr(args, "dry_run", False) else "") \
+        + (f" --seconds {args.script_seconds}" if getattr(args, "script_seconds", None) else "") \
+        + (f" --only {','.join(args.only)}" if getattr(args, "only", None) else "")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    return prepare(args) if args.command == "prepare" else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main_guard(main))

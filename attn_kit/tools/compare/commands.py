@@ -1,0 +1,100 @@
+"""The comparison's command lines: fairseq-train for each side of the pair (through
+the worker, :mod:`attn_kit.tools.compare.worker`) and fairseq-generate, the same for both.
+
+Functions take the parsed command line of :func:`attn_kit.tools.compare.cli.parse_args`:
+``arch`` (a pair of :data:`attn_kit.tools.pairs.PAIRS`), ``size`` (a ModelSize, or None
+for the archs' own), the budget, batch, schedule and evaluation settings, and
+``precision`` (what is used: fp32, fp16 or bf16).
+"""
+import os
+import sys
+from pathlib import Path
+from typing import List
+
+from ...fairseq_layer import fairseq_commands
+from ...checkout import PLUGIN_DIR, REPO
+from ...fairseq_layer.fairseq_commands import launcher
+from ..pairs import arch_size
+from ..pairs import model_flags as pair_flags
+from ...recipes.config import settings
+
+WORKER = "attn_kit.tools.compare.worker"  # python -m WORKER STATS_JSON FAIRSEQ_TRAIN_ARGS...
+
+def _recipe_training(mode=None) -> dict:
+    """The WMT14 recipe's batch and schedule (recipes/configs/wmt14.yaml), in ``mode``."""
+    s = settings("wmt14", "paper", mode)
+    return dict(max_tokens=s["max_tokens_per_gpu"], warmup_updates=s["warmup_updates"], lr_scale=s["lr_scale"])
+
+
+# --bundled compares at the bundled recipe's batch (--max-tokens, one device, --update-freq 1), warmup_steps
+# of eq. 3 and --lr-scale (its model is attn_kit.planning.sizes.SIZES["bundled"]); without it, at the paper's warmup
+# (Sec. 5.3) and eq. 3 as written, 4096 tokens per device.
+BUNDLED_TRAINING = _recipe_training("bundled")
+DEFAULT_TRAINING = _recipe_training()
+
+
+def d_model(args) -> int:
+    """The models' d_model: their size's (--d-model, or --bundled's) or the arch's."""
+    return (args.size or arch_size(args.arch)).d_model
+
+
+def peak_lr(args) -> float:
+    """The peak of eq. 3 (at step = warmup) for this d_model: what stock fairseq's --lr must be."""
+    return args.lr_scale * d_model(args) ** -0.5 * args.warmup_updates ** -0.5
+
+
+def warmup_init_lr(args) -> float:
+    """Stock fairseq's --warmup-init-lr: eq. 3 at step 1, so that stock's first update uses it too."""
+    return peak_lr(args) / args.warmup_updates
+
+
+def model_flags(which: str, args, joined: bool) -> List[str]:
+    """The model, criterion and schedule flags of one side: the pair's flags at the
+    comparison's size, then eq. 3 for the plugin, inverse_sqrt at eq. 3's values for stock."""
+    flags = pair_flags(which, args.arch, args.size, label_smoothing=args.label_smoothing, joined=joined)
+    if which == "plugin":
+        return flags + ["--lr-scheduler", "attn_inverse_sqrt", "--warmup-updates", str(args.warmup_updates),
+                        "--lr-scale", str(args.lr_scale), "--lr", "1"]
+    return flags + ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(args.warmup_updates),
+                    "--lr", repr(peak_lr(args)), "--warmup-init-lr", repr(warmup_init_lr(args))]
+
+
+def precision_task(which: str, args) -> List[str]:
+    """bf16 trains both sides under attn_plugin's task (``--task attn_translation
+    --bf16-autocast``): stock fairseq 0.12 has no bf16 path on GPUs. The task is fairseq's
+    translation task otherwise, so the stock model, criterion and schedule stay stock."""
+    if args.precision != "bf16":
+        return []
+    return [*(["--user-dir", str(PLUGIN_DIR)] if which == "stock" else []), "--task", "attn_translation"]
+
+
+def train_command(which: str, args, data: Path, joined: bool, seed: int, run_dir: Path) -> List[str]:
+    """fairseq-train of one side for one seed, run by the worker (through torchrun
+    with several GPUs); the worker writes its numbers to ``run_dir/stats.json``."""
+    launch = launcher(args.ngpus, 0, module=WORKER) if args.ngpus > 1 else [sys.executable, "-m", WORKER]
+    plan = fairseq_commands.ComparisonPlan(
+        model=(*model_flags(which, args, joined), *precision_task(which, args)), max_tokens=args.max_tokens,
+        update_freq=args.update_freq, seed=seed, max_update=args.max_update,
+        train_minutes=None if args.max_update else args.train_minutes, precision=args.precision, gpus=args.ngpus,
+        validate_every=args.validate_every, log_every=args.log_every)
+    return plan.command([*launch, run_dir / "stats.json"], data, run_dir / "checkpoints")
+
+
+def generate_command(args, data: Path, checkpoint: Path, subset: str) -> List[str]:
+    """fairseq-generate as the paper decodes (Sec. 6.1), the same for both checkpoints, in fp32
+    whatever the training's precision."""
+    return fairseq_commands.generate_command(
+        data, checkpoint, subset=subset,
+        plan=fairseq_commands.DecodePlan(beam=args.beam, max_len_b=50, batch_size=128, alpha=args.gnmt_alpha),
+        gpus=args.ngpus, remove_bpe=args.remove_bpe,
+        program=fairseq_commands.installed("fairseq-generate"))
+
+
+def child_env(args) -> dict:
+    """The environment of every training and generation: this checkout's attn_kit
+    first on the path (the worker is ``python -m attn_kit.tools.compare.worker``), and
+    --threads as OMP/MKL threads."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore", PYTHONPATH=os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env.update(fairseq_commands.thread_env(args.threads) or {})
+    return env

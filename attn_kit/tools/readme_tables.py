@@ -1,0 +1,939 @@
+"""The measured numbers of README.md and docs/*.md, made from the committed results files.
+
+Every table a document shows between ``<!-- table:NAME -->`` and ``<!-- /table:NAME -->`` is
+written here from ``recipes/results/`` and ``benchmarks/results/`` (each file with the command,
+commit, machine and date that made its numbers), from the paper's numbers (``training_cost``) or
+from :data:`attn_kit.tools.faults.CASES`; nothing between the markers is typed by hand.
+
+    python scripts/readme_tables.py           # rewrite the tables of README.md and docs/*.md
+    python scripts/readme_tables.py --check   # exit 1 if any document differs from the files (a test runs this)
+"""
+import argparse
+import glob
+import json
+import re
+import statistics
+from pathlib import Path
+
+from ..planning import prep_cost
+from ..cli import ArgumentParser, UserError
+from ..planning.cost import GPUS, MEAN_LENGTH, describe_table2, hours_text, model_shape, paper_updates
+from .faults import CASES
+from ..inference.ctranslate2 import PARALLEL_CALL
+from ..metrics.bleu import T2T_2018_NORMALIZES
+from ..recipes import config
+from ..recipes.table3 import markdown
+from ..recipes.wmt14_data import PAIRS, TRAIN_TO_NEWSTEST_BYTES
+from ..planning.step_model import fits_of, predict, size_forward
+from ..checkout import REPO
+
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+RECIPES = REPO / "recipes" / "results"
+BENCH = REPO / "benchmarks" / "results"
+
+
+def load(path: Path) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def filed(path: Path):
+    """(the results file, its result) if ``path`` is filed, else None."""
+    if not path.exists():
+        return None
+    run = load(path)
+    return run, run["result"]
+
+
+def table(header, rows) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+def source(*paths) -> str:
+    names = ", ".join(f"`{Path(p).parent.parent.name}/{Path(p).parent.name}/{Path(p).name}`" for p in paths)
+    return f"\n\nFrom {names} (command, commit, machine and date inside)."
+
+
+def mean_sd(values):
+    values = [v for v in values if v is not None]
+    if len(values) < 2:
+        return f"{values[0]:.2f}" if values else "-"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def minutes(seconds) -> str:
+    return f"{int(seconds // 60)}m{int(round(seconds % 60)):02d}s" if seconds is not None else "-"
+
+
+# ---------------------------------------------------------------------------------------------- the bundled run
+def t2t_scores(r: dict):
+    """(BLEU by t2t's get_ende_bleu.sh of 2017, the paper's; by its 2018 form) of a results.json;
+    None where a run was not scored that way. Runs scored before both were kept had only
+    ``bleu_t2t``, by the 2018 script (their protocol text names replace-unicode-punctuation first)."""
+    if "bleu_t2t_2018" in r:
+        return r.get("bleu_t2t"), r["bleu_t2t_2018"]
+    if r.get("bleu_t2t_protocol", "").startswith("tensor2tensor get_ende_bleu.sh: replace-unicode"):
+        return None, r.get("bleu_t2t")
+    return r.get("bleu_t2t"), None
+
+
+def t2t_2018_head(results) -> str:
+    """The 2018 script's column heading for ``results`` (results.json dicts): it says so when any of
+    them was scored before the kit normalized the translations only, as the script does (their
+    protocol text does not say so): their reference was normalized too."""
+
+    old = any(t2t_scores(r)[1] is not None and T2T_2018_NORMALIZES not in r.get("bleu_t2t_protocol", "")
+              for r in results)
+    return "t2t's 2018 script" + (" (scored with the reference normalized too; the script normalizes only the "
+                                  "translations)" if old else "")
+
+
+def fmt(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def bundled() -> str:
+    """The main job, `--bundled`, over seeds: BLEU every way, updates, time per stage."""
+    paths = sorted(glob.glob(str(RECIPES / "bundled_seed*.json")))
+    if not paths:
+        return "(no bundled results filed yet)"
+    runs = [load(p) for p in paths]
+    rescored = sorted(glob.glob(str(RECIPES / "bundled_rescored_seed*.json")))
+    for path in rescored:  # the same run made again and scored by both t2t scripts: its 2017 score fills in
+        again = load(path)["result"]
+        for run in runs:  # only where it is the same translations: the same seed and scores
+            r = run["result"]
+            if (r["seed"] == again["seed"] and t2t_scores(r)[1] == again["bleu_t2t_2018"]
+                    and all(r.get(k) == again.get(k) for k in ("sacrebleu", "bleu_compound_split"))):
+                run["result"] = dict(r, bleu_t2t=again["bleu_t2t"], bleu_t2t_2018=again["bleu_t2t_2018"])
+    rows = []
+    for run in runs:
+        r = run["result"]
+        quiet = run.get("quiet_machine", True)
+        times = ([minutes(r.get("stage_seconds", {}).get("train")), minutes(r.get("total_seconds"))] if quiet
+                 else ["(not timed: run side by side)", ""])
+        rows.append([r["seed"], f"{r['sacrebleu']:.2f}", *map(fmt, t2t_scores(r)),
+                     f"{r.get('bleu_compound_split', float('nan')):.2f}", r["updates"], *times])
+    columns = [[run["result"].get("sacrebleu") for run in runs],
+               *zip(*(t2t_scores(run["result"]) for run in runs)),
+               [run["result"].get("bleu_compound_split") for run in runs]]
+    rows.append(["mean ± sd", *(mean_sd(column) for column in columns), "", "", ""])
+    head = ["seed", "sacreBLEU", "BLEU, paper's protocol (t2t, 2017 script)",
+            t2t_2018_head(run["result"] for run in runs),
+            "BLEU, fairseq's compound split", "updates", "train", "all stages"]
+    first = runs[0]
+    note = (f"\n\nMachine: {first['machine']}; {first['result'].get('threads')} threads; "
+            f"date {first['date']}, commit {first['commit'][:12]}.")
+    timings = sorted(glob.glob(str(RECIPES / "bundled_timing_*.json")))
+    for path in timings:  # the same amount of work timed on another machine class
+        t = load(path)
+        r = t["result"]
+        size = r.get("model_size") or {}
+        note += (f" The same {r['updates']} updates on {t['machine']} ({r.get('threads')} threads, commit "
+                 f"{t['commit'][:7]}, P_drop {size.get('p_drop')}): train {minutes(r['stage_seconds']['train'])}, "
+                 f"all stages {minutes(r['total_seconds'])}.")
+    machines = sorted(glob.glob(str(RECIPES / "bundled_machine_*.json")))
+    for path in machines:  # the same command and seed on another CPU type: what "the same number" covers
+        m = load(path)
+        r = m["result"]
+        same = next((run["result"] for run in runs if run["result"]["seed"] == r["seed"]), None)
+        year = "2017" if t2t_scores(r)[0] is not None else "2018"
+        t2t = lambda run: fmt(t2t_scores(run)[0 if year == "2017" else 1])  # noqa: E731
+        note += (f" The same command with seed {r['seed']} on {m['machine']} ({r.get('threads')} threads, commit "
+                 f"{m['commit'][:7]}): sacreBLEU {r['sacrebleu']:.2f}, t2t ({year} script) {t2t(r)}"
+                 + (f" (against {same['sacrebleu']:.2f} and {t2t(same)} above: another CPU type rounds "
+                    "differently, within the seeds' spread)" if same else "") + ".")
+    return table(head, rows) + note + source(*paths, *rescored, *timings, *machines)
+
+
+def bundled_sweep() -> str:
+    """The sweep that chose the bundled settings: valid BLEU by configuration and update."""
+    paths = sorted(glob.glob(str(RECIPES / "bundled_sweep.*.json")))
+    if not paths:
+        return "(no sweep filed yet)"
+    runs = [load(p) for p in paths]
+    updates = sorted({int(u) for run in runs for u in run["result"]["valid_bleu_avg5_by_update"]})
+    rows = []
+    for run in runs:
+        r = run["result"]
+        curve = r["valid_bleu_avg5_by_update"]
+        train = r.get("stage_seconds", {}).get("train")
+        per_update = f"{train / r['updates']:.2f}" if train and r.get("updates") else "-"
+        rows.append([f"`{run['name']}`", f"`{r['flags']}`" if r["flags"] else f"(the defaults of {run['commit'][:7]})", per_update,
+                     *(curve.get(str(u), "-") for u in updates)])
+    head = ["config", "recipe options", "s/update (1 thread, 2 runs side by side)",
+            *(f"valid BLEU @{u}" for u in updates)]
+    columns = sorted({k for run in runs for k in run["result"]["valid_bleu_final"]})
+    dec = [[f"`{run['name']}`", *(run["result"]["valid_bleu_final"].get(k, "-") for k in columns)] for run in runs]
+    dec_head = ["config", *columns]
+    return (table(head, rows) + "\n\nAt the last update, by checkpoint (avg5/avg10 = average of the last 5/10, "
+            "every 100 updates; last = the final model) and decoding (valid sacreBLEU):\n\n" + table(dec_head, dec)
+            + source(*paths))
+
+
+# ---------------------------------------------------------------------------------------------- your corpus
+# recipes/parallel.sh options that name the corpus and the work directory (what every run of a comparison shares)
+CORPUS_OPTIONS = ("--src", "--tgt", "--train", "--valid", "--test", "--workdir")
+
+
+def recipe_options(command: str) -> str:
+    """A recipes/parallel.sh command line without the script and the corpus options."""
+    import shlex
+
+    words, out = shlex.split(command), []
+    words = words[words.index("recipes/parallel.sh") + 1:] if "recipes/parallel.sh" in words else words
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in CORPUS_OPTIONS:
+            skip = True
+        else:
+            out.append(word)
+    return " ".join(out)
+
+
+def parallel_presets() -> str:
+    """recipes/parallel.sh on a corpus other than the bundled one (Multi30k EN-DE) under a time budget:
+    the paper's settings against --preset small (the runs that chose the preset's values)."""
+    paths = sorted(glob.glob(str(RECIPES / "parallel_multi30k_*.json")), key=lambda p: (load(p)["date"], p))
+    if not paths:
+        return "(not filed yet)"
+    rows, runs = [], [load(p) for p in paths]
+    for run in runs:
+        r = run["result"]
+        train = r.get("stage_seconds", {}).get("train")
+        loads = run.get("load_average", {})
+        rows.append([f"`{recipe_options(run['command'])}`", r.get("threads") or "torch's (all cores)", r["updates"],
+                     minutes(train),
+                     f"{train / r['updates']:.2f}" if train and r.get("updates") else "-", f"{r['sacrebleu']:.2f}",
+                     *map(fmt, t2t_scores(r)),
+                     " → ".join(f"{loads[k][0]:.2f}" for k in ("before", "after") if k in loads) or "-"])
+    first = runs[0]
+    machines, dates = sorted({run["machine"] for run in runs}), sorted({run["date"] for run in runs})
+    commits = sorted({run["commit"][:7] for run in runs})
+    return (table(["recipe options (after the corpus's)", "threads", "updates", "train", "s/update", "sacreBLEU",
+                   "BLEU, paper's protocol (t2t, 2017 script)", t2t_2018_head(run["result"] for run in runs),
+                   "load average (1 min) before → after"], rows)
+            + f"\n\nMulti30k task 1 EN-DE (`--train train --valid val --test test_2016_flickr`: "
+              f"{first['result'].get('test_sentences')} test sentences), one run after the other on "
+              f"{'; '.join(machines)}, date {', '.join(dates)}, commit {', '.join(commits)}; the load is `uptime`'s "
+              "1-minute average (other work on the same 2 cores slows a run down and so shortens a time budget's "
+              "reach)." + source(*paths))
+
+
+# ---------------------------------------------------------------------------------------------- batches
+def tokens_per_update() -> str:
+    path = RECIPES / "tokens_per_update_newstest_en_de.json"
+    if not path.exists():
+        return "(not filed yet)"
+    r = load(path)["result"]
+    rows = []
+    for key, label in (("at_max_tokens", "{} (the paper's number taken as fairseq's cap)"),
+                       ("closest_to_target", "{} (the recipes round it to 28000)")):
+        s = r[key]
+        rows.append([label.format(s["budget_per_update"]), f"{s['max_tokens']} x {s['batches_per_update']}", f"{s['source_per_update']:.0f}",
+                     f"{s['target_per_update']:.0f}", f"{s['padded_per_update']:.0f}"])
+    return table(["padded tokens per update", "--max-tokens x GPUs", "real source tokens", "real target tokens",
+                  "padded"], rows) + source(path)
+
+
+# ---------------------------------------------------------------------------------------------- benchmarks
+def cpu_benchmarks() -> str:
+    train = [BENCH / "cpu2core_train_fp32.json", BENCH / "cpu2core_train_fp32_run2.json"]
+    gen = [BENCH / "cpu2core_generate_fp32.json", BENCH / "cpu2core_generate_fp32_run2.json"]
+    t, g = [load(p)["results"] for p in train], [load(p)["results"] for p in gen]
+    rows = []
+    for shape in ("small", "base", "big"):
+        params = t[0][shape]["plugin"]["params"] / 1e6
+        rows.append([f"{shape} ({params:.1f}M)",
+                     " / ".join(f"{x[shape]['ratio_tokens_per_s']:.3f}" for x in t),
+                     f"{t[-1][shape]['ratio_peak_bytes']:.3f}",
+                     " / ".join(f"{x[shape]['ratio_sentences_per_s']:.3f}" for x in g),
+                     f"{g[-1][shape]['ratio_peak_bytes']:.3f}"])
+    big30 = load(BENCH / "cpu2core_train_fp32_big_1step_x30.json")["results"]["big"]
+    trials = big30["trial_ratios"]
+    se = statistics.stdev(trials) / len(trials) ** 0.5
+    return (table(["shape", "train tokens/s (run 1 / run 2)", "train peak memory", "beam-4 sentences/s (run 1 / run 2)",
+                   "generation peak memory"], rows)
+            + f"\n\nBig, {len(trials)} trials of one training step each: median ratio "
+              f"{big30['ratio_tokens_per_s']:.3f}, mean {statistics.mean(trials):.3f} ± {se:.3f} (standard error)."
+            + source(*train, *gen, BENCH / "cpu2core_train_fp32_big_1step_x30.json"))
+
+
+def gpu_benchmarks() -> str:
+    main = load(BENCH / "h100_train_bf16.json")
+    big400 = load(BENCH / "h100_train_bf16_big_400x64.json")["results"]["big"]
+    auto = load(BENCH / "h100_train_bf16_autocast.json")["results"]
+    gen = load(BENCH / "h100_generate_bf16.json")["results"]
+    env = main["environment"]
+    rows = []
+    for shape, r, label in [("base", main["results"]["base"], "base"), ("big", main["results"]["big"], "big"),
+                            ("big", big400, "big, 400 sentences")]:
+        b = r["batch"]
+        rows.append([label, b["target_tokens"], f"{r['plugin']['tokens_per_s']:.0f}", f"{r['stock']['tokens_per_s']:.0f}",
+                     f"**{r['ratio_tokens_per_s']:.3f}**", f"{r['ratio_peak_bytes']:.3f}",
+                     f"{100 * r['plugin']['utilization']:.1f}%", f"{100 * r['stock']['utilization']:.1f}%"])
+    out = table(["shape", "target tokens/step", "plugin tok/s", "stock tok/s", "ratio", "peak memory ratio",
+                 "plugin MFU", "stock MFU"], rows)
+    out += (f"\n\n{env['gpu']}, bf16, measured bf16 matmul rate {env['matmul_tflops']:.0f} TFLOP/s. "
+            f"Under `--mixed autocast` (fp32 weights): ratio {auto['base']['ratio_tokens_per_s']:.3f} (base), "
+            f"{auto['big']['ratio_tokens_per_s']:.3f} (big). Beam-4 generation, 128 sentences: "
+            f"base {gen['base']['ratio_sentences_per_s']:.3f}x, big {gen['big']['ratio_sentences_per_s']:.3f}x "
+            f"stock's sentences/s at {gen['base']['ratio_peak_bytes']:.2f}x / {gen['big']['ratio_peak_bytes']:.2f}x "
+            f"its peak memory; best hypotheses identical for {gen['base']['same_best_hypothesis']} (base) and "
+            f"{gen['big']['same_best_hypothesis']} (big) sentences (bf16 rounding differs between the two "
+            "implementations, so near-ties can flip).")
+    return out + source(BENCH / "h100_train_bf16.json", BENCH / "h100_train_bf16_big_400x64.json",
+                        BENCH / "h100_train_bf16_autocast.json", BENCH / "h100_generate_bf16.json")
+
+
+def gpu_recipe_path() -> str:
+    """The recipes' own GPU path (fairseq-train under the plugin's bf16 autocast) on one GPU: what ran,
+    and the attention-backend comparison that found cuDNN attention's per-shape cost."""
+    path = BENCH / "h200_recipe_train_path.json"
+    r = load(path)
+    runs, cmp = r["recipe_runs"], r["attention_backends_15_updates_base"]
+    rows = [[f"{name}: recipe, cuDNN attention on, 1-minute budget", f"{run['train']['num_updates']:.0f}", f"{run['train']['wps']:.0f}",
+             f"{run['train']['ups']:.2f}", f"{run['gpu_utilization_during_train']['median_percent']:.0f}%",
+             f"{run['train']['loss']:.3f}"] for name, run in runs.items()]
+    gpu = cmp["gpu_utilization"]
+    for key, label, util in [("bf16_autocast_cudnn_attention_on", "base: bf16 autocast, cuDNN attention on (torch's default)",
+                              f"{gpu['bf16_cudnn_on']['median_percent']:.0f}%"),
+                             ("fp32", "base: fp32", f"{gpu['fp32']['median_percent']:.0f}%"),
+                             ("bf16_autocast_cudnn_attention_off", "base: bf16 autocast, cuDNN attention off", "-")]:
+        t = cmp[key]
+        rows.append([label, f"{t['num_updates']:.0f}", f"{t['wps']:.0f}", f"{t['ups']:.2f}", util, f"{t['loss']:.3f}"])
+    bench = r["benchmark_loop_same_machine"]
+    return (table(["run (--max-tokens 4000 --update-freq 7)", "updates", "target tokens/s", "updates/s",
+                   "median GPU utilization", "train loss"], rows)
+            + f"\n\n{r['machine'].split(' (')[0]}, torch {r['environment']['torch']}, the bundled corpus (short sentences). "
+              f"The benchmark loop's one fixed batch shape trained base at {bench['base_plugin_tokens_per_s']:.0f} and big at "
+              f"{bench['big_plugin_tokens_per_s']:.0f} target tokens/s on the same machine."
+            + source(path, BENCH / "h200_train_bf16_autocast_64x64.json"))
+
+
+GPU_CHECK = BENCH / "h200_gpu_check.json"
+GPU_CHECK_THIRD = BENCH / "h200_gpu_check_3.json"  # a third session's two calls: what the first two missed
+GPU_CHECK_THIRD_B = BENCH / "h200_gpu_check_4.json"
+
+
+def _gpu_run_row(r: dict, label: str) -> list:
+    return [label, f"{r['max_tokens']} x {r['update_freq']}", r["optimizer"], f"{r['seconds_per_update']:.3f}",
+            f"{r['target_tokens_per_second']:.0f}", f"{100 * r['mfu_vs_measured_matmul']:.1f}%",
+            f"{r['peak_reserved_gib']:.1f}", f"{r['gpu_utilization_percent_median']:.0f}%"]
+
+
+GPU_RUN_HEADER = ["run", "tokens per forward x forwards per update", "Adam", "s per update", "target tokens/s",
+                  "model FLOP utilization", "peak reserved GiB", "GPU busy (nvidia-smi)"]
+
+
+def _gpu_canaries(r: dict) -> str:
+    parts = []
+    for model, entry in r["canary"].items():
+        c = entry["canary"]
+        p = c["predicted_seconds"]
+        parts.append(f"{model}: {c['seconds_per_update']:.3f} s per update over {c['updates']} updates, training "
+                     f"{c['plan']['max_update']} updates predicted {p['training'] / 3600:.1f} h (the whole run "
+                     f"{p['total'] / 3600:.1f} h)")
+    return "; ".join(parts)
+
+
+def gpu_check_summary() -> str:
+    """README: the recipe's training on one GPU as it was and as it is (benchmarks/gpu_check.sh)."""
+    r = load(GPU_CHECK)
+    runs = {x["name"]: x for x in r["sweep"]}
+    rows = [_gpu_run_row(runs[name], label) for name, label in [
+        ("base_4k_fairseq_adam", "base, before"), ("base_28k", "base, now"),
+        ("big_4k_fairseq_adam", "big, before"), ("big_28k", "big, now")]]
+    third = load(GPU_CHECK_THIRD)
+    rows += [_gpu_run_row(x, f"big, now, --compile-layers (at {third['commit']})") for x in third["sweep"]
+             if x["name"] == "big_28k_compile"]
+    env = r["environment"]
+    return (table(GPU_RUN_HEADER, rows)
+            + f"\n\nOne {env['gpu']}, bf16 autocast, the paper's 28000 tokens per update on WMT-shaped synthetic "
+              f"text; utilization of the {env['measured_bf16_matmul_tflops']:.0f} TFLOP/s bf16 matmul rate measured "
+              f"in the same run (the compiled row: {third['environment']['measured_bf16_matmul_tflops']:.0f} TFLOP/s, "
+              f"another H200). The canaries: {_gpu_canaries(r)}." + source(GPU_CHECK, GPU_CHECK_THIRD))
+
+
+def gpu_check() -> str:
+    """docs/scaling.md: every run of the GPU check, the profile's top entries and what did not run."""
+    r = load(GPU_CHECK)
+    rows = [_gpu_run_row(x, x["name"]) for x in r["sweep"] if x.get("seconds_per_update")
+            and not x["name"].endswith("_profile")]
+    env, prof = r["environment"], r["profile"]
+    cpu = ", ".join(f"{e['name']} {e['ms_per_update']:.1f} ms" for e in prof["top_cpu_total"][:8])
+    gpu = ", ".join(f"{e['name'][:60]} {e['ms_per_update']:.1f} ms" for e in prof["top_gpu"][:6])
+    failed = [x["name"] for x in r["sweep"] if not x.get("seconds_per_update")]
+    runs = {x["name"]: x for x in r["sweep"]}
+
+    def speedup(a, b):  # in target tokens per second (updates differ a little in their tokens)
+        return f"{runs[b]['target_tokens_per_second'] / runs[a]['target_tokens_per_second']:.1f}x"
+
+
+    fits = {f.model: f for f in fits_of(GPU_CHECK)}
+    findings = (
+        f"\n\nBefore (4K-token forwards, 7 per update, fairseq's Adam) to now (one 28K-token forward, attn_adam): "
+        f"base {speedup('base_4k_fairseq_adam', 'base_28k')}, big {speedup('big_4k_fairseq_adam', 'big_28k')} "
+        f"faster; of that the forward size (fairseq's Adam both ways) {speedup('base_4k_fairseq_adam', 'base_28k_fairseq_adam')}"
+        f" and {speedup('big_4k_fairseq_adam', 'big_28k_fairseq_adam')}, attn_adam at 28K "
+        f"{speedup('base_28k_fairseq_adam', 'base_28k')} and {speedup('big_28k_fairseq_adam', 'big_28k')}. "
+        f"The fits of these runs (`attn_kit.planning.step_model`): a fixed {fits['base'].forward_seconds * 1e3:.0f} ms (base) "
+        f"and {fits['big'].forward_seconds * 1e3:.0f} ms (big) per forward, then the arithmetic at "
+        f"{fits['base'].efficiency:.0%} and {fits['big'].efficiency:.0%} of the matmul rate; memory "
+        f"{fits['base'].bytes_per_token / 1e6:.2f} and {fits['big'].bytes_per_token / 1e6:.2f} MB per token of a forward.")
+    return (table(GPU_RUN_HEADER, rows) + findings
+            + f"\n\nOne {env['gpu']} ({env['gpu_memory_gib']:.0f} GiB), torch {env['torch']}, fairseq "
+              f"{env['fairseq']}, measured bf16 matmul {env['measured_bf16_matmul_tflops']:.0f} TFLOP/s; "
+              f"{r['notes']['what_ran']}"
+            + f"\n\nCanaries (the recipe's `--canary`, 0.3 minutes each): {_gpu_canaries(r)}. "
+              f"{r['notes']['canaries']}"
+            + f"\n\nProfile of {prof['updates']} updates of `{prof['run']}` (torch.profiler, "
+              f"{prof['wall_ms_per_update']:.0f} ms per update under it, {prof['kernel_launches_per_update']} kernel "
+              f"launches per update), per update: host side {cpu}; GPU side {gpu}."
+            + (f"\n\nNot measured: {', '.join(failed)} ({r['notes']['compile']}); skipped for time: "
+               f"{', '.join(r['skipped'])}." if failed or r["skipped"] else "")
+            + source(GPU_CHECK))
+
+
+GPU_CHECK_REPEAT = BENCH / "h200_gpu_check_2.json"
+GPU_CHECK_COMPILE = BENCH / "h200_gpu_check_compile.json"
+
+
+def gpu_check_repeat() -> str:
+    """docs/scaling.md: the GPU check run again (another H200, later commits): its runs beside the
+    same-named runs of the first, and --compile-layers after its fix."""
+    first = {x["name"]: x for x in load(GPU_CHECK)["sweep"]}
+    again, compiled = load(GPU_CHECK_REPEAT), load(GPU_CHECK_COMPILE)
+    runs = [x for x in again["sweep"] if x.get("seconds_per_update") and not x["name"].endswith("_profile")
+            and not x["compile_layers"]]
+    runs += [x for x in compiled["sweep"] if x.get("seconds_per_update")]
+    rows = []
+    for x in runs:
+        label = f"{x['name']} (at {compiled['commit']})" if x["compile_layers"] else x["name"]
+        before = first.get(x["name"], {}).get("seconds_per_update")
+        rows.append(_gpu_run_row(x, label) + [f"{before:.3f}" if before and not x["compile_layers"] else "-"])
+    plain = {x["name"]: x for x in runs if not x["compile_layers"]}
+
+    def ratio(a, b):
+        return f"{plain[a]['seconds_per_update'] / plain[b]['seconds_per_update']:.1f}x"
+
+    notes, cnotes = again["notes"], compiled["notes"]
+    return (table(GPU_RUN_HEADER + ["s per update in the first run"], rows)
+            + f"\n\nOne {again['environment']['gpu']}, torch {again['environment']['torch']}, measured bf16 matmul "
+              f"{again['environment']['measured_bf16_matmul_tflops']:.0f} and "
+              f"{compiled['environment']['measured_bf16_matmul_tflops']:.0f} TFLOP/s; at commit {again['commit']}: "
+              f"{notes['what_ran']} {notes['host_variance']} Within this run, before to now: base "
+              f"{ratio('base_4k_fairseq_adam', 'base_28k')}, big {ratio('big_4k_fairseq_adam', 'big_28k')} faster. "
+              f"--compile-layers at {again['commit']}: {notes['compile']} At {compiled['commit']}: "
+              f"{cnotes['what_ran']} {cnotes['compile']} Skipped for time: {', '.join(again['skipped'])}."
+            + source(GPU_CHECK_REPEAT, GPU_CHECK_COMPILE))
+
+
+def gpu_check_third() -> str:
+    """docs/scaling.md: the third GPU session (two calls on one H200): big with --compile-layers beside
+    the earlier plain big runs, the model's own step beside stock fairseq's, both canaries at that commit."""
+    first, third, third_b = load(GPU_CHECK), load(GPU_CHECK_THIRD), load(GPU_CHECK_THIRD_B)
+    repeat = {x["name"]: x for x in load(GPU_CHECK_REPEAT)["sweep"]}
+    earlier = {x["name"]: x for x in first["sweep"]}
+    rows = [_gpu_run_row(x, f"{x['name']} (at {third['commit']})") for x in third["sweep"] if x.get("seconds_per_update")]
+    rows += [_gpu_run_row(earlier["big_28k"], f"big_28k (at {first['commit'][:7]})"),
+             _gpu_run_row(repeat["big_28k"], f"big_28k (at {load(GPU_CHECK_REPEAT)['commit']})")]
+    bench = third["bench"]["base"]["result"]["results"]["base"]
+    canaries = {**third["canary"], **third_b["canary"]}
+    matmul = third["environment"]["measured_bf16_matmul_tflops"]
+    parts = []
+    for model in ("base", "big"):
+        c = canaries[model]["canary"]
+        p = c["predicted_seconds"]
+        parts.append(f"{model} {c['seconds_per_update']:.3f} s per update, {c['tokens_per_second']['total']:.0f} target "
+                     f"tokens/s, {c['model_tflops_per_second'] / matmul:.1%} of the measured matmul rate, "
+                     f"{c['plan']['max_update']} updates of training predicted {p['training'] / 3600:.1f} h")
+    notes = third["notes"]
+    compiled = next(x for x in third["sweep"] if x["name"] == "big_28k_compile")
+    plain = [earlier["big_28k"]["seconds_per_update"], repeat["big_28k"]["seconds_per_update"]]
+    gain = sorted(t / compiled["seconds_per_update"] for t in plain)
+    trainer = 1 - canaries["base"]["canary"]["tokens_per_second"]["total"] / bench["plugin"]["tokens_per_s"]
+    return (table(GPU_RUN_HEADER, rows)
+            + f"\n\nOne {third['environment']['gpu']}, torch {third['environment']['torch']}, measured bf16 matmul "
+              f"{matmul:.0f} TFLOP/s. {notes['what_ran']}"
+            + f"\n\nInstall: {notes['install']}"
+            + f"\n\n`--compile-layers` makes big {gain[0]:.2f}x to {gain[1]:.2f}x faster than the plain layers; "
+              f"{notes['compile']}"
+            + f"\n\nThe model's own step (`benchmarks/train_throughput.py`): the plugin "
+              f"{bench['plugin']['tokens_per_s']:.0f} target tokens/s at {bench['plugin']['utilization']:.1%} of the "
+              f"matmul rate, stock fairseq {bench['stock']['tokens_per_s']:.0f} (the plugin {bench['ratio_tokens_per_s']:.2f}x "
+              f"as fast, at {bench['ratio_peak_bytes']:.2f}x the peak memory); {notes['bench']} The recipe's base "
+              f"canary below trains {trainer:.0%} slower than that step: fairseq's trainer around the model is a "
+              f"tenth of a base update; the model's own step is what holds base below the 35% target."
+            + f"\n\nCanaries at {third['commit']} (no --compile-layers): {'; '.join(parts)}. {notes['canaries']}"
+            + f"\n\nNot measured: {notes['profile']}"
+            + source(GPU_CHECK_THIRD, GPU_CHECK_THIRD_B))
+
+
+def gpu_planning() -> str:
+    """docs/scaling.md: base and big on one GPU and on eight, from attn_kit.planning.step_model's fits of the
+    GPU check (a projection from measurements, not a measurement)."""
+
+    rows = []
+    for arch in ("attn_paper_base", "attn_paper_big"):
+        shape, updates = model_shape(arch), paper_updates(arch)
+        for name, n, precision in [("H100", 1, "bf16"), ("H100", 8, "bf16"), ("A100", 1, "bf16"), ("A100", 8, "bf16"),
+                                   ("P100", 8, "fp32")]:
+            forward = size_forward(shape, 28000, n, GPUS[name].memory_gib, precision)
+            forwards = -(-28000 // (n * forward))
+            forward = -(-28000 // (n * forwards))
+            p = predict(shape, forward, forwards, name, precision, MEAN_LENGTH)
+            rows.append([arch.replace("attn_paper_", ""), f"{n} x {name} ({precision})", f"{forward} x {forwards}",
+                         hours_text(updates * p.estimate.seconds_per_update),
+                         f"{hours_text(updates * p.low.seconds_per_update)} - "
+                         f"{hours_text(updates * p.high.seconds_per_update)}",
+                         {"paper": "the paper's P100 rate + the measured per-forward cost", "measured": "the H200 fit",
+                          "scaled": "the H200 fit, scaled to this GPU"}[p.estimate.calibration]])
+    return (table(["model", "GPUs", "tokens per forward x forwards", "training, estimate", "range",
+                   "the estimate from"], rows)
+            + "\n\nProjected by `attn_kit.planning.step_model` (`python scripts/training_cost.py --gpu NAME --ngpus N` "
+              "prints the same with each end's source) for the paper's 28000 tokens per update and updates (base "
+              "100K, big 300K); training only, the all-reduce of several GPUs not included (not yet measured). "
+              "The paper: base 12 hours, big 3.5 days on 8 P100s." + source(GPU_CHECK))
+
+
+
+def decode_rules() -> str:
+    """The paper's and fairseq's beam-search stopping rules on the bundled model (benchmarks/decode_rules.py)."""
+    path = BENCH / "cpu2core_decode_rules_bundled_seed1.json"
+    if not filed(path):
+        return "(not measured yet)"
+    run, r = filed(path)
+    rows, notes = [], []
+    for name, t in r["test_sets"].items():
+        for decoding, d in t["decodings"].items():
+            if "sacrebleu" not in d:
+                continue
+            rows.append([name, decoding, f"{d['sacrebleu']:.2f}", f"{d['bleu_t2t']:.2f}", f"{d['bleu_t2t_2018']:.2f}",
+                         f"{d['bleu_compound_split']:.2f}", f"{d['sentences_per_s']:.0f}"])
+        d = t["decodings"]
+        speed = d["paper, t2t stop"]["sentences_per_s"] / d["paper, fairseq stop"]["sentences_per_s"]
+        min0 = d.get("paper, t2t stop, --min-len 0")
+        notes.append(f"{name[0].upper()}{name[1:]} ({t['sentences']} sentences): the two rules give the same "
+                     f"translation for {t['same_output_t2t_vs_fairseq_stop']}; the paper's rule decodes at "
+                     f"{speed:.2f}x the speed of fairseq's; `--print-alignment` takes "
+                     f"{t['print_alignment_time_ratio']:.2f}x the time of the same decoding without it"
+                     + (f"; `--min-len 0` (an empty translation allowed, as the paper's code) gives "
+                        f"{min0['empty_outputs']} empty translation{'' if min0['empty_outputs'] == 1 else 's'} "
+                        f"and changes {t['sentences'] - t['same_output_min_len_1_vs_0']} of {t['sentences']}, "
+                        f"sacreBLEU {min0['sacrebleu'] - d['paper, t2t stop']['sacrebleu']:+.2f}" if min0 else ""))
+    own = r["run_decoding"]
+    own_text = (f"GNMT alpha {own['gnmt_alpha']:g}" if own.get("gnmt_alpha") is not None
+                else f"fairseq lenpen {own.get('lenpen', 1):g}")
+    return (table(["test set", "decoding", "sacreBLEU", "BLEU, t2t 2017 script",
+                   t2t_2018_head({"bleu_t2t_2018": d["bleu_t2t_2018"]} for t in r["test_sets"].values()
+                                 for d in t["decodings"].values() if "bleu_t2t_2018" in d),
+                   "fairseq's compound split", "sentences/s"], rows)
+            + f"\n\nThe run's own decoding: beam {own['beam']}, {own_text}, fairseq's rule; the paper's: beam 4, "
+              f"GNMT alpha 0.6, input + 50. " + ". ".join(notes) + f". {run['machine']}, {r['threads']} threads, "
+              f"median of {r['trials']} alternating trials (fairseq's own timer), date {run['date']}."
+            + parsing_rules() + source(path, RECIPES / "wsj_smoke_beam_stop.json"))
+
+
+def parsing_rules() -> str:
+    """The WSJ smoke run decoded with each stopping rule (recipes/results/wsj_smoke_beam_stop.json)."""
+    if not filed(RECIPES / "wsj_smoke_beam_stop.json"):
+        return ""
+    _, r = filed(RECIPES / "wsj_smoke_beam_stop.json")
+    return (f" The WSJ parsing smoke run (beam {r['t2t']['decoding']['beam']}, GNMT alpha 0.3): dev/test F1 "
+            f"{r['t2t']['dev_f1']:.2f}/{r['t2t']['test_f1']:.2f} with the paper's rule, "
+            f"{r['fairseq']['dev_f1']:.2f}/{r['fairseq']['test_f1']:.2f} with fairseq's, the same parses of the "
+            f"test sentences ({r['same_test_outputs']}).")
+
+
+def training_cost() -> str:
+    """Table 2's cost recomputed from its footnote, beside the analytic count (attn_kit.planning.cost): computed
+    from the paper's numbers, not measured, and kept here so that the docs say what the code computes."""
+
+    gpus = table(["GPU", "bf16", "fp16", "fp32 (dense TFLOPS)"],
+                 [(name, g.bf16 or "-", g.fp16, g.fp32) for name, g in GPUS.items()])
+    return ("\n".join(describe_table2()) + "\n\nComputed by `python scripts/training_cost.py --table2` from the paper's "
+            "numbers (Sec. 5.1-5.2, Table 2's footnote); the analytic count assumes 25000 real source and 25000 "
+            "real target tokens per update (Sec. 5.1), the shared 37000-token vocabulary and 30-token sentences. The GPUs a "
+            "wall-time estimate knows (`--gpu NAME`; vendor datasheets, dense):\n\n" + gpus)
+
+
+# ---------------------------------------------------------------------------------------------- using a run
+def translate_consistency() -> str:
+    """scripts/translate.py --check-test-set on the bundled run: the recipe's test output reproduced."""
+    path = RECIPES / "translate_consistency_bundled_seed1.json"
+    if not path.exists():
+        return "(not filed yet)"
+    r = load(path)["result"]
+    return (f"On the bundled model (seed 1), `python scripts/translate.py runs/wmt14_en_de_bundled --check-test-set` "
+            f"gave {r['identical_lines']} of {r['sentences']} lines identical to the recipe's, sacreBLEU "
+            f"{r['sacrebleu_translate']:.2f} against the recipe's {r['sacrebleu_recipe']:.2f}." + source(path))
+
+
+# ---------------------------------------------------------------------------------------------- Table 3
+def table3() -> str:
+    """Table 3 at bundled scale (recipes/table3.sh --bundled), beside the paper's rows."""
+
+    path = RECIPES / "table3_bundled.json"
+    if not filed(path):
+        return "(not filed yet)"
+    run, r = filed(path)
+    base = r["base"]
+    scripts = {row.get("bleu_script", "2018") for row in r["rows"]}  # rows scored before 2017's was kept
+    return (markdown(r) + f"\n\nBase of this scale: N={base['N']}, d_model={base['d_model']}, d_ff={base['d_ff']}, "
+            f"h={base['h']}; {r['max_update']} updates per row (big {3 * r['max_update']}); BLEU by tensor2tensor's "
+            f"get_ende_bleu.sh of {' and '.join(sorted(scripts))}; machine {run['machine']}, "
+            f"date {run['date']}, commit {run['commit'][:7]}." + source(path))
+
+
+# ---------------------------------------------------------------------------------------------- CTranslate2
+def cpu_name(run: dict) -> str:
+    """The CPU model of a results file's machine ("AMD EPYC", "Intel Xeon")."""
+    return run["machine"].split(",")[0].replace("(R)", "").replace(" Processor", "").strip()
+
+
+def ctranslate2() -> str:
+    """Beam-search throughput of CTranslate2 exports against the plugin under fairseq's generator,
+    synthetic batch, one column pair per CPU filed (benchmarks/generate_throughput.py --ctranslate2,
+    attn_kit.tools.bench.ctranslate2)."""
+    paths = sorted(glob.glob(str(BENCH / "cpu2core*_ctranslate2_fp32_int8.json")))
+    if not paths:
+        return "(not filed yet)"
+    runs = [load(p) for p in paths]
+    first = runs[0]
+    header = ["shape", "engine"]
+    for run in runs:
+        header += [f"sent/s, {cpu_name(run)}", f"x plugin, {cpu_name(run)}"]
+    header += ["same best hypothesis", "CTranslate2 model.bin"]
+    rows = []
+    for shape, r in first["results"].items():
+        for name, e in r["engines"].items():
+            row = [f"{shape} ({r['params'] / 1e6:.1f}M)" if name == "plugin" else "", name]
+            for run in runs:
+                o = run["results"][shape]["engines"][name]
+                row += [f"{o['sentences_per_s']:.1f}",
+                        f"**{o['ratio_sentences_per_s']:.2f}**" if "ratio_sentences_per_s" in o else "1"]
+            same = sorted({run["results"][shape]["engines"][name].get("same_best_hypothesis", "") for run in runs})
+            row += [", ".join(same), f"{e['model_bytes'] / 2 ** 20:.0f} MiB" if "model_bytes" in e else ""]
+            rows.append(row)
+    b = next(iter(first["results"].values()))["batch"]
+    threads = next(iter(first["results"].values()))["threads"]
+    machines = "; ".join(f"{cpu_name(run)}: {run['machine']}, date {run['date']}, commit {run['commit'][:7]}, "
+                         f"CTranslate2 {run['environment'].get('ctranslate2')}, torch {run['environment']['torch']}"
+                         for run in runs)
+    return (table(header, rows)
+            + f"\n\nBeam {b['beam']}, {b['sentences']} synthetic sentences of up to {b['max_length']} tokens, random "
+              f"weights (seed {first['settings']['seed']}), every hypothesis exactly {b['output_tokens_per_sentence']} "
+              f"tokens in every engine (so each runs the same decoder steps); median of {first['settings']['repeats']} "
+              f"trials, engines in rotating order. `plugin`: fairseq's SequenceGenerator, {threads} torch threads; "
+              f"`plugin, {threads} procs`: {threads} one-thread processes, each on 1/{threads} of the batch; "
+              f"`ct2 TYPE`: one batch on {threads} threads (how `scripts/translate.py --engine ctranslate2` decodes "
+              f"up to {PARALLEL_CALL} sentences); `ct2 TYPE, {threads} x 1 thread`: {threads} parts of the batch at "
+              f"once, one thread each (how it decodes more). {machines}." + source(*paths))
+
+
+def ctranslate2_run() -> str:
+    """A trained run's test set: the recipe's fairseq-generate against CTranslate2 exports of its model,
+    one block of rows per batch size filed (benchmarks/generate_throughput.py --ctranslate2 --run)."""
+    paths = glob.glob(str(BENCH / "cpu2core*_ctranslate2_bundled_run_b*.json"))
+    if not paths:
+        return "(not filed yet)"
+    paths, runs = zip(*sorted(((p, load(p)) for p in paths), key=lambda pr: pr[1]["results"]["batch_size"]))
+    rows = []
+    for run in runs:
+        r = run["results"]
+        for name, e in r["engines"].items():
+            rows.append([str(r["batch_size"]) if name == "fairseq-generate" else "", name,
+                         f"{e['sentences_per_s']:.1f}",
+                         f"**{e['ratio_sentences_per_s']:.2f}**" if "ratio_sentences_per_s" in e else "1",
+                         e.get("same_output", ""), f"{e['sacrebleu']:.2f}" if "sacrebleu" in e else ""])
+    first, r = runs[0], runs[0]["results"]
+    return (table(["batch", "engine", "sentences/s", "x fairseq-generate (median of trials)",
+                   "same output as fairseq-generate", "sacreBLEU"], rows)
+            + f"\n\nThe bundled run (`bash recipes/wmt14_en_de.sh --bundled`; its own sacreBLEU "
+              f"{r.get('run_sacrebleu')}), its {r['sentences']} test sentences, beam {r['beam']}, {r['threads']} "
+              f"threads; median of {first['settings']['repeats']} trials, engines in rotating order. "
+              f"`fairseq-generate`: the recipe's generate command with that `--batch-size`, its rate from its own "
+              f"\"Translated ... sentences/s\" line (beam search only, no start-up or loading); `ct2 TYPE`: the "
+              f"run's model exported to CTranslate2 with that weight type, decoded by `scripts/translate.py --engine "
+              f"ctranslate2`'s engine from the same source tokens in the same batches, rescoring included, batch "
+              f"after batch on {r['threads']} threads; `ct2 TYPE, {r['threads']} x 1 thread`: {r['threads']} calls at "
+              f"once, one thread each, every batch cut into calls of at most {PARALLEL_CALL} sentences that keep its "
+              f"length limit (how the engine decodes more than {PARALLEL_CALL} sentences). "
+              f"Machine {first['machine']}, date {first['date']}, commit {first['commit'][:7]}, CTranslate2 "
+              f"{first['environment'].get('ctranslate2')}." + source(*paths))
+
+
+# ---------------------------------------------------------------------------------------------- data preparation
+def data_prep() -> str:
+    """The WMT14 data stages measured at growing sizes (benchmarks/data_prep.py) and projected for
+    WMT14 EN-DE and EN-FR on 2 and 16 cores, before and after the recipe's speed-ups, by the same
+    function as the recipes' --dry-run (attn_kit.planning.prep_cost.project)."""
+
+    path = BENCH / "cpu2core_data_prep.json"
+    if not path.exists():
+        return "(not filed yet: benchmarks/results/cpu2core_data_prep.json)"
+    run = load(path)
+    r, settings = run["result"], run["result"]["settings"]
+    fits = r["fits"]
+    def form(fit):  # a fitted CPU-seconds curve as the docs say it
+        return f"{fit['c']:.0f} s + {fit['k'] * 1e6:.0f} s per million pairs" if "k" in fit else f"pairs^{fit['b']:.2f}"
+
+    growth = "; ".join(f"{part.replace('_', ' ')} " + ", ".join(
+        f"{kind} {form(fits[f'cpu_{kind}'][part])}" for kind in ("serial", "parallel") if part in fits[f"cpu_{kind}"])
+        for part in prep_cost.PARTS if part in fits["cpu_serial"] or part in fits["cpu_parallel"])
+    ratios = [m["ratio"] for m in r["projections"]["measured_against_projected"]
+              if m.get("workers", settings["workers"]) == settings["workers"]]
+    news = "; ".join(f"{k.split(' / ')[1].rsplit(' ', 1)[1]}: {v['synthetic_types']} types after {v['tokens']} "
+                     f"tokens, the news text {v['real_types']}"
+                     for k, v in r["corpus"]["check"]["compared_at_real_size"].items() if "newstest" in k)
+    fitted = prep_cost.fitted_words_per_pair(run)
+    corpus = r["corpus"]
+    shape = "newstest's lengths" + (f", {corpus['long_share']:.0%} of its pairs joined as crawled long lines with "
+                                    f"{corpus['noise']:.0%} of their words noise" if corpus.get("long_share") else "")
+    lengths = (f"Each cell runs from the benchmark corpus's {fitted:.1f} words per pair ({shape}) to "
+               + " and ".join(f"{name.upper()}'s {pair.words_per_pair:.1f} (WMT14's training text is longer per pair "
+                              f"than newstest2014 by {TRAIN_TO_NEWSTEST_BYTES[pair.tgt]:.2f}x in bytes)"
+                              for name, pair in PAIRS.items())
+               + "; the parts work per word, so the projection scales by words, not pairs (the recipe's dry run "
+                 "uses the extracted text's size once it is there). " if fitted else "")
+    return (prep_cost.planning_table(fits, PAIRS, config.settings("wmt14", "paper")["bpe_learn_pairs"],
+                                     fitted_words=fitted)
+            + "\n\n" + lengths + "Projected by `attn_kit.planning.prep_cost` (the recipes' `--dry-run` prints the same for "
+              "its pair, `--workers` and `--bpe-learn-pairs`) for cores of their own, from CPU seconds: per part, the main "
+              "process's (serial) and the workers' (parallel) CPU seconds, fitted from "
+              f"{fits['fitted_from_pairs']:,} pairs on as c + k x pairs (c >= 0) for the parts whose work is per "
+              "token and as a x pairs^b for learning BPE, whose work follows the sample's word types "
+              f"({growth}), and serial + parallel / workers; peak memory as a x pairs^b, the workers' grown "
+              "by the factor their 2- and 4-worker runs measured per doubling of the workers ("
+              + ", ".join(f"{part.replace('_', ' ')} {g:.2f}x" for part, g in
+                          fits.get("memory_workers_per_doubling", {}).items())
+              + "; one doubling measured, extrapolated; in proportion to the workers it would be 2x). "
+              "Download and extraction are not included; EN-FR is projected from the same "
+              f"EN-DE-like corpus with {settings['bpe_merges']} merges (it has 30000). Measured with "
+              f"`--workers {settings['workers']}`, BPE learned on every pair (wall seconds, CPU seconds of the main "
+              "process + the workers, peak memory of all the stage's processes, PSS):\n\n" + run["table"]
+            + f"\n\nThe machine was shared: the measured wall times are {min(ratios):.1f}-{max(ratios):.1f}x what "
+              f"the CPU seconds project for {settings['workers']} cores of their own ({r['uptime']['start']} at the "
+              f"start, {r['uptime']['end']} at the end). The corpus is synthetic (`attn_kit/tools/bench/corpus.py`: "
+              "newstest sentence shapes, words drawn from wordfreq's Zipfian lists, compounds below the lists' "
+              "cut-off, words repeated within 16-sentence documents"
+              + (", crawled long lines and noise" if corpus.get("long_share") else "")
+              + f"); its types where newstest2013+2014 ends: {news}. {prep_cost.machine_of(run)}, date {run['date']}, "
+                f"commit {run['commit'][:7]}."
+            + source(path) + bpe_sample_effect() + bpe_sample_en_fr())
+
+
+def bpe_sample_effect() -> str:
+    """BLEU of the bundled run with BPE learned on a sample (the share --bpe-learn-pairs is of WMT14 EN-DE)
+    beside the committed seeds learned on every pair (recipes/results/bundled_bpe_learn_*.json)."""
+    paths = sorted(glob.glob(str(RECIPES / "bundled_bpe_learn_*.json")))
+    if not paths:
+        return ""
+    seeds = [load(p) for p in sorted(glob.glob(str(RECIPES / "bundled_seed*.json")))]
+    runs = [load(p) for p in paths]
+    first = runs[0]["bpe_learn"]
+    rows = [[f"every pair (the {len(seeds)} committed seeds, mean ± sd)", "50", mean_sd(
+        [s["result"]["sacrebleu"] for s in seeds]), mean_sd([s["result"].get("bleu_compound_split") for s in seeds]),
+        seeds[0]["result"].get("vocabulary"), seeds[0]["machine"].split(",")[0]]]
+    now = [run for run in runs if run["bpe_learn"].get("label") == "the recipe now"]  # the sample as the recipe runs it
+    if len(now) > 1:
+        rows.append([f"{now[0]['bpe_learn']['pairs']} sampled pairs (the recipe now), the {len(now)} seeds, mean ± sd",
+                     str(now[0]["bpe_learn"]["vocabulary_threshold"]),
+                     mean_sd([run["result"]["sacrebleu"] for run in now]),
+                     mean_sd([run["result"].get("bleu_compound_split") for run in now]),
+                     now[0]["result"].get("vocabulary"), now[0]["machine"].split(",")[0]])
+    for seed in seeds:
+        r = seed["result"]
+        rows.append([f"every pair, seed {r['seed']}", "50", f"{r['sacrebleu']:.2f}", fmt(r.get("bleu_compound_split")),
+                     r.get("vocabulary"), seed["machine"].split(",")[0]])
+    for run in runs:
+        r, learn = run["result"], run["bpe_learn"]
+        rows.append([f"{learn['pairs']} sampled pairs, seed {r['seed']}, {learn.get('label', '')} "
+                     f"(`{run['command'].split('--bundled ')[-1]}`, commit {run['commit'][:7]})",
+                     str(learn["vocabulary_threshold"]), f"**{r['sacrebleu']:.2f}**",
+                     fmt(r.get("bleu_compound_split")), r.get("vocabulary"), run["machine"].split(",")[0]])
+    return (f"\n\n**What the sample costs in BLEU.** The bundled run (`bash recipes/wmt14_en_de.sh --bundled`) with "
+            f"BPE learned on {first['pairs']} of its {first['of']} training pairs, {first['pairs'] / first['of']:.0%}, "
+            f"the share {first['default'] / 1e6:g}M is of WMT14 EN-DE's {first['wmt14_pairs'] / 1e6:g}M (above that "
+            "size the default changes nothing here):\n\n"
+            + table(["BPE learned on", "apply-bpe --vocabulary-threshold", "sacreBLEU", "BLEU, compound split",
+                     "dictionary", "CPU"], rows)
+            + (f"\n\nOver {len(now)} training seeds the sample costs "
+               f"{statistics.mean(r['result']['sacrebleu'] for r in now) - statistics.mean(s['result']['sacrebleu'] for s in seeds):+.2f} "
+               f"sacreBLEU on average, against a seed-to-seed standard deviation of "
+               f"{statistics.stdev(r['result']['sacrebleu'] for r in now):.2f} (sample) and "
+               f"{statistics.stdev(s['result']['sacrebleu'] for s in seeds):.2f} (every pair)."
+               if len(now) > 1 and len(seeds) > 1 else "")
+            + "\n\nlearn-joint-bpe-and-vocab counts the vocabulary on the text it learns from; the threshold on a "
+              "sample's counts is the full threshold times the sample's share (the recipe records it in "
+              "`bpe/learn.json` and the run card)." + source(*paths))
+
+
+BPE_SAMPLE_EN_FR = RECIPES / "bpe_sample_en_fr.json"
+
+
+def bpe_sample_summary() -> str:
+    """README: what learning BPE on the recipes' sample costs, EN-DE's share and EN-FR's, over three seeds."""
+    paths = [p for p in sorted(glob.glob(str(RECIPES / "bundled_bpe_learn_*.json")))
+             if load(p)["bpe_learn"].get("label") == "the recipe now"]  # the sample as the recipe runs it
+    now = [load(p) for p in paths]
+    seed_paths = sorted(glob.glob(str(RECIPES / "bundled_seed*.json")))
+    seeds = [load(p) for p in seed_paths]
+    learn, _, _, diffs = en_fr_pairs()
+    de = statistics.mean(r["result"]["sacrebleu"] for r in now) - statistics.mean(r["result"]["sacrebleu"] for r in seeds)
+    de_sd, fr_mean, fr_sd = statistics.stdev(r["result"]["sacrebleu"] for r in seeds), statistics.mean(diffs), \
+        statistics.stdev(diffs)
+    within = [abs(de) < de_sd, abs(fr_mean) < fr_sd]
+    verdict = ("both within the seeds' spread" if all(within) else "beyond the seeds' spread for " +
+               " and ".join(p for p, w in zip(("EN-DE", "EN-FR"), within) if not w))
+    return (f"The WMT14 recipes learn BPE on {learn['default'] / 1e6:g}M sampled pairs (`--bpe-learn-pairs`), which "
+            f"cuts data preparation ([scaling.md](docs/scaling.md#preparing-wmt-sized-data)). Measured on Tatoeba with "
+            f"the same share of the pairs, {len(now)} training seeds each way: EN-DE's share "
+            f"({now[0]['bpe_learn']['pairs'] / now[0]['bpe_learn']['of']:.0%}) costs {de:+.2f} sacreBLEU (the seeds' sd "
+            f"{de_sd:.2f}), EN-FR's ({learn['default'] / learn['wmt14_pairs']:.1%}) {fr_mean:+.2f} (the paired "
+            f"differences' sd {fr_sd:.2f}): {verdict}." + source(*seed_paths, *paths, BPE_SAMPLE_EN_FR))
+
+
+def en_fr_pairs():
+    """benchmarks/bpe_sample.py's EN-FR runs: (the sample's share, {way: {seed: run}}, the seeds run both
+    ways, the sample's sacreBLEU minus every pair's for each of them)."""
+    r = load(BPE_SAMPLE_EN_FR)
+    ways = {way: {run["seed"]: run for run in r["runs"] if run["way"] == way} for way in ("all", "sample")}
+    seeds = sorted(set(ways["all"]) & set(ways["sample"]))
+    return r["bpe_learn"], ways, seeds, [ways["sample"][k]["sacrebleu"] - ways["all"][k]["sacrebleu"] for k in seeds]
+
+
+def bpe_sample_en_fr() -> str:
+    """EN-FR's share: the bundled settings on Tatoeba EN-FR, BPE learned on every pair and on the share
+    the recipe samples of WMT14 EN-FR, the same seeds (benchmarks/bpe_sample.py)."""
+    if not BPE_SAMPLE_EN_FR.exists():
+        return ""
+    learn, ways, seeds, diffs = en_fr_pairs()
+    sample = [run for run in ways["sample"].values() if run.get("bpe_learn_json")]
+    threshold = sample[0]["bpe_learn_json"]["vocabulary_threshold"] if sample else None
+    rows = [[f"seed {seed}", f"{ways['all'][seed]['sacrebleu']:.2f}", f"{ways['sample'][seed]['sacrebleu']:.2f}",
+             f"{diff:+.2f}", f"{ways['all'][seed]['vocabulary']} / {ways['sample'][seed]['vocabulary']}"]
+            for seed, diff in zip(seeds, diffs)]
+    summary = ""
+    if len(seeds) > 1:
+        rows.append(["mean ± sd", mean_sd([ways["all"][seed]["sacrebleu"] for seed in seeds]),
+                     mean_sd([ways["sample"][seed]["sacrebleu"] for seed in seeds]), mean_sd(diffs), ""])
+        mean, spread = statistics.mean(diffs), statistics.stdev(diffs)
+        summary = (f"\n\nOver {len(seeds)} training seeds BPE learned on EN-FR's share costs "
+                   f"{mean:+.2f} sacreBLEU (the paired differences' sd {spread:.2f}, "
+                   f"the seeds' sd {statistics.stdev(ways['all'][seed]['sacrebleu'] for seed in seeds):.2f} on every "
+                   "pair)" + (f": within the seeds' spread, so the recipe keeps its default ({learn['default'] / 1e6:g}M "
+                              "sampled pairs, the threshold scaled and rounded, at least 1)." if abs(mean) < spread else
+                              ": more than the seeds' spread."))
+    return (f"\n\n**EN-FR's share.** WMT14 EN-FR samples {learn['default'] / 1e6:g}M of its {learn['wmt14_pairs'] / 1e6:g}M "
+            f"pairs, {learn['default'] / learn['wmt14_pairs']:.1%}, where the scaled vocabulary threshold rounds to "
+            f"{threshold}. The same share of Tatoeba EN-FR's {learn['of']} training pairs ({learn['pairs']}) with the "
+            f"bundled run's settings (`python benchmarks/bpe_sample.py --source .../fra-eng.txt --lang fr`; "
+            f"sacreBLEU on its {ways['all'][seeds[0]]['test_sentences']} held-out pairs):\n\n"
+            + table(["training seed", "BPE on every pair", f"BPE on {learn['pairs']} pairs", "difference",
+                     "dictionary (every pair / sample)"], rows)
+            + summary + source(BPE_SAMPLE_EN_FR))
+
+
+# ---------------------------------------------------------------------------------------------- faults
+def canary_check() -> str:
+    """The canary's prediction of a whole run beside that run's measured stage times on one machine
+    (the canary first, then the run in the same work directory): attn_kit.recipes.canary; one
+    column pair per results file recipes/results/canary_check_*.json (the bundled run, the smoke run)."""
+    paths = sorted(glob.glob(str(RECIPES / "canary_check_*.json")))
+    if not paths:
+        return "(not filed yet: recipes/results/canary_check_*.json)"
+    parts = ("data preparation", "training, validations, checkpoint writes", "averaging", "generation and scoring",
+             "total")
+    columns, notes = [], []
+    for path in paths:
+        r = load(path)
+        c, seconds = r["result"]["canary"], r["result"]["full_run"]["stage_seconds"]
+        data = sum(seconds.get(s, 0.0) for s in ("download", "extract", "tokenize", "bpe", "binarize"))
+        measured = [data, seconds["train"], seconds["average"], seconds["generate"] + seconds["score"]]
+        measured.append(sum(measured))
+        p = c["predicted_seconds"]
+        predicted = [p["data_preparation"], p["training"] + p["validations"] + p["checkpoint_writes"], p["averaging"],
+                     p["generation"], p["total"]]
+        columns.append((r["result"]["mode"], predicted, measured))
+        threads = re.search(r"--threads (\d+)", r["command"])
+        notes.append(f"`--{r['result']['mode']}`{f' --threads {threads.group(1)}' if threads else ''}: the canary "
+                     f"trained {c['canary_minutes']:g} minutes ({c['updates']} of the run's {c['plan']['max_update']} "
+                     f"updates); {r['machine']}, {r['date']}, {r['result']['load_average']}")
+    header = ["part of the run"] + [f"`--{mode}`: {what}" for mode, _, _ in columns
+                                     for what in ("predicted", "measured", "error")]
+    rows = []
+    for i, part in enumerate(parts):
+        row = [part]
+        for _, predicted, measured in columns:
+            row += [minutes(predicted[i]), minutes(measured[i]),
+                    f"{predicted[i] / measured[i] - 1:+.1%}" if measured[i] else "-"]
+        rows.append(row)
+    return table(header, rows) + "\n\n" + "; ".join(notes) + "." + source(*paths)
+
+
+def faults() -> str:
+    """What happens when things go wrong: the cases of attn_kit.tools.faults, each with its test."""
+
+    rows = [(c.fault, c.outcome, f"`{c.test}`") for c in CASES]
+    return table(["what goes wrong", "what happens", "test (tests/test_faults.py unless named)"], rows)
+
+
+TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "parallel_presets": parallel_presets,
+          "tokens_per_update": tokens_per_update,
+          "cpu_benchmarks": cpu_benchmarks, "gpu_benchmarks": gpu_benchmarks, "training_cost": training_cost,
+          "faults": faults, "gpu_recipe_path": gpu_recipe_path, "decode_rules": decode_rules, "table3": table3, "translate_consistency": translate_consistency,
+          "ctranslate2": ctranslate2, "ctranslate2_run": ctranslate2_run, "canary_check": canary_check,
+          "data_prep": data_prep, "gpu_check": gpu_check, "gpu_check_summary": gpu_check_summary,
+          "gpu_check_repeat": gpu_check_repeat, "gpu_check_third": gpu_check_third,
+          "bpe_sample_summary": bpe_sample_summary,
+          "gpu_planning": gpu_planning}
+
+
+def documents() -> list:
+    """The documents whose tables are generated: README.md, then docs/*.md."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def render(text: str, name: str = "README.md") -> str:
+    """``text`` (the document ``name``) with every marked table regenerated."""
+    def replace(m):
+        table_name = m.group(1)
+        if table_name not in TABLES:
+            raise UserError(f"{name} names an unknown table {table_name!r}; known: {', '.join(TABLES)}")
+        return f"<!-- table:{table_name} -->\n{TABLES[table_name]()}\n<!-- /table:{table_name} -->"
+
+    return re.sub(r"<!-- table:(\w+) -->\n.*?<!-- /table:\1 -->", replace, text, flags=re.S)
+
+
+def stale() -> dict:
+    """{document: its text with fresh tables} for every document whose tables differ from the files."""
+    out = {}
+    for path in documents():
+        text = path.read_text(encoding="utf-8")
+        new = render(text, str(path.relative_to(REPO)))
+        if new != text:
+            out[path] = new
+    return out
+
+
+def main(argv=None):
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", action="store_true",
+                   help="only check that the tables of README.md and docs/*.md are up to date")
+    args = p.parse_args(argv)
+    changed = stale()
+    names = ", ".join(str(path.relative_to(REPO)) for path in changed)
+    if args.check:
+        if changed:
+            raise UserError(f"the tables of {names} differ from the results files; run python scripts/readme_tables.py")
+        print(f"the tables of {len(documents())} documents (README.md, docs/*.md) match the results files")
+        return 0
+    for path, new in changed.items():
+        path.write_text(new, encoding="utf-8")
+    print(f"tables rewritten: {names}" if changed else "tables already up to date")
+    return 0
