@@ -51,12 +51,30 @@ def test_the_train_stages_fingerprint_is_every_field_that_declares_it():
         assert (after != base) == bool(declared), f.name
         if declared:
             changed.add(f.name if declared is True else declared)
-    assert changed == set(base) and set(RESUMABLE_TRAIN_OPTIONS) <= changed
+    # a field added after runs recorded their options is in it only when set (clip_norm)
+    since = {f.name for f in dataclasses.fields(fc.TrainPlan) if f.metadata["when_set"]}
+    assert since == {"clip_norm"} and changed == set(base) | since and set(RESUMABLE_TRAIN_OPTIONS) <= changed
     # the keys every run's train stage has recorded (a renamed key would go unchecked on a resumed run)
     assert set(base) == {"arch", "model", "warmup_updates", "lr_scale", "tokens_per_update", "seed", "precision",
                          "train_flags", "fairseq_extra_args", "max_update", "train_minutes", "save_interval_updates"}
     assert {"max_tokens", "update_freq", "gpus", "world_size"}.isdisjoint(changed)
     assert base["fairseq_extra_args"] == [] and isinstance(base["model"], list)  # as it reads back from JSON
+
+
+def test_clip_norm_reaches_fairseq_train_only_when_set_and_fingerprints_only_then():
+    """--clip-norm (issue 39's three-file option): fairseq-train's flag, which its own parser reads, and
+    the stage's fingerprint when set; at its default (0, no clipping, the paper's) neither changes, so
+    a run's finished train stage stays finished."""
+    import dataclasses
+
+    from attn_kit.fairseq_layer.build import parse_train_args
+
+    clipped = dataclasses.replace(PLAN, clip_norm=0.5)
+    assert "--clip-norm" not in PLAN.command(["fairseq-train"], "bin", "ckpt") and "clip_norm" not in PLAN.fingerprint()
+    cmd = clipped.command(["fairseq-train"], "bin", "ckpt")
+    assert contains(cmd, ["--clip-norm", "0.5"]) and clipped.fingerprint()["clip_norm"] == 0.5
+    assert parse_train_args(cmd[2:]).clip_norm == 0.5  # after the command and its data directory
+    assert parse_train_args(PLAN.command(["fairseq-train"], "bin", "ckpt")[2:]).clip_norm == 0
 
 
 def test_decoding_validation_and_binarizing_commands():

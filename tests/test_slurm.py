@@ -149,7 +149,7 @@ def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path)
     argv = ["--src", "en", "--tgt", "de", "--train", data / "train", "--valid", data / "valid", "--test",
             data / "test", "--workdir", work, *TINY, "--cpu-procs", "2", "--precision", "bf16",
             "--launcher", "slurm", "--partition", "cpu", "--time", "0:30:00", "--account", "nmt",
-            "--log-interval", "2", "--validate-interval-updates", "4", "--", "--clip-norm", "0.5"]
+            "--log-interval", "2", "--validate-interval-updates", "4", "--clip-norm", "0.5", "--", "--weight-decay", "0"]
     proc = parallel(argv, env={"PATH": slurm_path})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     # two jobs: the data job, then the training job, submitted to start once the data job ended well
@@ -180,7 +180,7 @@ def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path)
         assert job[:3] == [sys.executable, "-m", "attn_kit.recipes.parallel"]
         assert job[job.index("--launcher") + 1] == "srun" and job.count("--launcher") == 1
         assert job[job.index("--stage") + 1] == first and job[job.index("--stop-stage") + 1] == last
-        assert job[job.index("--") + 1:] == ["--clip-norm", "0.5"]
+        assert job[job.index("--") + 1:] == ["--weight-decay", "0"] and "--clip-norm" in job
         assert job[job.index("--log-interval") + 1] == "2" and job[job.index("--validate-interval-updates") + 1] == "4"
 
     # the job: srun started two fairseq-train tasks that found each other through Slurm's variables
@@ -193,10 +193,11 @@ def test_sbatch_script_trains_two_cpu_processes_under_srun(tmp_path, slurm_path)
     results = json.loads((work / "results.json").read_text())
     assert results["updates"] == 12 and results["averaged_updates"] == [8, 12] and results["mode"] == "files"
     assert results["precision"] == "bf16" and "--bf16-autocast" in results["train_command"]
-    assert results["fairseq_extra_args"] == ["--clip-norm", "0.5"]
+    assert results["fairseq_extra_args"] == ["--weight-decay", "0"]
     assert "--log-interval 2 " in results["train_command"] and "--validate-interval-updates 4 " in \
         results["train_command"]
-    assert results["train_command"].endswith("--clip-norm 0.5") and results["test_sentences"] == 40
+    assert results["train_command"].endswith("--weight-decay 0") and results["test_sentences"] == 40
+    assert " --clip-norm 0.5 " in results["train_command"]  # the recipe's option, typed again by the job
     for key in ("sacrebleu", "bleu_tokenized", "bleu_t2t"):
         assert 0 <= results[key] <= 100
     assert "training precision: bf16" in job_out

@@ -104,6 +104,8 @@ def test_the_kits_parsers_make_argparse_errors_one_line():
     (["--", "--lr", "5"], "--lr after --: eq. 3 sets the learning rate"),
     (["--", "--label-smoothing", "0.2"], "--label-smoothing after --"),
     (["--", "--optimizer", "sgd"], "--optimizer after --"),
+    (["--", "--clip-norm", "0.1"], "--clip-norm after --: it is a recipe option"),
+    (["--clip-norm", "-0.5"], "--clip-norm must be >= 0 (0: no clipping)"),
     (["--lenpen", "1.2"], "--lenpen is fairseq's length penalty: it applies with --length-penalty fairseq"),
 ])
 def test_what_would_be_ignored_or_overridden_silently_is_one_line(argv, fragment, tmp_path):

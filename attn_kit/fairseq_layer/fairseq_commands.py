@@ -239,10 +239,12 @@ def srun_launcher(gpus: int, cpu_procs: int, nnodes: int = 1, master_port: Optio
 
 
 # ---------------------------------------------------------------------------------------------- fairseq-train
-def _option(fingerprint=True, **kwargs):
+def _option(fingerprint=True, when_set=False, **kwargs):
     """A :class:`TrainPlan` field; ``fingerprint``: whether (and under which name) a change of it
-    changes what the train stage makes (its ``options``, attn_kit.pipeline.stages): True, a key, or False."""
-    return field(metadata={"fingerprint": fingerprint}, **kwargs)
+    changes what the train stage makes (its ``options``, attn_kit.pipeline.stages): True, a key, or False;
+    ``when_set``: a field added after runs recorded their options, fingerprinted only when it is not its
+    default, so that their finished train stages stay finished."""
+    return field(metadata={"fingerprint": fingerprint, "when_set": when_set}, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -263,6 +265,7 @@ class TrainPlan:
     log_interval: int = _option(False)
     model: Tuple[str, ...] = _option(default=())   # flags that size --arch
     lr_scale: float = _option(default=1.0)     # eq. 3's multiplier (a --tune trial's own)
+    clip_norm: float = _option(when_set=True, default=0.0)  # gradient-norm clipping; 0: none, the paper's
     # Table 3's row D is the only caller that varies eps_ls, and fingerprints it as eps_ls
     label_smoothing: float = _option(False, default=0.1)
     train_flags: Tuple[str, ...] = _option(default=())  # the recipe's own
@@ -281,6 +284,7 @@ class TrainPlan:
         kept), JSON logs, then ``extra``."""
         cmd = [*launch, data_bin, "--user-dir", PLUGIN_DIR, *TASK, "--arch", self.arch, *self.model,
                *paper_optimization(self.warmup_updates, self.lr_scale, self.label_smoothing),
+               *(["--clip-norm", f"{self.clip_norm:g}"] if self.clip_norm else []),
                "--max-tokens", self.max_tokens, "--update-freq", self.update_freq, *self.train_flags,
                *flags_for(self.precision), *cpu_flag(self.gpus),
                *(["--distributed-world-size", self.world_size] if self.world_size else []),
@@ -297,9 +301,8 @@ class TrainPlan:
         """What shapes the training run, as the train stage's ``options``: the fields that declare so."""
         out = {}
         for f in fields(self):
-            key = f.metadata["fingerprint"]
-            if key:
-                value = getattr(self, f.name)
+            key, value = f.metadata["fingerprint"], getattr(self, f.name)
+            if key and not (f.metadata["when_set"] and value == f.default):
                 out[f.name if key is True else key] = list(value) if isinstance(value, tuple) else value
         return out
 

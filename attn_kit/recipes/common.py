@@ -78,7 +78,7 @@ def train_plan(s, model: Iterable[str] = (), lr_scale: float = None, label_smoot
     world = devices(s) if s.launcher == "torchrun" and s.ngpus and devices(s) > 1 else None
     return TrainPlan(
         arch=s.arch, model=tuple(model), warmup_updates=s.warmup_updates,
-        lr_scale=s.lr_scale if lr_scale is None else lr_scale, label_smoothing=label_smoothing,
+        lr_scale=s.lr_scale if lr_scale is None else lr_scale, label_smoothing=label_smoothing, clip_norm=s.clip_norm,
         max_tokens=p.max_tokens, update_freq=p.update_freq, tokens_per_update=s.tokens_per_update,
         train_flags=tuple(s.train_flags), precision=s.precision_used, gpus=s.ngpus, world_size=world,
         max_update=s.max_update, seed=s.seed, train_minutes=s.train_minutes,

@@ -85,6 +85,7 @@ class TrainSettings(RunSettings):
     max_update: int
     warmup_updates: int
     lr_scale: float
+    clip_norm: float  # --clip-norm (add_device_options)
     tokens_per_update: int
     max_tokens_per_gpu: int
     save_interval_updates: int
@@ -225,6 +226,9 @@ def add_device_options(g, cpu_modes: str = "--smoke and --bundled"):
                    help="with --ngpus 0: data-parallel CPU processes (gloo; default 1)")
     g.add_argument("--precision", default="auto", choices=PRECISIONS, help=scale.precision_help())
     g.add_argument("--seed", type=int, default=1, help="random seed of training (default 1)")
+    g.add_argument("--clip-norm", type=float, default=0.0,
+                   help="clip the gradients' norm at this value (fairseq-train's --clip-norm; default 0: no "
+                        "clipping, as the paper, which names none, and tensor2tensor's transformer_base)")
     g.add_argument("--threads", type=int,
                    help="CPU threads per process (OMP_NUM_THREADS) for training and decoding (default: the "
                         "mode's, see the config; GPU runs: torch's choice); results are bitwise reproducible for "
@@ -291,6 +295,8 @@ def check_run(s):
         raise UsageError("--master-port must be in 1..65535")
     if s.seed < 0:
         raise UsageError("--seed must be >= 0")
+    if getattr(s, "clip_norm", 0.0) < 0:
+        raise UsageError("--clip-norm must be >= 0 (0: no clipping)")
     if getattr(s, "lenpen", None) is not None and "lenpen" not in getattr(s, "defaulted", ()) \
             and getattr(s, "length_penalty", None) == "gnmt":
         raise UsageError("--lenpen is fairseq's length penalty: it applies with --length-penalty fairseq; the "
