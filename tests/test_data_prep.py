@@ -142,6 +142,14 @@ def test_planning_table_is_the_projection():
     p = prep_cost.project(FITS, 36_000_000, 16, 1_000_000)
     row = next(r for r in table if r.startswith("| EN-FR | 36M | 16 | now"))
     assert f"**{prep_cost.minutes_text(p['total_seconds'])}**" in row and f"{p['peak_mb_max'] / 1024:.1f} GB" in row
+    # a pair measured on a corpus of its own (docs/scaling.md's table once EN-FR's file is filed): its rows
+    # come from its own fits and words per pair, the other pair's stay as they were
+    slower = {**FITS, "cpu_parallel": {**FITS["cpu_parallel"], "tokenize": {"a": 4e-3, "b": 1.0}}}
+    own = prep_cost.planning_table(FITS, PAIRS, 1_000_000, own={"en-fr": (slower, None)}).splitlines()
+    q = prep_cost.project(slower, 36_000_000, 16, 1_000_000)
+    assert f"**{prep_cost.minutes_text(q['total_seconds'])}**" in next(
+        r for r in own if r.startswith("| EN-FR | 36M | 16 | now")) and q["total_seconds"] > p["total_seconds"]
+    assert [r for r in own if r.startswith("| EN-DE")] == [r for r in table if r.startswith("| EN-DE")]
 
 
 # ---------------------------------------------------------------------------------------------- the corpus

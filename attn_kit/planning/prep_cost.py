@@ -121,19 +121,21 @@ def project(fits: dict, pairs: int, workers: int, bpe_learn_pairs: Optional[int]
 
 
 def planning_table(fits: dict, pairs: dict, bpe_learn_pairs: int, cores=(2, 16),
-                   fitted_words: Optional[float] = None) -> str:
+                   fitted_words: Optional[float] = None, own: Optional[Dict[str, tuple]] = None) -> str:
     """The projections for ``pairs`` (name -> attn_kit.recipes.wmt14_data.Pair) on ``cores`` (workers =
     cores), the recipe before its speed-ups and now, as a markdown table (docs/scaling.md's, the benchmark's).
     ``fitted_words``: the benchmark corpus's words per pair; then each cell is a range, from the
-    benchmark corpus's words per pair to the pair's (``Pair.words_per_pair``)."""
+    benchmark corpus's words per pair to the pair's (``Pair.words_per_pair``). ``own``: name ->
+    (fits, fitted_words) of the pairs measured on a corpus of their own, used instead of ``fits``."""
     parts = ("tokenize", "sample", "learn_bpe", "apply_bpe", "clean", "binarize")
     lines = ["| pair | training pairs | cores | recipe | " + " | ".join(p.replace("_", " ") for p in parts)
              + " | all data stages | peak memory |", "|" + "---|" * (len(parts) + 6)]
     for name, pair in pairs.items():
-        scales = (1.0, pair.words_per_pair / fitted_words) if fitted_words else (1.0,)
+        fit, words = (own or {}).get(name, (fits, fitted_words))
+        scales = (1.0, pair.words_per_pair / words) if words else (1.0,)
         for n in cores:
             for legacy in (True, False):
-                ps = [project(fits, pair.train_pairs, n, bpe_learn_pairs, legacy=legacy, words_scale=x)
+                ps = [project(fit, pair.train_pairs, n, bpe_learn_pairs, legacy=legacy, words_scale=x)
                       for x in sorted(scales)]  # low to high: a corpus may have longer pairs than the pair's
                 recipe = ("before: BPE learned on every pair; learn and apply in one process" if legacy else
                           f"now: BPE learned on {ps[0]['learn_pairs'] / 1e6:g}M sampled pairs; --workers {n}")

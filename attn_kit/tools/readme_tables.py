@@ -671,60 +671,73 @@ def ctranslate2_run() -> str:
 def data_prep() -> str:
     """The WMT14 data stages measured at growing sizes (benchmarks/data_prep.py) and projected for
     WMT14 EN-DE and EN-FR on 2 and 16 cores, before and after the recipe's speed-ups, by the same
-    function as the recipes' --dry-run (attn_kit.planning.prep_cost.project)."""
-
-    path = BENCH / "cpu2core_data_prep.json"
+    function as the recipes' --dry-run (attn_kit.planning.prep_cost.project): each pair from the file
+    measured on its own corpus where one is filed, else from EN-DE's."""
+    path = prep_cost.RESULTS
     if not path.exists():
         return "(not filed yet: benchmarks/results/cpu2core_data_prep.json)"
     run = load(path)
-    r, settings = run["result"], run["result"]["settings"]
-    fits = r["fits"]
+    fits = run["result"]["fits"]
+    runs = {name: load(prep_cost.results_path(name)) for name in PAIRS if prep_cost.results_path(name).exists()}
+    own = {name: (r["result"]["fits"], prep_cost.fitted_words_per_pair(r)) for name, r in runs.items()}
+
     def form(fit):  # a fitted CPU-seconds curve as the docs say it
         return f"{fit['c']:.0f} s + {fit['k'] * 1e6:.0f} s per million pairs" if "k" in fit else f"pairs^{fit['b']:.2f}"
 
-    growth = "; ".join(f"{part.replace('_', ' ')} " + ", ".join(
-        f"{kind} {form(fits[f'cpu_{kind}'][part])}" for kind in ("serial", "parallel") if part in fits[f"cpu_{kind}"])
-        for part in prep_cost.PARTS if part in fits["cpu_serial"] or part in fits["cpu_parallel"])
-    ratios = [m["ratio"] for m in r["projections"]["measured_against_projected"]
-              if m.get("workers", settings["workers"]) == settings["workers"]]
-    news = "; ".join(f"{k.split(' / ')[1].rsplit(' ', 1)[1]}: {v['synthetic_types']} types after {v['tokens']} "
-                     f"tokens, the news text {v['real_types']}"
-                     for k, v in r["corpus"]["check"]["compared_at_real_size"].items() if "newstest" in k)
-    fitted = prep_cost.fitted_words_per_pair(run)
-    corpus = r["corpus"]
-    shape = "newstest's lengths" + (f", {corpus['long_share']:.0%} of its pairs joined as crawled long lines with "
-                                    f"{corpus['noise']:.0%} of their words noise" if corpus.get("long_share") else "")
-    lengths = (f"Each cell runs from the benchmark corpus's {fitted:.1f} words per pair ({shape}) to "
-               + " and ".join(f"{name.upper()}'s {pair.words_per_pair:.1f} (WMT14's training text is longer per pair "
-                              f"than newstest2014 by {TRAIN_TO_NEWSTEST_BYTES[pair.tgt]:.2f}x in bytes)"
-                              for name, pair in PAIRS.items())
-               + "; the parts work per word, so the projection scales by words, not pairs (the recipe's dry run "
-                 "uses the extracted text's size once it is there). " if fitted else "")
+    def growth(fits):
+        return "; ".join(f"{part.replace('_', ' ')} " + ", ".join(
+            f"{kind} {form(fits[f'cpu_{kind}'][part])}" for kind in ("serial", "parallel") if part in fits[f"cpu_{kind}"])
+            for part in prep_cost.PARTS if part in fits["cpu_serial"] or part in fits["cpu_parallel"])
+
+    def corpus_text(name, r):
+        corpus, fitted = r["result"]["corpus"], prep_cost.fitted_words_per_pair(r)
+        shape = "newstest's lengths" + (f", {corpus['long_share']:.0%} of its pairs joined as crawled long lines "
+                                        f"with {corpus['noise']:.0%} of their words noise"
+                                        if corpus.get("long_share") else "")
+        news = "; ".join(f"{k.split(' / ')[1].rsplit(' ', 1)[1]}: {v['synthetic_types']} types after {v['tokens']} "
+                         f"tokens, the news text {v['real_types']}"
+                         for k, v in corpus["check"]["compared_at_real_size"].items() if "newstest" in k)
+        pair = PAIRS[name]
+        return (f"**{name.upper()}** ({prep_cost.results_path(name).name}): the corpus has "
+                + (f"{fitted:.1f} words per pair ({shape}; WMT14 {name.upper()}'s training text: "
+                   f"{pair.words_per_pair:.1f}, newstest2014's words per pair times its training split's bytes per "
+                   f"pair over newstest2014's, {TRAIN_TO_NEWSTEST_BYTES[pair.tgt]:.2f}x)" if fitted else shape)
+                + f"; its types where newstest2013+2014 ends: {news}. Fitted from "
+                  f"{r['result']['fits']['fitted_from_pairs']:,} pairs on: {growth(r['result']['fits'])}. "
+                  f"Measured with `--workers {r['result']['settings']['workers']}` and "
+                  f"{r['result']['settings']['bpe_merges']} merges, BPE learned on every pair (wall seconds, CPU "
+                  "seconds of the main process + the workers, peak memory of all the stage's processes, PSS), on "
+                  f"{prep_cost.machine_of(r)}, date {r['date']}, commit {r['commit'][:7]}"
+                + (f", `{r['command']}`" if r.get("command") else "") + ":\n\n" + r["table"]
+                + "\n\n" + shared_machine(r))
+
+    def shared_machine(r):
+        ratios = [m["ratio"] for m in r["result"]["projections"]["measured_against_projected"]
+                  if m.get("workers", r["result"]["settings"]["workers"]) == r["result"]["settings"]["workers"]]
+        return (f"Measured wall times are {min(ratios):.1f}-{max(ratios):.1f}x what the CPU seconds project for "
+                f"{r['result']['settings']['workers']} cores of their own ({r['result']['uptime']['start'].strip()} "
+                f"at the start, {r['result']['uptime']['end'].strip()} at the end).")
+
+    fallback = [name.upper() for name in PAIRS if name not in own]
     return (prep_cost.planning_table(fits, PAIRS, config.settings("wmt14", "paper")["bpe_learn_pairs"],
-                                     fitted_words=fitted)
-            + "\n\n" + lengths + "Projected by `attn_kit.planning.prep_cost` (the recipes' `--dry-run` prints the same for "
-              "its pair, `--workers` and `--bpe-learn-pairs`) for cores of their own, from CPU seconds: per part, the main "
-              "process's (serial) and the workers' (parallel) CPU seconds, fitted from "
-              f"{fits['fitted_from_pairs']:,} pairs on as c + k x pairs (c >= 0) for the parts whose work is per "
-              "token and as a x pairs^b for learning BPE, whose work follows the sample's word types "
-              f"({growth}), and serial + parallel / workers; peak memory as a x pairs^b, the workers' grown "
-              "by the factor their 2- and 4-worker runs measured per doubling of the workers ("
-              + ", ".join(f"{part.replace('_', ' ')} {g:.2f}x" for part, g in
-                          fits.get("memory_workers_per_doubling", {}).items())
-              + "; one doubling measured, extrapolated; in proportion to the workers it would be 2x). "
-              "Download and extraction are not included; EN-FR is projected from the same "
-              f"EN-DE-like corpus with {settings['bpe_merges']} merges (it has 30000). Measured with "
-              f"`--workers {settings['workers']}`, BPE learned on every pair (wall seconds, CPU seconds of the main "
-              "process + the workers, peak memory of all the stage's processes, PSS):\n\n" + run["table"]
-            + f"\n\nThe machine was shared: the measured wall times are {min(ratios):.1f}-{max(ratios):.1f}x what "
-              f"the CPU seconds project for {settings['workers']} cores of their own ({r['uptime']['start']} at the "
-              f"start, {r['uptime']['end']} at the end). The corpus is synthetic (`attn_kit/tools/bench/corpus.py`: "
-              "newstest sentence shapes, words drawn from wordfreq's Zipfian lists, compounds below the lists' "
-              "cut-off, words repeated within 16-sentence documents"
-              + (", crawled long lines and noise" if corpus.get("long_share") else "")
-              + f"); its types where newstest2013+2014 ends: {news}. {prep_cost.machine_of(run)}, date {run['date']}, "
-                f"commit {run['commit'][:7]}."
-            + source(path) + bpe_sample_effect() + bpe_sample_en_fr())
+                                     fitted_words=prep_cost.fitted_words_per_pair(run), own=own)
+            + "\n\nWhere a cell is a range, it runs from the benchmark corpus's words per pair to the pair's "
+              "training text's: the parts work per word, so the projection scales by words, not pairs (the "
+              "recipe's dry run uses the extracted text's size once it is there). Projected by "
+              "`attn_kit.planning.prep_cost` (the recipes' `--dry-run` prints the same for its pair, `--workers` "
+              "and `--bpe-learn-pairs`) for cores of their own, from CPU seconds: per part, the main process's "
+              "(serial) and the workers' (parallel) CPU seconds, fitted as c + k x pairs (c >= 0) for the parts "
+              "whose work is per token and as a x pairs^b for learning BPE, whose work follows the sample's word "
+              "types, and serial + parallel / workers; peak memory as a x pairs^b, the workers' grown by the factor "
+              "their 2- and 4-worker runs measured per doubling of the workers (one doubling measured, "
+              "extrapolated; in proportion to the workers it would be 2x). Download and extraction are not "
+              "included. Each pair is projected from a synthetic corpus of its own (`attn_kit/tools/bench/corpus.py`: "
+              "newstest sentence shapes of the pair, words drawn from wordfreq's Zipfian lists, compounds below "
+              "the lists' cut-off, words repeated within 16-sentence documents, crawled long lines and noise)"
+              + (f"; {' and '.join(fallback)} from EN-DE's until its own is filed "
+                 f"(`python benchmarks/data_prep.py --pair {fallback[0].lower()}`)" if fallback else "") + ":\n\n"
+            + "\n\n".join(corpus_text(name, r) for name, r in runs.items())
+            + source(*[prep_cost.results_path(name) for name in runs]) + bpe_sample_effect() + bpe_sample_en_fr())
 
 
 def bpe_sample_effect() -> str:
