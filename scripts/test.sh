@@ -21,6 +21,10 @@ done
 # Every test process runs one thread (tests/conftest.py sets OMP_NUM_THREADS=1 unless set), so one pytest worker per
 # core (at most 4) uses the machine; whole files go to a worker, which makes their module fixtures once
 # (conftest.made_once makes the session ones once for all workers).
+# The suite starts hundreds of Python processes (recipes, fairseq commands, the kit's commands); with
+# PYTHONDONTWRITEBYTECODE set (some containers set it) each compiles the project's modules again
+# (__pycache__ is git-ignored)
+unset PYTHONDONTWRITEBYTECODE
 workers=()
 if "$ATTN_PY" -c 'import xdist' 2>/dev/null; then
   cores=$("$ATTN_PY" -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')

@@ -120,7 +120,9 @@ def pytest_configure(config):
 # The files that take longest (recipes run end to end, several times) run first, so that pytest-xdist's
 # workers (whole files each, in this order) do not end on one of them while the others are idle.
 LONGEST_FIRST = ("test_recipe_wsj.py", "test_faults.py", "test_data_workdir.py", "test_recipe_wmt14.py",
-                 "test_canary.py")
+                 "test_canary.py", "test_table3.py", "test_ctranslate2.py", "test_decode_rules.py", "test_checkpoint.py",
+                 "test_compare_baselines.py", "test_data_parallel.py", "test_translate.py", "test_slurm.py",
+                 "test_model.py", "test_corpus_source.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's -m selection reads the marks
