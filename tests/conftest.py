@@ -9,11 +9,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from attn_kit.planning.sizes import SIZES
+from attn_kit.tools import fairseq_forks
 
 # One thread per process unless told otherwise (before torch is imported here or in any command a test
 # starts): scripts/test.sh runs one pytest worker per core, and torch's threads, one per core by default,
@@ -33,10 +35,53 @@ def cli(name):
     return str(path) if path.exists() else shutil.which(name)
 
 
-def run(cmd, cwd=None, check=True, timeout=600, input_text=None):
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, input=input_text)
+def run_env():
+    return dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+
+
+_FORKS = {}
+
+
+def forks(env) -> fairseq_forks.ForkedCommands:
+    """This worker's runner of fairseq commands (attn_kit.tools.fairseq_forks) for ``env``'s start-up
+    variables (:func:`run_env`'s or the test process's), started when first used."""
+    key = tuple(sorted(fairseq_forks.startup(env).items()))
+    if key not in _FORKS:
+        _FORKS[key] = fairseq_forks.ForkedCommands(env=env)
+    return _FORKS[key]
+
+
+def pytest_sessionfinish(session):
+    for runner in _FORKS.values():
+        runner.close()
+
+
+def command(cmd, env, cwd=None, timeout=600, input_text=None, fork=False):
+    """``cmd`` run to its end in the environment ``env`` with ``input_text`` (text or bytes) on its stdin:
+    a CompletedProcess of its exit status and text output. ``fork``: in a fork of this worker's one
+    import of fairseq (:func:`forks`), which starts a fairseq command, or a script that imports fairseq
+    first, as a process of its own would, seconds sooner; for a command whose imports are not what the
+    test checks."""
+    cmd = [str(c) for c in cmd]
+    common = [fairseq_forks.startup(e) for e in (run_env(), os.environ)]  # a runner for another is not worth it
+    if not (fork and fairseq_forks.ForkedCommands.job(cmd) and fairseq_forks.startup(env) in common):
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, timeout=timeout,
+                              input=input_text.encode() if isinstance(input_text, str) else input_text)
+        return subprocess.CompletedProcess(cmd, proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+    with tempfile.TemporaryDirectory(prefix="forked-") as folder:
+        stdin, stdout, stderr = (Path(folder) / name for name in ("stdin", "stdout", "stderr"))
+        if input_text is not None:
+            stdin.write_bytes(input_text if isinstance(input_text, bytes) else input_text.encode())
+        rc = forks(env).run(cmd, stdout, stderr, stdin=stdin if input_text is not None else None, env=env, cwd=cwd,
+                            timeout=timeout)
+        return subprocess.CompletedProcess(cmd, rc, stdout.read_text(), stderr.read_text())
+
+
+def run(cmd, cwd=None, check=True, timeout=600, input_text=None, fork=None, env=None):
+    """:func:`command` in :func:`run_env` plus ``env``; a fairseq command is forked unless ``fork=False``.
+    ``check``: a non-zero exit fails the test, with the command's output."""
+    fork = Path(str(cmd[0])).name in fairseq_forks.FAIRSEQ_COMMANDS if fork is None else fork
+    proc = command(cmd, {**run_env(), **(env or {})}, cwd, timeout, input_text, fork)
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd[0]} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc

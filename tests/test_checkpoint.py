@@ -143,8 +143,7 @@ def test_resume_broadcast_reaches_the_other_rank(plugin_run, tmp_path):
 def test_average_checkpoints_is_the_elementwise_mean(plugin_run, tmp_path):
     save, _ = plugin_run
     out = tmp_path / "avg.pt"
-    run([cli("python"), AVERAGE, "--inputs", save,
-         "--num-update-checkpoints", "3", "--output", out])
+    run([cli("python"), AVERAGE, "--inputs", save, "--num-update-checkpoints", "3", "--output", out], fork=True)
     picked = [save / f"checkpoint_{e}_{u}.pt" for e, u in _update_checkpoints(save)[-3:]]
     states = [torch.load(p, weights_only=True)["model"] for p in picked]
     averaged = torch.load(out, weights_only=True)["model"]

@@ -9,14 +9,14 @@ min-length scoring is exercised) and a copy with noisy weights whose outputs var
 run to the length limit (the engine's scoring of hypotheses cut at the limit).
 """
 import json
+import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, assert_one_error_line, run_main
+from conftest import REPO, assert_one_error_line, command, run_main
 from test_translate import add_noise, copy_run
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -28,9 +28,10 @@ EXPORT = [sys.executable, str(REPO / "scripts" / "export_ctranslate2.py")]
 TRANSLATE = [sys.executable, str(REPO / "scripts" / "translate.py")]
 
 
-def run(cmd, *args, stdin=None, env=None, timeout=300):
-    return subprocess.run([*cmd, *map(str, args)], input=stdin, capture_output=True, text=True, timeout=timeout,
-                          env=env)
+def run(cmd, *args, stdin=None, env=None, timeout=300, fork=True):
+    """``fork``: in a fork of the worker's one import of fairseq (conftest.command), which each of these
+    scripts imports first; else a process of its own, for a script's process-level contract."""
+    return command([*cmd, *args], env or dict(os.environ), timeout=timeout, input_text=stdin, fork=fork)
 
 
 def lines(path):
@@ -324,7 +325,7 @@ def test_missing_inputs_and_ctranslate2_are_one_line(smoke_run, exported, tmp_pa
     fake = tmp_path / "fake" / "ctranslate2"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('No module named ctranslate2')\n")
-    env = {**__import__("os").environ, "PYTHONPATH": str(fake.parent)}
+    env = {**os.environ, "PYTHONPATH": str(fake.parent)}
     for proc in (run(EXPORT, smoke_run, tmp_path / "out", env=env),
                  run(TRANSLATE, "--engine", "ctranslate2", exported, stdin="x\n", env=env)):
         assert_one_error_line(proc, "CTranslate2 is not installed", "pip install attn_plugin[ct2]",
@@ -434,7 +435,7 @@ def test_benchmark_run_times_the_recipes_fairseq_generate_against_ctranslate2(sm
 
 def test_benchmark_run_refuses_what_it_cannot_time(smoke_run, tmp_path):
     bench = [sys.executable, str(REPO / "benchmarks" / "generate_throughput.py")]
-    proc = run(bench, "--run", smoke_run)
+    proc = run(bench, "--run", smoke_run, fork=False)
     assert proc.returncode == 2
     assert_one_error_line(proc, "--ctranslate2")
     from attn_kit.tools.bench.generate import main  # the script's main() in this process: its contract is checked above

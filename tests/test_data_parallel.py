@@ -6,7 +6,6 @@ or GPU kernels, which the GPU runs on file do."""
 import pytest
 import torch
 from conftest import USER_DIR, run, train_cmd
-from fairseq_forks import ForkedTrainings
 
 from attn_kit.fairseq_layer.fairseq_commands import launcher
 
@@ -24,22 +23,16 @@ def parameters(save_dir):
     return load_checkpoint(str(save_dir / "checkpoint_last.pt"))["model"]
 
 
-@pytest.fixture(scope="module")
-def trainings():
-    """The one-process trainings of the module, one import of fairseq for all (tests/fairseq_forks.py);
-    the data-parallel ones start their own processes through the launcher, as the recipes do."""
-    forks = ForkedTrainings()
-    yield forks
-    forks.close()
-
-
-def train(trainings, data_bin, save_dir, procs, extra=()):
+def train(data_bin, save_dir, procs, extra=()):
+    """The one-process trainings run in a fork of the worker's one import of fairseq (conftest.forks); the
+    data-parallel ones start their own processes through the launcher, as the recipes do."""
     cmd = train_cmd(data_bin, save_dir, DETERMINISTIC, [*SCHEDULE, *extra])
     if procs > 1:  # the recipes' CPU data parallel: python -m attn_kit.fairseq_layer.fairseq_cpu_ddp --nprocs N -- fairseq-train
         run([*launcher(0, procs, log_dir=str(save_dir)), *cmd[1:]])
     else:
         save_dir.mkdir(parents=True)
-        trainings.train(cmd, save_dir / "train.log")
+        proc = run(cmd)
+        (save_dir / "train.log").write_text(proc.stdout + proc.stderr)
     return parameters(save_dir)
 
 
@@ -49,10 +42,10 @@ def differ(a, b):
 
 
 @pytest.mark.parametrize("precision", [[], ["--task", "attn_translation", "--bf16-autocast"]], ids=["fp32", "bf16"])
-def test_two_processes_train_as_one_with_update_freq_2(trainings, data_bin, tmp_path, precision):
-    together = train(trainings, data_bin, tmp_path / "dp", 2, precision)
-    accumulated = train(trainings, data_bin, tmp_path / "uf", 1, [*precision, "--update-freq", "2"])
+def test_two_processes_train_as_one_with_update_freq_2(data_bin, tmp_path, precision):
+    together = train(data_bin, tmp_path / "dp", 2, precision)
+    accumulated = train(data_bin, tmp_path / "uf", 1, [*precision, "--update-freq", "2"])
     assert differ(together, accumulated) < 1e-4  # fp32 rounding of the sums' order
     if not precision:  # the check has power: half of each update's batches (one process's gradient dropped)
-        half = train(trainings, data_bin, tmp_path / "half", 1)
+        half = train(data_bin, tmp_path / "half", 1)
         assert differ(half, accumulated) > 1e-2

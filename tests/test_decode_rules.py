@@ -13,7 +13,7 @@ def test_both_stopping_rules_scored_and_timed_on_a_trained_run(smoke_run, tmp_pa
     # took 2x the CPU with them); no check here depends on the speed, only on what is decoded
     proc = run([sys.executable, REPO / "benchmarks" / "decode_rules.py", "--run", smoke_run, "--trials", "1",
                 "--threads", "1", "--decodings", "own,t2t,min0", "--test-set", "raw again", smoke_run / "raw" / "test.en",
-                smoke_run / "raw" / "test.de", "--out", out])
+                smoke_run / "raw" / "test.de", "--out", out], fork=True)  # the script's contract: the test below
     data = json.loads(out.read_text())
     assert data["commit"] and data["machine"] and "decode_rules.py" in data["command"]
     recipe = json.loads((smoke_run / "results.json").read_text())

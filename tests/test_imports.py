@@ -28,7 +28,7 @@ def layer(module: str) -> int:
 def test_no_import_runs_back_up_from_the_kits_lower_layers():
     """Each layer imports only its own and the ones below it. scripts/training_cost.py's defaults, the
     one arrow that ran back up (training_cost -> recipes.config), are read by attn_kit.recipes.cost_report;
-    the fairseq-train runner the GPU check uses (tools.fairseq_forks) sits with the tools."""
+    the fairseq command runner the GPU check and the tests use (tools.fairseq_forks) sits with the tools."""
     graph = import_graph(REPO)
     assert [sum(layer(m) == n for m in graph) > 10 for n in (0, 1, 2)] == [True, True, True]
     assert {m: sorted(d for d in graph[m] if layer(d) > layer(m)) for m in graph

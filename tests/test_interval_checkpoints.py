@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, USER_DIR, assert_one_error_line, run, train_cmd
-from fairseq_forks import ForkedTrainings
 
 from attn_kit.fairseq_layer import checkpoints
 from attn_kit.cli import UserError
@@ -19,20 +18,13 @@ pytestmark = pytest.mark.slow  # trains models (left out by scripts/test.sh --qu
 TRAIN = ["--user-dir", USER_DIR, "--arch", "attn_paper_base"]
 
 
-@pytest.fixture(scope="module")
-def trainings():
-    """The module's fairseq-train runs, one import of fairseq for all (tests/fairseq_forks.py)."""
-    forks = ForkedTrainings()
-    yield forks
-    forks.close()
-
-
-def train(trainings, data_bin, save_dir, *extra):
+def train(data_bin, save_dir, *extra):
     cmd = train_cmd(data_bin, save_dir, TRAIN, ["--lr", "0.001", "--no-epoch-checkpoints", "--disable-validation",
                                                 *extra])
     cmd[cmd.index("--max-tokens") + 1] = "2000"
     Path(save_dir).mkdir(parents=True, exist_ok=True)
-    proc = trainings.train(cmd, Path(save_dir) / "train.log")
+    proc = run(cmd)  # in a fork of the worker's one import of fairseq (conftest.forks)
+    (Path(save_dir) / "train.log").write_text(proc.stdout + proc.stderr)
     return proc.stdout + proc.stderr
 
 
@@ -52,10 +44,10 @@ def averaged(save_dir, n):
 
 
 @pytest.fixture(scope="module")
-def every_update(trainings, data_bin, tmp_path_factory):
+def every_update(data_bin, tmp_path_factory):
     """15 updates, a checkpoint every update, the last 6 kept."""
     save = tmp_path_factory.mktemp("every_update")
-    log = train(trainings, data_bin, save, "--max-update", "15", "--save-interval-updates", "1",
+    log = train(data_bin, save, "--max-update", "15", "--save-interval-updates", "1",
                 "--keep-interval-updates", "6")
     return save, log
 
@@ -69,26 +61,26 @@ def test_an_interval_that_ends_an_epoch_is_averaged(every_update):
     assert len(names) == 6, names  # --keep-interval-updates holds at an epoch's end too
 
 
-def test_every_interval_ends_an_epoch(trainings, data_bin, every_update, tmp_path):
+def test_every_interval_ends_an_epoch(data_bin, every_update, tmp_path):
     """An interval of one epoch's length: every interval checkpoint, the final one too, ends an epoch."""
     # the epoch's length: where every_update's first epoch ended (the same data, batches and seed as
     # this run's; checkpoints do not change the batches), not a run of its own
     per_epoch = epoch_ends(every_update[1])[0]
-    log = train(trainings, data_bin, tmp_path / "run", "--max-update", str(5 * per_epoch), "--save-interval-updates",
+    log = train(data_bin, tmp_path / "run", "--max-update", str(5 * per_epoch), "--save-interval-updates",
                 str(per_epoch))
     assert epoch_ends(log)[-1] == 5 * per_epoch
     assert averaged(tmp_path / "run", 5) == last_multiples(5 * per_epoch, per_epoch, 5)
 
 
-def test_a_resume_after_a_kill_between_the_two_writes_keeps_it(trainings, data_bin, tmp_path):
+def test_a_resume_after_a_kill_between_the_two_writes_keeps_it(data_bin, tmp_path):
     """Killed after fairseq wrote checkpoint_last.pt at an epoch-ending interval, before the copy:
     the resumed run makes the interval checkpoint from the state it resumed from."""
     save = tmp_path / "ck"
-    log = train(trainings, data_bin, save, "--max-update", "12", "--save-interval-updates", "1")
+    log = train(data_bin, save, "--max-update", "12", "--save-interval-updates", "1")
     assert 12 in epoch_ends(log)
     (lost,) = save.glob("checkpoint_*_12.pt")
     lost.unlink()
-    train(trainings, data_bin, save, "--max-update", "15", "--save-interval-updates", "1")
+    train(data_bin, save, "--max-update", "15", "--save-interval-updates", "1")
     assert checkpoints.checkpoint_update(str(lost)) == 12
     assert averaged(save, 5) == [11, 12, 13, 14, 15]
 
@@ -100,6 +92,6 @@ def test_averaging_refuses_checkpoints_that_are_not_evenly_spaced(every_update, 
     with pytest.raises(UserError, match=r"not every 1 updates: 13 missing"):
         checkpoints.update_checkpoints(str(save), 5)
     proc = run([sys.executable, REPO / "scripts" / "average_checkpoints.py", "--inputs", save,
-                "--num-update-checkpoints", "5", "--output", tmp_path / "avg.pt"], check=False)
+                "--num-update-checkpoints", "5", "--output", tmp_path / "avg.pt"], check=False, fork=True)
     assert_one_error_line(proc, "13 missing")
     assert not (tmp_path / "avg.pt").exists()

@@ -112,8 +112,9 @@ def test_help_strings_explain_lr_and_eps_ls():
 
 
 def test_unknown_arch_is_one_clear_error(data_bin):
+    # fairseq-train as a process of its own, as the user types it (most tests' fairseq commands are forked: conftest.run)
     proc = run([cli("fairseq-train"), data_bin, "--user-dir", USER_DIR, "--arch", "attn_paper_huge", "--cpu"],
-               check=False)
+               check=False, fork=False)
     assert proc.returncode != 0
     assert "invalid choice: 'attn_paper_huge'" in last_line(proc)
     assert "Traceback" not in proc.stderr

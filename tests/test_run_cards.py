@@ -9,7 +9,7 @@ import pickle
 import sys
 
 import pytest
-from conftest import REPO, assert_one_error_line, run_main
+from conftest import REPO, assert_one_error_line, command, run_main
 from test_translate import copy_run, finish, start
 
 from attn_plugin.errors import ConfigError
@@ -21,8 +21,14 @@ HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
 
 
 def run_all(commands, stdin="Tom is here.\n"):
-    """Run ``commands`` at once (each a list); their CompletedProcesses, in order."""
+    """Run ``commands`` at once (each a list), each a process of its own; their CompletedProcesses, in order."""
     return finish(*(start(cmd, stdin) for cmd in commands))
+
+
+def translate(work, stdin="Tom is here.\n"):
+    """scripts/translate.py on ``work``, in a fork of the worker's one import of fairseq (conftest.command):
+    for what it says of a run directory, once every_command has checked the script's process-level contract."""
+    return command([*TRANSLATE, work], dict(os.environ), input_text=stdin, fork=True)
 
 
 def every_command(work, tmp_path):
@@ -115,7 +121,7 @@ def test_a_file_that_is_not_bpe_codes_is_named_not_echoed(work):
     file's first line, and exited; now one line names the key and what is wrong, not the content."""
     first = (work / "raw" / "test.en").read_text().splitlines()[0]
     edit_card(work, lambda c: c["args"].update(bpe_codes="raw/test.en"))
-    proc = run_all([[*TRANSLATE, work]])[0]
+    proc = translate(work)
     line = assert_one_error_line(proc, "'args.bpe_codes' names", "is not subword-nmt BPE codes: line 1")
     assert first not in line
 
@@ -134,7 +140,7 @@ def test_a_raw_pickle_checkpoint_is_the_projects_one_line_only(work, smoke_run, 
         pickle.dump({"model": Payload()}, f, protocol=4)
     from attn_kit.inference.translate import main
 
-    [card] = run_all([[*TRANSLATE, work]])  # --checkpoint in this process (warnings shown as in a new one)
+    card = translate(work)  # --checkpoint in this process (warnings shown as in a new one)
     option = run_main(main, smoke_run, "--checkpoint", work / "checkpoint_avg.pt", stdin="Tom is here.\n")
     assert_one_error_line(card, "'checkpoint' names", "is not a PyTorch checkpoint")
     assert_one_error_line(option, str(work / "checkpoint_avg.pt"), "is not a PyTorch checkpoint")

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import torch
-from conftest import BIN, REPO, assert_one_error_line, run_main, train_cmd
+from conftest import BIN, REPO, assert_one_error_line, command, run_main, train_cmd
 
 TRANSLATE = [sys.executable, str(REPO / "scripts" / "translate.py")]
 
@@ -38,9 +38,10 @@ def finish(*procs, timeout=300):
     return done
 
 
-def run(*args, stdin=None, timeout=300, env=None):
-    """scripts/translate.py ARGS with ``stdin``; its output as text."""
-    return finish(start([*TRANSLATE, *args], stdin, env), timeout=timeout)[0]
+def run(*args, stdin=None, timeout=300, env=None, fork=True):
+    """scripts/translate.py ARGS with ``stdin``; its output as text. ``fork``: in a fork of the worker's one
+    import of fairseq (conftest.command), for a test of what it translates; else a process of its own."""
+    return command([*TRANSLATE, *args], env or dict(os.environ), timeout=timeout, input_text=stdin, fork=fork)
 
 
 def translate(*args, stdin=b""):
@@ -179,7 +180,7 @@ def test_overrides_change_the_decoding(smoke_run, hub):
 
 
 def test_a_run_without_inference_json_or_average_is_one_line(smoke_run, tmp_path):
-    assert_one_error_line(run(tmp_path / "nowhere", stdin="x\n"), "no such run directory")
+    assert_one_error_line(run(tmp_path / "nowhere", stdin="x\n", fork=False), "no such run directory")
     work = tmp_path / "w"
     shutil.copytree(smoke_run, work, ignore=shutil.ignore_patterns("checkpoints", "*.bin"))
     (work / "checkpoint_avg.pt").unlink()
@@ -211,9 +212,8 @@ def test_plot_attention_draws_the_figure_and_dumps_every_weight(smoke_run, hub, 
     import numpy as np
 
     sentence = "The law will never be perfect, but its application should be just."
-    proc = subprocess.run([*PLOT, smoke_run, "--sentence", sentence, "--out", tmp_path / "fig.png",
-                           "--dump", tmp_path / "w.npz", "--heads", "1,3", "--query", "its"], capture_output=True,
-                          text=True, timeout=300)
+    proc = command([*PLOT, smoke_run, "--sentence", sentence, "--out", tmp_path / "fig.png", "--dump",
+                    tmp_path / "w.npz", "--heads", "1,3", "--query", "its"], dict(os.environ), timeout=300, fork=True)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     w = np.load(tmp_path / "w.npz")
