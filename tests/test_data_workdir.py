@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import conftest
 from conftest import DATA_STAGES, REPO, SMOKE_RUN, assert_one_error_line, assert_same_results
 
 from attn_kit.cli import UserError
@@ -213,9 +214,11 @@ def test_an_older_results_file_with_absolute_paths_is_read_in_place_and_refused_
 def test_two_smoke_runs_share_one_data_folder_and_a_copied_run_translates(tmp_path, smoke_run):
     runs, data = tmp_path / "runs", tmp_path / "runs" / "data"
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([*RECIPE, *SMOKE_RUN, "--workdir", str(runs / name), "--data-workdir", str(data)],
+    # at once: one prepares the data, the other waits for it; b stops there (what it would train, a trains: the
+    # suite's time)
+    procs = [subprocess.Popen([*RECIPE, *SMOKE_RUN, "--workdir", str(runs / name), "--data-workdir", str(data), *stop],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for name in ("a", "b")]  # at once: one prepares the data, the other waits for it
+             for name, stop in (("a", []), ("b", ["--stop-stage", "binarize"]))]
     outs = [p.communicate(timeout=1200) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, out[-3000:] + err[-2000:]
@@ -224,18 +227,16 @@ def test_two_smoke_runs_share_one_data_folder_and_a_copied_run_translates(tmp_pa
         ran = [log for log in logs if f"stage {i}/9 {stage}: finished in" in log]
         skipped = [log for log in logs if f"stage {i}/9 {stage}: done already, skipping (in {data})" in log]
         assert len(ran) == 1 and len(skipped) == 1, stage
-    for log in logs:  # training shows its progress (updates done / total, ETA)
-        assert "stage 6/9 train: fairseq-train" in log and "updates, " in log
+    assert "stage 6/9 train: fairseq-train" in logs[0] and "updates, " in logs[0]  # training shows its progress
+    assert "stage 6/9" not in logs[1] and not (runs / "b" / "checkpoints").exists()
     # the same data, seed and command as the single-folder smoke run: the same numbers, translations and
-    # averaged model, bit for bit (the recipe's "same command, same numbers": two fresh runs here)
-    results = {name: json.loads((runs / name / "results.json").read_text()) for name in ("a", "b")}
-    single = json.loads((smoke_run / "results.json").read_text())
-    for name, r in results.items():
-        assert_same_results(runs / name, smoke_run)
-        assert r["vocabulary"] == single["vocabulary"]
-        assert r["data_workdir"] == "../data" and r["test_source"] == "../data/raw/test.en"
-        assert r["test_output"] == "gen/test.detok.de" and r["checkpoint"] == "checkpoint_avg.pt"
-        assert r["averaged_checkpoints"] == ["checkpoints/checkpoint_1_20.pt", "checkpoints/checkpoint_last.pt"]
+    # averaged model, bit for bit (the recipe's "same command, same numbers": a fresh run here)
+    r, single = (json.loads((w / "results.json").read_text()) for w in (runs / "a", smoke_run))
+    assert_same_results(runs / "a", smoke_run)
+    assert r["vocabulary"] == single["vocabulary"]
+    assert r["data_workdir"] == "../data" and r["test_source"] == "../data/raw/test.en"
+    assert r["test_output"] == "gen/test.detok.de" and r["checkpoint"] == "checkpoint_avg.pt"
+    assert r["averaged_checkpoints"] == ["checkpoints/checkpoint_1_20.pt", "checkpoints/checkpoint_last.pt"]
     card = json.loads((runs / "a" / "inference.json").read_text())
     assert (card["data_workdir"], card["data"], card["args"]["bpe_codes"]) == ("../data", "../data/data-bin",
                                                                                "../data/bpe/codes")
@@ -250,7 +251,7 @@ def test_two_smoke_runs_share_one_data_folder_and_a_copied_run_translates(tmp_pa
     copy = tmp_path / "elsewhere" / "runs"
     shutil.copytree(runs, copy, ignore=shutil.ignore_patterns("checkpoints", "downloads", "orig", "mirror*", "c"))
     runs.rename(tmp_path / "moved-away")
-    check = command(TRANSLATE, copy / "a", "--check-test-set", "--quiet")
+    check = conftest.command([*TRANSLATE, copy / "a", "--check-test-set", "--quiet"], conftest.run_env(), fork=True)
     assert check.returncode == 0, check.stderr
     report = json.loads(check.stdout.strip().splitlines()[-1])
     assert report["test_source"] == str(copy / "data" / "raw" / "test.en")
@@ -258,7 +259,7 @@ def test_two_smoke_runs_share_one_data_folder_and_a_copied_run_translates(tmp_pa
     assert abs(report["sacrebleu_translate"] - report["sacrebleu_recipe"]) <= 0.1
     # and without its data folder: one line naming the card, the key and the missing folder
     shutil.rmtree(copy / "data")
-    gone = command(TRANSLATE, copy / "a", "--check-test-set")
+    gone = conftest.command([*TRANSLATE, copy / "a", "--check-test-set"], conftest.run_env(), fork=True)
     assert_one_error_line(gone, str(copy / "a" / "inference.json"), "'data_workdir'", str(copy / "data"),
                           "does not exist")
     assert str(tmp_path / "runs") not in gone.stderr

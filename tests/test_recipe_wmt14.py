@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, assert_one_error_line
+from conftest import REPO, assert_one_error_line, copy_prepared
 from attn_kit.fairseq_layer.fairseq_commands import batch_plan
 
 RECIPE = [sys.executable, "-m", "attn_kit.recipes.translation"]
@@ -148,8 +148,10 @@ def _wait_for(pattern, log: Path, proc, timeout=300):
 
 
 @pytest.mark.slow
-def test_smoke_en_de_kill_resume_two_cpu_processes_and_idempotent_rerun(tmp_path):
-    work = tmp_path / "w"
+def test_smoke_en_de_kill_resume_two_cpu_processes_and_idempotent_rerun(tmp_path, smoke_run):
+    # the smoke run's finished data stages (same data options), which the kill chain of tests/test_faults.py
+    # interrupts and resumes: here training with two processes is
+    work = copy_prepared(smoke_run, tmp_path / "w")
     args = ["--pair", "en-de", "--smoke", "--workdir", work, "--cpu-procs", "2"]
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     # 1. start, and kill the whole process tree once a mid-training checkpoint is saved: fairseq logs

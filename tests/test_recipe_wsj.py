@@ -415,18 +415,19 @@ def test_smoke_tune_twice_trains_nothing(smoke_tune, capfd):
 
 
 def test_smoke_tune_with_more_decoding_settings_decodes_but_does_not_train(smoke_tune, tmp_path, capfd):
-    """A copy of the tuned run, with beam 1 added to the grid: each trial decodes section 22 for
-    the new settings only (no training, no averaging), the selection is made again over 8."""
+    """A copy of the tuned run, with beam 1 added to the grid and alpha 1 left out: each trial decodes
+    section 22 for the new setting only (no training, no averaging, no decoding done before), the
+    selection is made again over 4."""
     copy = tmp_path / "copy"
     shutil.copytree(smoke_tune[0], copy)
-    out = recipe_here(capfd, [*SMOKE, "--tune-grid", "attention_dropout=0,0.2;beam=21,1;alpha=0.3,1",
+    out = recipe_here(capfd, [*SMOKE, "--tune-grid", "attention_dropout=0,0.2;beam=21,1;alpha=0.3",
                               "--workdir", copy])
     assert "the --tune grid changed since the last selection: selecting again" in out
     assert "fairseq-train" not in out and "attn_kit.fairseq_layer.checkpoints" not in out
-    assert out.count("# train: done already") == 2 and out.count("--gen-subset valid --beam 1 ") == 4
+    assert out.count("# train: done already") == 2 and out.count("--gen-subset valid --beam 1 ") == 2
     assert "--gen-subset valid --beam 21 " not in out
     r = json.loads((copy / "results.json").read_text())
-    assert len(r["tune"]["trials"]) == 8
+    assert len(r["tune"]["trials"]) == 4 and {t["alpha"] for t in r["tune"]["trials"]} == {0.3}
     scores = [-1.0 if t["dev_f1"] is None else t["dev_f1"] for t in r["tune"]["trials"]]
     assert r["tune"]["selected"] == r["tune"]["trials"][scores.index(max(scores))]
 
