@@ -78,12 +78,15 @@ def test_sigterm_then_sigkill_in_every_stage_then_rerun(smoke_run, tmp_path):
     a run with exactly one line and exit 143 (SIGTERM) or 130 (Ctrl-C), whatever the recipe was
     doing: reading a command's output, importing a module, refreshing the curves, reporting. The
     last run (no signal) must end exactly as the uninterrupted reference run: the same scores,
-    translations, averaged model (bit for bit) and training curves (each update once)."""
-    work = tmp_path / "w"
+    translations, averaged model (bit for bit) and training curves (each update once), and no
+    command's scratch folder is left in the temporary folder (a SIGKILLed run's goes at the next run)."""
+    work, tmp = tmp_path / "w", tmp_path / "tmp"
+    tmp.mkdir()
+    environ = env(TMPDIR=str(tmp))
     before = None
     for stage, sig, trigger in KILLS:
         i = STAGES.index(stage)
-        proc = recipe(work, prefix=[*INJECT, stage, sig, trigger, "--"], session=True)
+        proc = recipe(work, prefix=[*INJECT, stage, sig, trigger, "--"], session=True, environ=environ)
         where = (stage, sig, trigger, proc.stdout[-3000:], proc.stderr[-2000:])
         assert f"stage {i + 1}/9 {stage}: " in proc.stdout, where
         name = sig.split("@")[0]
@@ -106,10 +109,11 @@ def test_sigterm_then_sigkill_in_every_stage_then_rerun(smoke_run, tmp_path):
             if before[1] == "SIGKILL":  # the lock the SIGKILLed run left was taken over, saying so
                 assert "stopped without releasing it; taking over" in proc.stdout, where
         before = (stage, sig)
-    final = recipe(work)
+    final = recipe(work, environ=environ)
     assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-2000:]
     assert final.stdout.count("done already, skipping") == len(STAGES) and "sacreBLEU = " in final.stdout
     assert partial_files(work) == []  # what a kill left half-written was removed or finished by the reruns
+    assert sorted(p.name for p in tmp.iterdir() if p.name.startswith("attn-")) == []
     assert_same_results(work, smoke_run)
     assert curve_points(work) == curve_points(smoke_run)
 

@@ -141,14 +141,15 @@ def stream(cmd: Sequence, on_line: Callable[[str], None], env: Optional[dict] = 
     prefix: the one-line errors of attn_kit's commands read as the reason).
     Raises FileNotFoundError if the program does not exist.
 
-    The command's TMPDIR is a folder of its own, removed when it ends, so that what its
-    tools leave there goes too: each DataLoader worker of fairseq-train and -generate
-    makes a ``pymp-*`` folder and is ended with SIGTERM, which leaves the folder behind.
+    The command's TMPDIR is a folder of its own (:func:`scratch_folder`), removed when it
+    ends, so that what its tools leave there goes too: each DataLoader worker of
+    fairseq-train and -generate makes a ``pymp-*`` folder and is ended with SIGTERM, which
+    leaves the folder behind.
 
     ``watch_workers``: the command runs a pool of worker processes (:class:`WorkerWatch`); a worker killed
     from outside ends it with a UserError, where it would have waited forever."""
     cmd = [str(c) for c in cmd]
-    scratch = tempfile.mkdtemp(prefix="attn-")
+    scratch = scratch_folder()
     env = dict(os.environ if env is None else env)
     if len(scratch) <= _SOCKET_ROOM:
         env["TMPDIR"] = scratch
@@ -189,6 +190,27 @@ def stream(cmd: Sequence, on_line: Callable[[str], None], env: Optional[dict] = 
             fout.close()
         shutil.rmtree(scratch, ignore_errors=True)
     return rc, last.removeprefix("error: ")
+
+
+def scratch_folder() -> str:
+    """A new folder ``attn-PID-*`` in the temporary folder for a command's TMPDIR, after removing
+    those whose process (PID) has ended: what a run killed with SIGKILL could not remove itself."""
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        parts = name.split("-")
+        if len(parts) == 3 and parts[0] == "attn" and parts[1].isdigit() and not _alive(int(parts[1])):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"attn-{os.getpid()}-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        pass
+    return True
 
 
 # The longest TMPDIR that has room for a DataLoader worker's socket, pymp-*/listener-*, in an AF_UNIX

@@ -140,6 +140,10 @@ CASES = [
     Case("the temporary folders a stage's tools leave (the pymp-* folder of each fairseq data-loading worker)",
          "removed with the command's own TMPDIR when it ends; nothing is left in /tmp",
          "tests/test_pipeline.py::test_a_stage_command_leaves_no_multiprocessing_folder_in_tmp"),
+    Case("a run killed with SIGKILL while a command runs: the command's TMPDIR (`attn-PID-*`), which the run "
+         "could not remove",
+         "the next command any run starts removes every such folder whose process has ended",
+         "tests/test_faults.py::test_sigterm_then_sigkill_in_every_stage_then_rerun"),
     # -- devices (issue 25)
     Case("a --ngpus the machine cannot provide (the default 8 where no GPU is visible, or fewer GPUs than asked)",
          "one line before the first stage naming what is visible and what to pass (--ngpus 0 or N, --cpu-procs N), "
