@@ -58,10 +58,10 @@ def pytest_sessionfinish(session):
 
 def command(cmd, env, cwd=None, timeout=600, input_text=None, fork=False):
     """``cmd`` run to its end in the environment ``env`` with ``input_text`` (text or bytes) on its stdin:
-    a CompletedProcess of its exit status and text output. ``fork``: in a fork of this worker's one
-    import of fairseq (:func:`forks`), which starts a fairseq command, or a script that imports fairseq
-    first, as a process of its own would, seconds sooner; for a command whose imports are not what the
-    test checks."""
+    a CompletedProcess of its exit status and text output. ``fork``: forked from this worker's interpreter
+    that preloaded what fairseq imports (:func:`forks`), which starts a fairseq command, or a script that
+    imports fairseq, as a process of its own would, seconds sooner; for a command whose imports are not what
+    the test checks. Another start-up environment than :func:`run_env`'s or the test process's: a process."""
     cmd = [str(c) for c in cmd]
     common = [fairseq_forks.startup(e) for e in (run_env(), os.environ)]  # a runner for another is not worth it
     if not (fork and fairseq_forks.ForkedCommands.job(cmd) and fairseq_forks.startup(env) in common):

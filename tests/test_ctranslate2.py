@@ -29,7 +29,7 @@ TRANSLATE = [sys.executable, str(REPO / "scripts" / "translate.py")]
 
 
 def run(cmd, *args, stdin=None, env=None, timeout=300, fork=True):
-    """``fork``: in a fork of the worker's one import of fairseq (conftest.command), which each of these
+    """``fork``: forked from the worker's preloaded interpreter (conftest.command), which each of these
     scripts imports first; else a process of its own, for a script's process-level contract."""
     return command([*cmd, *args], env or dict(os.environ), timeout=timeout, input_text=stdin, fork=fork)
 

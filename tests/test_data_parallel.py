@@ -24,7 +24,7 @@ def parameters(save_dir):
 
 
 def train(data_bin, save_dir, procs, extra=()):
-    """The one-process trainings run in a fork of the worker's one import of fairseq (conftest.forks); the
+    """The one-process trainings are forked from the worker's preloaded interpreter (conftest.run); the
     data-parallel ones start their own processes through the launcher, as the recipes do."""
     cmd = train_cmd(data_bin, save_dir, DETERMINISTIC, [*SCHEDULE, *extra])
     if procs > 1:  # the recipes' CPU data parallel: python -m attn_kit.fairseq_layer.fairseq_cpu_ddp --nprocs N -- fairseq-train

@@ -5,9 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import USER_DIR, cli, command, run, run_env
-
-from attn_kit.tools import fairseq_forks
+from conftest import USER_DIR, cli, command, forks, run, run_env
 
 
 def same_text(text: str) -> str:
@@ -46,8 +44,7 @@ def test_a_forked_script_reads_its_stdin_and_ends_as_python_would(tmp_path):
 
 
 def test_what_an_interpreter_reads_as_it_starts_needs_a_process_of_its_own():
-    runner = fairseq_forks.ForkedCommands.__new__(fairseq_forks.ForkedCommands)
-    runner.env = run_env()
+    runner = forks(run_env())
     assert runner.fits(["fairseq-train"], run_env()) and runner.fits([sys.executable, "x.py"])
     assert not runner.fits(["fairseq-train"], {**run_env(), "PYTHONIOENCODING": "latin-1"})
     assert not runner.fits(["fairseq-train"], {**run_env(), "LD_PRELOAD": "x.so"})

@@ -23,7 +23,7 @@ def train(data_bin, save_dir, *extra):
                                                 *extra])
     cmd[cmd.index("--max-tokens") + 1] = "2000"
     Path(save_dir).mkdir(parents=True, exist_ok=True)
-    proc = run(cmd)  # in a fork of the worker's one import of fairseq (conftest.forks)
+    proc = run(cmd)  # forked from the worker's preloaded interpreter (conftest.run)
     (Path(save_dir) / "train.log").write_text(proc.stdout + proc.stderr)
     return proc.stdout + proc.stderr
 

@@ -26,7 +26,7 @@ def run_all(commands, stdin="Tom is here.\n"):
 
 
 def translate(work, stdin="Tom is here.\n"):
-    """scripts/translate.py on ``work``, in a fork of the worker's one import of fairseq (conftest.command):
+    """scripts/translate.py on ``work``, forked from the worker's preloaded interpreter (conftest.command):
     for what it says of a run directory, once every_command has checked the script's process-level contract."""
     return command([*TRANSLATE, work], dict(os.environ), input_text=stdin, fork=True)
 

@@ -39,8 +39,8 @@ def finish(*procs, timeout=300):
 
 
 def run(*args, stdin=None, timeout=300, env=None, fork=True):
-    """scripts/translate.py ARGS with ``stdin``; its output as text. ``fork``: in a fork of the worker's one
-    import of fairseq (conftest.command), for a test of what it translates; else a process of its own."""
+    """scripts/translate.py ARGS with ``stdin``; its output as text. ``fork``: forked from the worker's
+    preloaded interpreter (conftest.command), for a test of what it translates; else a process of its own."""
     return command([*TRANSLATE, *args], env or dict(os.environ), timeout=timeout, input_text=stdin, fork=fork)
 
 

@@ -110,9 +110,9 @@ class ForkedCommands:
 
     def __init__(self, env: Optional[Dict[str, str]] = None, cwd: Optional[Path] = None):
         self.env = dict(os.environ if env is None else env)
-        self.proc = subprocess.Popen([sys.executable, "-c", f"NAMES, PRELOAD = {FAIRSEQ_COMMANDS!r}, {PRELOAD!r}\n" + RUNNER],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=self.env,
-                                     cwd=cwd)
+        program = f"NAMES, PRELOAD = {FAIRSEQ_COMMANDS!r}, {PRELOAD!r}\n" + RUNNER
+        self.proc = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     bufsize=0, env=self.env, cwd=cwd)
         self._pending = b""
 
     @staticmethod
@@ -139,7 +139,7 @@ class ForkedCommands:
         which the command is killed and subprocess.TimeoutExpired raised. ``profile``: a file for
         :func:`attn_kit.tools.bench.gpu_check.profile_steps`'s summary."""
         job = self.job(cmd)
-        if job is None or not self.fits(cmd, env):
+        if not self.fits(cmd, env):
             raise UserError(f"not a command a fork of the fairseq runner starts as its own process would: {cmd[0]}")
         job.update(stdin=str(stdin) if stdin else None, stdout=str(stdout), stderr=str(stderr),
                    env=self.env if env is None else dict(env), cwd=str(cwd) if cwd else None, profile=profile)
