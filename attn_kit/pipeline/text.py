@@ -115,6 +115,8 @@ def _killed(processes: dict) -> str:
     for process in processes.values():
         process.join(timeout=5)
     codes = [p.exitcode for p in processes.values() if p.exitcode not in (None, 0)]
+    # a broken pool's executor ends the workers left with SIGTERM itself: another ending is the cause
+    codes.sort(key=lambda code: code == -signal.SIGTERM)
     if codes and codes[0] < 0:
         name = signal.Signals(-codes[0]).name
         why = " (the kernel's out-of-memory killer sends it: is the machine short of memory?)" \
