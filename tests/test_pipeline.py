@@ -341,6 +341,24 @@ def _kill_self_at(lang, line):
     return line.strip().upper()
 
 
+@pytest.mark.parametrize("order", [(-9, -15), (-15, -9)])
+def test_the_worker_killed_is_named_not_the_ones_the_broken_pool_then_ended(order):
+    """A worker killed (SIGKILL) breaks the pool, whose executor then ends the others with SIGTERM:
+    whichever comes first among the workers, the line names SIGKILL (it once said SIGTERM)."""
+    from attn_kit.pipeline import text
+
+    class Ended:
+        def __init__(self, code):
+            self.exitcode = code
+
+        def join(self, timeout=None):
+            pass
+
+    said = text._killed({i: Ended(code) for i, code in enumerate(order)})
+    assert said.startswith("a worker process was killed by SIGKILL (the kernel's out-of-memory killer"), said
+    assert text._killed({0: Ended(-15)}) == "a worker process was killed by SIGTERM"
+
+
 @pytest.mark.parametrize("booms", [1, 2])  # one worker killed, and both
 def test_a_tokenization_worker_killed_from_outside_is_one_line_not_a_hang(tmp_path, monkeypatch, booms):
     """Issue 36: SIGKILL of a worker left the recipe waiting forever in multiprocessing.Pool.imap (and,
@@ -394,26 +412,10 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.slow  # waits out the watch's idle time
-def test_a_pool_worker_killed_inside_an_external_tool_ends_its_stage_in_one_line(tmp_path):
-    """Issue 36: a worker of a tool's own pool (subword-nmt's, fairseq-preprocess's) killed from outside
-    is replaced by the pool, the work it held never returns, and the tool (so the recipe) waits
-    forever. The stage's commands that run pools are watched: one line within seconds."""
-    import signal
+def stage_in_thread(tmp_path, body, caught):
+    """A one-stage pipeline running ``body`` in a thread of its own (started): a test can kill what it
+    starts meanwhile; its UserError's message goes to ``caught``."""
     import threading
-
-    import time
-
-    from attn_kit.pipeline.process import WATCH_SECONDS, descendants
-
-    calls, caught = [], []
-    gate = tmp_path / "killed"
-
-    def body(ctx):
-        # the tasks wait for the gate, which opens once a worker is killed: the kill always comes while tasks
-        # are left (with a fixed amount of work, a loaded CI machine once finished it all before the kill),
-        # and the tree falls idle right after it (the watch then waits IDLE_SECONDS)
-        ctx.sh([sys.executable, "-c", POOL_TOOL, "0", "60", gate], workers=True)
 
     def run():
         try:
@@ -423,6 +425,31 @@ def test_a_pool_worker_killed_inside_an_external_tool_ends_its_stage_in_one_line
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
+    return thread
+
+
+@pytest.mark.slow  # waits out the watch's idle time
+def test_a_pool_worker_killed_inside_an_external_tool_ends_its_stage_in_one_line(tmp_path, monkeypatch):
+    """Issue 36: a worker of a tool's own pool (subword-nmt's, fairseq-preprocess's) killed from outside
+    is replaced by the pool, the work it held never returns, and the tool (so the recipe) waits
+    forever. The stage's commands that run pools are watched: one line within seconds."""
+    import signal
+    import time
+
+    from attn_kit.pipeline import process
+    from attn_kit.pipeline.process import WATCH_SECONDS, descendants
+
+    monkeypatch.setattr(process, "IDLE_SECONDS", 3.0)  # the tool hangs from the kill on: no need to wait 10 s
+    calls, caught = [], []
+    gate = tmp_path / "killed"
+
+    def body(ctx):
+        # the tasks wait for the gate, which opens once a worker is killed: the kill always comes while tasks
+        # are left (with a fixed amount of work, a loaded CI machine once finished it all before the kill),
+        # and the tree falls idle right after it (the watch then waits IDLE_SECONDS)
+        ctx.sh([sys.executable, "-c", POOL_TOOL, "0", "60", gate], workers=True)
+
+    thread = stage_in_thread(tmp_path, body, caught)
     workers = {}
     for _ in range(200):  # the tool's two pool workers, once they run
         workers = {pid: parent for pid, parent in descendants(os.getpid()).items()
@@ -434,10 +461,69 @@ def test_a_pool_worker_killed_inside_an_external_tool_ends_its_stage_in_one_line
     time.sleep(3 * WATCH_SECONDS)  # a worker the watch has seen (the out-of-memory killer strikes mid-run)
     os.kill(sorted(workers)[-1], signal.SIGKILL)
     gate.touch()
-    thread.join(timeout=90)  # a hang is forever; a loaded 2-core suite once took more than 45 s to end it
+    thread.join(timeout=60)  # a hang is forever (it was a replacement worker left running: see end_tree)
     assert not thread.is_alive(), "the stage hung after its tool's worker was killed"
     assert len(caught) == 1 and caught[0].startswith("stage bpe: python") and "ended while it ran" in caught[0]
     assert "run the same command again to resume" in caught[0] and calls == []
+
+
+# A pool that replaces a worker the moment it ends (multiprocessing.Pool's handler does within 0.1 s) in a tool
+# that takes its time to stop on SIGTERM: a replacement started while the watch ends the tree holds the
+# command's output open, and the stage would wait for it forever
+RESPAWNING_TOOL = """
+import os, signal, sys
+signal.signal(signal.SIGTERM, lambda *_: signal.alarm(1))  # stops a second after SIGTERM, replacing workers till then
+signal.signal(signal.SIGALRM, lambda *_: os._exit(0))
+def worker():
+    os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(120)", "respawned-worker"])
+print("worker", os.fork() or worker(), flush=True)
+while True:
+    os.wait()
+    os.fork() or worker()
+"""
+
+
+@pytest.mark.slow
+def test_the_watch_ends_a_tool_that_replaces_its_workers_and_leaves_nothing_running(tmp_path, monkeypatch):
+    """The watch stops the whole tree before it kills any of it (SIGSTOP, then SIGKILL): a tool that
+    replaces the workers the watch ends, and only then stops, would otherwise leave a replacement
+    holding its output, and the stage hangs (a 2-core suite once did with a real pool)."""
+    import signal
+    import time
+
+    from attn_kit.pipeline import process
+
+    monkeypatch.setattr(process, "IDLE_SECONDS", 2.0)  # the tool sits idle from the kill on: no need to wait 10 s
+    caught = []
+    lines = []
+
+    def body(ctx):
+        ctx.sh([sys.executable, "-c", RESPAWNING_TOOL], workers=True, tail=lines.append)
+
+    thread = stage_in_thread(tmp_path, body, caught)
+    for _ in range(200):
+        if any(line.startswith("worker ") for line in lines):
+            break
+        time.sleep(0.05)
+    first = int(next(line for line in lines if line.startswith("worker ")).split()[1])
+    time.sleep(3 * process.WATCH_SECONDS)  # a worker the watch has seen
+    os.kill(first, signal.SIGKILL)
+    thread.join(timeout=30)
+    left = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+            if _cmdline(pid).endswith(b"respawned-worker\0")]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not thread.is_alive(), "the stage hung: a replaced worker holds the tool's output"
+    assert left == [], "processes the watch's end left running"
+    assert len(caught) == 1 and "ended while it ran and another took its place" in caught[0]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 @pytest.mark.slow

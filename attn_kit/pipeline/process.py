@@ -22,8 +22,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Set, Tuple
 
 from ..cli import UserError, raise_if_signalled
 from .lock import inherited_fds
@@ -94,7 +95,7 @@ class WorkerWatch(threading.Thread):
     then waits forever, its processes idle. A worker gone and another started under the same parent
     looks the same as the next of several pools a tool runs one after the other, which go on working;
     so a replacement followed by :data:`IDLE_SECONDS` without a tick of CPU in the whole tree ends the
-    command and its workers (SIGTERM); :attr:`reason` says why."""
+    command and its workers (:func:`end_tree`); :attr:`reason` says why."""
 
     def __init__(self, proc: subprocess.Popen, name: str):
         super().__init__(daemon=True)
@@ -117,13 +118,44 @@ class WorkerWatch(threading.Thread):
                 self.reason = (f"{self.name}: its worker process {replaced} ended while it ran and another took its "
                                f"place, and it has done nothing for {idle:.0f} s since (a worker killed from outside? "
                                "the out-of-memory killer sends SIGKILL); it would have waited forever")
-                for worker in now:  # the whole tree: the pool's workers hold the command's output open
-                    try:
-                        os.kill(worker, signal.SIGTERM)
-                    except OSError:
-                        pass
-                self.proc.terminate()
+                end_tree(self.proc.pid)  # the whole tree: the pool's workers hold the command's output open
                 return
+
+
+def end_tree(pid: int) -> None:
+    """Kill ``pid`` and every process below it, none of them able to start another meanwhile: each is
+    stopped first (SIGSTOP; a fork under way is undone), the tree read again until no new one appears,
+    then all get SIGKILL. A pool's parent would otherwise replace the workers as they die, and a
+    replacement left running holds the command's output open: the stage waits for it forever."""
+    stopped: Set[int] = set()
+    while True:
+        tree = {pid, *descendants(pid)} - stopped
+        if not tree:
+            break
+        for p in tree:
+            _signal(p, signal.SIGSTOP)
+        stopped |= tree
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and not all(_state(p) in "TtZX" for p in tree):
+            time.sleep(0.005)  # stopping is asynchronous: a fork finishing now shows in the next read
+    for p in stopped:
+        _signal(p, signal.SIGKILL)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:  # ended meanwhile
+        pass
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (proc(5): R, S, T for stopped, Z, ...), "X" once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"
 
 
 WATCH_SECONDS = 1.0

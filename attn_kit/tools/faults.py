@@ -221,7 +221,9 @@ CASES = [
     Case("a worker of an external tool's own pool killed from outside (subword-nmt's learn and apply, "
          "fairseq-preprocess's binarize: the pool replaces it and waits forever for the work it held)",
          "the stage's watch sees a worker replaced and the tool idle: one line naming the stage within about 15 s, "
-         "the tool and its workers stopped; the rerun resumes. Pools run one after the other are not taken for one",
+         "the tool and its workers killed, all stopped first so that none is replaced meanwhile (a replacement left "
+         "running held the output open: the stage hung on a loaded machine); the rerun resumes. Pools run one after "
+         "the other are not taken for one",
          "tests/test_pipeline.py::test_a_pool_worker_killed_inside_an_external_tool_ends_its_stage_in_one_line"),
     # -- every number checked once (issue 36)
     Case("NaN, infinity, a negative or a wrong-typed value for any numeric option of any recipe "
