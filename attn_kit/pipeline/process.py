@@ -75,15 +75,23 @@ def descendants(pid: int) -> Dict[int, int]:
     return found
 
 
+def _stat(pid: int) -> list:
+    """The fields of /proc/PID/stat after the command name (proc(5)'s field 3 on), [] once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def cpu_ticks(pids) -> int:
     """CPU time (user + system, clock ticks) the processes ``pids`` have used; ones gone count 0."""
     total = 0
     for pid in pids:
+        fields = _stat(pid)
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
-        except (OSError, ValueError, IndexError):
+        except (ValueError, IndexError):
             continue
     return total
 
@@ -136,10 +144,15 @@ def end_tree(pid: int) -> None:
             _signal(p, signal.SIGSTOP)
         stopped |= tree
         deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline and not all(_state(p) in "TtZX" for p in tree):
+        while time.monotonic() < deadline and not all(map(_stopped_or_gone, tree)):
             time.sleep(0.005)  # stopping is asynchronous: a fork finishing now shows in the next read
     for p in stopped:
         _signal(p, signal.SIGKILL)
+
+
+def _stopped_or_gone(pid: int) -> bool:
+    state = _stat(pid)[:1]  # proc(5)'s state letter: T stopped, t stopped by a tracer, Z ended
+    return not state or state[0] in "TtZ"
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -147,15 +160,6 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except OSError:  # ended meanwhile
         pass
-
-
-def _state(pid: int) -> str:
-    """A process's state letter (proc(5): R, S, T for stopped, Z, ...), "X" once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "X"
 
 
 WATCH_SECONDS = 1.0
