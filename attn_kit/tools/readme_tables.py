@@ -134,14 +134,23 @@ def bundled() -> str:
                  f"{t['commit'][:7]}, P_drop {size.get('p_drop')}): train {minutes(r['stage_seconds']['train'])}, "
                  f"all stages {minutes(r['total_seconds'])}.")
     machines = sorted(glob.glob(str(RECIPES / "bundled_machine_*.json")))
-    for path in machines:  # the same command and seed on another CPU type: what "the same number" covers
+    groups = {}  # the same command and seed on another CPU type: what "the same number" covers
+    for path in machines:  # one sentence per CPU name, seed and thread count, its runs oldest first
         m = load(path)
-        r = m["result"]
-        same = next((run["result"] for run in runs if run["result"]["seed"] == r["seed"]), None)
+        key = (m["machine"].split(", Linux")[0], m["result"]["seed"], m["result"].get("threads"))
+        groups.setdefault(key, []).append(m)
+    for (machine, seed, threads), group in groups.items():
+        group.sort(key=lambda m: m["date"])
+        r = group[-1]["result"]
+        same = next((run["result"] for run in runs if run["result"]["seed"] == seed), None)
         year = "2017" if t2t_scores(r)[0] is not None else "2018"
         t2t = lambda run: fmt(t2t_scores(run)[0 if year == "2017" else 1])  # noqa: E731
-        note += (f" The same command with seed {r['seed']} on {m['machine']} ({r.get('threads')} threads, commit "
-                 f"{m['commit'][:7]}): sacreBLEU {r['sacrebleu']:.2f}, t2t ({year} script) {t2t(r)}"
+        scores = sorted({m["result"]["sacrebleu"] for m in group})
+        commits = " and ".join(m["commit"][:7] for m in group)
+        bleu = (f"sacreBLEU {scores[0]:.2f} at each commit" if len(group) > 1 and len(scores) == 1
+                else "sacreBLEU " + ", ".join(f"{m['result']['sacrebleu']:.2f}" for m in group))
+        note += (f" The same command with seed {seed} on {machine} ({threads} threads, commit"
+                 f"{'s' if len(group) > 1 else ''} {commits}): {bleu}, t2t ({year} script) {t2t(r)}"
                  + (f" (against {same['sacrebleu']:.2f} and {t2t(same)} above: another CPU type rounds "
                     "differently, within the seeds' spread)" if same else "") + ".")
     return table(head, rows) + note + source(*paths, *rescored, *timings, *machines)
