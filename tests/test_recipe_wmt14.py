@@ -281,6 +281,26 @@ def test_the_report_names_the_model_by_its_shape_and_compares_with_table_2_only_
     assert ("compare with Table 2" in out) == table2 and ("the paper, Table 2" in out) == table2
 
 
+@pytest.mark.parametrize("averaged,start,said", [
+    ([331], 400, "the model of update 331 alone: no checkpoint after the 400-update warm-up to average"),
+    ([1000], None, "the model of update 1000 alone,"),
+    ([600, 700, 800], 400, "average of 3 checkpoints (updates 600, 700, 800)"),
+])
+def test_the_report_says_when_the_model_is_one_checkpoint_and_why(averaged, start, said, capsys):
+    """A 4-minute Multi30k run ended at update 331 of a 400-update warm-up; averaging rightly took the
+    final model alone, and the summary said "average of 1 checkpoints": it names the single model
+    and, where the warm-up is the reason, says so."""
+    from attn_kit.recipes.translation import report
+
+    r = {"sacrebleu": 19.35, "sacrebleu_signature": "sig", "pair": "en-de", "arch": "attn_paper_base",
+         "mode": "files", "model_size": {"layers": 2, "d_model": 256, "d_ff": 1024, "h": 4, "p_drop": 0.0},
+         "updates": averaged[-1], "seed": 1, "averaged_updates": averaged, "averaged_from_update": start,
+         "test_sentences": 1000}
+    report(r)
+    out = capsys.readouterr().out
+    assert said in out and "average of 1 " not in out
+
+
 @pytest.mark.parametrize("recipe,argv", [
     ("translation", []), ("translation", ["--arch", "attn_paper_big"]),
     ("parallel", ["--src", "en", "--tgt", "de", "--train", "t", "--valid", "v", "--test", "s"]),

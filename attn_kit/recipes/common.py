@@ -265,12 +265,14 @@ def last_update(train_log: Path) -> Optional[int]:
 
 def averaged_record(avg: Path, workdir: Optional[Path] = None) -> dict:
     """What was averaged into ``avg``: the checkpoints' paths (relative to ``workdir`` if given)
-    and update numbers (ascending; the last is the run's final update), as the average stage recorded them."""
+    and update numbers (ascending; the last is the run's final update), and the update from which
+    checkpoints were taken (the warm-up's end; None: any), as the average stage recorded them."""
     info = read_averaged(avg) or {}
     paths = info.get("paths")
     if paths and workdir is not None:
         paths = [run_path(workdir, p) for p in paths]
-    return {"averaged_checkpoints": paths, "averaged_updates": info.get("updates")}
+    return {"averaged_checkpoints": paths, "averaged_updates": info.get("updates"),
+            "averaged_from_update": info.get("from_update")}
 
 
 def run_record(s, train_log: Path, avg: Path, command: Path) -> dict:

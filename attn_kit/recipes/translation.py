@@ -637,13 +637,23 @@ def model_label(r: dict) -> str:
     return r["arch"] if _arch_own_size(r) else f"{r['arch']} as {ModelSize(**r['model_size']).describe()}"
 
 
+def averaged_label(r: dict) -> str:
+    """What the evaluated model is: an average of checkpoints (their updates), or one checkpoint
+    alone, saying why where the warm-up left nothing else to average (Sec. 6.1 averages)."""
+    averaged = r.get("averaged_updates") or []
+    if len(averaged) != 1:
+        return f"average of {len(averaged)} checkpoints (updates {', '.join(map(str, averaged))})"
+    start = r.get("averaged_from_update")
+    why = (f": no checkpoint after the {start}-update warm-up to average" if start and averaged[0] < start
+           else "")
+    return f"the model of update {averaged[0]} alone{why}"
+
+
 def report(r: dict):
     """Print the scores as a short table, the paper's protocol first."""
     print(f"\nsacreBLEU = {r['sacrebleu']:.2f}   ({r['sacrebleu_signature']})")
-    averaged = r.get("averaged_updates") or []
     print(f"{r.get('pair', 'en-de')}, {model_label(r)}, {r['updates']} updates (seed {r.get('seed')}), "
-          f"average of {len(averaged)} checkpoints (updates {', '.join(map(str, averaged))}), "
-          f"{r['test_sentences']} test sentences")
+          f"{averaged_label(r)}, {r['test_sentences']} test sentences")
     rows = []
     paper = TABLE2_BLEU.get((r.get("pair"), r["arch"])) if on_table2s_test_set(r) else None
     if "bleu_t2t" in r:
