@@ -4,10 +4,12 @@ own hardware (Sec. 5.2: 8 P100s, base 12 hours, big 3.5 days); the recipes' --ma
 that reads it; and benchmarks/gpu_check.sh's dry run, which CI runs so that a GPU hour is not spent
 on a command that does not parse."""
 import json
+import lzma
 import subprocess
+import sys
 
 import pytest
-from conftest import REPO, run_main
+from conftest import REPO, run, run_main
 
 from attn_kit.planning import cost, step_model
 from attn_kit.planning.paper import TABLE2_TRAINING
@@ -135,3 +137,25 @@ def test_the_gpu_check_dry_run_prints_and_parses_every_command():
     line = next(t for t in trainings if t.startswith("  $ [base_28k_compile_profile]")).split()
     assert int(line[line.index("--max-update") + 1]) > PROFILE_STEPS[1] + 3
     assert float(line[line.index("--stop-time-hours") + 1]) * 3600 >= COMPILE_SECONDS - 1
+
+
+def test_the_gpu_check_prepares_its_corpus_and_data_bin(tmp_path):
+    """gpu_check.py prepare (what `bash benchmarks/gpu_check.sh --prepare` runs before a GPU session):
+    the synthetic corpus with the given sentence shapes and no joined long pairs (the corpus of the GPU
+    results on file), then the recipe's data stages, the data-bin copied aside. It once stopped in a
+    traceback before writing anything (the data-prep benchmark's corpus had grown options it did not
+    pass), which only a GPU session's preparation would have met."""
+    rows = lzma.open(REPO / "data" / "tatoeba-en-de" / "valid.en-de.tsv.xz", "rt", encoding="utf-8").read()
+    pairs = [line.split("\t") for line in rows.splitlines()[:300]]
+    for i, lang in enumerate(("en", "de")):
+        (tmp_path / f"shapes.{lang}").write_text("".join(pair[i].strip() + "\n" for pair in pairs), encoding="utf-8")
+    run([sys.executable, "-m", "attn_kit.tools.bench.gpu_check", "prepare", "--pairs", "1000", "--workers", "1",
+         "--shapes", tmp_path / "shapes.en", tmp_path / "shapes.de", "--dir", tmp_path / "prep"])
+    train = (tmp_path / "prep" / "corpus" / "train.en").read_text(encoding="utf-8").splitlines()
+    assert len(train) == 1000
+    longest = max(len(pair[0].split()) for pair in pairs)
+    assert max(len(line.split()) for line in train) <= longest  # a joined pair would be up to twice as long
+    data = tmp_path / "prep" / "data"
+    bins = sorted(p.name for p in data.rglob("*.bin"))
+    assert {f"{split}.en-de.{lang}.bin" for split in ("train", "valid", "test") for lang in ("en", "de")} <= set(bins)
+    assert all(list(data.rglob(f"test.{lang}")) for lang in ("en", "de"))
