@@ -379,7 +379,7 @@ def test_smoke_tune_selects_on_dev_and_scores_test_once(smoke_tune):
         assert t["dev_f1"] is None or 0 <= t["dev_f1"] <= 100
         assert t["workdir"] == str(work / "tune" / t["stage"][len("tune-"):])
         assert (t["lr_scale"], t["beam"]) == (0.25, 21) and t["updates"] == SMOKE_UPDATES
-        if t["averaged_updates"] is not None:  # recorded by attn_kit.pipeline.stages.read_averaged
+        if t["averaged_updates"] is not None:  # recorded by attn_kit.fairseq_layer.fairseq_commands.read_averaged
             assert t["averaged_updates"][-1] == SMOKE_UPDATES and len(t["averaged_updates"]) == 5
     # the selected setting is the argmax of dev F1 over the file's own trial list (ties: the first)
     scores = [-1.0 if t["dev_f1"] is None else t["dev_f1"] for t in trials]
