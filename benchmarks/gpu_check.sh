@@ -5,6 +5,8 @@
 #   bash benchmarks/gpu_check.sh --prepare     # here (internet, ../shared): wheels for the GPU machine's
 #                                              # Python 3.12 and the WMT-shaped data, into .gpu_check/
 #   bash benchmarks/gpu_check.sh --dry-run     # anywhere: print every command it would run, check each parses
+#   bash benchmarks/gpu_check.sh --rehearse    # anywhere: the run's own code on the CPU, on a small corpus
+#                                              # with a tiny model (into .gpu_check/rehearsal/, a minute)
 #   bash benchmarks/gpu_check.sh [--output FILE] [--seconds N] [--commit SHA] [--only NAME,...]
 #                                              # on the GPU machine (no internet; .gpu_check/ carried there):
 #                                              # install as docs/scaling.md tells users, then measure
@@ -26,12 +28,13 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --prepare) MODE=prepare ;;
     --dry-run) MODE=dry ;;
+    --rehearse) MODE=rehearse ;;
     --output|--out) OUT_FILE="$2"; shift ;;
     --seconds) SECONDS_ALLOWED="$2"; shift ;;
     --commit) COMMIT="$2"; shift ;;
     --only) ONLY="$2"; shift ;;
-    -h|--help) sed -n 2,17p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "error: unknown option $1 (--prepare, --dry-run, --output FILE, --seconds N, --commit SHA," \
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+    *) echo "error: unknown option $1 (--prepare, --dry-run, --rehearse, --output FILE, --seconds N, --commit SHA," \
             "--only NAME,...)" >&2; exit 2 ;;
   esac
   shift
@@ -76,6 +79,11 @@ FALLBACK=(
   "env -u CUDA_HOME python3 -m pip install ${FIND[*]} --no-deps --no-build-isolation fairseq-fixed==0.12.3.1"
   "export PYTHONPATH=$PWD"
 )
+
+if [ "$MODE" = rehearse ]; then
+  source scripts/env.sh || exit 1
+  exec "$ATTN_PY" -m attn_kit.tools.bench.gpu_check rehearse ${OUT_FILE:+--output "$OUT_FILE"}
+fi
 
 if [ "$MODE" = dry ]; then
   echo "# on the GPU machine, in an activated environment with the GPU's torch (docs/scaling.md):"

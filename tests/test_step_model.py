@@ -4,7 +4,7 @@ own hardware (Sec. 5.2: 8 P100s, base 12 hours, big 3.5 days); the recipes' --ma
 that reads it; and benchmarks/gpu_check.sh's dry run, which CI runs so that a GPU hour is not spent
 on a command that does not parse."""
 import json
-import lzma
+import math
 import subprocess
 import sys
 
@@ -139,23 +139,33 @@ def test_the_gpu_check_dry_run_prints_and_parses_every_command():
     assert float(line[line.index("--stop-time-hours") + 1]) * 3600 >= COMPILE_SECONDS - 1
 
 
-def test_the_gpu_check_prepares_its_corpus_and_data_bin(tmp_path):
-    """gpu_check.py prepare (what `bash benchmarks/gpu_check.sh --prepare` runs before a GPU session):
-    the synthetic corpus with the given sentence shapes and no joined long pairs (the corpus of the GPU
-    results on file), then the recipe's data stages, the data-bin copied aside. It once stopped in a
-    traceback before writing anything (the data-prep benchmark's corpus had grown options it did not
-    pass), which only a GPU session's preparation would have met."""
-    rows = lzma.open(REPO / "data" / "tatoeba-en-de" / "valid.en-de.tsv.xz", "rt", encoding="utf-8").read()
-    pairs = [line.split("\t") for line in rows.splitlines()[:300]]
-    for i, lang in enumerate(("en", "de")):
-        (tmp_path / f"shapes.{lang}").write_text("".join(pair[i].strip() + "\n" for pair in pairs), encoding="utf-8")
-    run([sys.executable, "-m", "attn_kit.tools.bench.gpu_check", "prepare", "--pairs", "1000", "--workers", "1",
-         "--shapes", tmp_path / "shapes.en", tmp_path / "shapes.de", "--dir", tmp_path / "prep"])
-    train = (tmp_path / "prep" / "corpus" / "train.en").read_text(encoding="utf-8").splitlines()
+def test_the_gpu_check_rehearses_its_preparation_and_run_on_a_cpu(tmp_path):
+    """`bash benchmarks/gpu_check.sh --rehearse`: prepare (what --prepare runs before a GPU session) on
+    a small corpus of the bundled data's sentence shapes with no joined long pairs (the corpus of the
+    GPU results on file), through the recipe's data stages; then the run's own code on it (the forked
+    trainings, the profile, the rates read from the runs' records, the results file) with a tiny model
+    on the CPU. prepare once stopped in a traceback before writing anything (the data-prep benchmark's
+    corpus had grown options it did not pass), which only a GPU session's preparation would have met."""
+    out = tmp_path / "out" / "gpu_check.json"
+    run([sys.executable, "-m", "attn_kit.tools.bench.gpu_check", "rehearse", "--dir", tmp_path, "--output", out])
+    from attn_kit.recipes.wmt14_smoke import read_sample
+    from attn_kit.tools.bench.gpu_check import PROFILE_STEPS, REHEARSAL_UPDATES
+
+    train = (tmp_path / "corpus" / "train.en").read_text(encoding="utf-8").splitlines()
     assert len(train) == 1000
-    longest = max(len(pair[0].split()) for pair in pairs)
+    longest = max(len(en.split()) for en, _ in read_sample("de", "valid", 300))
     assert max(len(line.split()) for line in train) <= longest  # a joined pair would be up to twice as long
-    data = tmp_path / "prep" / "data"
-    bins = sorted(p.name for p in data.rglob("*.bin"))
-    assert {f"{split}.en-de.{lang}.bin" for split in ("train", "valid", "test") for lang in ("en", "de")} <= set(bins)
-    assert all(list(data.rglob(f"test.{lang}")) for lang in ("en", "de"))
+    bins = {p.name for p in (tmp_path / "data").rglob("*.bin")}
+    assert {f"{split}.en-de.{lang}.bin" for split in ("train", "valid", "test") for lang in ("en", "de")} <= bins
+
+    result = json.loads(out.read_text())
+    assert [r["name"] for r in result["sweep"]] == ["base_28k_profile", "base_28k"] and not result["skipped"]
+    for r in result["sweep"]:  # every update ran and was timed from its record, the first 30% left out
+        assert r["exit_status"] == 0 and r["updates"] == REHEARSAL_UPDATES and r["device"] == "cpu"
+        assert r["timed_updates"] == REHEARSAL_UPDATES - math.ceil(0.3 * REHEARSAL_UPDATES)
+        assert r["seconds_per_update"] > 0 and 0 < r["mfu_vs_measured_matmul"] < 1
+        assert 0 < r["target_tokens_per_update"] <= r["max_tokens"] == 28000
+    profile = result["profile"]
+    assert profile["run"] == "base_28k_profile" and profile["updates"] == PROFILE_STEPS[1] - PROFILE_STEPS[0]
+    assert profile["wall_ms_per_update"] > 0 and any(e["name"] == "backward" for e in profile["top_cpu_total"])
+    assert result["environment"]["measured_bf16_matmul_tflops"] > 0

@@ -24,7 +24,8 @@ SAMPLES = {"de": REPO / "data" / "tatoeba-en-de", "fr": REPO / "data" / "tatoeba
 TRAIN_PAIRS, DEV_PAIRS, TEST_PAIRS = 2400, 200, 200
 
 
-def _read(lang: str, split: str, limit: int) -> List[Tuple[str, str]]:
+def read_sample(lang: str, split: str, limit: int) -> List[Tuple[str, str]]:
+    """The first ``limit`` (English, other) pairs of a split of the repo's Tatoeba sample of ``lang``."""
     path = SAMPLES[lang] / f"{split}.en-{lang}.tsv.xz"
     pairs = []
     with lzma.open(path, "rt", encoding="utf-8") as f:
@@ -63,9 +64,9 @@ def build_mirror(root: Path, pair: str) -> Dict[str, RemoteFile]:
     and return the manifest with the smoke files' sizes and sha256."""
     p = PAIRS[pair]
     f = p.tgt
-    train = _read(f, "train", TRAIN_PAIRS)
-    dev = _read(f, "valid", DEV_PAIRS)
-    test = _read(f, "test", TEST_PAIRS)
+    train = read_sample(f, "train", TRAIN_PAIRS)
+    dev = read_sample(f, "valid", DEV_PAIRS)
+    test = read_sample(f, "test", TEST_PAIRS)
     # Training pairs are spread over the pair's corpora, as in the real data.
     corpora = [key for key, _, _ in p.train]
     shares = {key: train[i::len(corpora)] for i, key in enumerate(corpora)}

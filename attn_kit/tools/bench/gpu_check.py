@@ -12,6 +12,12 @@ recipe's own fairseq-train command at per-GPU forwards of 4K / 8K / 16K / 28K to
 fairseq's Adam in place of the plugin's, with ``--compile-layers``, with lengths padded to a
 multiple of 8; a profile of a few updates. Each step is checked against a deadline, and the results
 file is rewritten after each, so a run cut short keeps what it measured.
+
+``rehearse`` (here, on a CPU, and in the tests): ``prepare`` on a small corpus shaped as the bundled
+data's sentences, then ``run --rehearse`` on it: the run's own code on the plan's first trainings
+(the profiled one among them) with a model small enough for a CPU, so that what runs after the
+install on the GPU machine (the forked trainings, the profile, the rates read from the runs'
+records, the results file) has run before a GPU session spends its minutes on it.
 """
 import argparse
 import json
@@ -31,6 +37,7 @@ from ...recipes import canary, common, parallel
 from ...recipes.sources import Layout
 from ...results import provenance
 from . import train
+from ...recipes.wmt14_smoke import read_sample
 from .data_prep import SHARED, make_corpus
 from .measure import matmul_rate
 
@@ -78,6 +85,18 @@ def prepare(args) -> int:
     return 0
 
 
+def rehearse(args) -> int:
+    """``prepare`` in ``args.dir`` on a corpus of 1000 pairs shaped as the bundled valid split's first
+    300, then ``run --rehearse`` on it (see the module's docstring)."""
+    shapes = [args.dir / "shapes.en", args.dir / "shapes.de"]
+    args.dir.mkdir(parents=True, exist_ok=True)
+    pairs = read_sample("de", "valid", 300)
+    for i, path in enumerate(shapes):
+        path.write_text("".join(pair[i].strip() + "\n" for pair in pairs), encoding="utf-8")
+    main(["prepare", "--pairs", "1000", "--workers", "1", "--shapes", *map(str, shapes), "--dir", str(args.dir)])
+    return main(["run", "--rehearse", "--dir", str(args.dir), "--output", str(args.out), "--seconds", str(args.seconds)])
+
+
 # ---------------------------------------------------------------------------------------------- what runs
 MODELS = {"base": "attn_paper_base", "big": "attn_paper_big"}
 FORWARDS = (4096, 8192, 16384, 28000)  # --max-tokens-per-gpu: 7, 4, 2, 1 forwards per update of 28000 tokens
@@ -88,6 +107,11 @@ COMPILE_SECONDS = 60  # --compile-layers compiles in its first updates (and agai
 STARTUP_SECONDS = 12  # a sweep run's start (CUDA, data, model) and end, for the deadline
 CANARY_OVERHEAD_SECONDS = 75  # recipe start, fairseq-train start, validation, checkpoint, averaging, generation
 PROFILE_STEPS = (12, 17)  # trainer.train_step calls profiled: [start, stop)
+# run --rehearse: the recipe's training command with a model this small, on the CPU, this many updates
+REHEARSAL_MODEL = ["--cpu", *(f for side in ("encoder", "decoder") for f in (
+    f"--{side}-layers", "1", f"--{side}-embed-dim", "32", f"--{side}-ffn-embed-dim", "64",
+    f"--{side}-attention-heads", "2"))]
+REHEARSAL_UPDATES = PROFILE_STEPS[1] + 1  # the profile ends at its last step
 
 
 @dataclass(frozen=True)
@@ -371,10 +395,15 @@ def run(args) -> int:
     start = time.time()
     deadline = start + args.seconds
     chosen = [item for item in plan() if not args.only or item_name(item) in args.only]
+    if args.rehearse:  # the first two trainings, profile first, uncompiled (compiling takes minutes on a CPU)
+        import dataclasses as dc
+
+        chosen = [dc.replace(v, seconds=30, updates=REHEARSAL_UPDATES) for v in chosen
+                  if isinstance(v, Variant) and not v.compile_layers][:2]
 
     def command(item):
         if isinstance(item, Variant):
-            return sweep_command(data, item, runs)
+            return sweep_command(data, item, runs) + (REHEARSAL_MODEL if args.rehearse else [])
         kind, model = item.split(":")
         return canary_argv(data, model, runs) if kind == "canary" else bench_argv(model, runs / f"{kind}_{model}.json")
 
@@ -410,9 +439,10 @@ def run(args) -> int:
         result["seconds"] = round(time.time() - start, 1)
         write_json_atomic(out, result)
 
-    result["environment"]["measured_bf16_matmul_tflops"] = round(matmul_rate("cuda", "bf16") / 1e12, 1)
+    result["environment"]["measured_bf16_matmul_tflops"] = round(
+        matmul_rate("cpu" if args.rehearse else "cuda", "bf16") / 1e12, 3 if args.rehearse else 1)
     matmul = result["environment"]["measured_bf16_matmul_tflops"] * 1e12
-    log(f"bf16 matmul: {matmul / 1e12:.0f} TFLOP/s")
+    log(f"bf16 matmul: {matmul / 1e12:.3g} TFLOP/s")
     save()
     import subprocess
 
@@ -496,8 +526,15 @@ def parse_args(argv=None):
     pp.add_argument("--shapes", type=Path, nargs=2, metavar=("EN", "DE"),
                     help="sentence-shape text (default: newstest2013+2014 EN-DE from ../shared)")
     pp.add_argument("--dir", type=Path, default=HERE, help=f"where (default {HERE})")
+    rh = sub.add_parser("rehearse", help="prepare a small corpus in --dir and run --rehearse on it (a CPU, minutes)")
+    rh.add_argument("--dir", type=Path, default=HERE / "rehearsal", help=f"where (default {HERE / 'rehearsal'})")
+    add_output_option(rh, "the results file", default=HERE / "rehearsal" / "gpu_check.json")
+    rh.add_argument("--seconds", type=Number(int, minimum=60), default=300, help="run's --seconds (default 300)")
     pr = sub.add_parser("run", help="measure on the GPU (--dry-run: print and check every command, on any machine)")
     pr.add_argument("--dry-run", action="store_true", help="print every command and check that it parses; run none")
+    pr.add_argument("--rehearse", action="store_true",
+                    help="run the plan's first two trainings (one profiled) with a tiny model on the CPU, through "
+                         "the same code as on the GPU (the rehearse command runs it on a small corpus)")
     pr.add_argument("--seconds", type=Number(int, minimum=60), default=420,
                     help="stop starting runs that would end later than this many seconds after the start (default 420)")
     add_output_option(pr, "the results file", default=HERE / "gpu_check.json")
@@ -525,7 +562,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    return prepare(args) if args.command == "prepare" else run(args)
+    return {"prepare": prepare, "rehearse": rehearse, "run": run}[args.command](args)
 
 
 if __name__ == "__main__":
