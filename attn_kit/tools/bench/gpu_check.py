@@ -395,10 +395,11 @@ def run(args) -> int:
     start = time.time()
     deadline = start + args.seconds
     chosen = [item for item in plan() if not args.only or item_name(item) in args.only]
-    if args.rehearse:  # the first two trainings, profile first, uncompiled (compiling takes minutes on a CPU)
+    if args.rehearse:  # the first two trainings, profile first, uncompiled (compiling takes minutes on a CPU),
+        # each to its updates (the time budget only a cap: a busy CPU must not cut them short)
         import dataclasses as dc
 
-        chosen = [dc.replace(v, seconds=30, updates=REHEARSAL_UPDATES) for v in chosen
+        chosen = [dc.replace(v, seconds=120, updates=REHEARSAL_UPDATES) for v in chosen
                   if isinstance(v, Variant) and not v.compile_layers][:2]
 
     def command(item):
