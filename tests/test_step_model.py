@@ -159,6 +159,7 @@ def test_the_gpu_check_rehearses_its_preparation_and_run_on_a_cpu(tmp_path):
     assert {f"{split}.en-de.{lang}.bin" for split in ("train", "valid", "test") for lang in ("en", "de")} <= bins
 
     result = json.loads(out.read_text())
+    assert result["command"].startswith("bash benchmarks/gpu_check.sh --rehearse")
     assert [r["name"] for r in result["sweep"]] == ["base_28k_profile", "base_28k"] and not result["skipped"]
     for r in result["sweep"]:  # every update ran and was timed from its record, the first 30% left out
         assert r["exit_status"] == 0 and r["updates"] == REHEARSAL_UPDATES and r["device"] == "cpu"

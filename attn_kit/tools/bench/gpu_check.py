@@ -35,9 +35,9 @@ from ...cli import ArgumentParser, Number, UsageError, UserError, add_output_opt
 from ..fairseq_forks import ForkedTrainings
 from ...recipes import canary, common, parallel
 from ...recipes.sources import Layout
+from ...recipes.wmt14_smoke import read_sample
 from ...results import provenance
 from . import train
-from ...recipes.wmt14_smoke import read_sample
 from .data_prep import SHARED, make_corpus
 from .measure import matmul_rate
 
@@ -556,6 +556,7 @@ def parse_args(argv=None):
         if unknown:
             raise UsageError(f"--only: not in the plan: {', '.join(unknown)} (the plan: {', '.join(names)})")
     args.command_line = "bash benchmarks/gpu_check.sh" + (" --dry-run" if getattr(args, "dry_run", False) else "") \
+        + (" --rehearse" if args.command == "rehearse" or getattr(args, "rehearse", False) else "") \
         + (f" --seconds {args.script_seconds}" if getattr(args, "script_seconds", None) else "") \
         + (f" --only {','.join(args.only)}" if getattr(args, "only", None) else "")
     return args
