@@ -326,6 +326,24 @@ def test_line_count_mismatches_are_reported_and_an_error(tmp_path):
     assert "Number of sentence        =      3" in proc.stdout
 
 
+def test_a_gold_file_of_no_trees_is_an_error_not_a_score_of_nothing(tmp_path):
+    """Plain sentences given as the gold file: EVALB scores no sentence whose gold tree it cannot read
+    (an error or a skipped sentence) and exits 0 with 0 valid sentences and F-measure nan; this script
+    prints the same report and messages, then one error line saying what the gold file must hold, and
+    exits 1. One readable gold tree among them is scored as EVALB scores it."""
+    gold, test = tmp_path / "gold", tmp_path / "test"
+    gold.write_text("The cat sits .\nA dog .\n")
+    test.write_text(ONE + "\n" + ONE + "\n")
+    proc = subprocess.run([*SCRIPT, gold, test], capture_output=True, text=True)
+    assert "Number of sentence        =      2" in proc.stdout and "Number of Valid sentence  =      0" in proc.stdout
+    assert proc.returncode == 1 and proc.stderr.startswith("1 : Reading sentence\n")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {gold}: no line is a tree EVALB reads") and "Traceback" not in proc.stderr
+    gold.write_text("The cat sits .\n" + ONE + "\n")
+    proc = subprocess.run([*SCRIPT, gold, test], capture_output=True, text=True)
+    assert proc.returncode == 0 and "Number of Valid sentence  =      1" in proc.stdout
+
+
 # --------------------------------------------------------------------------- command line
 def test_command_line_prints_the_report(tmp_path):
     gold, test = tmp_path / "gold", tmp_path / "test"

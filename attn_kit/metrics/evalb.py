@@ -481,6 +481,11 @@ def main(argv=None) -> int:
             err.flush()
     except BrokenPipeError:
         return 1  # the reader went away (evalb.py ... | head): exit 1 without a message
+    if all(read_tree(line, params).errors for line in gold):  # EVALB scores no sentence whose gold tree it
+        # cannot read, and exits 0 having scored none: its report, then an error
+        raise UserError(f"{args.gold}: no line is a tree EVALB reads (line 1: {read_tree(gold[0], params).errors[0]}), "
+                        "so nothing was scored: the gold file holds one bracketed tree per line, e.g. "
+                        "(TOP (S (NP (DT The) (NN cat)) (VP (VBZ sits))))")
     if len(gold) != len(test):  # EVALB scores the lines both files have and exits 0: its report, then an error
         raise UserError(f"{args.test} has {len(test)} lines, {args.gold} {len(gold)}: the report above scores the "
                         "first only; the parser's output must have one line per gold tree, in the same order")
