@@ -207,6 +207,10 @@ CASES = [
          "EVALB's own report and messages, then one error line and exit 1 (it exited 0 with an F1 of the lines "
          "both files have); empty files and negative options: one line",
          "tests/test_evalb.py::test_line_count_mismatches_are_reported_and_an_error"),
+    Case("`evalb.py` given plain sentences as the gold file (no line a tree)",
+         "EVALB's own report and messages, then one error line saying what the gold file holds, exit 1 (it "
+         "exited 0 having scored no sentence, F-measure nan)",
+         "tests/test_evalb.py::test_a_gold_file_of_no_trees_is_an_error_not_a_score_of_nothing"),
     Case("a NUL character inside a line of a user's corpus (`recipes/parallel.sh`)",
          "one warning per file naming the first line and the count; the copy reads it as a space, so the words "
          "around it stay two (the tokenizer deleted it and joined them, silently)",
