@@ -160,6 +160,32 @@ def test_a_changed_input_reruns_its_stage_and_the_stages_after_it(tmp_path, caps
     assert (tmp_path / "stale" / "count" / "count.txt").read_text() == "2"  # nothing deleted
 
 
+def test_the_dry_run_of_a_finished_pipeline_says_what_a_run_would_do_and_sets_nothing_aside(tmp_path, capsys):
+    """A dry run on a finished work directory printed each stage as if nothing had run: it now says
+    which stages a run would skip and which it would start over (and why), and that stages after one
+    that runs may run too; it changes no stamp and sets nothing aside."""
+    def said(out):
+        return {name: line.split("(dry run", 1)[1] for line in out.splitlines()
+                for name in ("upper", "count") if f"/2 {name}:" in line}
+
+    calls = []
+    (tmp_path / "src.txt").write_text("a\nb\n")
+    Pipeline(tmp_path, chain(tmp_path, calls)).run()
+    capsys.readouterr()
+    stamps = {p: p.read_bytes() for p in (tmp_path / ".stages").iterdir()}
+    Pipeline(tmp_path, chain(tmp_path, calls), dry_run=True).run()
+    assert said(capsys.readouterr().out) == {"upper": "; done: a run would skip it)",
+                                             "count": "; done: a run would skip it)"}
+    (tmp_path / "src.txt").write_text("a\nb\nc\n")
+    Pipeline(tmp_path, chain(tmp_path, calls), dry_run=True).run()
+    assert said(capsys.readouterr().out) == {
+        "upper": "; input src.txt changed since the stage ran (4 -> 6 bytes): a run would start it over, its old "
+                 "outputs set aside in stale/)",
+        "count": "; done: a run would skip it unless a stage before it changes its inputs)"}
+    assert {p: p.read_bytes() for p in (tmp_path / ".stages").iterdir()} == stamps
+    assert not (tmp_path / "stale").exists() and (tmp_path / "upper.txt").read_text() == "A\nB\n"
+
+
 def test_an_output_made_again_identical_leaves_later_stages_done(tmp_path):
     """Content, not time: a stage run again that makes the same bytes does not make later stages stale."""
     calls = []

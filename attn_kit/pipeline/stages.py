@@ -372,13 +372,17 @@ class Pipeline:
         n = len(self.stages)
         with ExitStack() as held:
             locked = None  # the home (other than the work directory) whose lock is held now
+            earlier_runs = False  # the dry run: whether a stage before this one would run
             for i, stage in enumerate(self.stages, 1):
                 tag = f"stage {i}/{n} {stage.name}"
                 if not self.first <= i <= self.last:
                     continue
                 ctx.stage, ctx.log_dir = stage.name, self.home(stage) / "logs"
                 if self.dry_run:
-                    log(f"{tag}: {stage.help} (dry run{f', in {stage.home}' if stage.home is not None else ''})")
+                    would, runs = self._would(stage, earlier_runs)
+                    earlier_runs = earlier_runs or runs
+                    log(f"{tag}: {stage.help} (dry run{f', in {stage.home}' if stage.home is not None else ''}"
+                        f"{would})")
                     stage.run(ctx)
                     continue
                 if stage.home is not None and Path(stage.home) != locked:
@@ -390,6 +394,18 @@ class Pipeline:
                     locked = None
                 self._run_one(ctx, stage, i, tag)
         return ctx.timings
+
+    def _would(self, stage: Stage, earlier_runs: bool) -> Tuple[str, bool]:
+        """For the dry run: what a run would do with ``stage`` as the folders are now (a clause,
+        "" for a stage that never ran), and whether it would run. Nothing is written."""
+        action, why, _ = self.status(stage)
+        if action in ("skip", "adopt"):
+            return ("; done: a run would skip it" + (" unless a stage before it changes its inputs"
+                                                     if earlier_runs else ""), False)
+        return {"run": "", "resume": "; an earlier run stopped during it: a run would resume it",
+                "over": f"; {why}: a run would start it over, its old outputs set aside in stale/",
+                "redo": f"; {why}: a run would run it again, the damaged outputs set aside in stale/",
+                "continue": f"; {why}: a run would run it again on top of its outputs"}[action], True
 
     def _run_one(self, ctx: "Context", stage: Stage, i: int, tag: str):
         action, why, damaged = self.status(stage)
