@@ -57,7 +57,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ...cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, add_output_option, check_output,
                    log, write_json_atomic)
@@ -361,24 +361,29 @@ def words_per_pair(prefix: Path, sizes, tgt: str = "de") -> dict:
     return out
 
 
-def make_corpus(args, folder: Path) -> dict:
-    """The synthetic corpus (train: the largest size; valid, test: HELD_OUT pairs each) and its check."""
-    shapes = C.read_shapes(args.shapes[0], args.shapes[2]) + C.read_shapes(args.shapes[1], args.shapes[3]) \
-        if len(args.shapes) == 4 else C.read_shapes(*args.shapes)
-    tgt = args.tgt
+def make_corpus(folder: Path, shape_files: List[Path], sizes: List[int], pair: str = "en-de", seed: int = 1,
+                long_share: Optional[float] = None, noise: float = NOISE) -> dict:
+    """The synthetic corpus of ``pair`` (train: the largest of ``sizes``; valid, test: HELD_OUT pairs
+    each) with the sentence shapes of ``shape_files`` (EN, OTHER, or EN, EN, OTHER, OTHER), and its
+    check. ``long_share``: pairs joined as crawled long lines (None: as many as give WMT14's words per
+    pair)."""
+    shapes = C.read_shapes(shape_files[0], shape_files[2]) + C.read_shapes(shape_files[1], shape_files[3]) \
+        if len(shape_files) == 4 else C.read_shapes(*shape_files)
+    tgt = pair.split("-")[1]
     vocab = (C.wordfreq_vocabulary("en"), C.wordfreq_vocabulary(tgt))
-    long_share = long_share_for(shapes, args.pair) if args.long_share is None else args.long_share
+    given = long_share
+    long_share = long_share_for(shapes, pair) if long_share is None else long_share
     folder.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    for name, n, seed in (("train", max(args.sizes), args.seed), ("valid", HELD_OUT, args.seed + 1),
-                          ("test", HELD_OUT, args.seed + 2)):
-        C.write_corpus(C.generate(shapes, vocab, n, seed, long_share=long_share, noise=args.noise),
+    for name, n, split_seed in (("train", max(sizes), seed), ("valid", HELD_OUT, seed + 1),
+                                ("test", HELD_OUT, seed + 2)):
+        C.write_corpus(C.generate(shapes, vocab, n, split_seed, long_share=long_share, noise=noise),
                        folder / f"{name}.en", folder / f"{name}.{tgt}")
-    log(f"corpus: {max(args.sizes)} training pairs in {time.perf_counter() - t0:.0f} s ({folder})")
-    return {"pair": args.pair, "words_per_pair": words_per_pair(folder / "train", args.sizes, tgt),
-            "shapes": [str(p) for p in args.shapes], "shape_pairs": len(shapes), "seed": args.seed,
-            "long_share": long_share, "noise": args.noise if long_share else 0.0,
-            "long_share_from": "given" if args.long_share is not None else
+    log(f"corpus: {max(sizes)} training pairs in {time.perf_counter() - t0:.0f} s ({folder})")
+    return {"pair": pair, "words_per_pair": words_per_pair(folder / "train", sizes, tgt),
+            "shapes": [str(p) for p in shape_files], "shape_pairs": len(shapes), "seed": seed,
+            "long_share": long_share, "noise": noise if long_share else 0.0,
+            "long_share_from": "given" if given is not None else
             "the WMT14 training text's words per pair (attn_kit.recipes.wmt14_data) over the shapes' own",
             "wordfreq": C.wordfreq_version(), "burstiness": {k: C.BURSTINESS[k] for k in ("en", tgt)},
             "document_sentences": C.DOCUMENT,
@@ -587,7 +592,7 @@ def main(argv=None):
                 "seed": args.seed}
     head = {"benchmark": "data_prep", **provenance(), "environment": environment()}
     try:
-        about = make_corpus(args, corpus)
+        about = make_corpus(corpus, args.shapes, args.sizes, args.pair, args.seed, args.long_share, args.noise)
         about["check"] = corpus_check(args, corpus)
         if args.check_only:
             print_check(about)

@@ -58,8 +58,6 @@ def prepare(args) -> int:
     """The data-preparation benchmark's synthetic corpus (its make_corpus: train, valid and test with
     newstest's shapes, no joined long pairs: the corpus every GPU check on file trained on), then the
     recipe's data stages on it, and the part the GPU needs copied aside."""
-    from types import SimpleNamespace
-
     corpus, prep, data = args.dir / "corpus", args.dir / "prep", args.dir / "data"
     shapes = [SHARED / "wmt14" / "plain" / f"newstest{y}.en-de.{lang}" for lang in ("en", "de") for y in (2013, 2014)]
     if args.shapes:
@@ -68,8 +66,7 @@ def prepare(args) -> int:
         if not Path(path).exists():
             raise UserError(f"{path}: no such file (newstest's sentence shapes; give --shapes EN DE)")
     if not (corpus / "test.de").exists():
-        make_corpus(SimpleNamespace(pair="en-de", tgt="de", shapes=shapes, sizes=[args.pairs], seed=1,
-                                    long_share=0.0, noise=0.0), corpus)
+        make_corpus(corpus, shapes, [args.pairs], long_share=0.0)
     parallel.main([*recipe_data_argv(corpus, prep, args.dir / "prep-run", args.workers), "--ngpus", "0",
                    "--stop-stage", "binarize"])
     s = parallel.build(recipe_data_argv(corpus, prep, args.dir / "prep-run", args.workers))
