@@ -92,6 +92,42 @@ changes nothing. Nothing else in the plugin patches anything. The patches:
    sentences' positions in the batch the search started with instead.
    Test: tests/test_decoding_options.py::test_every_fairseq_decoding_option_runs_on_the_plugins_model.
 
+10. **fairseq-train's non-finite gradient check waits for no GPU** (``fairseq.trainer``), while
+    ``attn_adam`` is the trainer's optimizer itself (not under ``--fp16``/``--bf16``/``--amp``, whose
+    wrappers check overflows their own way) and ``--check-finite-every-update`` is not given:
+
+    - ``Trainer._build_optimizer`` is wrapped: it switches attn_adam's deferred check on
+      (``AttnAdam.defer_finite_check``: the flag stays on the device, where the step skips a
+      non-finite update and all after it; the host reads its copy once it has arrived and then raises
+      fairseq's ``FloatingPointError("gradients are Nan/Inf ...")`` naming the update, inside a later
+      ``train_step``, so fairseq writes crash.pt and re-runs that update's batch under its NanDetector);
+    - the module global ``torch`` of ``fairseq.trainer`` becomes a module that forwards every name to
+      torch but ``isfinite``, which answers "finite" from the host for exactly the norm attn_adam's
+      ``clip_grad_norm`` has just returned (a mark on that tensor: attn_adam checks it) and is torch's
+      for every other tensor (fairseq's two reads of it: before the step, before logging gnorm);
+    - before fairseq-train writes a checkpoint (patch 7's wrapper of ``save_checkpoint``) and at the end
+      of every epoch (``Trainer.lr_step``, wrapped), every pending flag is waited for and checked, so no
+      checkpoint holds parameters after a non-finite gradient without the error.
+
+    What else shows: the updates up to the error are logged, the non-finite one with its nan loss
+    and gnorm, where fairseq's own check raises before logging it.
+    Why: reading ``torch.isfinite(grad_norm)`` on the host at every update makes the host wait for the
+    GPU, so it cannot queue the next kernels meanwhile (the host gaps in the base model's update that the
+    GPU check's profiles show, docs/scaling.md). With more than one GPU fairseq's consistency check of the norms across
+    workers still reads them at every update (and raises on a non-finite norm itself).
+    Tests: tests/test_sync_free_step.py,
+    tests/test_optim.py::test_a_false_flag_leaves_parameters_and_moments_as_they_were.
+
+11. **No per-update smoothed values that nobody reads** (``fairseq.trainer.Trainer._reduce_and_log_stats``
+    wrapped, under patch 10's conditions): while it runs, ``MetersDict.get_smoothed_values`` returns a
+    mapping that knows its keys and computes (rounds) each value when it is first read; fairseq's code
+    sets ``sample_size`` in it and deletes ``ppl``, ``wps``, ``wpb``, ``bsz``, which reads none.
+    Why: that dict is ``train_step``'s return value, which fairseq-train only tests against None (it
+    logs from the meters at ``--log-interval``), and rounding loss, nll_loss and ppl reads each on the
+    host: three waits for the GPU per update. The logged lines do not change.
+    Tests: tests/test_sync_free_step.py::test_an_update_reads_nothing_back_with_attn_adam,
+    ::test_the_same_training_with_the_check_at_every_update, ::test_smoothed_values_are_computed_when_read.
+
 6. **``sys.excepthook``** becomes :func:`attn_plugin.errors.excepthook`: an
    uncaught :class:`~attn_plugin.errors.AttnPluginError` (a refused
    checkpoint, options that do not fit) prints as one ``error: ...`` line, exit
@@ -112,8 +148,11 @@ import shlex
 import socket
 import sys
 import time
+import types
+from collections.abc import MutableMapping
 from typing import Mapping, Optional
 
+import numpy
 import torch
 
 from .checkpoint import (allow_fairseq_checkpoint_types, broadcast_state_globals, describe_load_error,
@@ -133,6 +172,8 @@ def install():
     _patch_interval_checkpoints()
     _patch_training_launch()
     _patch_diverse_beam_search()
+    _patch_deferred_finite_check()
+    _patch_lazy_smoothed_values()
     sys.excepthook = excepthook
 
 
@@ -274,6 +315,7 @@ def _patch_interval_checkpoints():
         # it back through the module, so the wrapper (the module's function now) carries it.
         @functools.wraps(save)
         def save_checkpoint(cfg, trainer, epoch_itr, val_loss):
+            check_deferred_gradients(trainer)  # patch 10: no checkpoint after a non-finite gradient
             saved = save(cfg, trainer, epoch_itr, val_loss)
             if epoch_itr.end_of_epoch():
                 _keep_interval_checkpoint(cfg, trainer, epoch_itr.epoch)
@@ -447,3 +489,132 @@ def _patch_diverse_beam_search():
 
     setattr(step, _MARK, True)
     search.DiverseBeamSearch.step = step
+
+
+# ------------------------------------------------------------------------------------ patch 10
+def _deferring_optimizer(trainer):
+    """The trainer's attn_adam when it checks gradients without waiting for the device, else None."""
+    from .optim.attn_adam import AttnAdam
+
+    optimizer = getattr(trainer, "_optimizer", None)
+    return optimizer if isinstance(optimizer, AttnAdam) and optimizer.defers_finite_check else None
+
+
+def check_deferred_gradients(trainer):
+    """Patch 10: wait for the flags of the updates so far and raise if one was not finite."""
+    optimizer = _deferring_optimizer(trainer)
+    if optimizer is not None:
+        optimizer.check_deferred(wait=True)
+
+
+class _TrainerTorch(types.ModuleType):
+    """fairseq.trainer's ``torch``: torch, but ``isfinite`` of a norm attn_adam checks itself."""
+
+    FINITE = numpy.True_  # truthy, with .all(): what fairseq reads of isfinite's 0-dim tensor
+
+    def __init__(self):
+        super().__init__("torch", torch.__doc__)
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def isfinite(self, input):
+        if getattr(input, "_attn_adam_checks_finite", False):
+            return self.FINITE
+        return torch.isfinite(input)
+
+
+def _patch_deferred_finite_check():
+    """Patch 10: attn_adam checks the gradients for NaN/Inf in fairseq-train without a host wait."""
+    from fairseq import trainer as trainer_module
+    from fairseq.trainer import Trainer
+
+    from .optim.attn_adam import AttnAdam, MultiTensorAdam
+
+    if not isinstance(trainer_module.torch, _TrainerTorch):
+        trainer_module.torch = _TrainerTorch()
+    build, lr_step = Trainer._build_optimizer, Trainer.lr_step
+    if not _patched(build):
+        @functools.wraps(build)
+        def _build_optimizer(self):
+            build(self)
+            optimizer = self._optimizer
+            if (isinstance(optimizer, AttnAdam) and isinstance(optimizer.optimizer, MultiTensorAdam)
+                    and not optimizer.cfg.check_finite_every_update):
+                optimizer.defer_finite_check(lambda: self.get_num_updates() + 1)
+
+        setattr(_build_optimizer, _MARK, True)
+        Trainer._build_optimizer = _build_optimizer
+    if not _patched(lr_step):
+        @functools.wraps(lr_step)
+        def lr_step_after_checking(self, epoch, val_loss=None):  # fairseq-train: at the end of every epoch
+            check_deferred_gradients(self)
+            return lr_step(self, epoch, val_loss)
+
+        setattr(lr_step_after_checking, _MARK, True)
+        Trainer.lr_step = lr_step_after_checking
+
+
+# ------------------------------------------------------------------------------------ patch 11
+class LazySmoothedValues(MutableMapping):
+    """``MetersDict.get_smoothed_values()``, each value computed when first read (patch 11)."""
+
+    def __init__(self, meters):
+        self._meters = meters
+        self._keys = dict.fromkeys(key for key in meters.keys() if not key.startswith("_"))
+        self._values = {}
+
+    def __getitem__(self, key):
+        if key not in self._values:
+            if key not in self._keys:
+                raise KeyError(key)
+            self._values[key] = self._meters.get_smoothed_value(key)
+        return self._values[key]
+
+    def __setitem__(self, key, value):
+        self._keys[key] = None
+        self._values[key] = value
+
+    def __delitem__(self, key):
+        del self._keys[key]
+        self._values.pop(key, None)
+
+    def __contains__(self, key):  # without reading the value (Mapping's would)
+        return key in self._keys
+
+    def __iter__(self):
+        return iter(list(self._keys))
+
+    def __len__(self):
+        return len(self._keys)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({dict(self)!r})"
+
+
+def _lazy_smoothed_values(meters):  # a function: a class attribute that binds as a method
+    return LazySmoothedValues(meters)
+
+
+def _patch_lazy_smoothed_values():
+    """Patch 11: the per-update smoothed values fairseq-train never reads are not computed."""
+    from fairseq.logging.meters import MetersDict
+    from fairseq.trainer import Trainer
+
+    original = Trainer._reduce_and_log_stats
+    if _patched(original):
+        return
+
+    @functools.wraps(original)
+    def _reduce_and_log_stats(self, *args, **kwargs):
+        if _deferring_optimizer(self) is None:
+            return original(self, *args, **kwargs)
+        eager = MetersDict.get_smoothed_values
+        MetersDict.get_smoothed_values = _lazy_smoothed_values
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            MetersDict.get_smoothed_values = eager
+
+    setattr(_reduce_and_log_stats, _MARK, True)
+    Trainer._reduce_and_log_stats = _reduce_and_log_stats

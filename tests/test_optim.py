@@ -6,7 +6,9 @@ import math
 import pytest
 import torch
 from fairseq import utils as fairseq_utils
+from fairseq.optim import FairseqOptimizer
 from fairseq.optim.adam import Adam as FairseqAdamUpdate
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import attn_plugin  # noqa: F401  (registers)
 from attn_plugin.optim.attn_adam import AttnAdam, AttnAdamConfig, MultiTensorAdam
@@ -35,10 +37,13 @@ def algorithm1(theta, grads, lr, betas, eps):
     return theta
 
 
+@pytest.mark.parametrize("finite", [None, True], ids=["plain", "with_a_finite_flag"])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.01])
-def test_the_same_parameters_as_fairseqs_adam_bit_for_bit(weight_decay):
+def test_the_same_parameters_as_fairseqs_adam_bit_for_bit(weight_decay, finite):
+    """Also with the device-side flag of fairseq-train's deferred check (a True flag: every update applied)."""
     ours, theirs = params(), params()
     opt_ours = MultiTensorAdam(ours, weight_decay=weight_decay, **PAPER)
+    opt_ours.finite = None if finite is None else torch.tensor(finite)
     opt_theirs = FairseqAdamUpdate(theirs, weight_decay=weight_decay, **PAPER)
     g = torch.Generator().manual_seed(1)
     for step in range(30):
@@ -103,3 +108,56 @@ def test_refuses_low_precision_parameters_in_one_line():
     p.grad = torch.ones(3, dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match="fp32 parameters"):
         MultiTensorAdam([p]).step()
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_a_false_flag_leaves_parameters_and_moments_as_they_were(weight_decay):
+    """fairseq-train's deferred check (AttnAdam.check_deferred): with the device-side flag False, a step
+    with NaN and Inf gradients changes no parameter and no moment, bit for bit."""
+    ps = params()
+    opt = MultiTensorAdam(ps, weight_decay=weight_decay, **PAPER)
+    g = torch.Generator().manual_seed(4)
+    for _ in range(3):  # some state first
+        for p in ps:
+            p.grad = torch.randn(p.shape, generator=g)
+        opt.step()
+    before = [(p.detach().clone(), opt.state[p]["exp_avg"].clone(), opt.state[p]["exp_avg_sq"].clone()) for p in ps]
+    for p in ps:
+        p.grad = torch.randn(p.shape, generator=g)
+    ps[0].grad[1, 2], ps[2].grad[0, 0] = float("nan"), float("inf")
+    opt.finite = torch.tensor(False)
+    opt.step()
+    for p, (value, exp_avg, exp_avg_sq) in zip(ps, before):
+        assert torch.equal(p, value) and torch.equal(opt.state[p]["exp_avg"], exp_avg)
+        assert torch.equal(opt.state[p]["exp_avg_sq"], exp_avg_sq)
+        assert opt.state[p]["step"] == 4  # the host counted it (see MultiTensorAdam.step)
+
+
+class _Ops(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("c", [0.37, torch.tensor(1 / 3)], ids=["number", "tensor"])
+def test_multiply_grads_is_one_call_and_fairseqs_arithmetic(c):
+    ours, theirs, one_by_one = params(), params(), params()
+    g = torch.Generator().manual_seed(5)
+    for a, b, d in zip(ours, theirs, one_by_one):
+        a.grad = torch.randn(a.shape, generator=g)
+        b.grad, d.grad = a.grad.clone(), a.grad.clone()
+    ours[3].grad = theirs[3].grad = one_by_one[3].grad = None  # a parameter without a gradient
+    ops = _Ops()
+    with ops:
+        AttnAdam(AttnAdamConfig(lr=[1.0]), ours).multiply_grads(c)
+    assert ops.names.count("_foreach_mul_") == 1 and "mul_" not in ops.names
+    FairseqOptimizer.multiply_grads(AttnAdam(AttnAdamConfig(lr=[1.0]), theirs), c)  # fairseq-fixed 0.12.3's
+    for d in one_by_one:  # fairseq 0.12.2's (the Python < 3.11 install): one parameter at a time
+        if d.grad is not None:
+            d.grad.mul_(c)
+    for a, b, d in zip(ours, theirs, one_by_one):
+        assert (a.grad is None and b.grad is None) or (torch.equal(a.grad, b.grad) and torch.equal(a.grad, d.grad))
