@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from conftest import REPO, TINY_MODEL, USER_DIR
 from fairseq import options, tasks
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -95,6 +96,45 @@ def test_bf16_autocast_trains_matmuls_in_bf16_and_keeps_fp32_weights_and_loss(da
         bf16, _, _, _ = setup(data_bin, BF16_FLAG, "--bf16-inference")
         valid16, _, _ = bf16.valid_step(sample, model, criterion)
     assert valid16.item() == pytest.approx(eval32.item(), rel=1e-2) and valid16.item() != eval32.item()
+
+
+class Casts(TorchDispatchMode):
+    """Counts the elements of activations (batch x length x width: 3-D tensors; weights are 1- and 2-D)
+    whose dtype the ops convert (aten._to_copy) while active, and the dtypes of the layer norms' inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.activations, self.norm_inputs = 0, set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._to_copy.default and args[0].dim() == 3:
+            self.activations += args[0].numel()
+        if func is torch.ops.aten.native_layer_norm.default:
+            self.norm_inputs.add(args[0].dtype)
+        return func(*args, **(kwargs or {}))
+
+
+def test_bf16_residual_keeps_the_stream_in_bf16_with_fewer_casts_and_the_same_loss_within_bf16(data_bin):
+    """--bf16-residual under --bf16-autocast: the layer norms take bf16 (under autocast alone they take
+    fp32: autocast runs them in fp32 and the next matmul casts back), a train step converts a small share
+    of the activations it converted (forward and backward: the embeddings' once), and the loss and
+    gradients equal autocast's within bf16's precision; the weights, their gradients and the loss stay
+    fp32. Without autocast the flag changes nothing."""
+    results = {}
+    for flags in ((BF16_FLAG,), (BF16_FLAG, "--bf16-residual")):
+        task, model, criterion, sample = setup(data_bin, *flags)
+        with Casts() as casts:
+            dtypes, loss, grads, grad_dtypes = step(task, model, criterion, sample)
+        results[flags] = casts, loss, grads
+        assert dtypes == {torch.bfloat16} and loss.dtype == torch.float32 and grad_dtypes == {torch.float32}
+    (plain, loss, grads), (lean, loss_lean, grads_lean) = results.values()
+    assert plain.norm_inputs == {torch.float32} and lean.norm_inputs == {torch.bfloat16}
+    assert lean.activations < 0.2 * plain.activations, (lean.activations, plain.activations)
+    assert loss_lean.item() == pytest.approx(loss.item(), rel=1e-2) and loss_lean.item() != loss.item()
+    assert torch.nn.functional.cosine_similarity(grads, grads_lean, dim=0) > 0.99
+    # fp32 training: the same step bit for bit with the flag or without
+    fp32 = [step(*setup(data_bin, *flags)) for flags in ((), ("--bf16-residual",))]
+    assert fp32[0][1].item() == fp32[1][1].item() and torch.equal(fp32[0][2], fp32[1][2])
 
 
 def linear_dtypes(model, fn):

@@ -358,7 +358,14 @@ class AddNorm(nn.LayerNorm):
         self.dropout = Dropout(p_drop, self)
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
-        return super().forward(x + self.dropout(sublayer(x)))
+        y = x + self.dropout(sublayer(x))
+        if y.dtype != self.weight.dtype and y.dtype in (torch.bfloat16, torch.float16):
+            # --bf16-residual under autocast: the stream stays in bf16 (autocast would run the norm in fp32
+            # and hand the next matmul an fp32 copy to cast back); the kernel normalizes in fp32 inside
+            with torch.autocast(y.device.type, enabled=False):
+                return F.layer_norm(y, self.normalized_shape, self.weight.to(y.dtype), self.bias.to(y.dtype),
+                                    self.eps)
+        return super().forward(y)
 
 
 class EncoderLayer(nn.Module):
@@ -436,9 +443,21 @@ class Embedding(nn.Module):
                                             learned=cfg.positional_encoding == "learned",
                                             layout=cfg.sinusoid_layout)
         self.dropout = Dropout(cfg.dropout, self)
+        self.bf16_residual = getattr(cfg, "bf16_residual", False)
 
     def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
-        return self.dropout(self.scale * self.embed_tokens(tokens) + self.positions(tokens, start))
+        x = self.scale * self.embed_tokens(tokens) + self.positions(tokens, start)
+        half = _autocast_dtype(x.device.type) if self.bf16_residual else None
+        return self.dropout(x if half is None else x.to(half))  # --bf16-residual: the stream in bf16 from here
+
+
+def _autocast_dtype(device_type: str) -> Optional[torch.dtype]:
+    """The dtype autocast runs matmuls in on ``device_type``, None outside autocast (or a torch too
+    old to say per device)."""
+    try:
+        return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+    except (AttributeError, TypeError):
+        return None
 
 
 def _compiling(module: nn.Module) -> bool:
@@ -613,6 +632,11 @@ class AttnTransformerConfig(FairseqDataclass):
                 "[sin|cos] halves from position padding_idx+1, to reproduce stock fairseq models"})
     max_source_positions: int = field(default=1024, metadata={"help": "longest source, in tokens"})
     max_target_positions: int = field(default=1024, metadata={"help": "longest target, in tokens"})
+    bf16_residual: bool = field(default=False, metadata={
+        "help": "speed only, not in the paper: under --bf16-autocast keep the residual stream (embeddings, "
+                "each Add & Norm's sum and output) in bf16, layer norm normalizing in fp32 inside its kernel, so "
+                "that activations do not cross between fp32 and bf16 around every matmul (forward and "
+                "backward); the residual sums are then rounded to bf16. No effect without autocast"})
     compile_layers: bool = field(default=False, metadata={
         "help": "speed only, not in the paper: run each encoder and decoder layer through torch.compile "
                 "while training, which fuses dropout, residual add and LayerNorm into fewer kernels. "
