@@ -3,13 +3,14 @@ and the progress lines with an ETA of the long stages (attn_kit.pipeline.progres
 import contextlib
 import csv
 import io
+import json
 import time
 
 import pytest
 
 from attn_kit.fairseq_layer import curves
 from attn_kit.cli import Terminated, UserError
-from attn_kit.fairseq_layer.fairseq_log import TrainProgress, echo_text, train_log_summary
+from attn_kit.fairseq_layer.fairseq_log import TrainProgress, echo_text, stats_lines, train_log_summary
 from attn_kit.pipeline import progress
 
 # Two runs of one training, as the train stage's log holds them: the first killed after update 30
@@ -49,6 +50,19 @@ def test_parse_keeps_each_update_once_and_adds_up_training_time():
     assert points[2] == {"split": "valid", "update": 20, "hours": pytest.approx(22 / 3600, abs=1e-5),
                          "loss": 8.1, "nll_loss": 7.9, "ppl": 238.9}  # validation's own speed left out
     assert resumed["bleu"] == 12.5 and points[1]["lr"] == 0.002
+
+
+def test_the_loss_curve_results_json_keeps_is_the_logs_own(tmp_path, smoke_run):
+    """The log above: train losses of updates 10, 20 and the resumed 30; valid losses (and their nll)
+    of 20 and 30, as fairseq logged them. And the --smoke run's results.json: every train_inner line
+    of its training log, in order."""
+    (tmp_path / "train.log").write_text(LOG)
+    assert curves.loss_curve(tmp_path / "train.log") == {"train": [[10, 9.5], [20, 8.5], [30, 7.8]],
+                                                         "valid": [[20, 8.1, 7.9], [30, 7.5, 7.2]]}
+    assert curves.loss_curve(tmp_path / "missing.log") == {"train": [], "valid": []}
+    logged = list(stats_lines((smoke_run / "logs" / "train.log").read_text().splitlines(), "train_inner"))
+    recorded = json.loads((smoke_run / "results.json").read_text())["loss_curve"]["train"]
+    assert recorded == [[int(f["num_updates"]), float(f["loss"])] for f in logged] and len(recorded) >= 2
 
 
 def test_a_training_killed_before_its_first_checkpoint_starts_its_curves_over():

@@ -1,5 +1,5 @@
 """Training curves from fairseq-train's log (read by :mod:`attn_kit.fairseq_layer.fairseq_log`):
-``curves.csv`` (split train/valid, update, hours of training summed over a resumed
+the loss curve results.json keeps (:func:`loss_curve`), ``curves.csv`` (split train/valid, update, hours of training summed over a resumed
 training's runs, loss and nll_loss in bits, ppl, lr, tokens_per_s (fairseq's wps), bleu
 where --eval-bleu logs it) and ``curves.png`` (loss, learning rate and tokens/s against
 updates and hours; needs matplotlib). A resumed training repeats the updates after its
@@ -53,6 +53,19 @@ def parse(lines: Iterable[str]) -> List[dict]:
                 point[column] = float(entry.stats[key])
         points.append(point)
     return points
+
+
+def loss_curve(log_path: Path) -> dict:
+    """The loss in bits of a fairseq-train log, as results.json keeps it beside the score (so runs on
+    other machines compare curve for curve): ``{"train": [[update, loss], ...], "valid": [[update, loss,
+    nll_loss], ...]}``, each train point fairseq's mean over its --log-interval; empty for no log."""
+    try:
+        points = parse(Path(log_path).read_text(encoding="utf-8", errors="replace").splitlines())
+    except OSError:
+        points = []
+    return {"train": [[p["update"], p["loss"]] for p in points if p["split"] == "train" and "loss" in p],
+            "valid": [[p["update"], p["loss"], p.get("nll_loss")] for p in points
+                      if p["split"] == "valid" and "loss" in p]}
 
 
 def to_csv(points: List[dict]) -> str:

@@ -15,7 +15,7 @@ from typing import Iterable, List, Optional
 from ..fairseq_layer.checkpoints import checkpoint_update, recover_last
 from ..cli import UsageError, UserError, log, write_json_atomic
 from ..fairseq_layer import fairseq_commands
-from ..fairseq_layer.curves import CurveWriter
+from ..fairseq_layer.curves import CurveWriter, loss_curve
 from ..fairseq_layer.fairseq_commands import DecodePlan, TrainPlan, batch_plan, launcher, precision_of, read_averaged
 from ..fairseq_layer.fairseq_log import TrainProgress, train_log_summary
 from ..pipeline import text
@@ -277,8 +277,8 @@ def averaged_record(avg: Path, workdir: Optional[Path] = None) -> dict:
 
 def run_record(s, train_log: Path, avg: Path, command: Path) -> dict:
     """What a reader needs to repeat the run: the exact training command, seed, threads,
-    updates, the real tokens per update (from the training log) and what was averaged (the
-    checkpoints relative to the run directory; the command as it ran)."""
+    updates, the real tokens per update and the loss curve (from the training log) and what was
+    averaged (the checkpoints relative to the run directory; the command as it ran)."""
     record = {"seed": s.seed, "threads": s.threads, "max_update": s.max_update,
               "train_minutes": s.train_minutes}
     line = recorded_train_command(command)
@@ -286,6 +286,7 @@ def run_record(s, train_log: Path, avg: Path, command: Path) -> dict:
         record["train_command"] = line
     record.update(training_record(command))
     record.update(train_log_summary(train_log))
+    record["loss_curve"] = loss_curve(train_log)
     record["checkpoint"] = run_path(s.workdir, avg)
     record.update(averaged_record(avg, s.workdir))
     return record
