@@ -5,9 +5,9 @@ device) records, from the ``attn_translation`` task:
 
 - every training step (a micro-batch: ``--update-freq`` of them make an update):
   its update number, when it ended, its target tokens (``ntokens``), the padded
-  source and target positions the model computed on, its sentences, and its
-  summed loss and sample size (the criterion's, so that loss / sample_size / ln 2
-  is fairseq's logged ``loss``);
+  source and target positions the model computed on, its sentences, its summed
+  loss and sample size (the criterion's, so that loss / sample_size / ln 2 is
+  fairseq's logged ``loss``), and its real (non-padding) source tokens;
 - every validation step: when it started and ended;
 - at exit: the device, its memory (peak allocated and reserved on a GPU, peak
   resident set on a CPU) and the device's total memory,
@@ -39,8 +39,10 @@ class _Recorder:
     def train_step(self, update_num: int, sample: dict, loss, sample_size):
         net_input = sample["net_input"]
         self.device = net_input["src_tokens"].device
+        nsrc = sample.get("nsrc_tokens")  # counted on the host as the batch was made (attn_translation)
         self.steps.append([int(update_num), time.time(), int(sample["ntokens"]), net_input["src_tokens"].numel(),
-                           sample["target"].numel(), int(sample["nsentences"]), None, float(sample_size)])
+                           sample["target"].numel(), int(sample["nsentences"]), None, float(sample_size),
+                           None if nsrc is None else int(nsrc)])
         self.pending.append(loss.detach().float() if torch.is_tensor(loss) else torch.tensor(float(loss)))
         if len(self.steps) % FLUSH_EVERY == 0:
             self.write()
@@ -69,7 +71,7 @@ class _Recorder:
                 and torch.distributed.is_initialized() else int(os.environ.get("RANK", 0))
             record = {"pid": os.getpid(), "rank": rank, **self.memory(),
                       "step_fields": ["update", "time", "ntokens", "src_positions", "tgt_positions", "sentences",
-                                      "loss", "sample_size"],
+                                      "loss", "sample_size", "src_ntokens"],
                       "steps": self.steps, "valid_steps": self.valid}
             tmp = f"{self.path}.tmp"
             with open(tmp, "w") as f:

@@ -16,6 +16,7 @@ from conftest import USER_DIR, assert_one_error_line, copy_prepared, run, run_ma
 from attn_kit.checkout import REPO
 from attn_kit.cli import UserError
 from attn_kit.fairseq_layer.fairseq_log import stats_lines
+from attn_kit.planning import cost
 from attn_kit.recipes import canary
 
 RECIPE = [sys.executable, "-m", "attn_kit.recipes.translation"]
@@ -62,6 +63,16 @@ def test_checkpoint_writes_and_validations_are_counted_as_fairseq_makes_them(smo
     assert canary.events(10, None, 4, 5) == {"checkpoint_writes": 3, "validations": 4}  # 4 8 10; 4 5 8 10
 
 
+def test_updates_per_epoch_of_the_corpus_or_of_the_epochs_it_is_told():
+    """From fairseq-train's log: its corpus's 624 pairs make 2 updates an epoch; epochs of 4.5M pairs
+    as long on average make 2 x 4.5M / 624 = 14423 (rounded); a log without the count says nothing."""
+    log = ("| fairseq.tasks.translation | data-bin train en-de 624 examples\n"
+           "| fairseq.data.iterators | grouped total_num_itrs = 2\n")
+    assert canary.updates_per_epoch(log) == (2, 624)
+    assert canary.updates_per_epoch(log, 4_500_000) == (14423, 4_500_000)
+    assert canary.updates_per_epoch("no epoch was begun") == (None, None)
+
+
 def test_rates_by_hand():
     """Ten updates one second apart, a validation of 3 s after update 6 (so update 7 ends 4 s after
     6), 100 target tokens a step on each of two processes, losses falling: the first update
@@ -83,6 +94,32 @@ def test_rates_by_hand():
         canary.rates([{"rank": 0, "steps": record(0, 0)["steps"][:3], "valid_steps": []}])
 
 
+def test_utilization_counts_the_real_tokens_against_the_measured_rate_by_hand():
+    """The small model of tests/test_cost.py (N=1, d=4, d_ff=8, h=2, V=10), whose forward over one
+    sentence of 3 source and 2 target tokens is 2032 FLOPs by hand. Padded to 4 source and 3 target
+    positions it is 3000 (encoder 4 x 320, decoder 3 x 408, the encoder output's W^K, W^V 4 x 64,
+    output layer 3 x 80). Two such steps in the timed update, 1 s: model FLOPs 2 x 3 x 2032 = 12192,
+    the arithmetic done 2 x 3 x 3000 = 18000; 10 of the 14 positions are real."""
+    side = cost.Side(layers=1, d_model=4, d_ff=8, h=2, d_k=2, d_v=2)
+    shape = cost.Shape(side, side, vocab=10)
+    assert cost.batch_train_flops(shape, 4, 3, 1) == 3 * 3000
+    #        update, time, ntokens, src positions, tgt positions, sentences, loss, sample size, src tokens
+    steps = [[0, 0.0, 2, 4, 3, 1, 1.0, 2.0, 3], [1, 0.5, 2, 4, 3, 1, 1.0, 2.0, 3], [1, 1.0, 2, 4, 3, 1, 1.0, 2.0, 3]]
+    u = canary.utilization([{"steps": steps}], 1, 2, shape, 1.0, matmul=24384.0, peak=48768.0)
+    assert u.real_tflops_per_second * 1e12 == pytest.approx(12192)
+    assert u.padded_tflops_per_second * 1e12 == pytest.approx(18000)
+    assert (u.mfu, u.mfu_of_datasheet_peak) == (pytest.approx(0.5), pytest.approx(0.25))
+    assert u.padding_share == pytest.approx(1 - 10 / 14)
+    # two processes: the rate and the peak are per device
+    two = canary.utilization([{"steps": steps}, {"steps": steps}], 1, 2, shape, 1.0, 24384.0, 48768.0)
+    assert (two.mfu, two.mfu_of_datasheet_peak) == (pytest.approx(0.5), pytest.approx(0.25))
+    # a record from before the real source tokens were recorded: the source as padded as the target (4 x 2/3)
+    old = [step[:8] for step in steps]
+    assert canary.utilization([{"steps": old}], 1, 2, shape, 1.0).real_tflops_per_second * 1e12 == pytest.approx(
+        2 * cost.batch_train_flops(shape, 4 * 2 / 3, 2, 1))
+    assert canary.utilization([{"steps": steps}], 1, 2, shape, 1.0).mfu is None  # no rate measured: none
+
+
 # --------------------------------------------------------------------------- the canary of --smoke
 def canary_json(work):
     return json.loads((work / "canary" / "canary.json").read_text())
@@ -99,8 +136,11 @@ def smoke_canary(smoke_run, tmp_path_factory):
     """The canary of --smoke on the smoke run's prepared data (the same data options): its data stages
     are done already, and it trains, averages and decodes as a canary does."""
     work = copy_prepared(smoke_run, tmp_path_factory.mktemp("canary") / "w")
-    proc = run([*RECIPE, *SMOKE_CANARY, "--workdir", work], timeout=600)
+    proc = run([*RECIPE, *SMOKE_CANARY, "--workdir", work, "--canary-epoch-pairs", str(EPOCH_PAIRS)], timeout=600)
     return work, proc
+
+
+EPOCH_PAIRS = 4_500_000  # the canary predicts for WMT14-sized epochs, as the GPU check's canaries on a stand-in corpus
 
 
 @pytest.mark.slow
@@ -118,10 +158,17 @@ def test_the_smoke_canary_passes_with_every_field(smoke_canary):
     tps = c["tokens_per_second"]
     assert tps["total"] == pytest.approx(sum(d["tokens_per_second"] for d in tps["per_device"]), abs=1)
     assert len(tps["per_device"]) == 1 and tps["per_device"][0]["peak_memory_bytes"] > 0
-    assert c["utilization"] is None  # a CPU: no peak known
+    assert c["mfu"] is None and c["mfu_of_datasheet_peak"] is None  # a CPU: no rate measured, no peak known
+    assert 0 < c["padding_share"] < 1 and 0 < c["real_token_tflops_per_second"] < c["padded_position_tflops_per_second"]
     assert c["loss_bits"]["last"] < c["loss_bits"]["first"]
     assert c["validation_seconds"] >= 0 and c["checkpoint"]["bytes"] > 0 and c["checkpoint"]["write_seconds"] >= 0
     assert c["plan"]["max_update"] == 60 and c["disk"]["kept_checkpoints"] == c["plan"]["average"] + 2
+    # its epochs are EPOCH_PAIRS pairs long, the smoke corpus's updates per epoch scaled by its pairs (its log)
+    log = (work / "logs" / "canary.log").read_text()
+    own_pairs = int(re.search(r"train en-de (\d+) examples", log).group(1))
+    own_updates = int(re.search(r"grouped total_num_itrs = (\d+)", log).group(1))
+    assert c["plan"]["epoch_pairs"] == EPOCH_PAIRS
+    assert c["plan"]["updates_per_epoch"] == round(own_updates * EPOCH_PAIRS / own_pairs) > own_updates
     assert c["measured"]["generation"]["sentences"] > 0 and not (work / "canary" / "checkpoints").exists()
     assert not (work / "checkpoints").exists() and not (work / "results.json").exists()  # the run itself is not made
 

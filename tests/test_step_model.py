@@ -31,7 +31,7 @@ def test_the_fits_reproduce_the_runs_they_come_from():
     assert set(fits) == {"base", "big"} and all(f.points >= 3 for f in fits.values())
     for r in plain_runs():
         f = fits[r["model"]]
-        flops_per_forward = r["model_tflops_per_second"] * 1e12 * r["seconds_per_update"] / r["update_freq"]
+        flops_per_forward = step_model.padded_tflops(r) * 1e12 * r["seconds_per_update"] / r["update_freq"]
         rate = f.efficiency * f.matmul_tflops * 1e12
         predicted = r["update_freq"] * (f.forward_seconds + flops_per_forward / rate)
         if r["optimizer"] == "attn_adam":  # the other runs carry fairseq's Adam on top
@@ -137,6 +137,19 @@ def test_the_gpu_check_dry_run_prints_and_parses_every_command():
     line = next(t for t in trainings if t.startswith("  $ [base_28k_compile_profile]")).split()
     assert int(line[line.index("--max-update") + 1]) > PROFILE_STEPS[1] + 3
     assert float(line[line.index("--stop-time-hours") + 1]) * 3600 >= COMPILE_SECONDS - 1
+    # the lean step's changes, each turned off (or on) alone, come first, the recipe's training as it is
+    # before them; the bundled runs go through the recipe (its dry run), the paper's base size last
+    names = [t.split("]")[0][5:] for t in trainings]
+    assert names[:8] == ["base_28k_profile", "base_28k", "base_28k_sync_every_update", "base_28k_whole_loss",
+                         "base_28k_bf16_residual", "base_28k_compile_loss", "big_28k", "big_28k_bf16_residual"]
+    flags = {"base_28k_sync_every_update": "--check-finite-every-update", "base_28k_whole_loss": "--loss-chunk-tokens 0",
+             "base_28k_compile_loss": "--compile-loss", "base_28k_bf16_residual": "--bf16-residual"}
+    for name, flag in flags.items():
+        assert flag in next(t for t in trainings if t.startswith(f"  $ [{name}]"))
+        assert flag not in trainings[1]
+    assert out.count("the recipe's dry run of bundled:") == 2
+    base = next(line for line in out.splitlines() if line.startswith("  $ [bundled:base]"))
+    assert "--bundled --ngpus 1 --precision bf16" in base and "--d-model 512 --d-ff 2048 --h 8 --p-drop 0.1" in base
 
 
 def test_the_gpu_check_rehearses_its_preparation_and_run_on_a_cpu(tmp_path):
@@ -147,7 +160,11 @@ def test_the_gpu_check_rehearses_its_preparation_and_run_on_a_cpu(tmp_path):
     on the CPU. prepare once stopped in a traceback before writing anything (the data-prep benchmark's
     corpus had grown options it did not pass), which only a GPU session's preparation would have met."""
     out = tmp_path / "out" / "gpu_check.json"
-    run([sys.executable, "-m", "attn_kit.tools.bench.gpu_check", "rehearse", "--dir", tmp_path, "--output", out])
+    # the suite rehearses the profile, a plain training and the bundled run trained and scored through the
+    # recipe; bash benchmarks/gpu_check.sh --rehearse also rehearses each change of the lean step turned off
+    # and the paper's base on the bundled data (their commands are checked by the dry run's test above)
+    run([sys.executable, "-m", "attn_kit.tools.bench.gpu_check", "rehearse", "--dir", tmp_path, "--output", out,
+         "--only", "base_28k_profile,base_28k,bundled:gpu"])
     from attn_kit.recipes.wmt14_smoke import read_sample
     from attn_kit.tools.bench.gpu_check import PROFILE_STEPS, REHEARSAL_UPDATES
 
@@ -164,9 +181,16 @@ def test_the_gpu_check_rehearses_its_preparation_and_run_on_a_cpu(tmp_path):
     for r in result["sweep"]:  # every update ran and was timed from its record, the first 30% left out
         assert r["exit_status"] == 0 and r["updates"] == REHEARSAL_UPDATES and r["device"] == "cpu"
         assert r["timed_updates"] == REHEARSAL_UPDATES - math.ceil(0.3 * REHEARSAL_UPDATES)
-        assert r["seconds_per_update"] > 0 and 0 < r["mfu_vs_measured_matmul"] < 1
+        assert r["seconds_per_update"] > 0 and 0 < r["mfu"] < 1 and 0 < r["padding_share"] < 1
+        assert r["real_token_tflops_per_second"] < r["padded_position_tflops_per_second"]
         assert 0 < r["target_tokens_per_update"] <= r["max_tokens"] == 28000
     profile = result["profile"]
     assert profile["run"] == "base_28k_profile" and profile["updates"] == PROFILE_STEPS[1] - PROFILE_STEPS[0]
     assert profile["wall_ms_per_update"] > 0 and any(e["name"] == "backward" for e in profile["top_cpu_total"])
     assert result["environment"]["measured_bf16_matmul_tflops"] > 0
+    # the bundled run (rehearsed with --smoke's data) went through the recipe to a score and a loss curve
+    bundled = result["bundled"]["gpu"]
+    assert bundled["exit_status"] == 0 and bundled["command"].startswith("bash recipes/wmt14_en_de.sh --smoke")
+    scored = bundled["results"]
+    assert scored["sacrebleu"] >= 0 and scored["updates"] == scored["max_update"]
+    assert [u for u, _ in scored["loss_curve"]["train"]] == list(range(10, scored["max_update"] + 1, 10))

@@ -96,6 +96,46 @@ def train_flops_per_update(shape: Shape, tokens_per_update: float, mean_length: 
     return 3.0 * forward_flops(shape, tokens_per_update, tokens_per_update, mean_length, mean_length)
 
 
+def batch_train_flops(shape: Shape, src_tokens: float, tgt_tokens: float, sentences: float) -> float:
+    """Forward + backward (3 x forward) of a batch of ``sentences`` holding ``src_tokens`` source and
+    ``tgt_tokens`` target positions, eq. 1's terms at the batch's mean lengths. Given the real
+    (non-padding) tokens it is the model FLOPs of the batch; given the padded positions, the
+    arithmetic the GPU did."""
+    if not sentences:
+        return 0.0
+    return 3.0 * forward_flops(shape, src_tokens, tgt_tokens, src_tokens / sentences, tgt_tokens / sentences)
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """Model FLOP utilization as it is usually counted: the model FLOPs of the real (non-padding)
+    tokens trained per second over the matmul rate measured in the same run (``mfu``), with the
+    padding's share of the positions computed beside it; against a datasheet peak only where it
+    says so (``mfu_of_datasheet_peak``)."""
+    real_tflops_per_second: float    # model FLOPs of the real tokens
+    padded_tflops_per_second: float  # the arithmetic done: padded positions counted as work
+    padding_share: float             # of the source and target positions computed on
+    mfu: Optional[float]             # real / the measured matmul rate (None: no rate measured)
+    mfu_of_datasheet_peak: Optional[float]  # real / the GPU's datasheet dense peak (None: none known)
+
+    @classmethod
+    def of(cls, real_flops: float, padded_flops: float, real_positions: float, padded_positions: float,
+           seconds: float, matmul_flops: Optional[float] = None, peak_flops: Optional[float] = None):
+        real, padded = real_flops / seconds, padded_flops / seconds
+        return cls(real / 1e12, padded / 1e12, 1 - real_positions / padded_positions if padded_positions else 0.0,
+                   real / matmul_flops if matmul_flops else None, real / peak_flops if peak_flops else None)
+
+    def fields(self) -> dict:
+        """As a results file records them."""
+        def r(x):  # four significant digits (a CPU's TFLOP/s are small)
+            return None if x is None else float(f"{x:.4g}")
+
+        return {"real_token_tflops_per_second": r(self.real_tflops_per_second),
+                "padded_position_tflops_per_second": r(self.padded_tflops_per_second),
+                "padding_share": r(self.padding_share), "mfu": r(self.mfu),
+                "mfu_of_datasheet_peak": r(self.mfu_of_datasheet_peak)}
+
+
 # ---------------------------------------------------------------------------------------------- shapes
 # fairseq-train flags that change the shape of attn_plugin's archs: (side or None for both, field).
 SHAPE_FLAGS = {

@@ -71,6 +71,13 @@ def _least_squares(xs: List[float], ys: List[float]) -> Tuple[float, float]:
     return my - slope * mx, slope
 
 
+def padded_tflops(run: dict) -> float:
+    """The FLOP/s a GPU check run computed, padded positions counted as work (what the time model
+    fits: the GPU does that arithmetic). Files before the real tokens were counted apart name it
+    ``model_tflops_per_second``."""
+    return run.get("padded_position_tflops_per_second") or run["model_tflops_per_second"]
+
+
 def fits_of(path: Path) -> List[Fit]:
     """The fits of one gpu_check results file: per model, every plain run (no --compile-layers, no
     padding; either Adam) at two or more forward sizes."""
@@ -86,7 +93,7 @@ def fits_of(path: Path) -> List[Fit]:
             continue
         # seconds per update = forwards x (c + FLOPs per forward / R) + o (fairseq's Adam, its thousands
         # of launches, against attn_adam's: the runs of either optimizer fit one c and R)
-        rows = [[r["update_freq"], r["model_tflops_per_second"] * 1e12 * r["seconds_per_update"],
+        rows = [[r["update_freq"], padded_tflops(r) * 1e12 * r["seconds_per_update"],
                  float(r["optimizer"] != "attn_adam")] for r in runs]
         if not any(row[2] for row in rows):
             rows = [row[:2] for row in rows]

@@ -22,7 +22,6 @@ from typing import Callable, Dict, List, Optional, Sequence
 from ..planning import cost, step_model
 from ..checkout import REPO
 from ..cli import UserError, log, write_json_atomic
-from ..planning.cost import forward_flops
 from ..pipeline.stages import Stage
 from ..results import provenance
 from . import common
@@ -90,6 +89,7 @@ def stage(s, data_bin: Path, data_stages: Sequence[str], train_command: Callable
                                 "predicted cost (canary.json)",
                  inputs=list(train_inputs), outputs=[out / "canary.json"],
                  options={**common.train_options(s, model_flags), "canary_minutes": s.canary_minutes,
+                          **({"canary_epoch_pairs": s.canary_epoch_pairs} if s.canary_epoch_pairs else {}),
                           "floors": [s.canary_min_utilization, s.canary_min_tokens_per_second]})
 
 
@@ -175,14 +175,46 @@ def rates(records: List[dict]) -> dict:
             "tokens_per_second": per_process, "first_end": ends[first], "last_end": ends[last], "loss": loss, "validations": spans}
 
 
-def achieved_flops(records: List[dict], first: int, last: int, shape, window: float) -> float:
-    """Analytic training FLOP/s of all processes over updates first+1..last (padded positions)."""
-    total = 0.0
+def utilization(records: List[dict], first: int, last: int, shape, window: float,
+                matmul: Optional[float] = None, peak: Optional[float] = None) -> cost.Utilization:
+    """Model FLOP utilization of all processes over updates first+1..last (``window`` seconds):
+    the model FLOPs of their real tokens against ``matmul`` (the matmul FLOP/s measured on one
+    device) and ``peak`` (one device's datasheet FLOP/s), the padded positions' beside them.
+    Records from before the real source tokens were recorded count the source as padded as the target."""
+    real = padded = real_positions = padded_positions = 0.0
     for record in records:
         for s in record["steps"]:
             if first < s[0] + 1 <= last and s[5]:
-                total += 3 * forward_flops(shape, s[3], s[4], s[3] / s[5], s[4] / s[5])
-    return total / window
+                src = s[8] if len(s) > 8 and s[8] is not None else s[3] * s[2] / s[4]
+                real += cost.batch_train_flops(shape, src, s[2], s[5])
+                padded += cost.batch_train_flops(shape, s[3], s[4], s[5])
+                real_positions += src + s[2]
+                padded_positions += s[3] + s[4]
+    n = len(records)
+    return cost.Utilization.of(real, padded, real_positions, padded_positions, window,
+                               matmul and matmul * n, peak and peak * n)
+
+
+def matmul_rate(device: str, precision: str) -> float:
+    """Measured dense matmul FLOP/s at ``precision`` (fp32, bf16, fp16): the best of several timed
+    square products (8192 on CUDA, 1024 on a CPU): the rate model FLOP utilization is counted against."""
+    import torch
+
+    n = 8192 if device == "cuda" else 1024
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    reps, best = (10 if device == "cuda" else 3), float("inf")
+    for trial in range(8):  # three to warm up, five timed
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        if device == "cuda":
+            torch.cuda.synchronize()
+        if trial >= 3:
+            best = min(best, (time.perf_counter() - start) / reps)
+    return 2 * n ** 3 / best
 
 
 def device_peak(record: dict, precision: str) -> Optional[float]:
@@ -216,6 +248,21 @@ def events(max_update: int, updates_per_epoch: Optional[int], save_interval: int
     if validate_interval:
         validations |= set(range(validate_interval, max_update + 1, validate_interval))
     return {"checkpoint_writes": len(saves), "validations": len(validations)}
+
+
+def updates_per_epoch(train_log: str, epoch_pairs: Optional[int] = None):
+    """(updates per epoch, training pairs per epoch) of the run the canary predicts: its own
+    corpus's, from fairseq-train's log ("train en-de P examples", "grouped total_num_itrs = U"), or
+    for epochs of ``epoch_pairs`` pairs (--canary-epoch-pairs) U x epoch_pairs / P; (None, None) where
+    the log says neither."""
+    m = re.search(r"grouped total_num_itrs = (\d+)", train_log)
+    pairs = re.search(r"\btrain \S+ (\d+) examples", train_log)
+    if not m:
+        return None, None
+    own = int(pairs.group(1)) if pairs else None
+    if epoch_pairs and own:
+        return max(1, round(int(m.group(1)) * epoch_pairs / own)), epoch_pairs
+    return int(m.group(1)), own
 
 
 def data_seconds(workdir: Path, data_stages: Sequence[str]) -> Optional[float]:
@@ -306,18 +353,17 @@ def finish(ctx, job: Job, launched: float, ended: float, train_log: Path, failur
         return conclude(out, result, causes)
     r = rates(records)
     text = train_log.read_text(encoding="utf-8", errors="replace")
-    m = re.search(r"grouped total_num_itrs = (\d+)", text)
-    per_epoch = int(m.group(1)) if m else None
+    per_epoch, corpus_pairs = updates_per_epoch(text, s.canary_epoch_pairs)
     writes = [float(x) for x in re.findall(r"writing took ([\d.]+) seconds", text)]
     checkpoint = out / "checkpoints" / "checkpoint_last.pt"
     vocab = common.dictionary_size(next(iter(sorted(data_bin.glob("dict.*.txt"))), data_bin / "dict.txt"))
     shape = cost.model_shape(s.arch, [*model_flags, *s.fairseq_extra], vocab or cost.EN_DE_VOCAB)
-    flops = achieved_flops(records, r["first_timed"], r["last"], shape, r["window_seconds"])
     devices = [{"device": rec.get("device"), "tokens_per_second": round(tps, 1),
                 "peak_memory_bytes": rec.get("peak_reserved_bytes", rec.get("peak_rss_bytes")),
                 "total_memory_bytes": rec.get("total_bytes")} for rec, tps in zip(records, r["tokens_per_second"])]
     peak = device_peak(records[0], s.precision_used)
-    utilization = flops / len(records) / (peak * 1e12) if peak else None
+    matmul = matmul_rate("cuda", s.precision_used) if records[0].get("kind") == "cuda" else None
+    u = utilization(records, r["first_timed"], r["last"], shape, r["window_seconds"], matmul, peak and peak * 1e12)
     expected = expected_utilization(records[0], s, shape)
     floor = s.canary_min_utilization or (0.5 * expected if peak and expected else None)
     loss = r["loss"]
@@ -331,15 +377,14 @@ def finish(ctx, job: Job, launched: float, ended: float, train_log: Path, failur
         "updates": r["updates"], "warmup_updates_left_out": r["warmup_updates_left_out"],
         "seconds_per_update": round(r["seconds_per_update"], 4),
         "tokens_per_second": {"total": round(sum(r["tokens_per_second"]), 1), "per_device": devices},
-        "model_tflops_per_second": round(flops / 1e12, 4),
-        "utilization": None if utilization is None else round(utilization, 4),
-        "utilization_floor": floor, "utilization_expected": None if expected is None else round(expected, 4),
-        "peak_tflops_per_device": peak,
+        **u.fields(), "measured_matmul_tflops": None if matmul is None else round(matmul / 1e12, 1),
+        "peak_tflops_per_device": peak, "mfu_of_datasheet_peak_floor": floor,
+        "mfu_of_datasheet_peak_expected": None if expected is None else round(expected, 4),
         "loss_bits": {"first": values[0], "last": values[-1], "first_10pct_mean": head, "last_10pct_mean": tail},
         "validation_seconds": None if valid_seconds is None else round(valid_seconds, 2),
         "checkpoint": {"write_seconds": writes[-1] if writes else None,
                        "bytes": checkpoint.stat().st_size if checkpoint.exists() else None},
-        "plan": {"max_update": s.max_update, "updates_per_epoch": per_epoch,
+        "plan": {"max_update": s.max_update, "updates_per_epoch": per_epoch, "epoch_pairs": corpus_pairs,
                  "save_interval_updates": s.save_interval_updates,
                  "validate_interval_updates": s.validate_interval_updates, "average": s.average, **plan},
     })
@@ -349,9 +394,10 @@ def finish(ctx, job: Job, launched: float, ended: float, train_log: Path, failur
     elif not tail < head:
         causes.append(f"the loss did not fall ({head:.3f} bits over the first {k} updates, {tail:.3f} over the "
                       f"last {k}): check --lr-scale, --warmup-updates and the data")
-    if floor and utilization is not None and utilization < floor:
-        causes.append(f"throughput: {utilization:.1%} of the GPU's dense {s.precision_used} peak, below the floor "
-                      f"{floor:.1%} (--canary-min-utilization): a larger --max-tokens-per-gpu, or check the GPUs")
+    if floor and u.mfu_of_datasheet_peak is not None and u.mfu_of_datasheet_peak < floor:
+        causes.append(f"throughput: the model FLOPs of the real tokens at {u.mfu_of_datasheet_peak:.1%} of the "
+                      f"GPU's datasheet {s.precision_used} peak, below the floor {floor:.1%} "
+                      "(--canary-min-utilization): a larger --max-tokens-per-gpu, or check the GPUs")
     total_tps = sum(r["tokens_per_second"])
     if s.canary_min_tokens_per_second and total_tps < s.canary_min_tokens_per_second:
         causes.append(f"throughput: {total_tps:.0f} target tokens/s, below --canary-min-tokens-per-second "
@@ -492,6 +538,23 @@ def clock(seconds: Optional[float]) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
+def utilization_text(c: dict) -> str:
+    """The canary's model FLOP utilization in words: against the matmul rate it measured, against the
+    datasheet peak (and the floor), the padding's share."""
+    parts = []
+    if c.get("mfu") is not None:
+        parts.append(f"{c['mfu']:.1%} of the {c['measured_matmul_tflops']:g} TFLOP/s matmul rate measured here")
+    if c.get("mfu_of_datasheet_peak") is not None:
+        floor = c.get("mfu_of_datasheet_peak_floor")
+        parts.append(f"{c['mfu_of_datasheet_peak']:.1%} of the {c['peak_tflops_per_device']:g} TFLOP/s datasheet "
+                     "peak" + (f" (floor {floor:.1%})" if floor else ""))
+    if c.get("utilization") is not None:  # a canary.json from before the real tokens were counted apart
+        parts.append(f"{c['utilization']:.1%} of the {c['peak_tflops_per_device']:g} TFLOP/s datasheet peak, "
+                     "padded positions counted as work")
+    text = "; ".join(parts) or "n/a on a CPU (no matmul rate or peak measured)"
+    return text + (f"; padding {c['padding_share']:.1%} of the positions" if "padding_share" in c else "")
+
+
 def report(c: dict):
     """The canary's table."""
     rows = []
@@ -501,9 +564,7 @@ def report(c: dict):
         rows.append(("target tokens/s, all devices (per device)", f"{tps['total']:.0f} ({per})"))
         rows.append(("seconds per update", f"{c['seconds_per_update']:.3f} ({c['updates']} updates, the first "
                                            f"{c['warmup_updates_left_out']} left out)"))
-        util = c.get("utilization")
-        rows.append(("model FLOP utilization", "n/a on a CPU (no peak known)" if util is None else
-                     f"{util:.1%} of {c['peak_tflops_per_device']:g} TFLOPS (floor {c['utilization_floor']:.1%})"))
+        rows.append(("model FLOP utilization (real tokens)", utilization_text(c)))
         for i, d in enumerate(tps["per_device"]):
             if d["peak_memory_bytes"] and d["total_memory_bytes"]:
                 rows.append((f"peak memory, process {i} ({d['device']})",

@@ -70,6 +70,7 @@ class RunSettings:
     canary_minutes: float
     canary_min_utilization: Optional[float]
     canary_min_tokens_per_second: Optional[float]
+    canary_epoch_pairs: Optional[int]
     # the fairseq-train options after "--", the recipe's own as typed, and its module (Slurm jobs rerun it)
     fairseq_extra: Sequence[str]
     recipe_argv: Sequence[str]
@@ -244,17 +245,21 @@ def add_device_options(g, cpu_modes: str = "--smoke and --bundled"):
 def add_canary_options(g):
     g.add_argument("--canary", action="store_true",
                    help="run the data stages, then train as the real run would for --canary-minutes and write "
-                        "WORKDIR/canary/canary.json: tokens/s, utilization, memory headroom, loss, the cost of a "
+                        "WORKDIR/canary/canary.json: tokens/s, model FLOP utilization, memory headroom, loss, the cost of a "
                         "validation and a checkpoint, and the predicted wall time of the whole run, part by part; "
                         "exits non-zero with one line when the run would fail or waste the machine")
     g.add_argument("--canary-minutes", type=float, default=DEFAULT_CANARY_MINUTES,
                    help=f"how long the canary trains (default {DEFAULT_CANARY_MINUTES:g})")
     g.add_argument("--canary-min-utilization", type=float, metavar="X",
-                   help="the canary fails below this share of the GPU's dense peak (default: half the utilization "
-                        "attn_kit.planning.step_model predicts for the GPU and the run's forwards; not checked on CPUs or "
-                        "GPUs it does not list)")
+                   help="the canary fails when the model FLOPs of its real (non-padding) tokens fall below this "
+                        "share of the GPU's datasheet dense peak (default: half the share attn_kit.planning.step_model "
+                        "predicts for the GPU and the run's forwards; not checked on CPUs or GPUs it does not list)")
     g.add_argument("--canary-min-tokens-per-second", type=float, metavar="N",
                    help="the canary fails below N target tokens/s over all devices (default: no floor)")
+    g.add_argument("--canary-epoch-pairs", type=int, metavar="N",
+                   help="predict the whole run's epoch-end validations and checkpoints for epochs of N training "
+                        "pairs, as long on average as the canary's own (default: the corpus the canary trains on, "
+                        "the run's own; for a canary on a stand-in corpus)")
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -278,6 +283,8 @@ def check_run(s):
         raise UsageError("--canary-minutes must be > 0")
     if s.canary_min_tokens_per_second is not None and s.canary_min_tokens_per_second < 0:
         raise UsageError("--canary-min-tokens-per-second must be >= 0")
+    if s.canary_epoch_pairs is not None and s.canary_epoch_pairs < 1:
+        raise UsageError("--canary-epoch-pairs must be >= 1")
     if getattr(s, "alpha", None) is not None and s.alpha < 0:
         raise UsageError("--gnmt-alpha must be >= 0 (0: no length penalty)")
     if getattr(s, "lenpen", None) is not None and s.lenpen < 0:

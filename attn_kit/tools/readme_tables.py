@@ -283,10 +283,12 @@ def gpu_benchmarks() -> str:
         b = r["batch"]
         rows.append([label, b["target_tokens"], f"{r['plugin']['tokens_per_s']:.0f}", f"{r['stock']['tokens_per_s']:.0f}",
                      f"**{r['ratio_tokens_per_s']:.3f}**", f"{r['ratio_peak_bytes']:.3f}",
-                     f"{100 * r['plugin']['utilization']:.1f}%", f"{100 * r['stock']['utilization']:.1f}%"])
+                     f"{100 * bench_mfu(r, 'plugin'):.1f}%", f"{100 * bench_mfu(r, 'stock'):.1f}%"])
     out = table(["shape", "target tokens/step", "plugin tok/s", "stock tok/s", "ratio", "peak memory ratio",
                  "plugin MFU", "stock MFU"], rows)
-    out += (f"\n\n{env['gpu']}, bf16, measured bf16 matmul rate {env['matmul_tflops']:.0f} TFLOP/s. "
+    out += (f"\n\n{env['gpu']}, bf16, measured bf16 matmul rate {env['matmul_tflops']:.0f} TFLOP/s; MFU on the "
+            "batch's real tokens (its padded positions' utilization times its real share: sources and targets "
+            "70-100% of the batch's length). "
             f"Under `--mixed autocast` (fp32 weights): ratio {auto['base']['ratio_tokens_per_s']:.3f} (base), "
             f"{auto['big']['ratio_tokens_per_s']:.3f} (big). Beam-4 generation, 128 sentences: "
             f"base {gen['base']['ratio_sentences_per_s']:.3f}x, big {gen['big']['ratio_sentences_per_s']:.3f}x "
@@ -328,14 +330,46 @@ GPU_CHECK_THIRD = BENCH / "h200_gpu_check_3.json"  # a third session's two calls
 GPU_CHECK_THIRD_B = BENCH / "h200_gpu_check_4.json"
 
 
+def real_share(run: dict) -> float:
+    """The real (non-padding) share of the positions a GPU check run computed on: the file's own
+    ``padding_share``; in files from before it was recorded, from the run's own tokens/s: real target
+    tokens over the mean of the padded source and target positions (the source taken as padded as
+    the target), at most 1 (a German target a little longer than its English source, in batches of
+    little padding, puts it above)."""
+    if "padding_share" in run:
+        return 1 - run["padding_share"]
+    return min(1.0, run["target_tokens_per_second"] / run["padded_tokens_per_second"])
+
+
+def real_mfu(run: dict) -> float:
+    """A GPU check run's model FLOP utilization on real tokens against the matmul rate measured in
+    the same run: the file's own ``mfu``, or the older files' padded-position figure times
+    :func:`real_share` (their raw records unchanged)."""
+    return run["mfu"] if "mfu" in run else run["mfu_vs_measured_matmul"] * real_share(run)
+
+
+def bench_mfu(r: dict, engine: str) -> float:
+    """benchmarks/train_throughput.py's utilization of ``engine`` (plugin, stock) on real tokens: the
+    file's own ``mfu``, or the older files' padded figure times the batch's real target tokens over
+    its padded target positions (sources are padded alike, by construction)."""
+    if "mfu" in r[engine]:
+        return r[engine]["mfu"]
+    b = r["batch"]
+    return r[engine]["utilization"] * b["target_tokens"] / (b["sentences"] * b["max_length"])
+
+
 def _gpu_run_row(r: dict, label: str) -> list:
     return [label, f"{r['max_tokens']} x {r['update_freq']}", r["optimizer"], f"{r['seconds_per_update']:.3f}",
-            f"{r['target_tokens_per_second']:.0f}", f"{100 * r['mfu_vs_measured_matmul']:.1f}%",
+            f"{r['target_tokens_per_second']:.0f}", f"{100 * real_mfu(r):.1f}%", f"{100 * (1 - real_share(r)):.1f}%",
             f"{r['peak_reserved_gib']:.1f}", f"{r['gpu_utilization_percent_median']:.0f}%"]
 
 
 GPU_RUN_HEADER = ["run", "tokens per forward x forwards per update", "Adam", "s per update", "target tokens/s",
-                  "model FLOP utilization", "peak reserved GiB", "GPU busy (nvidia-smi)"]
+                  "model FLOP utilization (real tokens)", "padding", "peak reserved GiB", "GPU busy (nvidia-smi)"]
+MFU_NOTE = ("model FLOP utilization: the model FLOPs of the real (non-padding) source and target tokens trained "
+            "per second over the bf16 matmul rate measured in the same run; padding: the padded positions' share "
+            "of those computed on (files from before the real tokens were counted apart: recomputed from their "
+            "own target and padded tokens/s, the source taken as padded as the target, a share at most 1)")
 
 
 def _gpu_canaries(r: dict) -> str:
@@ -362,9 +396,9 @@ def gpu_check_summary() -> str:
     env = r["environment"]
     return (table(GPU_RUN_HEADER, rows)
             + f"\n\nOne {env['gpu']}, bf16 autocast, the paper's 28000 tokens per update on WMT-shaped synthetic "
-              f"text; utilization of the {env['measured_bf16_matmul_tflops']:.0f} TFLOP/s bf16 matmul rate measured "
-              f"in the same run (the compiled row: {third['environment']['measured_bf16_matmul_tflops']:.0f} TFLOP/s, "
-              f"another H200). The canaries: {_gpu_canaries(r)}." + source(GPU_CHECK, GPU_CHECK_THIRD))
+              f"text; the bf16 matmul rate measured in the same run {env['measured_bf16_matmul_tflops']:.0f} TFLOP/s "
+              f"(the compiled row: {third['environment']['measured_bf16_matmul_tflops']:.0f} TFLOP/s, another H200); "
+              f"{MFU_NOTE}. The canaries: {_gpu_canaries(r)}." + source(GPU_CHECK, GPU_CHECK_THIRD))
 
 
 def gpu_check() -> str:
@@ -457,14 +491,24 @@ def gpu_check_third() -> str:
     for model in ("base", "big"):
         c = canaries[model]["canary"]
         p = c["predicted_seconds"]
+        share = real_share(earlier[f"{model}_28k"])  # the same corpus and batching as the canary's
+        mfu = c["mfu"] if "mfu" in c else c["model_tflops_per_second"] / matmul * share
         parts.append(f"{model} {c['seconds_per_update']:.3f} s per update, {c['tokens_per_second']['total']:.0f} target "
-                     f"tokens/s, {c['model_tflops_per_second'] / matmul:.1%} of the measured matmul rate, "
+                     f"tokens/s, {mfu:.1%} of the measured matmul rate on real tokens (the padding of "
+                     f"{model}_28k's batches, {1 - share:.1%}, taken out), "
                      f"{c['plan']['max_update']} updates of training predicted {p['training'] / 3600:.1f} h")
     notes = third["notes"]
     compiled = next(x for x in third["sweep"] if x["name"] == "big_28k_compile")
     plain = [earlier["big_28k"]["seconds_per_update"], repeat["big_28k"]["seconds_per_update"]]
     gain = sorted(t / compiled["seconds_per_update"] for t in plain)
-    trainer = 1 - canaries["base"]["canary"]["tokens_per_second"]["total"] / bench["plugin"]["tokens_per_s"]
+    # time per padded position (both compute on the padding): the loop's fixed batch against the canary's
+    # update, whose padded positions are its target tokens over the real share of base_28k's (the same batches)
+    b = bench["batch"]
+    loop_us = b["target_tokens"] / bench["plugin"]["tokens_per_s"] / (b["sentences"] * b["max_length"]) * 1e6
+    base = canaries["base"]["canary"]
+    padded_per_update = base["tokens_per_second"]["total"] * base["seconds_per_update"] / real_share(earlier["base_28k"])
+    recipe_us = base["seconds_per_update"] / padded_per_update * 1e6
+    trainer = 1 - loop_us / recipe_us
     return (table(GPU_RUN_HEADER, rows)
             + f"\n\nOne {third['environment']['gpu']}, torch {third['environment']['torch']}, measured bf16 matmul "
               f"{matmul:.0f} TFLOP/s. {notes['what_ran']}"
@@ -472,11 +516,13 @@ def gpu_check_third() -> str:
             + f"\n\n`--compile-layers` makes big {gain[0]:.2f}x to {gain[1]:.2f}x faster than the plain layers; "
               f"{notes['compile']}"
             + f"\n\nThe model's own step (`benchmarks/train_throughput.py`): the plugin "
-              f"{bench['plugin']['tokens_per_s']:.0f} target tokens/s at {bench['plugin']['utilization']:.1%} of the "
-              f"matmul rate, stock fairseq {bench['stock']['tokens_per_s']:.0f} (the plugin {bench['ratio_tokens_per_s']:.2f}x "
-              f"as fast, at {bench['ratio_peak_bytes']:.2f}x the peak memory); {notes['bench']} The recipe's base "
-              f"canary below trains {trainer:.0%} slower than that step: fairseq's trainer around the model is a "
-              f"tenth of a base update; the model's own step is what holds base below the 35% target."
+              f"{bench['plugin']['tokens_per_s']:.0f} target tokens/s at {bench_mfu(bench, 'plugin'):.1%} of the "
+              f"matmul rate on real tokens, stock fairseq {bench['stock']['tokens_per_s']:.0f} (the plugin {bench['ratio_tokens_per_s']:.2f}x "
+              f"as fast, at {bench['ratio_peak_bytes']:.2f}x the peak memory); {notes['bench']} Per padded position "
+              f"(both compute on their padding) the loop spends {loop_us:.2f} us and the recipe's base canary below "
+              f"{recipe_us:.2f} us, with a larger vocabulary in the loop: fairseq's trainer and the recipe's changing "
+              f"batch shapes take about {trainer:.0%} of a base update ({trainer * base['seconds_per_update'] * 1e3:.0f} "
+              f"ms of {base['seconds_per_update'] * 1e3:.0f}), the model's own step the rest."
             + f"\n\nCanaries at {third['commit']} (no --compile-layers): {'; '.join(parts)}. {notes['canaries']}"
             + f"\n\nNot measured: {notes['profile']}"
             + source(GPU_CHECK_THIRD, GPU_CHECK_THIRD_B))

@@ -7,17 +7,19 @@ sentence shapes, :mod:`attn_kit.tools.bench.corpus`) through the recipe's own da
 (data-bin, the BPE'd test text, the stamps) copied to ``.gpu_check/data``.
 
 ``run`` (there; ``--dry-run`` here prints and checks every command): the measured bf16 matmul
-rate; the recipe's ``--canary`` at the paper's base and big sizes and tokens per update; the
-recipe's own fairseq-train command at per-GPU forwards of 4K / 8K / 16K / 28K tokens, with
-fairseq's Adam in place of the plugin's, with ``--compile-layers``, with lengths padded to a
-multiple of 8; a profile of a few updates. Each step is checked against a deadline, and the results
-file is rewritten after each, so a run cut short keeps what it measured.
+rate; the recipe's own fairseq-train command at the paper's base and big sizes and tokens per
+update, as it is and with each change of the lean step turned off (or on) one at a time, at other
+forward sizes, with ``--compile-layers``, with fairseq's Adam; a profile of a few updates; the
+recipe's ``--canary``; the bundled run trained on the GPU, averaged, decoded and scored, then the
+paper's base size on the bundled corpus (:func:`plan` says the order). Each step is checked against
+a deadline, and the results file is rewritten after each, so a run cut short keeps what it measured.
 
 ``rehearse`` (here, on a CPU, and in the tests): ``prepare`` on a small corpus shaped as the bundled
 data's sentences, then ``run --rehearse`` on it: the run's own code on the plan's first trainings
 (the profiled one among them) with a model small enough for a CPU, so that what runs after the
 install on the GPU machine (the forked trainings, the profile, the rates read from the runs'
-records, the results file) has run before a GPU session spends its minutes on it.
+records, the bundled run through the recipe, the results file) has run before a GPU session spends
+its minutes on it.
 """
 import argparse
 import json
@@ -33,13 +35,13 @@ from ...planning import cost
 from ...checkout import REPO
 from ...cli import ArgumentParser, Number, UsageError, UserError, add_output_option, log, main_guard, write_json_atomic
 from ..fairseq_forks import ForkedTrainings
-from ...recipes import canary, common, parallel
+from ...recipes import canary, common, parallel, translation
 from ...recipes.sources import Layout
+from ...recipes.wmt14_data import PAIRS, TRAIN_TO_NEWSTEST_BYTES
 from ...recipes.wmt14_smoke import read_sample
 from ...results import provenance
 from . import train
 from .data_prep import SHARED, make_corpus
-from .measure import matmul_rate
 
 HERE = REPO / ".gpu_check"
 TOKENS_PER_UPDATE = 28000  # the paper's ~25K + 25K tokens per update (recipes/configs/wmt14.yaml)
@@ -91,12 +93,12 @@ def rehearse(args) -> int:
     for i, path in enumerate(shapes):
         path.write_text("".join(pair[i].strip() + "\n" for pair in pairs), encoding="utf-8")
     main(["prepare", "--pairs", "1000", "--workers", "1", "--shapes", *map(str, shapes), "--dir", str(args.dir)])
-    return main(["run", "--rehearse", "--dir", str(args.dir), "--output", str(args.out), "--seconds", str(args.seconds)])
+    return main(["run", "--rehearse", "--dir", str(args.dir), "--output", str(args.out), "--seconds", str(args.seconds),
+                 *(["--only", ",".join(args.only)] if args.only else [])])
 
 
 # ---------------------------------------------------------------------------------------------- what runs
 MODELS = {"base": "attn_paper_base", "big": "attn_paper_big"}
-FORWARDS = (4096, 8192, 16384, 28000)  # --max-tokens-per-gpu: 7, 4, 2, 1 forwards per update of 28000 tokens
 CANARY_MINUTES = 0.3
 SWEEP_SECONDS = 12  # of training per sweep run (fairseq's --stop-time-hours; start-up comes on top)
 COMPILE_SECONDS = 60  # --compile-layers compiles in its first updates (and again for new shapes: 30 s was
@@ -109,6 +111,7 @@ REHEARSAL_MODEL = ["--cpu", *(f for side in ("encoder", "decoder") for f in (
     f"--{side}-layers", "1", f"--{side}-embed-dim", "32", f"--{side}-ffn-embed-dim", "64",
     f"--{side}-attention-heads", "2"))]
 REHEARSAL_UPDATES = PROFILE_STEPS[1] + 1  # the profile ends at its last step
+REHEARSAL_MINUTES = 0.2  # bundled:base's budget, rehearsed
 
 
 @dataclass(frozen=True)
@@ -120,37 +123,50 @@ class Variant:
     optimizer: str = "attn_adam"    # the recipe's; "adam": fairseq's own
     compile_layers: bool = False
     pad8: bool = False              # --required-seq-len-multiple 8
+    whole_loss: bool = False        # --loss-chunk-tokens 0: the loss over the whole batch in one pass, as before
+    compile_loss: bool = False      # --compile-loss
+    sync_every_update: bool = False  # --check-finite-every-update: fairseq's check of the gradients, a host sync
+    bf16_residual: bool = False     # --bf16-residual: the residual stream in bf16 under autocast
     seconds: int = SWEEP_SECONDS    # the time budget (--stop-time-hours)
     profile: bool = False
     updates: Optional[int] = None   # stop at this many updates (--max-update) if the budget lasts that long
 
     def extra(self) -> List[str]:
         return [*(["--compile-layers"] if self.compile_layers else []),
-                *(["--required-seq-len-multiple", "8"] if self.pad8 else [])]
+                *(["--required-seq-len-multiple", "8"] if self.pad8 else []),
+                *(["--loss-chunk-tokens", "0"] if self.whole_loss else []),
+                *(["--compile-loss"] if self.compile_loss else []),
+                *(["--check-finite-every-update"] if self.sync_every_update else []),
+                *(["--bf16-residual"] if self.bf16_residual else [])]
 
 
 def plan() -> List[object]:
-    """What runs, most telling first, as the deadline may cut the list short: a profile and the
-    recipe's training as it is (one 28K-token forward, attn_adam) at base and big size, with
-    --compile-layers (which needs its first minute to compile) and a profile of it, as it was (4K-token forwards,
-    fairseq's Adam: the baseline, run again on the same machine), the two canaries, then one change
-    at a time."""
-    out: List[object] = [Variant("base_28k_profile", "base", profile=True, seconds=10)]
-    out += [Variant(f"{model}_28k", model) for model in ("base", "big")]
+    """What runs, the changes not yet measured on a GPU first, as the deadline may cut the list short:
+    the recipe's training as it is now (one 28K-token forward, attn_adam, the lean step) profiled and
+    timed at base size, each change of the lean step turned off (or on, where it is an option) one at
+    a time, big; the bundled run trained on the GPU and scored (``bundled:gpu``); the canaries; the
+    compiled layers; one forward size more per model for the time model's fits; the paper's base size
+    on the bundled corpus for the minutes that remain (``bundled:base``, last); then what earlier
+    checks measured already (fairseq's Adam, the paper's 4K forwards)."""
+    out: List[object] = [Variant("base_28k_profile", "base", profile=True, seconds=10), Variant("base_28k", "base"),
+                         Variant("base_28k_sync_every_update", "base", sync_every_update=True),
+                         Variant("base_28k_whole_loss", "base", whole_loss=True),
+                         Variant("base_28k_bf16_residual", "base", bf16_residual=True),
+                         Variant("base_28k_compile_loss", "base", compile_loss=True, seconds=COMPILE_SECONDS // 2),
+                         Variant("big_28k", "big"), Variant("big_28k_bf16_residual", "big", bf16_residual=True),
+                         "bundled:gpu", "canary:base"]
     out += [Variant(f"{model}_28k_compile", model, compile_layers=True, seconds=COMPILE_SECONDS)
-            for model in ("base", "big")]
+            for model in ("big", "base")]
     # where the time goes once the layers are compiled (the compiled runs before it leave their kernels in
     # the compiler's cache on disk, so it compiles in seconds; run without them, as with --only, it compiles
     # from nothing: it stops at its updates, the budget only a cap)
     out += [Variant("base_28k_compile_profile", "base", compile_layers=True, profile=True, seconds=COMPILE_SECONDS,
                     updates=PROFILE_STEPS[1] + 6)]
-    # the model's own step, without fairseq's trainer, at the same tokens per forward, the plugin beside
-    # stock fairseq: how much of an update fairseq-train adds around the model
-    out += ["bench:base"]
-    out += [Variant(f"{model}_4k_fairseq_adam", model, 4096, optimizer="adam") for model in ("base", "big")]
-    out += ["canary:base", "canary:big"]
+    out += ["canary:big", *(Variant(f"{model}_8k", model, 8192) for model in ("base", "big")), "bundled:base"]
+    # measured by the earlier checks: the model's own step beside stock fairseq's, the baselines, the sweep
+    out += ["bench:base", *(Variant(f"{model}_4k_fairseq_adam", model, 4096, optimizer="adam") for model in ("base", "big"))]
     out += [Variant(f"{model}_28k_fairseq_adam", model, optimizer="adam") for model in ("base", "big")]
-    out += [Variant(f"{model}_{f // 1000}k", model, f) for model in ("base", "big") for f in FORWARDS[:-1]]
+    out += [Variant(f"{model}_{f // 1000}k", model, f) for model in ("base", "big") for f in (4096, 16384)]
     out += [Variant("base_28k_pad8", "base", pad8=True)]
     return out
 
@@ -181,9 +197,16 @@ def recipe_argv(data: Path, model: str, workdir: Path, max_tokens_per_gpu: int =
     return [*argv, "--", *extra] if extra else argv
 
 
+def wmt14_epoch_pairs() -> int:
+    """WMT14 EN-DE's epoch in pairs of the synthetic corpus's shape (newstest's): its 4.5M training
+    pairs hold as many bytes as this many newstest-shaped ones (attn_kit.recipes.wmt14_data), so the
+    canaries predict the paper's run with WMT14's epochs, not the synthetic corpus's short ones."""
+    return round(PAIRS["en-de"].train_pairs * TRAIN_TO_NEWSTEST_BYTES["de"])
+
+
 def canary_argv(data: Path, model: str, runs: Path) -> List[str]:
     return [*recipe_argv(data, model, runs / f"canary_{model}"), "--canary", "--canary-minutes", str(CANARY_MINUTES),
-            "--stage", "canary"]
+            "--canary-epoch-pairs", str(wmt14_epoch_pairs()), "--stage", "canary"]
 
 
 def sweep_command(data: Path, v: Variant, runs: Path) -> List[str]:
@@ -247,7 +270,8 @@ def profile_steps(path: str, steps=PROFILE_STEPS):
 
 
 def profile_summary(prof, seconds: float, steps: int) -> dict:
-    """Wall time per update, GPU kernel time and launches per update, and the top CPU and GPU entries."""
+    """Wall time per update, GPU kernel time, launches and host waits for the GPU per update, and the top
+    CPU and GPU entries."""
     rows = prof.key_averages()
 
     def device_self(e):
@@ -262,12 +286,16 @@ def profile_summary(prof, seconds: float, steps: int) -> dict:
     gpu_us = sum(device_self(e) for e in kernels)
     launches = sum(e.count for e in rows if e.key in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
                                                       "cudaGraphLaunch"))
+    # the host waiting for the GPU (an .item(), a bool of a tensor, a copy to the host that is not asynchronous)
+    syncs = sum(e.count for e in rows if e.key in ("cudaStreamSynchronize", "cudaDeviceSynchronize",
+                                                   "cudaEventSynchronize"))
     top_gpu = sorted(kernels, key=device_self, reverse=True)[:20]
     top_cpu = sorted(rows, key=lambda e: e.cpu_time_total, reverse=True)[:25]
     return {"updates": steps, "wall_ms_per_update": round(1e3 * seconds / steps, 2),
             "gpu_kernel_ms_per_update": round(gpu_us / 1e3 / steps, 2),
             "gpu_busy_share": round(gpu_us / 1e6 / seconds, 3) if seconds else None,
             "kernel_launches_per_update": round(launches / steps),
+            "host_syncs_per_update": round(syncs / steps, 1),
             "top_gpu": [{"name": e.key[:120], "calls_per_update": round(e.count / steps, 1),
                          "ms_per_update": round(device_self(e) / 1e3 / steps, 3)} for e in top_gpu],
             "top_cpu_total": [{"name": e.key[:120], "calls_per_update": round(e.count / steps, 1),
@@ -287,7 +315,8 @@ def timed_updates(ends: dict):
 
 def sweep_result(v: Variant, cmd: List[str], folder: Path, rc: int, matmul: Optional[float]) -> dict:
     """What one sweep run did: updates, seconds per update, target and padded tokens/s, model FLOP
-    utilization against the measured matmul rate and the datasheet's dense peak, peak memory."""
+    utilization of the real tokens against the measured matmul rate (``mfu``) and the datasheet's
+    dense peak, the padding's share, peak memory."""
     import math
 
     out = {"name": v.name, "model": v.model, "max_tokens": int(cmd[cmd.index("--max-tokens") + 1]),
@@ -312,17 +341,15 @@ def sweep_result(v: Variant, cmd: List[str], folder: Path, rc: int, matmul: Opti
     vocab = common.dictionary_size(next(iter(sorted(data_bin.glob("dict.*.txt")))))
     model_flags = cmd[cmd.index("--arch"):cmd.index("--arch") + 2]
     shape = cost.model_shape(model_flags[1], cmd[2:], vocab)
-    flops = canary.achieved_flops(records, first, last, shape, window)
     peak = canary.device_peak(records[0], "bf16")
+    u = canary.utilization(records, first, last, shape, window, matmul, peak and peak * 1e12)
     rec = records[0]
     out.update({
         "updates": len(updates), "timed_updates": last - first, "seconds_per_update": round(window / (last - first), 5),
         "target_tokens_per_second": round(sum(st[2] for st in steps) / window, 1),
         "padded_tokens_per_second": round(sum(st[3] + st[4] for st in steps) / 2 / window, 1),
         "target_tokens_per_update": round(sum(st[2] for st in steps) / (last - first), 1),
-        "model_tflops_per_second": round(flops / 1e12, 2),
-        "mfu_vs_measured_matmul": round(flops / matmul, 4) if matmul else None,
-        "mfu_vs_datasheet_peak": round(flops / (peak * 1e12), 4) if peak else None,
+        **u.fields(),
         "peak_allocated_gib": round(rec.get("peak_allocated_bytes", 0) / 2 ** 30, 2),
         "peak_reserved_gib": round(rec.get("peak_reserved_bytes", 0) / 2 ** 30, 2),
         "device": rec.get("device"), "total_memory_gib": round(rec.get("total_bytes", 0) / 2 ** 30, 1),
@@ -387,131 +414,231 @@ def environment() -> dict:
     return env
 
 
-def run(args) -> int:
-    data, runs = args.dir / "data", args.dir / "runs"
-    start = time.time()
-    deadline = start + args.seconds
+# ---------------------------------------------------------------------------------------------- the bundled run
+BUNDLED_SECONDS = 210  # bundled:gpu, for the deadline: the data stages on the GPU machine's CPUs, 1000 updates,
+# averaging, decoding and scoring
+BASE_MIN_MINUTES = 2  # bundled:base trains at least this long, or is skipped
+BASE_OVERHEAD_SECONDS = 100  # bundled:base beside its training: starting, averaging, decoding the test set, scoring
+PAPER_BASE = ["--layers", "6", "--d-model", "512", "--d-ff", "2048", "--h", "8", "--p-drop", "0.1"]  # Table 3
+
+
+def bundled_argv(kind: str, runs: Path, rehearse: bool, minutes: float = BASE_MIN_MINUTES) -> List[str]:
+    """recipes/wmt14_en_de.sh's options for ``bundled:gpu``: the bundled run's own settings (its 1000
+    updates) on one GPU in bf16, scored as on the CPU (does the model the GPU trained translate?); and
+    ``bundled:base``: the paper's base size on the same prepared data for ``minutes``. Rehearsed on the
+    CPU with --smoke's data and model (the same stages, seconds instead of minutes)."""
+    argv = ["--smoke", "--ngpus", "0"] if rehearse else ["--bundled", "--ngpus", "1", "--precision", "bf16"]
+    argv += ["--workdir", str(runs / f"bundled_{kind}"), "--data-workdir", str(runs / "bundled_data")]
+    if kind == "base":  # a checkpoint (730 MB at the paper's base size) and a validation every 500 updates
+        argv += [*([] if rehearse else PAPER_BASE), "--max-update", "100000", "--train-minutes", f"{minutes:.2f}",
+                 "--save-interval-updates", "500", "--validate-interval-updates", "1000"]
+    return argv
+
+
+def bundled_result(argv: List[str], proc, seconds: float) -> dict:
+    """What a bundled run did: its exit, time and last lines, and its results.json (the scores, the loss
+    curve, the stages' times)."""
+    entry = {"command": "bash recipes/wmt14_en_de.sh " + " ".join(argv), "exit_status": proc.returncode,
+             "seconds": round(seconds, 1), "output_tail": (proc.stdout + proc.stderr).splitlines()[-25:]}
+    results = Path(argv[argv.index("--workdir") + 1]) / "results.json"
+    if results.exists():
+        entry["results"] = json.loads(results.read_text())
+    return entry
+
+
+# ---------------------------------------------------------------------------------------------- the run
+def item_seconds(item) -> float:
+    """How long ``item`` is expected to take, for the deadline."""
+    if isinstance(item, Variant):
+        return item.seconds + STARTUP_SECONDS
+    kind, what = item.split(":")
+    if kind == "bundled":
+        return BUNDLED_SECONDS if what == "gpu" else BASE_MIN_MINUTES * 60 + BASE_OVERHEAD_SECONDS  # at least
+    return BENCH_SECONDS if kind == "bench" else CANARY_MINUTES * 60 + CANARY_OVERHEAD_SECONDS
+
+
+def chosen_items(args) -> List[object]:
+    """The plan, or its --only part; rehearsing, the plan's first trainings at base size, uncompiled
+    (compiling takes minutes on a CPU): the profile, the lean step and each of its changes off, each to its
+    updates (the time budget only a cap: a busy CPU must not cut them short); and the bundled runs."""
+    import dataclasses as dc
+
     chosen = [item for item in plan() if not args.only or item_name(item) in args.only]
-    if args.rehearse:  # the first two trainings, profile first, uncompiled (compiling takes minutes on a CPU),
-        # each to its updates (the time budget only a cap: a busy CPU must not cut them short)
-        import dataclasses as dc
+    if args.rehearse:
+        first = chosen[:next(i for i, item in enumerate(chosen) if not isinstance(item, Variant))]
+        trainings = [dc.replace(v, seconds=120, updates=REHEARSAL_UPDATES) for v in first
+                     if v.model == "base" and not v.compile_layers and not v.compile_loss]
+        chosen = trainings + [item for item in chosen if item_name(item).startswith("bundled:")]
+    return chosen
 
-        chosen = [dc.replace(v, seconds=120, updates=REHEARSAL_UPDATES) for v in chosen
-                  if isinstance(v, Variant) and not v.compile_layers][:2]
 
-    def command(item):
+class Check:
+    """One call of ``run``: its items, the results file it rewrites after each, the deadline."""
+
+    def __init__(self, args):
+        self.args, self.data, self.runs = args, args.dir / "data", args.dir / "runs"
+        self.start = time.time()
+        self.deadline = self.start + args.seconds
+        self.items = chosen_items(args)
+        self.result = {**provenance(args.command_line), "commit": args.commit or provenance()["commit"],
+                       "benchmark": "gpu_check", "environment": environment(), "seconds_allowed": args.seconds,
+                       "install_seconds": args.install_seconds, "install_as_documented": args.install_as_documented,
+                       "tokens_per_update": TOKENS_PER_UPDATE, "canary": {}, "sweep": [], "bundled": {},
+                       "skipped": []}
+        self.matmul = None
+
+    def command(self, item, minutes: float = BASE_MIN_MINUTES) -> List[str]:
         if isinstance(item, Variant):
-            return sweep_command(data, item, runs) + (REHEARSAL_MODEL if args.rehearse else [])
-        kind, model = item.split(":")
-        return canary_argv(data, model, runs) if kind == "canary" else bench_argv(model, runs / f"{kind}_{model}.json")
+            return sweep_command(self.data, item, self.runs) + (REHEARSAL_MODEL if self.args.rehearse else [])
+        kind, what = item.split(":")
+        if kind == "bundled":
+            return bundled_argv(what, self.runs, self.args.rehearse, minutes)
+        if kind == "canary":
+            return canary_argv(self.data, what, self.runs)
+        return bench_argv(what, self.runs / f"{kind}_{what}.json")
 
-    items = [(item, command(item)) for item in chosen]
-    log(f"the GPU check: {len(items)} runs (the recipe's canary, and its training command changed one way at a "
-        f"time), none started later than {args.seconds} s after the start")
-    for item, cmd in items:
-        print(f"  $ [{item}] bash recipes/parallel.sh " + " ".join(cmd) if item_name(item).startswith("canary:")
-              else f"  $ [{item_name(item)}] " + " ".join(cmd), flush=True)
+    def save(self):
+        self.result["seconds"] = round(time.time() - self.start, 1)
+        write_json_atomic(self.args.out, self.result)
+
+    def recipe(self, script: str, argv: List[str]):
+        import subprocess
+
+        return subprocess.run(["bash", str(REPO / "recipes" / script), *argv], capture_output=True, text=True)
+
+    def bench(self, model: str, cmd: List[str]):
+        import subprocess
+
+        t0 = time.time()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3 * BENCH_SECONDS)
+            status, output = proc.returncode, proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            status, output = "timeout", str(exc.stdout or "") + str(exc.stderr or "")
+        entry = {"command": " ".join(cmd[1:]), "exit_status": status, "seconds": round(time.time() - t0, 1),
+                 "output_tail": output.splitlines()[-25:]}
+        written = Path(cmd[cmd.index("--output") + 1])
+        if written.exists():
+            entry["result"] = json.loads(written.read_text())
+        self.result.setdefault("bench", {})[model] = entry
+        log(f"bench:{model}: exit {status} in {entry['seconds']} s")
+
+    def canary(self, model: str, cmd: List[str]):
+        t0 = time.time()
+        proc = self.recipe("parallel.sh", cmd)
+        folder = self.runs / f"canary_{model}" / "canary"
+        entry = {"exit_status": proc.returncode, "seconds": round(time.time() - t0, 1),
+                 "output_tail": (proc.stdout + proc.stderr).splitlines()[-25:]}
+        if (folder / "canary.json").exists():
+            entry["canary"] = json.loads((folder / "canary.json").read_text())
+        self.result["canary"][model] = entry
+        log(f"canary {model}: exit {proc.returncode} in {entry['seconds']} s")
+
+    def bundled(self, kind: str):
+        minutes = max(BASE_MIN_MINUTES, (self.deadline - time.time() - BASE_OVERHEAD_SECONDS) / 60)
+        if self.args.rehearse:
+            minutes = REHEARSAL_MINUTES
+        argv = self.command(f"bundled:{kind}", minutes)
+        t0 = time.time()
+        entry = bundled_result(argv, self.recipe("wmt14_en_de.sh", argv), time.time() - t0)
+        self.result["bundled"][kind] = entry
+        log(f"bundled:{kind}: exit {entry['exit_status']} in {entry['seconds']} s, sacreBLEU "
+            f"{entry.get('results', {}).get('sacrebleu')}")
+
+    def sweep(self, v: Variant, cmd: List[str], forks):
+        folder = self.runs / v.name
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        profile = str(folder / "profile.json") if v.profile else None
+        rc = forks.run(cmd, folder / "train.log", {"ATTN_RUN_STATS": str(folder / "stats")}, profile)
+        entry = sweep_result(v, cmd, folder, rc, self.matmul)
+        add_utilization(entry, folder, self.args.out.parent / "smi.csv")
+        if profile and Path(profile).exists():
+            summary = {"run": v.name, **json.loads(Path(profile).read_text())}
+            self.result.setdefault("profile", summary)  # the first: the plain layers'
+            self.result.setdefault("profiles", {})[v.name] = summary
+        self.result["sweep"].append(entry)
+        log(f"{v.name}: " + ", ".join(f"{k} {entry.get(k)}" for k in (
+            "exit_status", "updates", "seconds_per_update", "target_tokens_per_second", "mfu", "padding_share",
+            "peak_reserved_gib")))
+
+    def measure(self):
+        """Every item in order, each started only if it ends before the deadline."""
+        env = self.result["environment"]
+        env["measured_bf16_matmul_tflops"] = round(
+            canary.matmul_rate("cpu" if self.args.rehearse else "cuda", "bf16") / 1e12, 3 if self.args.rehearse else 1)
+        self.matmul = env["measured_bf16_matmul_tflops"] * 1e12
+        log(f"bf16 matmul: {self.matmul / 1e12:.3g} TFLOP/s")
+        self.save()
+        forks = ForkedTrainings(cwd=REPO)
+        try:
+            for item in self.items:
+                if time.time() + item_seconds(item) > self.deadline:
+                    self.result["skipped"].append(item_name(item))
+                    continue
+                kind, _, what = item_name(item).partition(":")
+                if isinstance(item, Variant):
+                    self.sweep(item, self.command(item), forks)
+                elif kind == "bundled":
+                    self.bundled(what)
+                else:
+                    getattr(self, kind)(what, self.command(item))
+                self.save()
+        finally:
+            forks.close()
+        self.save()
+        log(f"wrote {self.args.out}")
+
+
+def show(check: Check):
+    """Print every command of the plan; with --dry-run, check that each parses (fairseq-train's parser, the
+    recipe's dry run, the benchmark's parser)."""
+    log(f"the GPU check: {len(check.items)} runs (the recipe's training command changed one way at a time, "
+        f"canaries, the bundled run), none started later than {check.args.seconds} s after the start")
+    scripts = {"canary": "bash recipes/parallel.sh ", "bundled": "bash recipes/wmt14_en_de.sh "}
+    for item in check.items:
+        print(f"  $ [{item_name(item)}] {scripts.get(item_name(item).split(':')[0], '')}"
+              + " ".join(map(str, check.command(item))), flush=True)
+
+
+def dry_run(check: Check) -> int:
+    show(check)
+    trainings = [check.command(item) for item in check.items if isinstance(item, Variant)]
+    for cmd in trainings:
+        check_parses(cmd)
+    log(f"fairseq-train's parser accepts the {len(trainings)} training commands")
+    for item in check.items:
+        name = item_name(item)
+        if name.startswith("canary:"):
+            log(f"the recipe's dry run of {name}:")
+            parallel.main([*check.command(item), "--dry-run"])
+        elif name.startswith("bundled:"):
+            log(f"the recipe's dry run of {name}:")
+            translation.main([*check.command(item), "--dry-run", "--gpu", "H200"])
+        elif name.startswith("bench:"):
+            train.parser().parse_args(check.command(item)[2:])  # the benchmark's own parser takes the options
+            log(f"benchmarks/train_throughput.py's parser accepts the options of {name}")
+    return 0
+
+
+def run(args) -> int:
+    check = Check(args)
     if args.dry_run:
-        trainings = [cmd for item, cmd in items if isinstance(item, Variant)]
-        for cmd in trainings:
-            check_parses(cmd)
-        log(f"fairseq-train's parser accepts the {len(trainings)} training commands")
-        for item, argv in items:
-            if item_name(item).startswith("canary:"):
-                log(f"the recipe's dry run of {item}:")
-                parallel.main([*argv, "--dry-run"])
-            elif item_name(item).startswith("bench:"):
-                train.parser().parse_args(argv[2:])  # the benchmark's own parser takes the options
-                log(f"benchmarks/train_throughput.py's parser accepts the options of {item}")
-        return 0
-    if not data.joinpath("data-bin").exists():
-        raise UserError(f"{data}/data-bin: not there; run bash benchmarks/gpu_check.sh --prepare first (where "
+        return dry_run(check)
+    show(check)
+    if not check.data.joinpath("data-bin").exists():
+        raise UserError(f"{check.data}/data-bin: not there; run bash benchmarks/gpu_check.sh --prepare first (where "
                         "../shared is) and carry .gpu_check/data")
-    result = {**provenance(args.command_line), "commit": args.commit or provenance()["commit"],
-              "benchmark": "gpu_check", "environment": environment(), "seconds_allowed": args.seconds,
-              "install_seconds": args.install_seconds,
-              "install_as_documented": args.install_as_documented, "tokens_per_update": TOKENS_PER_UPDATE, "canary": {}, "sweep": [], "skipped": []}
-    out = args.out
-
-    def save():
-        result["seconds"] = round(time.time() - start, 1)
-        write_json_atomic(out, result)
-
-    result["environment"]["measured_bf16_matmul_tflops"] = round(
-        matmul_rate("cpu" if args.rehearse else "cuda", "bf16") / 1e12, 3 if args.rehearse else 1)
-    matmul = result["environment"]["measured_bf16_matmul_tflops"] * 1e12
-    log(f"bf16 matmul: {matmul / 1e12:.3g} TFLOP/s")
-    save()
-    import subprocess
-
-    forks = ForkedTrainings(cwd=REPO)
-    try:
-        for item, cmd in items:
-            if item_name(item).startswith("bench:"):
-                model = item.split(":")[1]
-                if time.time() + BENCH_SECONDS > deadline:
-                    result["skipped"].append(item)
-                    continue
-                t0 = time.time()
-                try:
-                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3 * BENCH_SECONDS)
-                    status, output = proc.returncode, proc.stdout + proc.stderr
-                except subprocess.TimeoutExpired as exc:
-                    status, output = "timeout", str(exc.stdout or "") + str(exc.stderr or "")
-                entry = {"command": " ".join(cmd[1:]), "exit_status": status, "seconds": round(time.time() - t0, 1),
-                         "output_tail": output.splitlines()[-25:]}
-                written = Path(cmd[cmd.index("--output") + 1])
-                if written.exists():
-                    entry["result"] = json.loads(written.read_text())
-                result.setdefault("bench", {})[model] = entry
-                log(f"{item}: exit {status} in {entry['seconds']} s")
-                save()
-                continue
-            if isinstance(item, str):
-                model = item.split(":")[1]
-                if time.time() + CANARY_MINUTES * 60 + CANARY_OVERHEAD_SECONDS > deadline:
-                    result["skipped"].append(item)
-                    continue
-                t0 = time.time()
-                proc = subprocess.run(["bash", str(REPO / "recipes" / "parallel.sh"), *cmd], capture_output=True,
-                                      text=True)
-                folder = runs / f"canary_{model}" / "canary"
-                entry = {"exit_status": proc.returncode, "seconds": round(time.time() - t0, 1),
-                         "output_tail": (proc.stdout + proc.stderr).splitlines()[-25:]}
-                if (folder / "canary.json").exists():
-                    entry["canary"] = json.loads((folder / "canary.json").read_text())
-                result["canary"][model] = entry
-                log(f"canary {model}: exit {proc.returncode} in {entry['seconds']} s")
-                save()
-                continue
-            v = item
-            if time.time() + v.seconds + STARTUP_SECONDS > deadline:
-                result["skipped"].append(v.name)
-                continue
-            folder = runs / v.name
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(parents=True)
-            profile = str(folder / "profile.json") if v.profile else None
-            rc = forks.run(cmd, folder / "train.log", {"ATTN_RUN_STATS": str(folder / "stats")}, profile)
-            entry = sweep_result(v, cmd, folder, rc, matmul)
-            add_utilization(entry, folder, out.parent / "smi.csv")
-            if profile and Path(profile).exists():
-                summary = {"run": v.name, **json.loads(Path(profile).read_text())}
-                result.setdefault("profile", summary)  # the first: the plain layers'
-                result.setdefault("profiles", {})[v.name] = summary
-            result["sweep"].append(entry)
-            log(f"{v.name}: " + ", ".join(f"{k} {entry.get(k)}" for k in (
-                "exit_status", "updates", "seconds_per_update", "target_tokens_per_second", "mfu_vs_measured_matmul",
-                "peak_reserved_gib")))
-            save()
-    finally:
-        forks.close()
-    save()
-    log(f"wrote {out}")
+    check.measure()
     return 0
 
 
 # ---------------------------------------------------------------------------------------------- command line
+def add_only_option(p):
+    p.add_argument("--only", type=lambda text: text.split(","), metavar="NAME,...",
+                   help="run only these of the plan (names as --dry-run prints them: base_28k_compile, canary:base)")
+
+
 def parse_args(argv=None):
     p = ArgumentParser(prog="python -m attn_kit.tools.bench.gpu_check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -528,16 +655,17 @@ def parse_args(argv=None):
     rh.add_argument("--dir", type=Path, default=HERE / "rehearsal", help=f"where (default {HERE / 'rehearsal'})")
     add_output_option(rh, "the results file", default=HERE / "rehearsal" / "gpu_check.json")
     rh.add_argument("--seconds", type=Number(int, minimum=60), default=300, help="run's --seconds (default 300)")
+    add_only_option(rh)
     pr = sub.add_parser("run", help="measure on the GPU (--dry-run: print and check every command, on any machine)")
     pr.add_argument("--dry-run", action="store_true", help="print every command and check that it parses; run none")
     pr.add_argument("--rehearse", action="store_true",
-                    help="run the plan's first two trainings (one profiled) with a tiny model on the CPU, through "
-                         "the same code as on the GPU (the rehearse command runs it on a small corpus)")
+                    help="run the plan's first trainings at base size (one profiled) with a tiny model on the CPU, "
+                         "and the bundled runs with --smoke's data, through the same code as on the GPU (the "
+                         "rehearse command runs it on a small corpus)")
     pr.add_argument("--seconds", type=Number(int, minimum=60), default=420,
                     help="stop starting runs that would end later than this many seconds after the start (default 420)")
     add_output_option(pr, "the results file", default=HERE / "gpu_check.json")
-    pr.add_argument("--only", type=lambda text: text.split(","), metavar="NAME,...",
-                    help="run only these of the plan (names as --dry-run prints them: base_28k_compile, canary:base)")
+    add_only_option(pr)
     pr.add_argument("--commit", help="the commit the tree is at (the GPU machine's copy has no .git)")
     pr.add_argument("--dir", type=Path, default=HERE, help=f"the prepared folder (default {HERE})")
     pr.add_argument("--install-seconds", type=Number(int, minimum=0),
@@ -547,7 +675,7 @@ def parse_args(argv=None):
     pr.add_argument("--script-seconds", type=Number(int, minimum=0),
                     help="gpu_check.sh's own --seconds (install included), for the command the results file records")
     args = p.parse_args(argv)
-    if args.command == "run" and args.only:
+    if args.command in ("run", "rehearse") and args.only:
         names = [item_name(item) for item in plan()]
         unknown = [name for name in args.only if name not in names]
         if unknown:

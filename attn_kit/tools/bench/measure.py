@@ -4,7 +4,7 @@ import statistics
 import time
 import weakref
 
-from ...planning.cost import Shape, Side, forward_flops
+from ...planning.cost import Shape, Side, Utilization, batch_train_flops
 from ..pairs import MODELS
 from .models import SHAPES
 
@@ -135,34 +135,22 @@ def time_calls(device: str, fn, n: int) -> float:
     return time.perf_counter() - start
 
 
-def matmul_rate(device: str, dtype: str) -> float:
-    """Measured dense matmul FLOP/s at this precision: the best of several timed
-    square products (8192 on CUDA, 1024 on CPU)."""
-    import torch
-
-    n = 8192 if device == "cuda" else 1024
-    a = torch.randn(n, n, device=device, dtype=torch_dtype(dtype))
-    b = torch.randn(n, n, device=device, dtype=torch_dtype(dtype))
-    for _ in range(3):
-        a @ b
-    best = float("inf")
-    for _ in range(5):
-        reps = 10 if device == "cuda" else 3
-        best = min(best, time_calls(device, lambda: a @ b, reps) / reps)
-    return 2 * n ** 3 / best
-
-
-def train_flops_per_step(shape: str, sample) -> float:
-    """Model FLOPs of one training step (forward + backward = 3x forward) on
-    ``sample``, counted by :func:`attn_kit.planning.cost.forward_flops`: every matmul against
-    weights, the output layer over the vocabulary and attention scores/values
-    (causal self-attention counted half, as the fused kernels skip the masked
-    half). Padding counted as work."""
+def train_utilization(shape: str, sample, steps_per_second: float, matmul: float):
+    """Model FLOP utilization of training steps on ``sample`` at ``steps_per_second``
+    (:class:`attn_kit.planning.cost.Utilization`): the model FLOPs of the sample's real source and
+    target tokens (:func:`attn_kit.planning.cost.batch_train_flops`: every matmul against weights,
+    the output layer over the vocabulary and eq. 1's scores and values, causal self-attention counted
+    half, as the fused kernels skip the masked half) over the ``matmul`` FLOP/s measured on the
+    device; the padded positions' count beside it."""
     dims, V = SHAPES[shape].dims, SHAPES[shape].vocab
-    B, S = sample["net_input"]["src_tokens"].shape
-    T = sample["net_input"]["prev_output_tokens"].shape[1]
+    net = sample["net_input"]
+    B, S = net["src_tokens"].shape
+    T = net["prev_output_tokens"].shape[1]
+    real_src, real_tgt = int(net["src_lengths"].sum()), int(sample["ntokens"])
     side = Side(dims.layers, dims.d_model, dims.d_ff, dims.h, dims.d_model // dims.h, dims.d_model // dims.h)
-    return 3.0 * forward_flops(Shape(side, side, V), B * S, B * T, S, T)
+    model = Shape(side, side, V)
+    return Utilization.of(batch_train_flops(model, real_src, real_tgt, B), batch_train_flops(model, B * S, B * T, B),
+                          real_src + real_tgt, B * (S + T), 1 / steps_per_second, matmul)
 
 
 def median(xs):

@@ -24,12 +24,14 @@ and runs forward under torch.autocast (``fairseq-train --amp``).
 
 Peak memory: the most bytes one model's training step held (parameters,
 gradients, Adam state, activations); see attn_kit.tools.bench.measure. On CUDA the
-table adds model FLOP utilization: model FLOPs per second (attn_kit.tools.bench.measure,
-``train_flops_per_step``) over the measured matmul rate of this GPU at --precision.
+table adds model FLOP utilization: the model FLOPs of the batch's real (non-padding) tokens per
+second (attn_kit.tools.bench.measure, ``train_utilization``) over the matmul rate measured on this GPU
+at --precision; the padded positions' share is recorded beside it.
 """
 
 from ...fairseq_layer.build import count_parameters, make_dictionary
 from ...cli import Number
+from ...recipes.canary import matmul_rate
 from ..pairs import MODELS
 from . import harness, measure
 from .models import SHAPES, build, make_sample
@@ -157,14 +159,12 @@ def bench_shape(shape, args, log):
     result = {"batch": {"sentences": sentences, "max_length": length, "target_tokens": tokens},
               "ratio_tokens_per_s": measure.median(ratios), "trial_ratios": ratios,
               "ratio_peak_bytes": peak["plugin"] / peak["stock"]}
-    flops = measure.train_flops_per_step(shape, sample)
     for w, m in models.items():
         result[w] = {"params": m.params, "tokens_per_s": measure.median(tps[w]), "trials_tokens_per_s": tps[w],
                      "peak_bytes": peak[w]}
         if args.device == "cuda":
-            achieved = flops * measure.median(tps[w]) / tokens
-            result[w]["model_tflops"] = achieved / 1e12
-            result[w]["utilization"] = achieved / args.matmul_rate
+            u = measure.train_utilization(shape, sample, measure.median(tps[w]) / tokens, args.matmul_rate)
+            result[w].update(u.fields())
     return result
 
 
@@ -172,14 +172,14 @@ def main(argv=None):
     args = parse_args(argv)
     env = harness.start(args)
     if args.device == "cuda":
-        args.matmul_rate = measure.matmul_rate(args.device, args.dtype)
+        args.matmul_rate = matmul_rate(args.device, args.dtype)
         env["matmul_tflops"] = args.matmul_rate / 1e12
         harness.progress(f"measured {args.dtype} matmul rate: {args.matmul_rate / 1e12:.1f} TFLOP/s")
     results = harness.run_shapes(args, bench_shape, f"{args.steps} steps each")
     cuda = args.device == "cuda"
     header = harness.table_header("tok/s") + (["plugin MFU", "stock MFU"] if cuda else [])
     rows = [harness.table_row(shape, r, "tokens_per_s", ".0f")
-            + ([f"{r['plugin']['utilization']:.1%}", f"{r['stock']['utilization']:.1%}"] if cuda else [])
+            + ([f"{r['plugin']['mfu']:.1%}", f"{r['stock']['mfu']:.1%}"] if cuda else [])
             for shape, r in results.items()]
     mixed = f" ({args.mixed} mixed precision)" if args.dtype != "fp32" else ""
     harness.report("train_throughput", args, env, f"training throughput{mixed}", header, rows,
