@@ -14,10 +14,13 @@ was killed neither trains on alone nor lets a second run start while it does.
 """
 import ctypes
 import getpass
+import json
 import os
 import re
 import shutil
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -26,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Set, Tuple
 
-from ..cli import UserError, raise_if_signalled
+from ..cli import UserError, log, raise_if_signalled
 from .lock import inherited_fds
 
 try:  # Linux: prctl(PR_SET_PDEATHSIG, SIGTERM), looked up before any fork
@@ -187,9 +190,8 @@ def stream(cmd: Sequence, on_line: Callable[[str], None], env: Optional[dict] = 
     cmd = [str(c) for c in cmd]
     scratch = scratch_folder()
     env = dict(os.environ if env is None else env)
-    if len(scratch) <= _SOCKET_ROOM:
-        env["TMPDIR"] = scratch
-        env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache())  # compiled kernels outlive the command
+    env["TMPDIR"] = scratch
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache())  # compiled kernels outlive the command
     fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
     fout = open(stdout, "wb") if stdout else subprocess.PIPE
     try:
@@ -229,14 +231,92 @@ def stream(cmd: Sequence, on_line: Callable[[str], None], env: Optional[dict] = 
 
 
 def scratch_folder() -> str:
-    """A new folder ``attn-PID-*`` in the temporary folder for a command's TMPDIR, after removing
-    those whose process (PID) has ended: what a run killed with SIGKILL could not remove itself."""
-    root = tempfile.gettempdir()
+    """A new folder ``attn-PID-*`` for a command's TMPDIR, short enough for the sockets of fairseq's
+    data-loader workers (in the temporary folder, or /tmp or /dev/shm where that one's path is too
+    long, said in a line), after removing the ones this kit made for processes that have ended: what a
+    run killed with SIGKILL could not remove itself. A folder is removed only where its marker says
+    this machine, this boot and this PID namespace made it for a process that is gone; nothing else is
+    touched, whatever its name."""
+    root = _scratch_root()
+    me = _identity()
     for name in os.listdir(root):
-        parts = name.split("-")
-        if len(parts) == 3 and parts[0] == "attn" and parts[1].isdigit() and not _alive(int(parts[1])):
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-    return tempfile.mkdtemp(prefix=f"attn-{os.getpid()}-")
+        path = os.path.join(root, name)
+        owner = _owner(path) if name.startswith("attn-") and me else None
+        if owner and [owner.get(k) for k in ("host", "boot", "pidns")] == list(me) \
+                and not _running(owner.get("pid"), owner.get("start")):
+            shutil.rmtree(path, ignore_errors=True)
+    folder = tempfile.mkdtemp(prefix=f"attn-{os.getpid()}-", dir=root)
+    if me:
+        with open(os.path.join(folder, SCRATCH_MARKER), "w") as f:
+            json.dump({"host": me[0], "boot": me[1], "pidns": me[2], "pid": os.getpid(),
+                       "start": _start_time(os.getpid())}, f)
+    return folder
+
+
+SCRATCH_MARKER = ".attn-scratch"  # in each scratch folder: who made it (scratch_folder)
+_SAID_LONG: Set[str] = set()  # the long TMPDIRs a line has been printed for
+
+
+def _scratch_root() -> str:
+    """The temporary folder, or the first of /tmp and /dev/shm where a scratch folder's path in it
+    would leave no room for a socket (a long TMPDIR: fairseq-train's workers then wait forever)."""
+    root = tempfile.gettempdir()
+    longest = len("/attn-4194304-12345678")
+    if len(root) + longest <= _SOCKET_ROOM:
+        return root
+    for short in ("/tmp", "/dev/shm"):
+        if len(short) + longest <= _SOCKET_ROOM and os.path.isdir(short) and os.access(short, os.W_OK | os.X_OK):
+            if root not in _SAID_LONG:
+                _SAID_LONG.add(root)
+                log(f"TMPDIR {root} is too long for the sockets of fairseq's data-loader workers ({len(root)} "
+                    f"characters): the commands' scratch folders go in {short}")
+            return short
+    raise UserError(f"TMPDIR {root} is {len(root)} characters long: fairseq's data-loader workers put sockets "
+                    f"in it, which need a path under 108 bytes, and /tmp is not writable; set TMPDIR to a "
+                    f"folder of at most {_SOCKET_ROOM - longest} characters")
+
+
+def _identity() -> Optional[Tuple[str, str, str]]:
+    """(host name, boot id, PID namespace) of this process; None where Linux's /proc does not say
+    (then no scratch folder is ever removed but by its own command)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return socket.gethostname(), boot, os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def _start_time(pid: int) -> Optional[int]:
+    """When process ``pid`` started (clock ticks after boot, /proc/PID/stat's field 22): a PID used
+    again by a later process starts later."""
+    fields = _stat(pid)
+    try:
+        return int(fields[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def _owner(path: str) -> Optional[dict]:
+    """The marker of the scratch folder ``path``: a folder of this user, not a link, holding
+    :data:`SCRATCH_MARKER`; None for anything else."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            return None
+        with open(os.path.join(path, SCRATCH_MARKER)) as f:
+            owner = json.load(f)
+        return owner if isinstance(owner, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _running(pid, start) -> bool:
+    """Whether the process that made a scratch folder is still running: its PID is in use by a process
+    that started when it did."""
+    if not isinstance(pid, int) or not _alive(pid):
+        return False
+    return start is None or _start_time(pid) in (start, None)
 
 
 def _alive(pid: int) -> bool:
