@@ -17,7 +17,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 
 class UserError(Exception):
@@ -247,12 +247,20 @@ def atomic_output(path):
     os.replace(tmp, path)
 
 
-def check_output(path, option: str = "--output", force: bool = False, folder: bool = False) -> Path:
+def check_output(path, option: str = "--output", force: bool = False, folder: bool = False,
+                 inputs: Sequence = ()) -> Path:
     """Check, before any work starts, that ``path`` can be written by a command: its folder exists and
-    takes new files, it is not a folder (unless ``folder``: the command writes a folder there), and
-    nothing is there yet unless ``force`` (the command's ``--force``). A :class:`UsageError` naming
-    ``option`` otherwise. The command then writes it with :func:`atomic_output`."""
+    takes new files, it is not a folder (unless ``folder``: the command writes a folder there), it is
+    none of the command's ``inputs`` and holds none of them (writing it would replace what the command
+    reads, --force or not), and nothing is there yet unless ``force`` (the command's ``--force``). A
+    :class:`UsageError` naming ``option`` otherwise. The command then writes it with :func:`atomic_output`."""
     path = Path(path)
+    target = path.resolve()
+    for source in inputs:
+        if source is not None and (Path(source).resolve() == target or target in Path(source).resolve().parents):
+            what = "is" if Path(source).resolve() == target else "holds"
+            raise UsageError(f"{option} {path} {what} {source}, which this command reads: writing it would "
+                             "replace what is being read (--force or not); give another path")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         what = "is a file, not a folder" if parent.exists() else "does not exist"

@@ -5,7 +5,7 @@ CTranslate2 export: tests/test_translate.py, tests/test_ctranslate2.py; averagin
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, assert_one_error_line, run_main
 
 from attn_kit.cli import UsageError
 
@@ -75,3 +75,56 @@ def test_bundled_data_refuses_the_repos_own_corpus_without_force(monkeypatch):
     with pytest.raises(UsageError, match="tatoeba-en-de: the folder exists; pass --force"):
         bundled_data.main()
     assert (REPO / "data" / "tatoeba-en-de").is_dir()
+
+
+# --------------------------------------------------------------------------- outputs never contain inputs
+def tree(root):
+    """Every file under ``root`` with its bytes."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_an_export_never_replaces_the_run_it_reads(tmp_path):
+    """export_ctranslate2.py RUN OUT --force with RUN inside OUT (an earlier export's folder): it exited 0
+    and RUN (checkpoints, data, results) was gone. Refused in one line before any work, RUN untouched;
+    the same for OUT equal to the --checkpoint's folder."""
+    from attn_kit.inference import ctranslate2
+
+    out = tmp_path / "export"
+    run = out / "run"
+    run.mkdir(parents=True)
+    (out / ctranslate2.CARD).write_text("{}")  # an earlier export: --force may replace it
+    (run / "inference.json").write_text("{}")
+    (run / "checkpoint_avg.pt").write_bytes(b"weights")
+    before = tree(out)
+    proc = run_main(ctranslate2.main, str(run), str(out), "--force")
+    assert_one_error_line(proc, f"OUT_DIR {out} holds {run}, which this command reads")
+    assert proc.returncode == 2 and tree(out) == before
+    other = tmp_path / "run2"
+    other.mkdir()
+    proc = run_main(ctranslate2.main, str(other), str(out), "--force", "--checkpoint", str(run / "checkpoint_avg.pt"))
+    assert_one_error_line(proc, f"OUT_DIR {out} holds {run / 'checkpoint_avg.pt'}, which this command reads")
+    assert tree(out) == before
+
+
+def test_averaging_neither_replaces_an_input_nor_weighs_one_twice(tmp_path):
+    from attn_kit.fairseq_layer import checkpoints
+
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    a.write_bytes(b"a")
+    b.write_bytes(b"b")
+    proc = run_main(checkpoints.main, "--inputs", str(a), str(b), "--output", str(a), "--force")
+    assert_one_error_line(proc, f"--output {a} is {a}, which this command reads")
+    assert a.read_bytes() == b"a"
+    proc = run_main(checkpoints.main, "--inputs", str(a), str(a), str(b), "--output", str(tmp_path / "avg.pt"))
+    assert_one_error_line(proc, f"--inputs names {a} more than once: each checkpoint is averaged once")
+    assert not (tmp_path / "avg.pt").exists()
+
+
+def test_translate_never_writes_over_its_input(tmp_path):
+    from attn_kit.inference import translate
+
+    text = tmp_path / "in.txt"
+    text.write_text("A man.\n")
+    proc = run_main(translate.main, str(tmp_path / "run"), "--input", str(text), "--output", str(text), "--force")
+    assert_one_error_line(proc, f"--output {text} is {text}, which this command reads")
+    assert text.read_text() == "A man.\n"

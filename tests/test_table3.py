@@ -174,6 +174,16 @@ def test_smoke_rows_make_the_table_and_resume(smoke_run, tmp_path):
         {**info, "max_update": 99, "rows": [r for r in info["rows"] if r["row"] == "A2"]}))
     assert_one_error_line(in_process("--smoke", "--merge", tmp_path / "first", tmp_path / "second", "--workdir",
                                      tmp_path / "x"), "differ in max_update (99 vs 20)")
+    # merging into one of the merged runs would replace its own table3.json: refused, the file as it was
+    first = (tmp_path / "first" / "table3.json").read_bytes()
+    assert_one_error_line(in_process("--smoke", "--merge", tmp_path / "first", merged, "--workdir", tmp_path / "first"),
+                          f"--workdir {tmp_path / 'first'} is one of the --merge runs")
+    assert (tmp_path / "first" / "table3.json").read_bytes() == first
+    # a damaged table3.json (rows that are not Table 3's, a list for the table): one line, no traceback
+    for damaged in ({**info, "rows": [{"row": "Z9"}]}, [1, 2], {**info, "rows": "none"}):
+        (tmp_path / "second" / "table3.json").write_text(json.dumps(damaged))
+        assert_one_error_line(in_process("--smoke", "--merge", tmp_path / "first", tmp_path / "second", "--workdir",
+                                         tmp_path / "x"), "table3.json is not a Table 3 run's table")
 
 
 def table2_run(folder, arch="attn_paper_base", updates=100000, **result):

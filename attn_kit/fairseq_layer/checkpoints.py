@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+from pathlib import Path
 from typing import Optional
 
 from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, atomic_output, check_output, log,
@@ -239,9 +240,13 @@ def main(argv=None) -> int:
     """``scripts/average_checkpoints.py``; run it under :func:`attn_kit.cli.main_guard`,
     which reports the errors raised here as one ``error:`` line, exit status 1 (2 for usage)."""
     args = parse_args(argv)
-    check_output(args.output, "--output", args.force)
+    check_output(args.output, "--output", args.force, inputs=args.inputs)
     if args.info_json:
-        check_output(args.info_json, "--info-json", args.force)
+        check_output(args.info_json, "--info-json", args.force, inputs=args.inputs)
+    resolved = [Path(p).resolve() for p in args.inputs]
+    repeated = sorted({str(p) for p, r in zip(args.inputs, resolved) if resolved.count(r) > 1})
+    if repeated:  # averaged, it would weigh twice
+        raise UsageError(f"--inputs names {', '.join(repeated)} more than once: each checkpoint is averaged once")
     n = args.num_epoch_checkpoints if args.num_epoch_checkpoints is not None else args.num_update_checkpoints
     updates = None
     if n is not None:

@@ -515,7 +515,8 @@ def parse_args(argv=None):
     if (out.exists() or out.is_symlink()) and not (empty or (out.is_dir() and (out / CARD).is_file())):
         raise UsageError(f"{out} exists and is not an earlier export (no {CARD}), which the export would replace: "
                          "give a new folder")
-    check_output(out, "OUT_DIR", force=args.force or empty, folder=True)  # before any work
+    check_output(out, "OUT_DIR", force=args.force or empty, folder=True,  # before any work
+                 inputs=[args.run_dir, args.checkpoint])
     return args
 
 

@@ -70,7 +70,7 @@ def parse_args(argv=None):
     if args.checkpoint and args.engine == "fairseq" and not args.checkpoint.is_file():
         raise UsageError(f"--checkpoint {args.checkpoint}: no such file")
     if args.output and not (args.print_interactive_command or args.check_test_set):  # before any work
-        check_output(args.output, "--output", args.force)
+        check_output(args.output, "--output", args.force, inputs=[args.input])
     return args
 
 

@@ -414,6 +414,8 @@ def merge_tables(s: Table3Settings):
     """--merge: the rows of finished Table 3 runs (each's table3.json), in Table 3's order, tabled
     in --workdir; one line where they differ in what they share or hold a row twice."""
     order = {row.name: i for i, row in enumerate(TABLE3)}
+    if s.workdir.resolve() in s.merge:  # its table3.json would be replaced by the merged one
+        raise UsageError(f"--workdir {s.workdir} is one of the --merge runs: table them in a new work directory")
     first, rows, seen = None, [], {}
     for folder in s.merge:
         try:
@@ -421,6 +423,10 @@ def merge_tables(s: Table3Settings):
         except (OSError, ValueError):
             raise UserError(f"--merge {folder}: no table3.json there (a Table 3 run writes it when its rows "
                             "are done)") from None
+        if not isinstance(info, dict) or not isinstance(info.get("rows"), list) \
+                or not all(isinstance(r, dict) and r.get("row") in order for r in info["rows"]):
+            raise UserError(f"--merge {folder}/table3.json is not a Table 3 run's table (damaged or edited: "
+                            "its rows are not Table 3's); run that Table 3 run's command again to write it")
         run = {k: info.get(k) for k in SHARED_BY_MERGED}
         if first is None:
             first = (folder, run)

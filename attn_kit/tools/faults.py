@@ -144,6 +144,24 @@ CASES = [
          "could not remove",
          "the next command any run starts removes every such folder whose process has ended",
          "tests/test_faults.py::test_sigterm_then_sigkill_in_every_stage_then_rerun"),
+    Case("a folder of the user's named like a scratch folder in TMPDIR (`attn-2017-notes/`), a live command's "
+         "scratch folder seen from another PID namespace sharing TMPDIR, one made on another host or boot, a link",
+         "left alone (the clean-up deleted the first two): a scratch folder holds a marker naming the host, boot, "
+         "PID namespace, process and its start time that made it, and only those of ended processes of this "
+         "machine and namespace are removed",
+         "tests/test_scratch.py::test_only_the_kits_folders_of_ended_processes_go"),
+    Case("a TMPDIR too long for the sockets of fairseq's data-loader workers (87 characters)",
+         "the commands' scratch folders go in /tmp (one line saying so), where fairseq-train waited forever at 0% "
+         "CPU; one line naming the limit where /tmp cannot be written",
+         "tests/test_scratch.py::test_a_long_tmpdir_is_replaced_by_a_short_one_saying_so"),
+    Case("an output that is, or holds, what the command reads: `export_ctranslate2.py RUN OUT --force` with RUN "
+         "inside OUT, `average_checkpoints.py --output` one of its `--inputs`, `translate.py --output` its `--input`",
+         "one line before any work, --force or not, nothing touched (the export deleted the run it exported); "
+         "`--inputs X X Y` refused too (X was averaged twice)",
+         "tests/test_outputs.py::test_an_export_never_replaces_the_run_it_reads"),
+    Case("`recipes/table3.sh --merge A B --workdir A`, or a merged run's table3.json damaged",
+         "one line each, A's table3.json as it was (it was replaced; the damaged file was a traceback)",
+         "tests/test_table3.py::test_smoke_rows_make_the_table_and_resume"),
     # -- devices (issue 25)
     Case("a --ngpus the machine cannot provide (the default 8 where no GPU is visible, or fewer GPUs than asked)",
          "one line before the first stage naming what is visible and what to pass (--ngpus 0 or N, --cpu-procs N), "
