@@ -312,6 +312,23 @@ def test_a_changed_option_reruns_its_stage_and_everything_after_it(smoke_run, tm
         (smoke_run / "checkpoint_avg.pt").read_bytes()
 
 
+@pytest.mark.slow  # trains the smoke model again
+def test_a_changed_training_option_sets_the_old_model_aside_whole(smoke_run, tmp_path):
+    """--lr-scale 1.5 on a finished run: checkpoint_last.pt was set aside on its own, moving checkpoints/
+    onto it then failed (Directory not empty), and the same command again deleted that half set-aside,
+    the old model with it. Now the train stage starts over with its old checkpoints, log and curves in
+    stale/train/, the old model there bit for bit."""
+    work = copy_of(smoke_run, tmp_path)
+    proc = recipe(work, "--lr-scale", "1.5")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert (f"stage 6/9 train: option lr_scale changed (2.0 -> 1.5); starting it over (its old outputs moved to "
+            f"{work / 'stale' / 'train'}/)") in proc.stdout
+    old = work / "stale" / "train" / "checkpoints"
+    assert (old / "checkpoint_last.pt").read_bytes() == (smoke_run / "checkpoints" / "checkpoint_last.pt").read_bytes()
+    assert sorted(p.name for p in old.iterdir()) == sorted(p.name for p in (smoke_run / "checkpoints").iterdir())
+    assert (work / "checkpoints" / "checkpoint_last.pt").exists() and not (work / "stale" / ".train.partial").exists()
+
+
 def test_scoring_against_a_reference_with_fewer_lines_is_one_line(smoke_run, tmp_path):
     """--stage score alone (the stages that would make the reference again are not run)."""
     work = copy_of(smoke_run, tmp_path)

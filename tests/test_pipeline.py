@@ -160,6 +160,62 @@ def test_a_changed_input_reruns_its_stage_and_the_stages_after_it(tmp_path, caps
     assert (tmp_path / "stale" / "count" / "count.txt").read_text() == "2"  # nothing deleted
 
 
+def test_setting_aside_a_file_inside_its_folder_moves_both_whole_or_nothing(tmp_path, capsys, monkeypatch):
+    """A changed training option on a finished run: checkpoint_last.pt was set aside on its own, then
+    moving checkpoints/ onto it failed (Directory not empty), and the next run deleted that half set-aside,
+    the old model with it. The folder now takes its files along; a move that fails (here the second)
+    puts back what was moved and ends in one line, every output and the earlier set-aside as they were;
+    a move to another file system copies, then removes."""
+    from attn_kit.cli import UserError
+
+    def stage(lr, calls):
+        def train(ctx):
+            calls.append(lr)
+            (tmp_path / "ckpt").mkdir(exist_ok=True)
+            (tmp_path / "ckpt" / "last.pt").write_text(f"lr {lr}")
+            (tmp_path / "train.log").write_text(f"log {lr}")
+        return [Stage("train", train, inputs=[tmp_path / "src.txt"], outputs=[tmp_path / "ckpt" / "last.pt"],
+                      scratch=[tmp_path / "ckpt", tmp_path / "train.log"], options={"lr": lr})]
+
+    (tmp_path / "src.txt").write_text("a\n")
+    calls = []
+    Pipeline(tmp_path, stage(1, calls)).run()
+    (tmp_path / "ckpt" / "interval_10.pt").write_text("an interval checkpoint")
+    Pipeline(tmp_path, stage(2, calls)).run()
+    aside = tmp_path / "stale" / "train"
+    assert calls == [1, 2] and (aside / "ckpt" / "last.pt").read_text() == "lr 1"
+    assert (aside / "ckpt" / "interval_10.pt").exists() and (aside / "train.log").read_text() == "log 1"
+    assert (tmp_path / "ckpt" / "last.pt").read_text() == "lr 2"
+    # the third set-aside fails on its second move: nothing moved, nothing removed
+    real, moves = shutil.move, []
+
+    def failing(src, dst):
+        moves.append(src)
+        if len(moves) == 2:
+            raise OSError(28, "No space left on device", src)
+        return real(src, dst)
+
+    monkeypatch.setattr(shutil, "move", failing)
+    with pytest.raises(UserError, match=r"stage train: could not set its old outputs aside in .*stale/train "
+                                        r"\(No space left on device: .*train.log\); nothing was moved or removed"):
+        Pipeline(tmp_path, stage(3, calls)).run()
+    assert (tmp_path / "ckpt" / "last.pt").read_text() == "lr 2" and (tmp_path / "train.log").read_text() == "log 2"
+    assert (aside / "ckpt" / "last.pt").read_text() == "lr 1" and not (tmp_path / "stale" / ".train.partial").exists()
+    # another file system: os.rename refuses (EXDEV), shutil.move copies and removes
+    monkeypatch.setattr(shutil, "move", real)
+    rename = os.rename
+
+    def cross_device(src, dst, *a, **k):
+        if "stale" in str(dst) and ".partial" in str(dst):
+            raise OSError(18, "Invalid cross-device link", src)
+        return rename(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "rename", cross_device)
+    Pipeline(tmp_path, stage(3, calls)).run()
+    assert calls == [1, 2, 3] and (aside / "ckpt" / "last.pt").read_text() == "lr 2"
+    assert (tmp_path / "ckpt" / "last.pt").read_text() == "lr 3"
+
+
 def test_the_dry_run_of_a_finished_pipeline_says_what_a_run_would_do_and_sets_nothing_aside(tmp_path, capsys):
     """A dry run on a finished work directory printed each stage as if nothing had run: it now says
     which stages a run would skip and which it would start over (and why), and that stages after one

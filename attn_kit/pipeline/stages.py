@@ -308,23 +308,52 @@ class Pipeline:
         return ("continue", why, []) if why else ("skip", "", [])
 
     def _set_aside(self, stage: Stage, paths: Sequence[Path]) -> str:
-        """Move ``paths`` (those that exist) to WORKDIR/stale/STAGE/, replacing what an
-        earlier set-aside left there; return where, or "" if nothing was moved."""
-        existing = [Path(p) for p in paths if Path(p).exists() or Path(p).is_symlink()]
-        if not existing:
-            return ""
+        """Move ``paths`` (those that exist) to WORKDIR/stale/STAGE/, whole or not at all, replacing what
+        an earlier set-aside left there; return where, or "" if nothing was moved. A path inside
+        another one goes with it; they are gathered in a folder of their own first (a move across file
+        systems copies, then removes), and a move that fails puts back those already moved and ends in
+        one line, the earlier set-aside and every output where they were."""
         home = self.home(stage)
         aside = home / "stale" / stage.name
-        for folder in (home / "stale", aside):  # nothing removed or moved through a link out of the home
+        gathering = home / "stale" / f".{stage.name}.partial"
+        for folder in (home / "stale", aside, gathering):  # nothing removed or moved through a link out of the home
             if folder.exists() or folder.is_symlink():
                 check_inside(folder, home)
+
+        def gathered(path: Path) -> Path:
+            key = self.fingerprints_of(stage).key(path)
+            return gathering / (key if not (Path(key).is_absolute() or key.startswith("../")) else path.name)
+
+        paths = [Path(p) for p in paths]
+        paths = [p for p in paths if not any(q != p and q in p.parents for q in paths)]  # a folder takes its files
+        if gathering.exists():  # a set-aside a SIGKILL stopped half-way: what it had moved goes back first
+            for path in paths:
+                if not (path.exists() or path.is_symlink()) and gathered(path).exists():
+                    shutil.move(str(gathered(path)), str(path))
+            if any(gathering.rglob("*")):  # not ours to know where it came from: kept, never removed
+                os.replace(gathering, gathering.with_name(f"{gathering.name}.{int(time.time())}"))
+            else:
+                shutil.rmtree(gathering)
+        existing = [p for p in paths if p.exists() or p.is_symlink()]
+        if not existing:
+            return ""
+        moved = []
+        try:
+            for path in existing:
+                target = gathered(path)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(path), str(target))  # os.rename, or copy and remove across file systems
+                moved.append((path, target))
+        except OSError as exc:
+            for path, target in reversed(moved):
+                shutil.move(str(target), str(path))
+            shutil.rmtree(gathering, ignore_errors=True)
+            raise UserError(f"stage {stage.name}: could not set its old outputs aside in {aside} ({exc.strerror or exc}"
+                            f"{': ' + str(exc.filename) if getattr(exc, 'filename', None) else ''}); nothing was "
+                            "moved or removed") from None
         if aside.exists():
             shutil.rmtree(aside)
-        for path in existing:
-            key = self.fingerprints_of(stage).key(path)
-            target = aside / (key if not (Path(key).is_absolute() or key.startswith("../")) else path.name)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, target)
+        os.replace(gathering, aside)
         return f"{aside}/"
 
     def _inside(self, path, stage: Optional[Stage] = None) -> bool:

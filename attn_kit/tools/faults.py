@@ -159,6 +159,12 @@ CASES = [
          "one line before any work, --force or not, nothing touched (the export deleted the run it exported); "
          "`--inputs X X Y` refused too (X was averaged twice)",
          "tests/test_outputs.py::test_an_export_never_replaces_the_run_it_reads"),
+    Case("a training option changed on a finished run (`--lr-scale 1.5`): the train stage's outputs set aside, "
+         "checkpoint_last.pt inside the checkpoints/ folder also set aside",
+         "the folder goes to stale/train/ whole, the old model in it bit for bit (checkpoint_last.pt went alone, "
+         "moving checkpoints/ onto it failed, and the rerun deleted that half set-aside); a move that fails puts "
+         "back what was moved (one line); another file system: copied, then removed",
+         "test_a_changed_training_option_sets_the_old_model_aside_whole"),
     Case("`recipes/table3.sh --merge A B --workdir A`, or a merged run's table3.json damaged",
          "one line each, A's table3.json as it was (it was replaced; the damaged file was a traceback)",
          "tests/test_table3.py::test_smoke_rows_make_the_table_and_resume"),
