@@ -201,3 +201,59 @@ def test_ctrl_c_keeps_the_partial_file(tmp_path, server):
     assert 0 < kept < len(DATA)
     assert fetch(remote(), tmp_path, base, quiet).read_bytes() == DATA
     assert handler.ranges == [None, f"bytes={kept}-"]
+
+
+class Endless(Recording):
+    """A mirror that never stops sending (and says no length)."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        try:
+            while True:
+                self.wfile.write(b"\0" * 65536)
+        except OSError:  # the client hung up
+            pass
+
+
+def test_a_server_that_never_stops_sending_is_cut_off_at_the_files_size(tmp_path, server, monkeypatch):
+    """A local mirror serving an endless stream made a 3.7 GB .partial in 15 s for a 7,604-byte archive,
+    the progress line reading "3020.0 / 0.0 MB, ETA 0s". The download stops as soon as it passes the
+    published size (or the Content-Length, or a cap when neither is known), one line, no .partial left."""
+    from attn_kit.pipeline import download
+
+    base, _, _ = server(do_GET=Endless.do_GET)
+    with pytest.raises(UserError, match=r"^data.tgz: .* sent more than the file's 7604 bytes; stopped, and the "
+                                        r"partial download removed") as err:
+        fetch(remote(size=7604), tmp_path, base, quiet)
+    assert "\n" not in str(err.value) and not list(tmp_path.glob("data.tgz*"))
+    monkeypatch.setattr(download, "UNKNOWN_SIZE_CAP", 200_000)
+    with pytest.raises(UserError, match=r"sent more than 195.3 KB, the most a download of unknown size may be"):
+        fetch(remote(size=None, sha256=None), tmp_path, base, quiet)
+    assert not list(tmp_path.glob("data.tgz*"))
+
+
+def test_an_archive_that_unpacks_to_far_more_than_its_size_or_holds_a_link_is_one_line(tmp_path):
+    """A 310 KB gzip member unpacked to 300 MB with no limit; a wanted member that is a link was a
+    traceback. Extraction stops at MAX_EXPANSION times the archive's size, nothing of the member kept."""
+    import gzip
+    import io
+
+    from attn_kit.pipeline.text import MAX_EXPANSION, extract_members
+
+    bomb = gzip.compress(b"\0" * (8 << 20))  # 8 MB of zeros: a few KB
+    archive = tmp_path / "a.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("corpus.en.gz")
+        info.size = len(bomb)
+        tar.addfile(info, io.BytesIO(bomb))
+        link = tarfile.TarInfo("corpus.de")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    assert 8 << 20 > MAX_EXPANSION * archive.stat().st_size + (1 << 20)
+    with pytest.raises(UserError, match=rf"a.tgz: its members unpack to more than {MAX_EXPANSION} times its size"):
+        extract_members(archive, {"corpus.en.gz": tmp_path / "corpus.en"})
+    assert not list(tmp_path.glob("corpus.en*"))
+    with pytest.raises(UserError, match="member corpus.de is not a file"):
+        extract_members(archive, {"corpus.de": tmp_path / "corpus.de"})
+    assert not (tmp_path / "corpus.de").exists()

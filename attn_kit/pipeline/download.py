@@ -16,6 +16,9 @@ from ..cli import UserError, write_json_atomic
 from .progress import clock_text
 
 TIMEOUT = 60  # seconds without data before a connection counts as broken
+# The most a download of unknown size (no published size, no Content-Length) may bring: WMT14's largest
+# archives (the UN corpus, giga-fren) are under 3 GB; a server that never stops would fill the disk.
+UNKNOWN_SIZE_CAP = 8 << 30
 USER_AGENT = "attn_plugin-recipes (python urllib)"
 
 
@@ -187,7 +190,7 @@ def _from_url(rf: RemoteFile, src: str, partial: Path, log, chunk: int, mirror: 
         if have and not start:
             log(f"{rf.name}: the server did not resume at byte {have}; downloading it again from the start")
         length = resp.headers.get("Content-Length")
-        total = start + int(length) if length else rf.size
+        total = start + int(length) if length and length.isdigit() else rf.size
         _copy(rf, resp, partial, start, total, log, chunk, src)
 
 
@@ -212,16 +215,25 @@ def _copy(rf: RemoteFile, stream, partial: Path, start: int, total: Optional[int
         f"{rf.name}: downloading {_size(total) + ' ' if total else ''}from {src}")
     done, t0 = start, time.time()
     last_t, last_tenth = t0, 10 * start // total if total else 0
+    known = [n for n in (total, rf.size) if n is not None]  # the Content-Length, the published size
+    limit = min(known) if known else UNKNOWN_SIZE_CAP
     error = None
     with open(partial, "ab" if start else "wb") as out:
         while True:
             try:
-                block = stream.read(chunk)
+                block = stream.read(min(chunk, limit - done + 1))
             except (OSError, HTTPException) as exc:
                 error = f"{type(exc).__name__}: {exc}".rstrip(": ")
                 break
             if not block:
                 break
+            if done + len(block) > limit:  # more than the file has: nothing of it is kept
+                out.close()
+                partial.unlink()
+                what = (f"the file's {limit} bytes" if known
+                        else f"{_size(limit)}, the most a download of unknown size may be")
+                raise UserError(f"{rf.name}: {src} sent more than {what}; stopped, and the partial download "
+                                "removed (a broken server or mirror: check --mirror)")
             out.write(block)
             done += len(block)
             now, tenth = time.time(), 10 * done // total if total else 0

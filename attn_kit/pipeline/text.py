@@ -164,17 +164,29 @@ def read_sgm(path: Path) -> List[str]:
     return segs
 
 
+# What an archive's members may unpack to at most, as a multiple of the archive's size: text compresses
+# about 3-5 times under gzip (WMT's tgz archives, a .gz inside one); a damaged or hostile archive (a
+# 310 KB gzip member that unpacks to 300 MB) stops there.
+MAX_EXPANSION = 20
+
+
 def extract_members(archive: Path, wanted: dict):
     """Copy members of a tar archive to files: ``wanted`` maps member name ->
     destination path. Members ending in .gz are decompressed on the way.
-    Streams the archive once; a missing member is an error naming the archive."""
+    Streams the archive once; a missing member, a wanted member that is not a
+    plain file (a link, a device, a folder), and members unpacking to more than
+    :data:`MAX_EXPANSION` times the archive's size are each one error naming the archive."""
     todo = dict(wanted)
+    budget = MAX_EXPANSION * archive.stat().st_size + (1 << 20)
     try:
         with tarfile.open(archive, "r:*") as tar:
             for member in tar:
                 dest = todo.pop(member.name, None) or todo.pop(member.name.lstrip("./"), None)
                 if dest is None:
                     continue
+                if not member.isfile():
+                    raise UserError(f"{archive}: member {member.name} is not a file (a link, a device or a "
+                                    "folder); is it the right archive?")
                 src = tar.extractfile(member)
                 if member.name.endswith(".gz"):
                     src = gzip.GzipFile(fileobj=src)
@@ -184,7 +196,15 @@ def extract_members(archive: Path, wanted: dict):
                         block = src.read(1 << 20)
                         if not block:
                             break
+                        budget -= len(block)
+                        if budget < 0:
+                            break
                         out.write(block)
+                if budget < 0:
+                    tmp.unlink()
+                    raise UserError(f"{archive}: its members unpack to more than {MAX_EXPANSION} times its size "
+                                    f"({member.name} stopped there, nothing of it kept): a damaged or wrong archive; "
+                                    "delete it and run again to re-download")
                 tmp.replace(dest)
                 if not todo:
                     break

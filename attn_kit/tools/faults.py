@@ -150,6 +150,16 @@ CASES = [
          "PID namespace, process and its start time that made it, and only those of ended processes of this "
          "machine and namespace are removed",
          "tests/test_scratch.py::test_only_the_kits_folders_of_ended_processes_go"),
+    Case("a mirror that never stops sending (a 7,604-byte archive: 3.7 GB of .partial in 15 s, the progress line "
+         "\"3020.0 / 0.0 MB, ETA 0s\")",
+         "the download stops as soon as it passes the published size, the Content-Length, or (neither known) "
+         "8 GB; one line, the partial download removed",
+         "tests/test_download.py::test_a_server_that_never_stops_sending_is_cut_off_at_the_files_size"),
+    Case("an archive whose member unpacks to far more than the archive (a 310 KB gzip member to 300 MB), or whose "
+         "wanted member is a link, a device or a folder",
+         "extraction stops at 20 times the archive's size, nothing of the member kept; the link is one line (it was "
+         "a traceback)",
+         "tests/test_download.py::test_an_archive_that_unpacks_to_far_more_than_its_size_or_holds_a_link_is_one_line"),
     Case("a TMPDIR too long for the sockets of fairseq's data-loader workers (87 characters)",
          "the commands' scratch folders go in /tmp (one line saying so), where fairseq-train waited forever at 0% "
          "CPU; one line naming the limit where /tmp cannot be written",
