@@ -295,6 +295,14 @@ def add_force_option(parser, what: str = "the output"):
     parser.add_argument("--force", action="store_true", help=f"replace {what} if it exists (default: refuse)")
 
 
+def add_ignore_changed_option(parser):
+    """``--ignore-changed-files`` of the commands that load a run's model: use a run whose dictionaries or
+    BPE files changed since it made them (attn_plugin.run_cards refuses it by default, naming this option)."""
+    parser.add_argument("--ignore-changed-files", action="store_true",
+                        help="use the run even where its dictionaries or BPE files changed since the run made "
+                             "them (default: refused in one line: the model's token ids would stand for other words)")
+
+
 def write_text_atomic(path, text: str):
     with atomic_output(path) as tmp:
         Path(tmp).write_text(text, encoding="utf-8")

@@ -53,13 +53,15 @@ class AttnHubInterface(GeneratorHubInterface):
 
 
 def from_pretrained(run_dir, checkpoint_file: Optional[str] = None, data_name_or_path: Optional[str] = None,
-                    **overrides) -> AttnHubInterface:
+                    ignore_changed_files: bool = False, **overrides) -> AttnHubInterface:
     """Load RUN_DIR's evaluated model with its pre-processing and decoding settings
     (see the module docstring); ``overrides`` are fairseq options (``beam``,
-    ``gnmt_alpha``, ``lenpen``, ``max_len_b``, ``tokenizer``, ``bpe``, ``cpu``, ...)."""
+    ``gnmt_alpha``, ``lenpen``, ``max_len_b``, ``tokenizer``, ``bpe``, ``cpu``, ...).
+    The run's dictionaries and BPE files must hold what the run made (``ignore_changed_files``: load
+    them all the same)."""
     from fairseq import checkpoint_utils
 
-    info = read_run_card(run_dir)
+    info = read_run_card(run_dir, check_files=not ignore_changed_files)
     run_dir = Path(run_dir).resolve()
     generation = dict(info["generation"])
     for key in list(overrides):

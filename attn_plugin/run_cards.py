@@ -93,6 +93,8 @@ INFERENCE = {
     "paths": Key((list,), "the options that name files", items=PATH_ARGS),
     "generation": Key((dict,), "the decoding options", keys=GENERATION),
     "batch_size": Key(INT + NONE, "sentences a batch", minimum=1),
+    "checksums": Key((dict,), "the sha256 of each file the model's token ids depend on (the dictionaries, the BPE "
+                              "codes and vocabulary) as the run made them"),
 }
 _CT2_ARGS = {**{k: v for k, v in ARGS.items() if k not in ("task", "bf16_inference")},
              "source_lang": replace(ARGS["source_lang"], required=False),
@@ -130,9 +132,11 @@ _RESCORE = "rerun the recipe (the same command) to score the run again"
 
 
 # ------------------------------------------------------------------------------------------- reading
-def read_run_card(run_dir) -> dict:
+def read_run_card(run_dir, check_files: bool = True) -> dict:
     """``RUN_DIR/inference.json`` checked against :data:`INFERENCE` (and every file it names),
-    with the optional keys filled in; a one-line :class:`ConfigError` otherwise."""
+    with the optional keys filled in; a one-line :class:`ConfigError` otherwise. ``check_files``:
+    the dictionaries and BPE files must still hold what the run made (its ``checksums``): an edited
+    dictionary translates every sentence into wrong tokens without an error."""
     run_dir = Path(run_dir)
     path = run_dir / RUN_CARD
     if not run_dir.is_dir():
@@ -152,7 +156,38 @@ def read_run_card(run_dir) -> dict:
     _check_file(run_dir, card["data"], "data", "data", path, _REWRITE,
                 langs=(card["args"]["source_lang"], card["args"]["target_lang"]), roots=roots)
     _check_path_args(run_dir, card["args"], path, _REWRITE, roots)
+    if check_files:
+        _check_checksums(run_dir, card.get("checksums") or {}, path, roots)
     return card
+
+
+IGNORE_CHANGED = "--ignore-changed-files"  # the commands' option; from_pretrained's ignore_changed_files=True
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_checksums(run_dir: Path, recorded: dict, path: Path, roots: Sequence[Path]):
+    """Each file ``recorded`` names holds what the run made; one ConfigError naming the first that does not."""
+    for name, want in recorded.items():
+        if not (isinstance(want, str) and re.fullmatch(r"[0-9a-f]{64}", want)):
+            raise ConfigError(f"{path}: 'checksums.{name}' is {json.dumps(want)[:60]}, not a sha256: it is damaged "
+                              f"or was edited; {_REWRITE}")
+        target = _inside(run_dir, name, path, f"checksums.{name}", _REWRITE, roots)
+        if not target.is_file():
+            raise ConfigError(f"{target} is missing ('checksums' of {path}): the run's model needs it; {_REWRITE}")
+        got = _sha256(target)
+        if got != want:
+            raise ConfigError(f"{target} changed since the run made it (sha256 {got[:12]}..., the run's {want[:12]}...): "
+                              "the model's token ids would stand for other words; put the run's own file back, or "
+                              f"go on anyway with {IGNORE_CHANGED} (from_pretrained: ignore_changed_files=True)")
 
 
 def read_ct2_card(path) -> dict:

@@ -375,3 +375,39 @@ def test_plot_attention_on_a_stock_fairseq_checkpoint_is_one_line(smoke_run, tmp
     assert_one_error_line(proc, "the checkpoint's model is TransformerModel (--arch transformer), not "
                                 "attn_plugin's attn_transformer")
     assert not (tmp_path / "fig.png").exists()
+
+
+def test_a_dictionary_or_bpe_file_changed_after_the_run_is_refused_unless_asked(smoke_run, tmp_path):
+    """Two lines of data-bin/dict.en.txt swapped after the run: translate.py printed a wrong token for every
+    line, exit 0; BPE codes from another run were taken too. The run card records the sha256 of every file
+    the model's token ids depend on when the run makes it; translate.py, plot_attention.py, the export and
+    from_pretrained refuse a changed one in one line naming it and --ignore-changed-files, which goes on."""
+    from attn_kit.inference import ctranslate2
+    from attn_plugin.errors import ConfigError
+    from attn_plugin.models.attn_transformer import AttnTransformerModel
+
+    work = copy_run(smoke_run, tmp_path / "run")
+    card = json.loads((work / "inference.json").read_text())
+    assert set(card["checksums"]) == {"data-bin/dict.en.txt", "data-bin/dict.de.txt", "bpe/codes", "bpe/vocab.en"}
+    dictionary = work / "data-bin" / "dict.en.txt"
+    entries = dictionary.read_text(encoding="utf-8").splitlines(keepends=True)
+    entries[10], entries[11] = entries[11], entries[10]
+    for side in ("en", "de"):  # the joined dictionary edited alike on both sides: it loads, and means other words
+        (work / "data-bin" / f"dict.{side}.txt").write_text("".join(entries), encoding="utf-8")
+    message = f"{dictionary} changed since the run made it"
+    assert_one_error_line(translate(work, stdin="A man .\n"), message, "--ignore-changed-files")
+    assert_one_error_line(plot(work, "--sentence", "A man .", "--output", tmp_path / "a.png"), message)
+    assert_one_error_line(run_main(ctranslate2.main, str(work), str(tmp_path / "ct2")), message)
+    with pytest.raises(ConfigError, match=message):
+        AttnTransformerModel.from_pretrained(str(work))
+    AttnTransformerModel.from_pretrained(str(work), ignore_changed_files=True)
+    went_on = translate(work, "--ignore-changed-files", stdin="A man .\n")
+    assert went_on.returncode == 0 and went_on.stdout.count("\n") == 1
+    # the dictionary put back; another run's BPE codes (one merge more) in place of the run's own
+    entries[10], entries[11] = entries[11], entries[10]
+    for side in ("en", "de"):
+        (work / "data-bin" / f"dict.{side}.txt").write_text("".join(entries), encoding="utf-8")
+    assert translate(work, stdin="A man .\n").returncode == 0
+    codes = work / "bpe" / "codes"
+    codes.write_text(codes.read_text(encoding="utf-8") + "e n</w>\n", encoding="utf-8")
+    assert_one_error_line(translate(work, stdin="A man .\n"), f"{codes} changed since the run made it")

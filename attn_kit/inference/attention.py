@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, add_output_option, atomic_output,
-                   check_output, log)
+from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, add_ignore_changed_option,
+                   add_output_option, atomic_output, check_output, log)
 from .translate import Translator
 
 
@@ -36,6 +36,7 @@ def parse_args(argv=None):
                    help="draw only the lines from this word of the sentence, as tokenized (all its BPE pieces; "
                         "every occurrence), as the paper's Figs. 3 and 4 do for 'making' and 'its'")
     add_force_option(p, "the --output and --dump files")
+    add_ignore_changed_option(p)
     args = p.parse_args(argv)
     if not args.out and not args.dump:
         raise UsageError("give --output FIG.png, --dump WEIGHTS.npz or both")
@@ -171,7 +172,7 @@ def dump(weights: dict, path: Path):
 
 def main(argv=None):
     args = parse_args(argv)
-    translator = Translator(args.run_dir, {})
+    translator = Translator(args.run_dir, {"ignore_changed_files": True} if args.ignore_changed_files else {})
     weights = attention_of(translator, args.sentence)
     n_layers, h = weights["encoder_self_attention"].shape[:2]
     layer = (args.layer if args.layer is not None else max(1, n_layers - 1)) - 1

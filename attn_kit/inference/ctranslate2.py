@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from ..cli import ArgumentParser, UsageError, UserError, add_force_option, atomic_output, check_output, log
+from ..cli import (ArgumentParser, UsageError, UserError, add_force_option, add_ignore_changed_option, atomic_output,
+                   check_output, log)
 from ..metrics.trees import delinearize
 from ..fairseq_layer.plugin import load, quiet_inference
 
@@ -196,18 +197,21 @@ _ENCODER_OPTIONS = {  # card args that belong to the tokenizer / BPE / decoding,
 }
 
 
-def export(run_dir, out_dir, quantization: Optional[str] = None, checkpoint: Optional[str] = None) -> dict:
+def export(run_dir, out_dir, quantization: Optional[str] = None, checkpoint: Optional[str] = None,
+           ignore_changed_files: bool = False) -> dict:
     """Export RUN_DIR's evaluated model (or ``checkpoint``) to ``out_dir`` (replaced whole, atomically)
-    as a CTranslate2 model with the run's BPE files and :data:`CARD`; returns the card."""
+    as a CTranslate2 model with the run's BPE files and :data:`CARD`; returns the card.
+    ``ignore_changed_files``: export a run whose dictionaries or BPE files changed since it made them."""
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise UsageError(f"--quantization {quantization}: choose from {', '.join(QUANTIZATIONS)}")
     ct2 = require_ctranslate2()
     quiet_inference()
     run_cards = load("attn_plugin.run_cards")
     run_dir = Path(run_dir)
-    info = run_cards.read_run_card(run_dir)  # checked (every file it names in RUN_DIR) before anything loads
+    info = run_cards.read_run_card(run_dir, not ignore_changed_files)  # checked before anything loads
     AttnTransformerModel = load("attn_plugin.models.attn_transformer").AttnTransformerModel
-    hub = AttnTransformerModel.from_pretrained(str(run_dir), checkpoint_file=checkpoint)
+    hub = AttnTransformerModel.from_pretrained(str(run_dir), checkpoint_file=checkpoint,
+                                               ignore_changed_files=ignore_changed_files)
     model = hub.models[0]
     model.eval()  # (fairseq's models return None from eval())
     cfg = hub.cfg.model
@@ -507,6 +511,7 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint", type=Path, help="another checkpoint of the run (default: the one the recipe "
                                                    "evaluated)")
     add_force_option(p, "an earlier export in OUT_DIR")
+    add_ignore_changed_option(p)
     args = p.parse_args(argv)
     if args.out_dir.resolve() == args.run_dir.resolve():
         raise UsageError("OUT_DIR must differ from RUN_DIR")
@@ -524,7 +529,7 @@ def main(argv=None):
     args = parse_args(argv)
     require_ctranslate2()
     card = export(args.run_dir, args.out_dir, args.quantization,
-                  str(args.checkpoint.resolve()) if args.checkpoint else None)
+                  str(args.checkpoint.resolve()) if args.checkpoint else None, args.ignore_changed_files)
     penalty = (f"GNMT alpha {card['args']['gnmt_alpha']:g} (reranked n-best)" if card["args"].get("gnmt_alpha")
                is not None and "lenpen" not in card["generation"]
                else f"fairseq lenpen {card['generation'].get('lenpen', 1.0):g}")

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Iterable, List, Optional
 
-from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, check_output, log, one_line,
-                   write_text_atomic)
+from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, add_ignore_changed_option,
+                   check_output, log, one_line, write_text_atomic)
 from ..metrics.scores import sacrebleu_score
 from ..metrics.trees import delinearize
 from ..pipeline.progress import Progress
@@ -37,6 +37,7 @@ def parse_args(argv=None):
     p.add_argument("-o", "--output", type=Path, help="where the translations go (default: stdout); an existing "
                                                      "file only with --force, never a folder")
     add_force_option(p, "the --output file")
+    add_ignore_changed_option(p)
     add_errors_option(p)
     p.add_argument("--beam", type=Number(int, minimum=1), help="beam size (default: the run's, e.g. 4)")
     p.add_argument("--gnmt-alpha", type=Number(float, minimum=0),
@@ -94,6 +95,8 @@ def overrides(args) -> dict:
         out["checkpoint_file"] = str(args.checkpoint.resolve())
     if args.tokenized:
         out["tokenizer"] = None
+    if args.ignore_changed_files:
+        out["ignore_changed_files"] = True
     return out
 
 
@@ -102,7 +105,8 @@ class Translator:
 
     def __init__(self, run_dir: Path, options: dict, gpu: bool = False):
         quiet_inference()
-        self.card = load("attn_plugin.run_cards").read_run_card(run_dir)  # checked before anything loads
+        check = not options.get("ignore_changed_files")
+        self.card = load("attn_plugin.run_cards").read_run_card(run_dir, check)  # checked before anything loads
         AttnTransformerModel = load("attn_plugin.models.attn_transformer").AttnTransformerModel
         self.parsing = self.card["kind"] == "parsing"
         checkpoint = options.pop("checkpoint_file", None)
@@ -163,7 +167,7 @@ def main(argv=None):
     if args.engine == "ctranslate2":
         read_card(args.run_dir)
     else:
-        run_cards.read_run_card(args.run_dir)
+        run_cards.read_run_card(args.run_dir, check_files=not args.ignore_changed_files)
     name = None
     if args.check_test_set:
         results = run_cards.read_results(args.run_dir, required=("test_source", "test_output"))

@@ -19,6 +19,7 @@ from ..fairseq_layer.curves import CurveWriter, loss_curve
 from ..fairseq_layer.fairseq_commands import DecodePlan, TrainPlan, batch_plan, launcher, precision_of, read_averaged
 from ..fairseq_layer.fairseq_log import TrainProgress, train_log_summary
 from ..pipeline import text
+from ..pipeline.download import sha256_of
 from ..planning.sizes import ARCH_SIZES, SIZES
 from . import scale
 
@@ -238,9 +239,13 @@ def write_run_card(workdir: Path, kind: str, checkpoint: Path, data_bin: Path, s
     args.update({k: rel(v) if k in paths else v for k, v in preprocessing.items()})
     shared = {"data_workdir": rel(data_workdir)} if data_workdir and Path(data_workdir).resolve() != \
         Path(workdir).resolve() else {}
+    # what the model's token ids mean: checked whenever the card is read (an edited dictionary translates wrongly)
+    meaning = [Path(data_bin) / f"dict.{lang}.txt" for lang in dict.fromkeys((src, tgt))]
+    meaning += [Path(preprocessing[k]) for k in paths]
     write_json_atomic(workdir / "inference.json", {
         "kind": kind, "checkpoint": rel(checkpoint), "data": rel(data_bin), **shared, "args": args, "paths": paths,
-        "generation": generation, "batch_size": int(plan.batch_size)})
+        "generation": generation, "batch_size": int(plan.batch_size),
+        "checksums": {rel(f): sha256_of(f) for f in meaning}})
 
 
 def read_hypotheses(gen_out: Path, expected: int) -> List[str]:

@@ -169,6 +169,12 @@ CASES = [
          "one line before any work, --force or not, nothing touched (the export deleted the run it exported); "
          "`--inputs X X Y` refused too (X was averaged twice)",
          "tests/test_outputs.py::test_an_export_never_replaces_the_run_it_reads"),
+    Case("a run's dictionary edited after the run (two lines swapped), or another run's BPE codes in its place",
+         "translate.py, plot_attention.py, the CTranslate2 export and from_pretrained refuse it in one line naming "
+         "the file (the run card holds the sha256 of every file the model's token ids depend on, as the run made "
+         "it); `--ignore-changed-files` (from_pretrained: `ignore_changed_files=True`) goes on. translate.py "
+         "printed a wrong token for every line, exit 0",
+         "tests/test_translate.py::test_a_dictionary_or_bpe_file_changed_after_the_run_is_refused_unless_asked"),
     Case("a training option changed on a finished run (`--lr-scale 1.5`): the train stage's outputs set aside, "
          "checkpoint_last.pt inside the checkpoints/ folder also set aside",
          "the folder goes to stale/train/ whole, the old model in it bit for bit (checkpoint_last.pt went alone, "
