@@ -140,13 +140,14 @@ def bundled() -> str:
         key = (m["machine"].split(", Linux")[0], m["result"]["seed"], m["result"].get("threads"))
         groups.setdefault(key, []).append(m)
     for (machine, seed, threads), group in groups.items():
-        group.sort(key=lambda m: m["date"])
+        group.sort(key=lambda m: (m["date"], commit_time(m["commit"])))
         r = group[-1]["result"]
         same = next((run["result"] for run in runs if run["result"]["seed"] == seed), None)
         year = "2017" if t2t_scores(r)[0] is not None else "2018"
         t2t = lambda run: fmt(t2t_scores(run)[0 if year == "2017" else 1])  # noqa: E731
         scores = sorted({m["result"]["sacrebleu"] for m in group})
-        commits = " and ".join(m["commit"][:7] for m in group)
+        shas = [m["commit"][:7] for m in group]
+        commits = " and ".join([", ".join(shas[:-1]), shas[-1]] if len(shas) > 1 else shas)
         bleu = (f"sacreBLEU {scores[0]:.2f} at each commit" if len(group) > 1 and len(scores) == 1
                 else "sacreBLEU " + ", ".join(f"{m['result']['sacrebleu']:.2f}" for m in group))
         note += (f" The same command with seed {seed} on {machine} ({threads} threads, commit"
@@ -645,6 +646,14 @@ def table3() -> str:
 
 
 # ---------------------------------------------------------------------------------------------- CTranslate2
+def commit_time(sha: str) -> int:
+    """When commit ``sha`` was made (seconds; 0 where git does not know it): orders runs filed the same day."""
+    import subprocess
+
+    proc = subprocess.run(["git", "log", "-1", "--format=%ct", sha], cwd=REPO, capture_output=True, text=True)
+    return int(proc.stdout.strip() or 0) if proc.returncode == 0 else 0
+
+
 def cpu_name(run: dict) -> str:
     """The CPU model of a results file's machine ("AMD EPYC", "Intel Xeon")."""
     return run["machine"].split(",")[0].replace("(R)", "").replace(" Processor", "").strip()
