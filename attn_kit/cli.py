@@ -8,6 +8,7 @@ at all (:func:`atomic_output`); a full disk is one line naming the file.
 """
 import argparse
 import errno
+import io
 import json
 import math
 import os
@@ -118,9 +119,14 @@ _GUARDED = []  # the pid that installed the SIGTERM handler (forked workers inhe
 _SIGNALLED = []  # the Ctrl-C and SIGTERM main_guard's handlers received
 
 
+# What ends a command as SIGTERM does (one line, its exit status, finished work kept): a scheduler's or
+# kill's SIGTERM, a closed terminal or ssh connection's SIGHUP, Ctrl-\'s SIGQUIT
+ENDING = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
 def _terminate(signum, frame):
     if _GUARDED and os.getpid() != _GUARDED[0]:  # a forked process that has not reset the handler yet: just end
-        os._exit(128 + signal.SIGTERM)
+        os._exit(128 + signum)
     _SIGNALLED.append(signum)
     raise Terminated()
 
@@ -136,12 +142,12 @@ def raise_if_signalled():
     may report its own error instead (matplotlib's "Invalid bounding box"). A loop that would go
     on after it calls this (:func:`attn_kit.pipeline.process.stream` at each line)."""
     if _SIGNALLED:
-        raise Terminated() if _SIGNALLED[0] == signal.SIGTERM else KeyboardInterrupt()
+        raise KeyboardInterrupt() if _SIGNALLED[0] == signal.SIGINT else Terminated()
 
 
 def _interrupted_line(signum: int, interrupted: str) -> str:
-    return error_line(interrupted.replace("interrupted", "terminated (SIGTERM)", 1) if signum == signal.SIGTERM
-                      else interrupted)
+    return error_line(interrupted if signum == signal.SIGINT else
+                      interrupted.replace("interrupted", f"terminated ({signal.Signals(signum).name})", 1))
 
 
 def _exit_on_signal(interrupted: Optional[str]):
@@ -157,9 +163,100 @@ def _exit_on_signal(interrupted: Optional[str]):
             pass
         os._exit(128 + signum)
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, *ENDING):
         if signal.getsignal(sig) in (_interrupt, _terminate):
             signal.signal(sig, leave)
+
+
+class _Closed:
+    """``sys.stdin`` or ``sys.stdout`` where the shell closed it (``<&-``, ``>&-``; Python then has None):
+    using it is one error line, where it was an AttributeError traceback."""
+
+    def __init__(self, name: str, remedy: str):
+        self._name, self._remedy = name, remedy
+
+    def flush(self):  # what Python does at exit: nothing to flush
+        pass
+
+    def __getattr__(self, attr):
+        raise UserError(f"{self._name} is closed: {self._remedy}")
+
+
+def _reader_gone() -> bool:
+    """Whether standard output is a pipe whose reader has ended (``| head -1``)."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(1, select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poll.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+STDOUT = "standard output"
+
+
+class _StdoutFile(io.RawIOBase):
+    """File descriptor 1 under ``sys.stdout``, whose write errors name it (a full disk, /dev/full, a reader
+    gone): Python's own say "[Errno 28] No space left on device", naming no file."""
+
+    def writable(self):
+        return True
+
+    def fileno(self):
+        return 1
+
+    def isatty(self):
+        return os.isatty(1)
+
+    def write(self, data):
+        try:
+            return os.write(1, data)
+        except OSError as exc:
+            raise type(exc)(exc.errno, exc.strerror, STDOUT) from None
+
+
+def _name_stdout():
+    """``sys.stdout`` on :class:`_StdoutFile`, as Python set it up (encoding, errors, line buffering), where
+    it is the process's own standard output (not a test's capture)."""
+    out = sys.stdout
+    if out is not sys.__stdout__ or isinstance(out, _Closed) or getattr(out, "_attn_named", False):
+        return
+    try:
+        if out.fileno() != 1:
+            return
+        out.flush()
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return
+    named = io.TextIOWrapper(io.BufferedWriter(_StdoutFile()), encoding=out.encoding, errors=out.errors,
+                             line_buffering=out.line_buffering, write_through=getattr(out, "write_through", False))
+    named._attn_named = True
+    sys.stdout = sys.__stdout__ = named
+
+
+def _stdout_failure() -> Optional[OSError]:
+    """The error writing what standard output still buffers gives, None if it writes."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except OSError as exc:
+        return exc
+    except UserError:  # closed: said when it was used
+        return None
+    return None
+
+
+def _leave_stdout(status: int, line: Optional[str] = None):
+    """Exit with ``status`` (and ``line`` on stderr) without writing standard output again: it is gone or
+    full, and Python's own flush at exit would print a second error."""
+    if line:
+        print(line, file=sys.stderr, flush=True)
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    except OSError:
+        pass
+    sys.exit(status)
 
 
 def main_guard(main: Callable[..., Optional[int]], *args, interrupted: str = "interrupted"):
@@ -171,9 +268,18 @@ def main_guard(main: Callable[..., Optional[int]], *args, interrupted: str = "in
     again), a C extension's own error, or nothing (lost in a finalizer, whose message is not shown)."""
     _GUARDED[:] = [os.getpid()]
     _SIGNALLED.clear()
-    signal.signal(signal.SIGTERM, _terminate)
+    for sig in ENDING:
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # not what nohup ignores (SIGHUP)
+            signal.signal(sig, _terminate)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where Ctrl-C is ignored (nohup, &)
         signal.signal(signal.SIGINT, _interrupt)
+    if sys.stdin is None:
+        sys.stdin = _Closed("standard input", "give the input as a file (--input FILE where the command has it) or "
+                                              "pipe it in")
+    if sys.stdout is None:
+        sys.stdout = _Closed("standard output", "the command writes its results and progress there; run it with "
+                                                "standard output open (a terminal, a file, a pipe or /dev/null)")
+    _name_stdout()
     unraisable = sys.unraisablehook
     sys.unraisablehook = lambda u: None if issubclass(u.exc_type, KeyboardInterrupt) else unraisable(u)
     try:
@@ -182,15 +288,27 @@ def main_guard(main: Callable[..., Optional[int]], *args, interrupted: str = "in
         _exit_on_signal(None)
         if _SIGNALLED or isinstance(exc, KeyboardInterrupt):
             signum = _SIGNALLED[0] if _SIGNALLED else signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
-            print(_interrupted_line(signum, interrupted), file=sys.stderr, flush=True)
+            try:
+                print(_interrupted_line(signum, interrupted), file=sys.stderr, flush=True)
+            except OSError:  # SIGHUP: the terminal it would go to may be gone
+                pass
             sys.exit(128 + signum)
         if _user_error(exc):
             print(error_line(exc), file=sys.stderr, flush=True)
             sys.exit(getattr(exc, "exit_status", 1))
+        if isinstance(exc, BrokenPipeError) and _reader_gone():  # `| head -1`: ends quietly, as the shell's tools
+            _leave_stdout(128 + signal.SIGPIPE)
+        if isinstance(exc, OSError) and exc.filename == STDOUT:  # /dev/full, a full disk
+            _leave_stdout(1, error_line(f"writing standard output: {exc.strerror or exc}"))
         if isinstance(exc, OSError):  # a file problem the message names
             print(error_line(exc), file=sys.stderr, flush=True)
             sys.exit(1)
         raise
+    failure = _stdout_failure()  # what is still buffered, written now: a reader gone, a full disk
+    if failure is not None:
+        if isinstance(failure, BrokenPipeError) and _reader_gone():
+            _leave_stdout(128 + signal.SIGPIPE)
+        _leave_stdout(1, error_line(f"writing standard output: {failure.strerror or failure}"))
     _exit_on_signal(None if _SIGNALLED else interrupted)
     if _SIGNALLED:  # received, then lost on the way: the command did not stop when asked
         print(_interrupted_line(_SIGNALLED[0], interrupted), file=sys.stderr, flush=True)
@@ -216,7 +334,7 @@ def _remove(path: Path):
         path.unlink()
 
 
-NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file-size limit (ulimit -f)
 
 
 @contextmanager
@@ -233,8 +351,10 @@ def atomic_output(path):
     except OSError as exc:
         _remove(tmp)
         if exc.errno in NO_SPACE:
-            raise UserError(f"no space left on the device to write {path} ({exc.strerror}); nothing was "
-                            "written: free some space and run the same command again") from None
+            limit = exc.errno == errno.EFBIG
+            raise UserError(f"{'a file-size limit (ulimit -f) stopped it' if limit else 'no space left on the device'}"
+                            f" to write {path} ({exc.strerror}); nothing was written: "
+                            f"{'raise the limit' if limit else 'free some space'} and run the same command again") from None
         raise
     except BaseException:
         _remove(tmp)
@@ -255,12 +375,6 @@ def check_output(path, option: str = "--output", force: bool = False, folder: bo
     reads, --force or not), and nothing is there yet unless ``force`` (the command's ``--force``). A
     :class:`UsageError` naming ``option`` otherwise. The command then writes it with :func:`atomic_output`."""
     path = Path(path)
-    target = path.resolve()
-    for source in inputs:
-        if source is not None and (Path(source).resolve() == target or target in Path(source).resolve().parents):
-            what = "is" if Path(source).resolve() == target else "holds"
-            raise UsageError(f"{option} {path} {what} {source}, which this command reads: writing it would "
-                             "replace what is being read (--force or not); give another path")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         what = "is a file, not a folder" if parent.exists() else "does not exist"
@@ -269,6 +383,12 @@ def check_output(path, option: str = "--output", force: bool = False, folder: bo
         raise UsageError(f"{option} {path} is a folder; give a file path (nothing in the folder is touched)")
     if folder and path.exists() and not path.is_dir():
         raise UsageError(f"{option} {path} is a file; give a folder (the file is not touched)")
+    target = path.resolve()
+    for source in inputs:
+        if source is not None and (Path(source).resolve() == target or target in Path(source).resolve().parents):
+            what = "is" if Path(source).resolve() == target else "holds"
+            raise UsageError(f"{option} {path} {what} {source}, which this command reads: writing it would "
+                             "replace what is being read (--force or not); give another path")
     if (path.exists() or path.is_symlink()) and not force:
         kind = "folder" if path.is_dir() else "file"
         raise UsageError(f"{option} {path}: the {kind} exists; pass --force to replace it, or choose another path")

@@ -438,19 +438,22 @@ def test_averaging_checks_every_input_before_writing(two_checkpoints, change, me
     (["--num-update-checkpoints", "-1"], True, "argument --num-update-checkpoints: -1 is not >= 1"),
     (["--output", "{tmp}"], True, "is a folder; give a file path"),
     (["--output", "{tmp}/a.pt/avg.pt"], True, "a.pt is a file, not a folder"),
-    (["--output", "{tmp}/a.pt"], True, "the file exists; pass --force to replace it"),
+    (["--output", "{tmp}/a.pt"], True, "a.pt is {tmp}/a.pt, which this command reads"),
+    (["--output", "{tmp}/b.pt"], True, "the file exists; pass --force to replace it"),
 ])
 def test_averaging_refuses_a_bad_command_line_before_reading(two_checkpoints, argv, usage, message):
     state, tmp = two_checkpoints
     torch.save(state, tmp / "a.pt")
-    argv = [a.format(tmp=tmp) for a in argv]
+    if "{tmp}/b.pt" in argv:  # an existing file that is not an input
+        torch.save(state, tmp / "b.pt")
+    argv, message = [a.format(tmp=tmp) for a in argv], message.format(tmp=tmp)
     base = ["--inputs", str(tmp if "--num-update-checkpoints" in argv else tmp / "a.pt")]
     if "--output" not in argv:
         base += ["--output", str(tmp / "avg.pt")]
     with pytest.raises(UsageError if usage else UserError) as info:
         average(*base, *argv)
     assert message in str(info.value)
-    assert sorted(p.name for p in tmp.iterdir()) == ["a.pt"]
+    assert sorted(p.name for p in tmp.iterdir()) == ["a.pt", *(["b.pt"] if "b.pt" in str(argv) else [])]
 
 
 def test_averaging_or_fewer_takes_every_checkpoint_there_is_and_none_is_one_line(plugin_run, tmp_path, capsys):

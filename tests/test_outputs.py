@@ -115,9 +115,9 @@ def test_averaging_neither_replaces_an_input_nor_weighs_one_twice(tmp_path):
     proc = run_main(checkpoints.main, "--inputs", str(a), str(b), "--output", str(a), "--force")
     assert_one_error_line(proc, f"--output {a} is {a}, which this command reads")
     assert a.read_bytes() == b"a"
+    # a checkpoint named twice is weighed twice: said (the canary times averaging so, on copies of one)
     proc = run_main(checkpoints.main, "--inputs", str(a), str(a), str(b), "--output", str(tmp_path / "avg.pt"))
-    assert_one_error_line(proc, f"--inputs names {a} more than once: each checkpoint is averaged once")
-    assert not (tmp_path / "avg.pt").exists()
+    assert f"warning: --inputs names {a} more than once: it is weighed that many times" in proc.stderr
 
 
 def test_translate_never_writes_over_its_input(tmp_path):

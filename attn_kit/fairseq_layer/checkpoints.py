@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -245,8 +246,9 @@ def main(argv=None) -> int:
         check_output(args.info_json, "--info-json", args.force, inputs=args.inputs)
     resolved = [Path(p).resolve() for p in args.inputs]
     repeated = sorted({str(p) for p, r in zip(args.inputs, resolved) if resolved.count(r) > 1})
-    if repeated:  # averaged, it would weigh twice
-        raise UsageError(f"--inputs names {', '.join(repeated)} more than once: each checkpoint is averaged once")
+    if repeated:  # said, not refused: the canary times averaging on copies of one checkpoint
+        log(f"warning: --inputs names {', '.join(repeated)} more than once: it is weighed that many times in the "
+            "average", stream=sys.stderr)
     n = args.num_epoch_checkpoints if args.num_epoch_checkpoints is not None else args.num_update_checkpoints
     updates = None
     if n is not None:

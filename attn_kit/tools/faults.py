@@ -150,6 +150,19 @@ CASES = [
          "PID namespace, process and its start time that made it, and only those of ended processes of this "
          "machine and namespace are removed",
          "tests/test_scratch.py::test_only_the_kits_folders_of_ended_processes_go"),
+    Case("a reader that goes away (`translate.py RUN < in | head -1`, a recipe's dry run into `head`)",
+         "the command ends quietly with exit 141, as the shell's own tools do (it printed `error: [Errno 32] Broken "
+         "pipe`, exit 1)",
+         "tests/test_streams.py::test_a_reader_that_goes_away_ends_the_command_quietly"),
+    Case("standard output full (`> /dev/full`) or closed (`>&-`), standard input closed (`<&-`)",
+         "one line naming the stream (`writing standard output: No space left on device`; `standard input is "
+         "closed: ...`), exit 1 (a full one named no file; a closed one was an AttributeError traceback)",
+         "tests/test_streams.py::test_a_full_or_closed_standard_stream_is_one_line_naming_it"),
+    Case("SIGHUP (a closed terminal or ssh connection) or SIGQUIT (Ctrl-\\) during a command",
+         "as SIGTERM: one line `terminated (SIGHUP)`, exit 129 (SIGQUIT: 131), the running tool stopped and its "
+         "scratch folder removed (it ended with no line, the folder left); a file-size limit (`ulimit -f`) is one "
+         "line as a full disk is",
+         "tests/test_streams.py::test_sighup_and_sigquit_end_a_command_as_sigterm_does"),
     Case("a mirror that never stops sending (a 7,604-byte archive: 3.7 GB of .partial in 15 s, the progress line "
          "\"3020.0 / 0.0 MB, ETA 0s\")",
          "the download stops as soon as it passes the published size, the Content-Length, or (neither known) "
@@ -167,7 +180,7 @@ CASES = [
     Case("an output that is, or holds, what the command reads: `export_ctranslate2.py RUN OUT --force` with RUN "
          "inside OUT, `average_checkpoints.py --output` one of its `--inputs`, `translate.py --output` its `--input`",
          "one line before any work, --force or not, nothing touched (the export deleted the run it exported); "
-         "`--inputs X X Y` refused too (X was averaged twice)",
+         "`--inputs X X Y` says X is weighed twice (it was silent)",
          "tests/test_outputs.py::test_an_export_never_replaces_the_run_it_reads"),
     Case("a run's dictionary edited after the run (two lines swapped), or another run's BPE codes in its place",
          "translate.py, plot_attention.py, the CTranslate2 export and from_pretrained refuse it in one line naming "
