@@ -266,6 +266,12 @@ def main_guard(main: Callable[..., Optional[int]], *args, interrupted: str = "in
     A signal at any moment is its one line and exit 130 (Ctrl-C) or 143 (SIGTERM), whatever it
     leaves behind: an error in cleanup after it (a module whose import it cut short, imported
     again), a C extension's own error, or nothing (lost in a finalizer, whose message is not shown)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:  # the tools a command starts fail late and obscurely there (oneMKL's fatal error)
+        print(error_line("the current folder no longer exists (it was deleted after the shell entered it): cd to "
+                         "an existing folder and run the command again"), file=sys.stderr, flush=True)
+        sys.exit(1)
     _GUARDED[:] = [os.getpid()]
     _SIGNALLED.clear()
     for sig in ENDING:

@@ -1,7 +1,9 @@
 """Every stream and signal a shell can throw at a command (attn_kit.cli.main_guard): a reader that
 goes away ends the command quietly as the shell's own tools end (exit 141); a full or closed standard
 stream is one line naming it; SIGHUP (a closed terminal or ssh connection) and SIGQUIT end a command
-as SIGTERM does, one line, its scratch folder removed."""
+as SIGTERM does, one line, its scratch folder removed. And the environment it runs in: a deleted
+current folder, a ':' in a work directory, a file-size limit: one line each, before any work where
+it can be known."""
 import os
 import signal
 import subprocess
@@ -82,3 +84,33 @@ def test_sighup_and_sigquit_end_a_command_as_sigterm_does(tmp_path, sig):
     name = signal.Signals(sig).name
     assert err.strip() == f"error: terminated ({name}); finished stages are kept", err
     assert not os.path.exists(os.path.join("/tmp", scratch[0]))
+
+
+# --------------------------------------------------------------------------- paths and the environment
+def test_a_deleted_current_folder_and_a_colon_in_the_work_directory_are_one_line_before_any_work(tmp_path):
+    """A deleted current folder failed late with oneMKL's fatal error; a ':' in --workdir failed at the
+    train stage after the data stages (fairseq reads a data path with ':' as a list of folders)."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    proc = subprocess.run(["bash", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "bash", str(gone),
+                           *guarded(tmp_path, "print")], capture_output=True, text=True)
+    assert_one_error_line(proc, "the current folder no longer exists")
+    colon = tmp_path / "a:b"
+    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.translation", "--smoke", "--workdir", str(colon)],
+                          capture_output=True, text=True, timeout=120)
+    assert_one_error_line(proc, f"--workdir {colon}: its path holds ':'")
+    assert proc.returncode == 2 and not colon.exists()
+
+
+def test_a_file_size_limit_is_one_line_as_a_full_disk_is(tmp_path):
+    """`ulimit -f`: "File too large" named no file and left a temporary file; now one line naming the file
+    and the limit, nothing left (attn_kit.cli.atomic_output, every file the kit writes)."""
+    script = tmp_path / "big.py"
+    script.write_text("import resource, sys\n"
+                      "from attn_kit.cli import main_guard, write_text_atomic\n"
+                      "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+                      "main_guard(lambda: write_text_atomic(sys.argv[1], 'x' * 100000))\n")
+    out = tmp_path / "out.txt"
+    proc = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True)
+    assert_one_error_line(proc, f"a file-size limit (ulimit -f) stopped it to write {out}", "raise the limit")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.py"]

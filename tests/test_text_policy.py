@@ -222,3 +222,21 @@ def test_a_nul_character_in_a_corpus_is_a_space_and_said_once(tmp_path):
         "(the tokenizer would delete it and join the words around it)"]
     tokens = (work / "tok" / "train.en").read_text(encoding="utf-8").split("\n")
     assert tokens[4].startswith("left right ") and tokens[9].startswith("one two ") and "\x00" not in "".join(tokens)
+
+
+def test_a_line_of_only_invisible_characters_is_said_with_its_count(tmp_path):
+    """A test or valid line of only control or zero-width characters passed the empty-line check and
+    became an empty source, decoded and scored silently: the check stage warns once per file, where and
+    how many. Lines with a letter, a digit, punctuation or a symbol are not counted."""
+    data = corpus(tmp_path / "c", sizes=(("train", 300), ("valid", 40), ("test", 40)))
+    lines = (data / "test.en").read_text(encoding="utf-8").split("\n")
+    lines[2], lines[7], lines[8] = "\u200b\u200d", "\x01 \ufeff\x7f", "..."
+    (data / "test.en").write_text("\n".join(lines), encoding="utf-8")
+    proc = parallel(["--src", "en", "--tgt", "de", "--train", data / "train", "--valid", data / "valid", "--test",
+                     data / "test", "--workdir", tmp_path / "w", "--ngpus", "0", "--workers", "1", "--stop-stage",
+                     "copy"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"warning: {data / 'test.en'} line 3 holds no visible character (2 lines in all: only control, zero-width or "
+        "space characters): each tokenizes to nothing, an empty sentence to train on, translate or score; remove "
+        "those pairs"]

@@ -4,7 +4,9 @@ and the recipe's settings from ``files:`` (and ``--preset``) in recipes/configs/
 """
 import argparse
 import hashlib
+import re
 import sys
+import unicodedata
 from collections import Counter
 from itertools import zip_longest
 from pathlib import Path
@@ -61,6 +63,7 @@ class _Side:
     def __init__(self, path: Path):
         self.path, self.lines, self.first_empty, self.empty = path, 0, None, 0
         self.first_nul, self.nul = None, 0
+        self.first_invisible, self.invisible = None, 0
         self.hash = hashlib.blake2b(digest_size=16)
 
     def add(self, line: str):
@@ -69,9 +72,15 @@ class _Side:
         if not line.strip():
             self.empty += 1
             self.first_empty = self.first_empty or self.lines
+        elif not _VISIBLE.search(line) and not any(unicodedata.category(c)[0] in "PSM" for c in line):
+            self.invisible += 1  # only control, format (zero-width) and space characters: it tokenizes to nothing
+            self.first_invisible = self.first_invisible or self.lines
         if "\x00" in line:
             self.nul += 1
             self.first_nul = self.first_nul or self.lines
+
+
+_VISIBLE = re.compile(r"[^\W_]")  # a letter or a digit: most lines, found at C speed
 
 
 def _pair(source: str, target: str) -> bytes:
@@ -110,6 +119,11 @@ def _read_split(split: str, prefix: Path, src: str, tgt: str, errors: str, pairs
         if side.first_empty:
             raise UserError(f"{side.path} line {side.first_empty} is empty ({side.empty} empty line"
                             f"{'s' if side.empty > 1 else ''} in all); remove those pairs from both {a} and {b}")
+    for side in sides:
+        if side.first_invisible:
+            warn(f"{side.path} line {side.first_invisible} holds no visible character ({side.invisible} line"
+                 f"{'s' if side.invisible > 1 else ''} in all: only control, zero-width or space characters): each "
+                 "tokenizes to nothing, an empty sentence to train on, translate or score; remove those pairs")
     for side in sides:
         if side.first_nul:
             warn(f"{side.path} line {side.first_nul} holds a NUL character ({side.nul} line"

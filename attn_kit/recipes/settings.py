@@ -265,6 +265,12 @@ def add_canary_options(g):
 # ---------------------------------------------------------------------------------------------- checks
 def check_run(s):
     """The values every recipe shares, as composed (typed settings or a Namespace): one UsageError."""
+    for option in ("workdir", "data_workdir"):  # fairseq reads a data path with ':' as a list of folders
+        folder = getattr(s, option, None)
+        if folder is not None and ":" in str(Path(folder).resolve()):
+            raise UsageError(f"--{option.replace('_', '-')} {folder}: its path holds ':', which fairseq-train reads "
+                             "as a list of data folders (it would fail after the data stages); choose a folder "
+                             "whose path has no ':'")
     for name in POSITIVE:
         if getattr(s, name, None) not in (None, AUTO) and getattr(s, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1")

@@ -163,6 +163,14 @@ CASES = [
          "scratch folder removed (it ended with no line, the folder left); a file-size limit (`ulimit -f`) is one "
          "line as a full disk is",
          "tests/test_streams.py::test_sighup_and_sigquit_end_a_command_as_sigterm_does"),
+    Case("a deleted current folder, a ':' in --workdir or --data-workdir",
+         "one line before any work (the first failed late with oneMKL's fatal error, the second at the train stage "
+         "after the data stages: fairseq reads a data path with ':' as a list of folders)",
+         "tests/test_streams.py::test_a_deleted_current_folder_and_a_colon_in_the_work_directory_are_one_line_before_any_work"),
+    Case("a test or valid line of only control or zero-width characters (`recipes/parallel.sh`)",
+         "one `warning:` line per file, where and how many (it passed the empty-line check and became an empty "
+         "sentence, decoded and scored silently)",
+         "tests/test_text_policy.py::test_a_line_of_only_invisible_characters_is_said_with_its_count"),
     Case("a mirror that never stops sending (a 7,604-byte archive: 3.7 GB of .partial in 15 s, the progress line "
          "\"3020.0 / 0.0 MB, ETA 0s\")",
          "the download stops as soon as it passes the published size, the Content-Length, or (neither known) "
