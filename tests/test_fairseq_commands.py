@@ -56,7 +56,8 @@ def test_the_train_stages_fingerprint_is_every_field_that_declares_it():
     assert since == {"clip_norm"} and changed == set(base) | since and set(RESUMABLE_TRAIN_OPTIONS) <= changed
     # the keys every run's train stage has recorded (a renamed key would go unchecked on a resumed run)
     assert set(base) == {"arch", "model", "warmup_updates", "lr_scale", "tokens_per_update", "seed", "precision",
-                         "train_flags", "fairseq_extra_args", "max_update", "train_minutes", "save_interval_updates"}
+                         "train_flags", "fairseq_extra_args", "max_update", "train_minutes", "save_interval_updates",
+                         "optimizer"}  # optimizer: stamps from before it read it from their train_command.json
     assert {"max_tokens", "update_freq", "gpus", "world_size"}.isdisjoint(changed)
     assert base["fairseq_extra_args"] == [] and isinstance(base["model"], list)  # as it reads back from JSON
 

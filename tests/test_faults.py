@@ -312,6 +312,29 @@ def test_a_changed_option_reruns_its_stage_and_everything_after_it(smoke_run, tm
         (smoke_run / "checkpoint_avg.pt").read_bytes()
 
 
+def test_a_run_trained_with_another_optimizer_before_it_was_recorded_is_trained_again(smoke_run, tmp_path):
+    """A run made by an older commit (fairseq's adam, a train stamp without the optimizer) counted its train
+    stage as done, then failed on a raised --max-update with fairseq's AssertionError (one Adam's state does
+    not resume under the other). The stamp lacks the key: the run's own train_command.json says which Adam
+    trained it, and the dry run says training would start over; a run the same Adam trained stays done."""
+    work = copy_of(smoke_run, tmp_path)
+    stamp = work / ".stages" / "train.done"
+    done = json.loads(stamp.read_text())
+    del done["options"]["optimizer"]
+    stamp.write_text(json.dumps(done))
+    same = recipe(work, "--dry-run")
+    train = next(line for line in same.stdout.splitlines() if "stage 6/9 train: " in line)
+    assert train.endswith("(dry run; done: a run would skip it)"), train
+    record = work / "train_command.json"
+    saved = json.loads(record.read_text())
+    saved["argv"][saved["argv"].index("attn_adam")] = "adam"
+    record.write_text(json.dumps(saved))
+    other = recipe(work, "--dry-run", "--max-update", "80")
+    assert other.returncode == 0, other.stderr[-2000:]
+    assert "option optimizer changed (adam -> attn_adam, as the stage's own records say): a run would start it " \
+           "over" in other.stdout
+
+
 @pytest.mark.slow  # trains the smoke model again
 def test_a_changed_training_option_sets_the_old_model_aside_whole(smoke_run, tmp_path):
     """--lr-scale 1.5 on a finished run: checkpoint_last.pt was set aside on its own, moving checkpoints/

@@ -212,8 +212,10 @@ def test_setting_aside_a_file_inside_its_folder_moves_both_whole_or_nothing(tmp_
 
     monkeypatch.setattr(os, "rename", cross_device)
     Pipeline(tmp_path, stage(3, calls)).run()
-    assert calls == [1, 2, 3] and (aside / "ckpt" / "last.pt").read_text() == "lr 2"
+    assert calls == [1, 2, 3] and (aside.with_name("train.2") / "ckpt" / "last.pt").read_text() == "lr 2"
     assert (tmp_path / "ckpt" / "last.pt").read_text() == "lr 3"
+    # the earlier set-aside is kept whole (a user's file in checkpoints/ went with it: it was deleted)
+    assert (aside / "ckpt" / "last.pt").read_text() == "lr 1" and (aside / "ckpt" / "interval_10.pt").exists()
 
 
 def test_the_dry_run_of_a_finished_pipeline_says_what_a_run_would_do_and_sets_nothing_aside(tmp_path, capsys):

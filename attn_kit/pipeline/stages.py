@@ -34,7 +34,9 @@ class Stage:
     whose change runs it again on top of its outputs rather than from scratch.
     ``scratch``: more of what it leaves (partial work, logs) that goes aside with
     its outputs when it starts over. ``check()`` raises a UserError if the
-    outputs are incomplete; it runs before the stamp is written. ``home``: the
+    outputs are incomplete; it runs before the stamp is written. ``legacy(name)``:
+    the value of an option that a stamp written before the option was recorded
+    lacks, as the stage's own records say (None: unknown, taken as unchanged). ``home``: the
     folder that holds its stamp, logs and lock when it is not the pipeline's work
     directory (a shared data folder: see :class:`Pipeline`); ``home_option``: the
     option that names it, for messages.
@@ -51,6 +53,7 @@ class Stage:
     check: Optional[Callable[[], None]] = None
     home: Optional[Path] = None
     home_option: str = "--data-workdir"
+    legacy: Optional[Callable[[str], object]] = None  # an option's value in a run stamped before it was recorded
 
 
 @dataclass
@@ -153,7 +156,8 @@ class Pipeline:
       of the stage's declared ``inputs`` and ``outputs`` and the ``options`` that
       shape it. A later run skips the stage only if all of them are as recorded:
     - **nothing stale**: when an input or an option changed, the stage starts over
-      (its old outputs are moved to ``WORKDIR/stale/NAME/``, never deleted) and the
+      (its old outputs are moved to ``WORKDIR/stale/NAME/``, or ``NAME.2/``, ... beside an earlier
+      set-aside: never deleted) and the
       recipe says which in one line; what it makes then differs, so every stage
       that reads it starts over in turn. A stage whose output was damaged or deleted
       since is run again (the damaged file moved aside first). An option listed in
@@ -254,6 +258,10 @@ class Pipeline:
         for name in sorted(set(before) & set(now)):
             if before[name] != now[name] and (name in stage.resumable) == resumable:
                 return f"option {name} changed ({before[name]} -> {now[name]})"
+        for name in sorted(set(now) - set(before)):  # a stamp from before the option was recorded
+            was = stage.legacy(name) if stage.legacy else None
+            if was is not None and was != now[name] and (name in stage.resumable) == resumable:
+                return f"option {name} changed ({was} -> {now[name]}, as the stage's own records say)"
         if resumable:
             return None
         inputs, fingerprints = record.get("inputs", {}), self.fingerprints_of(stage)
@@ -308,11 +316,12 @@ class Pipeline:
         return ("continue", why, []) if why else ("skip", "", [])
 
     def _set_aside(self, stage: Stage, paths: Sequence[Path]) -> str:
-        """Move ``paths`` (those that exist) to WORKDIR/stale/STAGE/, whole or not at all, replacing what
-        an earlier set-aside left there; return where, or "" if nothing was moved. A path inside
-        another one goes with it; they are gathered in a folder of their own first (a move across file
-        systems copies, then removes), and a move that fails puts back those already moved and ends in
-        one line, the earlier set-aside and every output where they were."""
+        """Move ``paths`` (those that exist) to WORKDIR/stale/STAGE/ (STAGE.2/, ... beside an earlier
+        set-aside: what is set aside is never deleted, a user's file in a stage's folder included), whole
+        or not at all; return where, or "" if nothing was moved. A path inside another one goes with it;
+        they are gathered in a folder of their own first (a move across file systems copies, then
+        removes), and a move that fails puts back those already moved and ends in one line, every
+        output where it was."""
         home = self.home(stage)
         aside = home / "stale" / stage.name
         gathering = home / "stale" / f".{stage.name}.partial"
@@ -351,8 +360,10 @@ class Pipeline:
             raise UserError(f"stage {stage.name}: could not set its old outputs aside in {aside} ({exc.strerror or exc}"
                             f"{': ' + str(exc.filename) if getattr(exc, 'filename', None) else ''}); nothing was "
                             "moved or removed") from None
-        if aside.exists():
-            shutil.rmtree(aside)
+        n = 1
+        while aside.exists() or aside.is_symlink():
+            n += 1
+            aside = home / "stale" / f"{stage.name}.{n}"
         os.replace(gathering, aside)
         return f"{aside}/"
 

@@ -166,6 +166,20 @@ def training_record(path: Path) -> dict:
     return {"precision": precision_of(saved["argv"]), "fairseq_extra_args": saved.get("fairseq_extra_args", [])}
 
 
+def recorded_option(path: Path):
+    """``legacy`` of a train stage (attn_kit.pipeline.stages.Stage): an option its stamp lacks (written
+    before the option was recorded), as the training's own command (``path``, a train_command.json) says."""
+    def legacy(name: str):
+        try:
+            argv = [str(a) for a in json.loads(Path(path).read_text())["argv"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        flag = {"optimizer": "--optimizer"}.get(name)
+        return argv[argv.index(flag) + 1] if flag in argv and argv.index(flag) + 1 < len(argv) else None
+
+    return legacy
+
+
 def recorded_train_command(path: Path) -> Optional[str]:
     """The training command line saved by :func:`run_training`, as a shell would take it."""
     try:

@@ -542,7 +542,7 @@ def run_stages(s: TranslationSettings, lay: Layout) -> List[Stage]:
         Stage("train", bound(train, s, lay), f"fairseq-train --arch {s.arch}{s.size_word}, {common.train_budget(s)}",
               inputs=[*dictionaries(lay), *binaries(lay, test=False)], outputs=[lay.ckpt / "checkpoint_last.pt"],
               scratch=[lay.ckpt, *common.train_records(s)], options=common.train_options(s, s.model),
-              resumable=common.RESUMABLE_TRAIN_OPTIONS),
+              resumable=common.RESUMABLE_TRAIN_OPTIONS, legacy=common.recorded_option(lay.W / "train_command.json")),
         Stage("average", bound(average, s, lay), f"average the last {s.average} checkpoints", inputs=[lay.ckpt],
               outputs=[lay.avg, averaged_info_path(lay.avg)], options={"average": s.average}),
         Stage("generate", bound(generate, s, lay), f"fairseq-generate, beam {s.beam}, {penalty}, "

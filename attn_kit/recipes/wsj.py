@@ -634,7 +634,7 @@ def train_stages(s) -> list:
                                           f"{s.max_update} updates, {gpus}",
               inputs=train_data(s), outputs=[ckpt / "checkpoint_last.pt"], scratch=[ckpt, *common.train_records(s)],
               options=common.train_options(s, model_flags(s, s.p_drop, s.attention_dropout)),
-              resumable=common.RESUMABLE_TRAIN_OPTIONS),
+              resumable=common.RESUMABLE_TRAIN_OPTIONS, legacy=common.recorded_option(W / "train_command.json")),
         Stage("average", partial(average, s), f"average the last {s.average} checkpoints", inputs=[ckpt],
               outputs=[avg]),
         Stage("generate", partial(generate, s), f"fairseq-generate on dev and test: beam {s.beam}, GNMT alpha "

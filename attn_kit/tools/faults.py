@@ -196,11 +196,17 @@ CASES = [
          "it); `--ignore-changed-files` (from_pretrained: `ignore_changed_files=True`) goes on. translate.py "
          "printed a wrong token for every line, exit 0",
          "tests/test_translate.py::test_a_dictionary_or_bpe_file_changed_after_the_run_is_refused_unless_asked"),
+    Case("a run an older commit trained with fairseq's adam, its train stamp without the optimizer, then a raised "
+         "--max-update",
+         "the run's own train_command.json says which Adam trained it: training starts over (its outputs set aside), "
+         "where it counted as done and resuming failed in fairseq's AssertionError; a run attn_adam trained stays done",
+         "test_a_run_trained_with_another_optimizer_before_it_was_recorded_is_trained_again"),
     Case("a training option changed on a finished run (`--lr-scale 1.5`): the train stage's outputs set aside, "
          "checkpoint_last.pt inside the checkpoints/ folder also set aside",
          "the folder goes to stale/train/ whole, the old model in it bit for bit (checkpoint_last.pt went alone, "
          "moving checkpoints/ onto it failed, and the rerun deleted that half set-aside); a move that fails puts "
-         "back what was moved (one line); another file system: copied, then removed",
+         "back what was moved (one line); another file system: copied, then removed; an earlier set-aside is kept beside "
+         "it (stale/train.2/: it was deleted, a user's file in checkpoints/ with it)",
          "test_a_changed_training_option_sets_the_old_model_aside_whole"),
     Case("`recipes/table3.sh --merge A B --workdir A`, or a merged run's table3.json damaged",
          "one line each, A's table3.json as it was (it was replaced; the damaged file was a traceback)",
