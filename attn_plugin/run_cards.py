@@ -373,6 +373,11 @@ def _check_file(folder: Path, value: str, name: str, kind: str, path: Path, reme
         missing = [f"dict.{lang}.txt" for lang in langs if not (target / f"dict.{lang}.txt").is_file()]
         if missing:
             raise ConfigError(f"{path}: '{name}' names {target}, which has no {missing[0]} ({expected} expected)")
+        for lang in dict.fromkeys(langs):
+            problem = _dictionary_problem(target / f"dict.{lang}.txt")
+            if problem:
+                raise ConfigError(f"{target / f'dict.{lang}.txt'} {problem} (a fairseq dictionary: one '<token> <count>' "
+                                  f"a line): it is damaged or was edited; {remedy}")
         return target
     if not target.is_file():
         raise ConfigError(f"{path}: '{name}' names {target}, which is a folder ({expected} expected)")
@@ -382,6 +387,23 @@ def _check_file(folder: Path, value: str, name: str, kind: str, path: Path, reme
     if problem:
         raise ConfigError(f"{path}: '{name}' names {target}, which {problem} ({expected} expected)")
     return target
+
+
+def _dictionary_problem(target: Path) -> Optional[str]:
+    """Why fairseq's Dictionary.add_from_file would refuse ``target`` (a traceback there), or None."""
+    lines, problem = _text_lines(target)
+    if problem:
+        return problem
+    seen = set()
+    for n, line in enumerate(lines[:-1] if lines and lines[-1] == "" else lines, 1):
+        text, overwrite = line.rstrip(), line.rstrip().endswith(" #fairseq:overwrite")
+        fields = (text[:-len(" #fairseq:overwrite")] if overwrite else text).rsplit(" ", 1)
+        if len(fields) != 2 or not fields[1].lstrip("-").isdigit():
+            return f"has a line without a count (line {n}: {line[:40]!r})"
+        if fields[0] in seen and not overwrite:
+            return f"holds {fields[0][:40]!r} twice (line {n})"
+        seen.add(fields[0])
+    return None
 
 
 def _checkpoint_problem(target: Path) -> Optional[str]:

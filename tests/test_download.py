@@ -257,3 +257,22 @@ def test_an_archive_that_unpacks_to_far_more_than_its_size_or_holds_a_link_is_on
     with pytest.raises(UserError, match="member corpus.de is not a file"):
         extract_members(archive, {"corpus.de": tmp_path / "corpus.de"})
     assert not (tmp_path / "corpus.de").exists()
+
+
+def test_a_mirrors_password_is_never_printed_and_a_private_file_stays_private(tmp_path, server):
+    """A mirror URL with a password echoed it in the error; a local mirror's symlink to a 0600 file left a
+    0644 .bad copy of it."""
+    from attn_kit.pipeline.download import shown
+
+    assert shown("http://me:s3cret@127.0.0.1:9/wmt13/x.tgz") == "http://me:***@127.0.0.1:9/wmt13/x.tgz"
+    with pytest.raises(UserError) as err:
+        fetch(remote(), tmp_path, "http://me:s3cret@127.0.0.1:9", quiet)  # nothing listens on port 9
+    assert "s3cret" not in str(err.value) and "me:***@127.0.0.1:9" in str(err.value)
+    private = tmp_path / "local" / "wmt13"
+    private.mkdir(parents=True)
+    (private / "secret.tgz").write_bytes(DATA)
+    os.chmod(private / "secret.tgz", 0o600)
+    (private / "data.tgz").symlink_to(private / "secret.tgz")
+    with pytest.raises(UserError, match="sha256 mismatch"):
+        fetch(remote(sha256="0" * 64), tmp_path / "dl", str(tmp_path / "local"), quiet)
+    assert os.stat(tmp_path / "dl" / "data.tgz.bad").st_mode & 0o777 == 0o600

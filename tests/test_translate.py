@@ -411,3 +411,20 @@ def test_a_dictionary_or_bpe_file_changed_after_the_run_is_refused_unless_asked(
     codes = work / "bpe" / "codes"
     codes.write_text(codes.read_text(encoding="utf-8") + "e n</w>\n", encoding="utf-8")
     assert_one_error_line(translate(work, stdin="A man .\n"), f"{codes} changed since the run made it")
+
+
+def test_a_dictionary_line_without_a_count_is_one_line_even_going_on_anyway(smoke_run, tmp_path):
+    """A dictionary line without a count was fairseq's ValueError traceback in translate.py and from_pretrained
+    (a word twice, its RuntimeError): the run card's check reads the dictionaries as fairseq does, one line."""
+    from attn_plugin.errors import ConfigError
+    from attn_plugin.models.attn_transformer import AttnTransformerModel
+
+    work = copy_run(smoke_run, tmp_path / "run")
+    dictionary = work / "data-bin" / "dict.de.txt"
+    entries = dictionary.read_text(encoding="utf-8").splitlines(keepends=True)
+    dictionary.write_text("".join(entries[:5] + ["lonely\n"] + entries[5:]), encoding="utf-8")
+    proc = translate(work, "--ignore-changed-files", stdin="A man .\n")
+    assert_one_error_line(proc, f"{dictionary} has a line without a count (line 6: 'lonely')")
+    dictionary.write_text("".join(entries + entries[3:4]), encoding="utf-8")
+    with pytest.raises(ConfigError, match=f"{dictionary} holds .* twice"):
+        AttnTransformerModel.from_pretrained(str(work), ignore_changed_files=True)

@@ -3,6 +3,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass
 from http.client import HTTPException
@@ -43,6 +44,15 @@ def mirror_url(url: str, mirror: Optional[str]) -> str:
     if "://" not in mirror:
         return str(Path(mirror) / path.lstrip("/"))
     return mirror.rstrip("/") + path
+
+
+def shown(url: str) -> str:
+    """``url`` as messages print it: a password in it (a mirror's http://user:secret@host/) as ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
 
 
 def sha256_of(path) -> str:
@@ -147,7 +157,7 @@ def fetch(rf: RemoteFile, dest_dir: Path, mirror: Optional[str] = None, log=prin
 def _reject(rf: RemoteFile, partial: Path, src: str, kind: str, expected: str, actual: str):
     bad = partial.with_name(f"{rf.name}.bad")
     os.replace(partial, bad)
-    raise UserError(f"{rf.name}: {kind} mismatch: expected {expected}, got {actual} (from {src}); "
+    raise UserError(f"{rf.name}: {kind} mismatch: expected {expected}, got {actual} (from {shown(src)}); "
                       f"the server or mirror sent a different file, moved to {bad} and not used: "
                       f"run again to download it afresh, or check --mirror")
 
@@ -155,7 +165,7 @@ def _reject(rf: RemoteFile, partial: Path, src: str, kind: str, expected: str, a
 def _network_error(src: str, partial: Path, reason: str) -> UserError:
     kept = partial.stat().st_size if partial.exists() else 0
     then = f"{kept} bytes kept in {partial}, run again to resume" if kept else "run again to retry"
-    return UserError(f"download of {src} failed: {reason}; {then}")
+    return UserError(f"download of {shown(src)} failed: {reason}; {then}")
 
 
 def _range_total(content_range: Optional[str]) -> Optional[int]:
@@ -201,6 +211,8 @@ def _from_path(rf: RemoteFile, path: Path, partial: Path, log, chunk: int):
     size = path.stat().st_size
     have = partial.stat().st_size if partial.exists() else 0
     start = have if have <= size else 0
+    if not partial.exists():  # as private as the mirror's file (a 0600 one left a 0644 .bad copy)
+        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT, stat.S_IMODE(path.stat().st_mode) & 0o666))
     with open(path, "rb") as f:
         f.seek(start)
         _copy(rf, f, partial, start, size, log, chunk, str(path))
@@ -211,8 +223,8 @@ def _copy(rf: RemoteFile, stream, partial: Path, start: int, total: Optional[int
     progress every ~5 s or 10%. A Ctrl-C leaves what arrived in ``partial``."""
     mb = 1 << 20
     of = f" of {_size(total)}" if total else ""
-    log(f"{rf.name}: resuming at {_size(start)}{of} from {src}" if start else
-        f"{rf.name}: downloading {_size(total) + ' ' if total else ''}from {src}")
+    log(f"{rf.name}: resuming at {_size(start)}{of} from {shown(src)}" if start else
+        f"{rf.name}: downloading {_size(total) + ' ' if total else ''}from {shown(src)}")
     done, t0 = start, time.time()
     last_t, last_tenth = t0, 10 * start // total if total else 0
     known = [n for n in (total, rf.size) if n is not None]  # the Content-Length, the published size
@@ -232,7 +244,7 @@ def _copy(rf: RemoteFile, stream, partial: Path, start: int, total: Optional[int
                 partial.unlink()
                 what = (f"the file's {limit} bytes" if known
                         else f"{_size(limit)}, the most a download of unknown size may be")
-                raise UserError(f"{rf.name}: {src} sent more than {what}; stopped, and the partial download "
+                raise UserError(f"{rf.name}: {shown(src)} sent more than {what}; stopped, and the partial download "
                                 "removed (a broken server or mirror: check --mirror)")
             out.write(block)
             done += len(block)

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..checkout import REPO
 from ..cli import UserError, log
-from ..pipeline.download import RemoteFile, fetch, mirror_url, sha256_of
+from ..pipeline.download import RemoteFile, fetch, mirror_url, sha256_of, shown
 from ..pipeline.text import concatenate, extract_members, read_sgm, write_lines
 from ..planning.prep_cost import recipe_lines
 from .sources import SPLITS, DataSource, Layout, once, source
@@ -165,7 +165,7 @@ class Wmt14Download(DataSource):
             for key in files_for(s.pair):
                 rf = manifest[key]
                 checks = ", ".join(f"{k} {getattr(rf, k)}" for k in ("size", "sha256", "md5") if getattr(rf, k))
-                ctx.step(f"fetch {mirror_url(rf.url, mirror)} -> {lay.dl / rf.name} "
+                ctx.step(f"fetch {shown(mirror_url(rf.url, mirror))} -> {lay.dl / rf.name} "
                          f"({checks or 'no published checksum'})", fetch, rf, lay.dl, mirror, log)
         finally:
             if stop:

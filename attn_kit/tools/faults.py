@@ -163,6 +163,14 @@ CASES = [
          "scratch folder removed (it ended with no line, the folder left); a file-size limit (`ulimit -f`) is one "
          "line as a full disk is",
          "tests/test_streams.py::test_sighup_and_sigquit_end_a_command_as_sigterm_does"),
+    Case("a mirror URL with a password (`--mirror http://me:secret@host/`), a local mirror's link to a 0600 file",
+         "the password is shown as *** in every line (it was echoed in the error); the .bad copy of a file that "
+         "failed its checksum keeps the mirror file's 0600 (it was 0644)",
+         "tests/test_download.py::test_a_mirrors_password_is_never_printed_and_a_private_file_stays_private"),
+    Case("a run's dictionary with a line without a count, or a word twice (`translate.py`, `from_pretrained`, even "
+         "with --ignore-changed-files)",
+         "one line naming the file and the line (fairseq's ValueError or RuntimeError traceback)",
+         "tests/test_translate.py::test_a_dictionary_line_without_a_count_is_one_line_even_going_on_anyway"),
     Case("a deleted current folder, a ':' in --workdir or --data-workdir",
          "one line before any work (the first failed late with oneMKL's fatal error, the second at the train stage "
          "after the data stages: fairseq reads a data path with ':' as a list of folders)",
