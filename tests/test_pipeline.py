@@ -639,3 +639,22 @@ def test_pools_run_one_after_the_other_are_not_taken_for_a_killed_worker(tmp_pat
 
     Pipeline(tmp_path, [Stage("binarize", body)]).run()
     assert (tmp_path / "logs" / "binarize.log").read_text().count("pool ") == 6
+
+
+def test_a_file_no_run_made_where_a_stage_would_write_is_refused_before_anything_runs(tmp_path, capsys):
+    """A user's own results.json in the folder given as a new run's --workdir was replaced without --force.
+    A stage's output that is there with no stamp of the stage: one line, nothing run, the file as it was;
+    once the stage has run (stamped), its own output is its to replace."""
+    from attn_kit.cli import UserError
+
+    calls = []
+    (tmp_path / "src.txt").write_text("a\n")
+    (tmp_path / "count.txt").write_text("my own notes")
+    with pytest.raises(UserError, match=r"count.txt is there, but no run of stage count made it .*nothing was touched"):
+        Pipeline(tmp_path, chain(tmp_path, calls)).run()
+    assert calls == [] and (tmp_path / "count.txt").read_text() == "my own notes"
+    (tmp_path / "count.txt").unlink()
+    Pipeline(tmp_path, chain(tmp_path, calls)).run()
+    (tmp_path / "src.txt").write_text("a\nb\n")
+    Pipeline(tmp_path, chain(tmp_path, calls)).run()  # its own outputs: replaced (set aside) as before
+    assert calls == ["upper", "count", "upper", "count"] and (tmp_path / "count.txt").read_text() == "2"

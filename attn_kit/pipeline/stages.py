@@ -405,9 +405,23 @@ class Pipeline:
                                 f"{', '.join(sorted(stamps))}; this run's there: {', '.join(sorted(mine))}): give "
                                 f"this run a {option} of its own")
 
+    def check_own_outputs(self):
+        """A file where a selected stage would write, in a folder no run of it has stamped, was not made
+        by this pipeline (a user's own results.json in the folder given as --workdir): one UserError
+        before anything runs, where the stage would have replaced it."""
+        for i, stage in enumerate(self.stages, 1):
+            if not self.first <= i <= self.last or self.stamp(stage).exists() or self.started(stage).exists():
+                continue
+            found = next((Path(p) for p in stage.outputs if Path(p).exists() or Path(p).is_symlink()), None)
+            if found is not None:
+                raise UserError(f"{found} is there, but no run of stage {stage.name} made it ({self.home(stage)} has "
+                                f"no stamp of it in .stages/): the stage would replace it; give a new folder, or move "
+                                "it away (nothing was touched)")
+
     def run(self) -> dict:
         """Run the selected stages; return {stage name: seconds} of those that ran now."""
         self.check_shared_homes()
+        self.check_own_outputs()
         ctx = Context(self.workdir, self.dry_run)
         n = len(self.stages)
         with ExitStack() as held:

@@ -163,6 +163,10 @@ CASES = [
          "scratch folder removed (it ended with no line, the folder left); a file-size limit (`ulimit -f`) is one "
          "line as a full disk is",
          "tests/test_streams.py::test_sighup_and_sigquit_end_a_command_as_sigterm_does"),
+    Case("a user's own file where a new run's stage would write (a results.json in the folder given as --workdir)",
+         "one line before anything runs, the file as it was (it was replaced without --force); a stage's outputs "
+         "that its own stamped run made are its to replace",
+         "tests/test_pipeline.py::test_a_file_no_run_made_where_a_stage_would_write_is_refused_before_anything_runs"),
     Case("a mirror URL with a password (`--mirror http://me:secret@host/`), a local mirror's link to a 0600 file",
          "the password is shown as *** in every line (it was echoed in the error); the .bad copy of a file that "
          "failed its checksum keeps the mirror file's 0600 (it was 0644)",
