@@ -160,11 +160,11 @@ def test_the_gpu_check_rehearses_its_preparation_and_run_on_a_cpu(tmp_path):
     on the CPU. prepare once stopped in a traceback before writing anything (the data-prep benchmark's
     corpus had grown options it did not pass), which only a GPU session's preparation would have met."""
     out = tmp_path / "out" / "gpu_check.json"
-    # the suite rehearses the profile, a plain training and the bundled run trained and scored through the
-    # recipe; bash benchmarks/gpu_check.sh --rehearse also rehearses each change of the lean step turned off
-    # and the paper's base on the bundled data (their commands are checked by the dry run's test above)
+    # the suite rehearses the profile and a plain training (its time: CI's); bash benchmarks/gpu_check.sh
+    # --rehearse also rehearses each change of the lean step turned off and both bundled runs through the recipe
+    # (their commands are checked by the dry run's test above, results.json's loss curve by tests/test_curves.py)
     run([sys.executable, "-m", "attn_kit.tools.bench.gpu_check", "rehearse", "--dir", tmp_path, "--output", out,
-         "--only", "base_28k_profile,base_28k,bundled:gpu"])
+         "--only", "base_28k_profile,base_28k"])
     from attn_kit.recipes.wmt14_smoke import read_sample
     from attn_kit.tools.bench.gpu_check import PROFILE_STEPS, REHEARSAL_UPDATES
 
@@ -188,9 +188,4 @@ def test_the_gpu_check_rehearses_its_preparation_and_run_on_a_cpu(tmp_path):
     assert profile["run"] == "base_28k_profile" and profile["updates"] == PROFILE_STEPS[1] - PROFILE_STEPS[0]
     assert profile["wall_ms_per_update"] > 0 and any(e["name"] == "backward" for e in profile["top_cpu_total"])
     assert result["environment"]["measured_bf16_matmul_tflops"] > 0
-    # the bundled run (rehearsed with --smoke's data) went through the recipe to a score and a loss curve
-    bundled = result["bundled"]["gpu"]
-    assert bundled["exit_status"] == 0 and bundled["command"].startswith("bash recipes/wmt14_en_de.sh --smoke")
-    scored = bundled["results"]
-    assert scored["sacrebleu"] >= 0 and scored["updates"] == scored["max_update"]
-    assert [u for u, _ in scored["loss_curve"]["train"]] == list(range(10, scored["max_update"] + 1, 10))
+    assert result["bundled"] == {}  # not asked for

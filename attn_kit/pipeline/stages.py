@@ -421,7 +421,8 @@ class Pipeline:
     def run(self) -> dict:
         """Run the selected stages; return {stage name: seconds} of those that ran now."""
         self.check_shared_homes()
-        self.check_own_outputs()
+        if not self.dry_run:  # (a dry run writes nothing)
+            self.check_own_outputs()
         ctx = Context(self.workdir, self.dry_run)
         n = len(self.stages)
         with ExitStack() as held:
