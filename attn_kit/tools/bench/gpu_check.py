@@ -465,7 +465,7 @@ def chosen_items(args) -> List[object]:
 
     chosen = [item for item in plan() if not args.only or item_name(item) in args.only]
     if args.rehearse:
-        first = chosen[:next(i for i, item in enumerate(chosen) if not isinstance(item, Variant))]
+        first = chosen[:next((i for i, item in enumerate(chosen) if not isinstance(item, Variant)), len(chosen))]
         trainings = [dc.replace(v, seconds=120, updates=REHEARSAL_UPDATES) for v in first
                      if v.model == "base" and not v.compile_layers and not v.compile_loss]
         chosen = trainings + [item for item in chosen if item_name(item).startswith("bundled:")]
