@@ -276,3 +276,19 @@ def test_a_mirrors_password_is_never_printed_and_a_private_file_stays_private(tm
     with pytest.raises(UserError, match="sha256 mismatch"):
         fetch(remote(sha256="0" * 64), tmp_path / "dl", str(tmp_path / "local"), quiet)
     assert os.stat(tmp_path / "dl" / "data.tgz.bad").st_mode & 0o777 == 0o600
+
+
+def test_a_member_in_an_archive_twice_is_taken_from_its_last_copy_as_tar_does(tmp_path):
+    """The extraction took a member's first copy where tar (and any user checking with it) takes the last."""
+    import io
+
+    from attn_kit.pipeline.text import extract_members
+
+    archive = tmp_path / "a.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for text in (b"first\n", b"other\n", b"last\n"):
+            info = tarfile.TarInfo("corpus.en" if text != b"other\n" else "other.en")
+            info.size = len(text)
+            tar.addfile(info, io.BytesIO(text))
+    extract_members(archive, {"corpus.en": tmp_path / "corpus.en"})
+    assert (tmp_path / "corpus.en").read_bytes() == b"last\n"

@@ -658,3 +658,47 @@ def test_a_file_no_run_made_where_a_stage_would_write_is_refused_before_anything
     (tmp_path / "src.txt").write_text("a\nb\n")
     Pipeline(tmp_path, chain(tmp_path, calls)).run()  # its own outputs: replaced (set aside) as before
     assert calls == ["upper", "count", "upper", "count"] and (tmp_path / "count.txt").read_text() == "2"
+
+
+def test_a_read_only_shared_folder_whose_stages_are_done_is_read_without_its_lock(tmp_path, monkeypatch, capsys):
+    """A read-only --data-workdir whose stages are done was refused (its lock cannot be written) though the
+    run only reads it: it is read as it is, said in a line; one whose stage would run still takes the lock
+    (and fails in one line where it cannot)."""
+    from attn_kit.pipeline import stages
+
+    shared, work = tmp_path / "data", tmp_path / "run"
+    (tmp_path / "src.txt").write_text("a\nb\n")
+
+    def prepare(ctx):
+        with ctx.output(shared / "prepared.txt") as tmp:
+            tmp.write_text((tmp_path / "src.txt").read_text().upper())
+
+    def use(ctx):
+        with ctx.output(work / "used.txt") as tmp:
+            tmp.write_text((shared / "prepared.txt").read_text())
+
+    def pipeline():
+        return Pipeline(work, [Stage("prepare", prepare, inputs=[tmp_path / "src.txt"], outputs=[shared / "prepared.txt"],
+                                     home=shared),
+                               Stage("use", use, inputs=[shared / "prepared.txt"], outputs=[work / "used.txt"])])
+
+    pipeline().run()
+    (work / "used.txt").unlink()
+    (work / ".stages" / "use.done").unlink()
+    locked = []
+    real_lock, real_access = stages.workdir_lock, os.access
+
+    def lock(folder, *args, **kwargs):  # a read-only folder's lock cannot be created (as root, chmod cannot show it)
+        locked.append(Path(folder))
+        if Path(folder) == shared:
+            raise UserError(f"{folder}: cannot create its .lock (Read-only file system)")
+        return real_lock(folder, *args, **kwargs)
+
+    monkeypatch.setattr(stages, "workdir_lock", lock)
+    monkeypatch.setattr(stages.os, "access", lambda p, mode: False if Path(p) == shared else real_access(p, mode))
+    pipeline().run()
+    assert (work / "used.txt").read_text() == "A\nB\n" and shared not in locked
+    assert f"--data-workdir {shared}: read-only, its stages done: read as it is" in capsys.readouterr().out
+    (tmp_path / "src.txt").write_text("a\nb\nc\n")  # now its stage would run: the lock is taken, and refused
+    with pytest.raises(UserError, match="Read-only file system"):
+        pipeline().run()

@@ -75,8 +75,11 @@ class Fingerprints:
 
     def save(self):
         if self.dirty:
-            self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(self.cache_path, self.cache)
+            try:
+                self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(self.cache_path, self.cache)
+            except PermissionError:  # a read-only shared folder: the cache only saves hashing next time
+                pass
             self.dirty = False
 
 

@@ -442,13 +442,25 @@ class Pipeline:
                     continue
                 if stage.home is not None and Path(stage.home) != locked:
                     held.close()  # one home at a time: its stages are consecutive
-                    held.enter_context(workdir_lock(stage.home, stage.home_option, wait=True))
+                    if self._read_only_and_done(Path(stage.home)):
+                        log(f"{stage.home_option} {stage.home}: read-only, its stages done: read as it is")
+                    else:
+                        held.enter_context(workdir_lock(stage.home, stage.home_option, wait=True))
                     locked = Path(stage.home)
                 elif stage.home is None and locked is not None:
                     held.close()
                     locked = None
                 self._run_one(ctx, stage, i, tag)
         return ctx.timings
+
+    def _read_only_and_done(self, home: Path) -> bool:
+        """Whether the shared folder ``home`` cannot be written and every selected stage of it is done: a
+        run then only reads it and needs no lock (taking one would fail on a read-only data folder)."""
+        if not home.is_dir() or os.access(home, os.W_OK):
+            return False
+        mine = [s for i, s in enumerate(self.stages, 1)
+                if self.first <= i <= self.last and s.home is not None and Path(s.home) == home]
+        return all(self.status(s)[0] == "skip" for s in mine)
 
     def _would(self, stage: Stage, earlier_runs: bool) -> Tuple[str, bool]:
         """For the dry run: what a run would do with ``stage`` as the folders are now (a clause,

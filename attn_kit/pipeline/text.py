@@ -173,17 +173,20 @@ MAX_EXPANSION = 20
 def extract_members(archive: Path, wanted: dict):
     """Copy members of a tar archive to files: ``wanted`` maps member name ->
     destination path. Members ending in .gz are decompressed on the way.
-    Streams the archive once; a missing member, a wanted member that is not a
-    plain file (a link, a device, a folder), and members unpacking to more than
-    :data:`MAX_EXPANSION` times the archive's size are each one error naming the archive."""
+    Streams the archive once, to its end: a member there twice is taken from its last copy, as tar
+    extracts it; a missing member, a wanted member that is not a plain file (a link, a device, a
+    folder), and members unpacking to more than :data:`MAX_EXPANSION` times the archive's size are
+    each one error naming the archive."""
     todo = dict(wanted)
     budget = MAX_EXPANSION * archive.stat().st_size + (1 << 20)
     try:
         with tarfile.open(archive, "r:*") as tar:
             for member in tar:
-                dest = todo.pop(member.name, None) or todo.pop(member.name.lstrip("./"), None)
+                name = member.name if member.name in wanted else member.name.lstrip("./")
+                dest = wanted.get(name)
                 if dest is None:
                     continue
+                todo.pop(name, None)
                 if not member.isfile():
                     raise UserError(f"{archive}: member {member.name} is not a file (a link, a device or a "
                                     "folder); is it the right archive?")
@@ -206,8 +209,6 @@ def extract_members(archive: Path, wanted: dict):
                                     f"({member.name} stopped there, nothing of it kept): a damaged or wrong archive; "
                                     "delete it and run again to re-download")
                 tmp.replace(dest)
-                if not todo:
-                    break
     except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile) as exc:
         raise UserError(f"cannot read {archive}: {exc}; delete it and run again to re-download") from None
     if todo:

@@ -167,6 +167,13 @@ CASES = [
          "one line before anything runs, the file as it was (it was replaced without --force); a stage's outputs "
          "that its own stamped run made are its to replace",
          "tests/test_pipeline.py::test_a_file_no_run_made_where_a_stage_would_write_is_refused_before_anything_runs"),
+    Case("a read-only shared --data-workdir whose stages are done",
+         "read as it is, one line saying so (it was refused: its lock cannot be written); one whose stage would run "
+         "takes the lock as before",
+         "tests/test_pipeline.py::test_a_read_only_shared_folder_whose_stages_are_done_is_read_without_its_lock"),
+    Case("an archive holding a wanted member twice",
+         "its last copy is taken, as tar extracts it (it took the first)",
+         "tests/test_download.py::test_a_member_in_an_archive_twice_is_taken_from_its_last_copy_as_tar_does"),
     Case("a mirror URL with a password (`--mirror http://me:secret@host/`), a local mirror's link to a 0600 file",
          "the password is shown as *** in every line (it was echoed in the error); the .bad copy of a file that "
          "failed its checksum keeps the mirror file's 0600 (it was 0644)",
