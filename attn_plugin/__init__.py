@@ -13,7 +13,10 @@ checkpoint is one ``error:`` line).
 The plugin is self-contained: it imports nothing from ``attn_kit`` (the library
 of the recipes, scripts and tests), which may import it.
 """
-from . import criterions, encoders, fairseq_patches, lr_scheduler, models, optim, tasks  # noqa: F401
+from . import fairseq_patches
+
+fairseq_patches.refuse_second_copy(__name__)  # before anything registers: fairseq registers each name once
+from . import criterions, encoders, lr_scheduler, models, optim, tasks  # noqa: E402,F401
 
 fairseq_patches.install()
 

@@ -128,6 +128,13 @@ changes nothing. Nothing else in the plugin patches anything. The patches:
     Tests: tests/test_sync_free_step.py::test_an_update_reads_nothing_back_with_attn_adam,
     ::test_the_same_training_with_the_check_at_every_update, ::test_smoothed_values_are_computed_when_read.
 
+12. **A second copy of the plugin in one process**: ``--user-dir`` naming another folder called
+    ``attn_plugin`` than the one loaded (``fairseq.utils.import_user_module`` wrapped), or a copy under
+    another name (:func:`refuse_second_copy`, called by the package before it registers anything), is one
+    :class:`~attn_plugin.errors.ConfigError` naming both. Why: fairseq raised an ImportError or a
+    "Cannot register duplicate model" ValueError, each a traceback.
+    Test: tests/test_registration.py::test_a_second_copy_of_the_plugin_is_one_line.
+
 6. **``sys.excepthook``** becomes :func:`attn_plugin.errors.excepthook`: an
    uncaught :class:`~attn_plugin.errors.AttnPluginError` (a refused
    checkpoint, options that do not fit) prints as one ``error: ...`` line, exit
@@ -174,6 +181,7 @@ def install():
     _patch_diverse_beam_search()
     _patch_deferred_finite_check()
     _patch_lazy_smoothed_values()
+    _patch_user_dir_copies()
     sys.excepthook = excepthook
 
 
@@ -618,3 +626,45 @@ def _patch_lazy_smoothed_values():
 
     setattr(_reduce_and_log_stats, _MARK, True)
     Trainer._reduce_and_log_stats = _reduce_and_log_stats
+
+
+# ------------------------------------------------------------------------------------ patch 12
+def refuse_second_copy(package: str):
+    """Patch 12, a copy under another name: called by ``package``'s ``__init__`` before it registers
+    anything; one ConfigError (the loaded copy's class, which its sys.excepthook prints as one line)
+    where another copy registered the model already (fairseq's ValueError traceback otherwise)."""
+    from fairseq.models import MODEL_REGISTRY
+
+    first = MODEL_REGISTRY.get("attn_transformer")
+    if first is None or first.__module__.startswith(package + "."):
+        return
+    loaded = first.__module__.split(".")[0]
+    error = getattr(sys.modules.get(f"{loaded}.errors"), "ConfigError", ConfigError)
+    there = os.path.dirname(sys.modules[loaded].__file__)
+    raise error(f"a second copy of the plugin ({os.path.dirname(os.path.abspath(__file__))}) in a process that has "
+                f"one already ({there}): fairseq registers each model once; use one copy (its folder as --user-dir), "
+                "or load the other in a fresh process")
+
+
+def _patch_user_dir_copies():
+    """Patch 12: --user-dir naming a second folder called attn_plugin is one line."""
+    from fairseq import utils
+
+    original = utils.import_user_module
+    if _patched(original):
+        return
+
+    @functools.wraps(original)
+    def import_user_module(args):
+        try:
+            return original(args)
+        except ImportError as exc:
+            if "is not globally unique" not in str(exc) or "(attn_plugin)" not in str(exc):
+                raise
+            here = os.path.dirname(os.path.abspath(__file__))
+            raise ConfigError(f"--user-dir {getattr(args, 'user_dir', None)} is a second copy of the plugin in a "
+                              f"process that has one already ({here}): give that folder, or load the other in a "
+                              "fresh process") from None
+
+    setattr(import_user_module, _MARK, True)
+    utils.import_user_module = import_user_module

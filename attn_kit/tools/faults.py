@@ -167,6 +167,10 @@ CASES = [
          "one line before anything runs, the file as it was (it was replaced without --force); a stage's outputs "
          "that its own stamped run made are its to replace",
          "tests/test_pipeline.py::test_a_file_no_run_made_where_a_stage_would_write_is_refused_before_anything_runs"),
+    Case("two copies of the plugin in one process: --user-dir naming another folder called attn_plugin than the "
+         "one loaded, or a copy under another name imported beside it",
+         "one line naming both copies (fairseq's ImportError or \"Cannot register duplicate model\" traceback)",
+         "tests/test_registration.py::test_a_second_copy_of_the_plugin_is_one_line"),
     Case("a read-only shared --data-workdir whose stages are done",
          "read as it is, one line saying so (it was refused: its lock cannot be written); one whose stage would run "
          "takes the lock as before",
