@@ -196,9 +196,9 @@ def test_a_second_copy_of_the_plugin_is_one_line(tmp_path):
     """Two copies of the plugin in one process were fairseq tracebacks: --user-dir naming another folder
     called attn_plugin (fairseq's "not globally unique" ImportError) and a copy under another name
     ("Cannot register duplicate model"). Each is one line naming both copies."""
+    import os
     import shutil
     import subprocess
-    import sys
 
     from conftest import REPO
 
@@ -210,9 +210,9 @@ def test_a_second_copy_of_the_plugin_is_one_line(tmp_path):
     for script, where in ((f"import attn_plugin\nfrom fairseq import options\n"
                            f"options.parse_args_and_arch(options.get_training_parser(), "
                            f"[{str(data)!r}, '--user-dir', {str(same)!r}, '--arch', 'attn_paper_base'])\n", same),
-                          (f"import sys, attn_plugin\nsys.path.insert(0, {str(other.parent)!r})\nimport attn_plugin_v2\n",
-                           other)):
-        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+                          ("import attn_plugin, attn_plugin_v2\n", other)):  # the copy on PYTHONPATH
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(other.parent), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env)
         errors = [line for line in proc.stderr.splitlines() if not line.startswith("INFO:")]  # fairseq's import note
         assert proc.returncode == 1 and "Traceback" not in proc.stderr and len(errors) == 1, proc.stderr
         assert errors[0].startswith("error: ") and "a second copy of the plugin" in errors[0]

@@ -17,6 +17,7 @@ from fairseq.trainer import Trainer
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from attn_plugin import fairseq_patches
+from attn_plugin.checkpoint import load_checkpoint
 from attn_plugin.fairseq_patches import LazySmoothedValues
 from attn_plugin.optim.attn_adam import AttnAdam, AttnAdamConfig
 
@@ -115,7 +116,7 @@ def test_the_same_training_with_the_check_at_every_update(data_bin, tmp_path):
                                                         "--log-interval", "2", "--validate-interval-updates", "4",
                                                         "--no-epoch-checkpoints", *extra)])
         logs.append(train_log(proc))
-        models.append(torch.load(tmp_path / name / "checkpoint_last.pt", weights_only=False)["model"])
+        models.append(load_checkpoint(tmp_path / name / "checkpoint_last.pt")["model"])
     lean, every = logs
     assert [tag for tag, _ in lean].count("train_inner") == 4 and [tag for tag, _ in lean].count("valid") == 2
     assert all("loss" in stats and "gnorm" in stats for tag, stats in lean if tag == "train_inner")
@@ -137,7 +138,7 @@ def test_non_finite_gradients_end_the_run_before_any_checkpoint(data_bin, tmp_pa
     saved = sorted(p.name for p in tmp_path.glob("checkpoint*.pt"))
     assert saved == ["checkpoint_1_1.pt", "checkpoint_last.pt"]  # none from update 2 on
     for name in saved:
-        state = torch.load(tmp_path / name, weights_only=False)
+        state = load_checkpoint(tmp_path / name)
         assert state["optimizer_history"][-1]["num_updates"] == 1
         assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
 
@@ -154,7 +155,7 @@ def test_non_finite_gradients_leave_fairseqs_crash_checkpoint(data_bin, tmp_path
         output = proc.stdout + proc.stderr
         assert "FloatingPointError: gradients are Nan/Inf" in output and "fairseq.nan_detector" in output
         assert ("gradients are Nan/Inf at update 2 " in output) == (name == "lean")
-        crashes.append(torch.load(tmp_path / name / "crash.pt", weights_only=False))
+        crashes.append(load_checkpoint(tmp_path / name / "crash.pt"))
     lean, every = crashes
     assert all(torch.equal(lean["model"][k], every["model"][k]) for k in every["model"])
     assert all(torch.isfinite(v).all() for v in lean["model"].values() if v.is_floating_point())
