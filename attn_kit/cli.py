@@ -3,8 +3,10 @@
 A problem the user can fix is raised as :class:`UserError` (or :class:`UsageError` for a bad
 command line) anywhere below a command's ``main``; :func:`main_guard` prints it (and the plugin's
 own ``AttnPluginError``) as one ``error: <message>`` line and exits 1 (2 for usage), with no
-traceback; Ctrl-C exits 130 and SIGTERM 143, keeping finished work. Files are written whole or not
-at all (:func:`atomic_output`); a full disk is one line naming the file.
+traceback; Ctrl-C exits 130 and SIGTERM 143 (SIGHUP 129, SIGQUIT 131), keeping finished work; a
+reader of standard output that goes away ends a command quietly (141), a full or closed standard
+stream is one line. Files are written whole or not at all (:func:`atomic_output`); a full disk is
+one line naming the file.
 """
 import argparse
 import errno
@@ -238,12 +240,9 @@ def _name_stdout():
 def _stdout_failure() -> Optional[OSError]:
     """The error writing what standard output still buffers gives, None if it writes."""
     try:
-        if sys.stdout is not None:
-            sys.stdout.flush()
+        sys.stdout.flush()  # (a closed one, _Closed, flushes nothing)
     except OSError as exc:
         return exc
-    except UserError:  # closed: said when it was used
-        return None
     return None
 
 
@@ -261,7 +260,8 @@ def _leave_stdout(status: int, line: Optional[str] = None):
 
 def main_guard(main: Callable[..., Optional[int]], *args, interrupted: str = "interrupted"):
     """Run ``main(*args)`` and exit with its return value; a user error, an
-    ``OSError`` (a missing or unwritable file), Ctrl-C or SIGTERM becomes one ``error:`` line.
+    ``OSError`` (a missing or unwritable file, a full standard output), Ctrl-C or a signal of
+    :data:`ENDING` becomes one ``error:`` line; a reader of standard output gone, a quiet exit 141.
 
     A signal at any moment is its one line and exit 130 (Ctrl-C) or 143 (SIGTERM), whatever it
     leaves behind: an error in cleanup after it (a module whose import it cut short, imported
