@@ -5,12 +5,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, run_main
 
-from attn_kit.planning import cost, training_cost
+from attn_kit.planning import cost, step_model, training_cost
 from attn_kit.cli import UsageError
 from attn_kit.planning.paper import TABLE2_FLOPS
 from attn_kit.planning.sizes import ARCH_SIZES
+from attn_kit.recipes import translation
 
 SCRIPT = REPO / "scripts" / "training_cost.py"
 
@@ -122,8 +123,9 @@ def test_the_script_and_the_recipes_dry_run_print_the_same_cost():
         ours = [line.removeprefix("  # ") for line in recipe.splitlines() if line.startswith("  # ")]
         ours = [line.replace(" (the paper's; the binarize stage prints the real one)", "") for line in ours]
         theirs = script.split("\n\n", 1)[1].strip().splitlines()
-        assert theirs == ours[-len(theirs):] and len(theirs) == 8, (theirs, ours)
-        assert any(line.startswith("checkpoints:") for line in theirs)
+        assert theirs == ours[-len(theirs):] and theirs[0].startswith("training cost"), (theirs, ours)
+        for start in ("checkpoints:", "checkpoint writes: every", "all-reduce of the gradients", "fewest GPU-hours"):
+            assert any(line.startswith(start) for line in theirs), start
 
 
 @pytest.mark.parametrize("arch,flags", [("attn_paper_base", []), ("attn_paper_big", []),
@@ -136,3 +138,79 @@ def test_parameters_counted_from_the_shape_are_the_built_models(arch, flags):
 
     model = build_model(plugin_flags(*flags, arch=arch), vocab_size=1000)
     assert cost.model_shape(arch, flags, 1000).parameters() == sum(p.numel() for p in set(model.parameters()))
+
+
+# ---------------------------------------------------------------------------------------------- issue 50
+def test_the_all_reduce_is_the_ring_transfer_by_hand():
+    """A ring all-reduce sends 2 (n - 1) / n of the gradients' bytes from each GPU: big's fp32 gradients on
+    8 H100s over NVLink's 450 GB/s at 80% / 50% of it; across two nodes the 25 GB/s network is the
+    slowest hop; fp16 gradients are half the bytes; one GPU sends nothing."""
+    shape = cost.model_shape("attn_paper_big", (), 37000)
+    grads = shape.parameters() * 4
+    fast, slow = training_cost.allreduce_seconds(shape, training_cost.link_of("H100", 8, 1), "bf16")
+    assert fast == pytest.approx(2 * 7 / 8 * grads / (450e9 * 0.8)) and slow == pytest.approx(2 * 7 / 8 * grads / 225e9)
+    two_nodes = training_cost.link_of("H100", 16, 2)
+    assert two_nodes.gb_per_s == 25.0 and "network" in two_nodes.what
+    assert training_cost.allreduce_seconds(shape, two_nodes, "fp16")[0] == pytest.approx(2 * 15 / 16 * grads / 2 / 20e9)
+    assert training_cost.allreduce_seconds(shape, training_cost.link_of("H100", 1, 1), "bf16") == (0.0, 0.0)
+    given = training_cost.link_of("H100", 8, 1, gb_per_s=100)
+    assert training_cost.allreduce_seconds(shape, given, "bf16")[1] == pytest.approx(2 * 7 / 8 * grads / 50e9)
+
+
+def test_layouts_count_gpu_hours_and_name_the_cheapest():
+    """Big on one node of 8 H100s: 8, 4, 2 and 1 GPUs per run; a run's GPU-hours are its GPUs x its hours;
+    one GPU's update time is step_model's own (no all-reduce); the line names the fewest GPU-hours."""
+    shape = cost.model_shape("attn_paper_big", (), 37000)
+    found = training_cost.layouts(shape, 28000, 8, 1, "H100", "bf16")
+    assert [(lay.gpus, lay.runs) for lay in found] == [(8, 1), (4, 2), (2, 4), (1, 8)]
+    one = found[-1]
+    p = step_model.predict(shape, *one.forward, "H100", "bf16", cost.MEAN_LENGTH)
+    assert one.time.estimate == p.estimate.seconds_per_update and one.time.allreduce == 0
+    assert all(lay.forward[0] * lay.forward[1] * lay.gpus >= 28000 for lay in found)
+    cheapest = min(found, key=lambda lay: lay.gpus * lay.time.estimate)
+    lines = training_cost.layout_lines(shape, 28000, 300000, 8, 1, "H100", "bf16")
+    gpu_hours = cheapest.gpus * cheapest.time.estimate * 300000 / 3600
+    assert lines[-1].startswith(f"fewest GPU-hours: {cheapest.gpus} GPU") and f"{gpu_hours:,.1f} GPU-hours" in lines[-1]
+    for lay, line in zip(found, lines[1:]):
+        assert f"{lay.gpus * lay.time.estimate * 300000 / 3600:,.1f} GPU-hours" in line
+
+
+def test_save_interval_is_the_papers_ten_minutes():
+    """Sec. 6.1's 10-minute checkpoints at Sec. 5.2's step times on the paper's P100s: base 0.4 s ->
+    1500 updates, big 1.0 s -> 600 (the intervals the recipes used before auto); a multiple of 100."""
+    assert training_cost.save_interval(0.4) == 1500 and training_cost.save_interval(1.0) == 600
+    assert training_cost.paper_save_interval("attn_paper_base") == 1500
+    assert training_cost.paper_save_interval("attn_paper_big") == 600
+    assert training_cost.save_interval(0.139) == 4300 and training_cost.save_interval(100.0) == 100
+
+
+def _dry_run(*argv):
+    proc = run_main(translation.main, "--dry-run", *map(str, argv), "--stage", "train", "--stop-stage", "train")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    command = next(line for line in out.splitlines() if line.startswith("  $ ") and "fairseq_cli.train" in line
+                   or line.startswith("  $ ") and "fairseq-train " in line)
+    words = command.split()
+    return out, int(words[words.index("--save-interval-updates") + 1])
+
+
+def test_big_on_eight_h100s_checkpoints_every_ten_minutes_and_a_resumed_run_keeps_its_interval(tmp_path):
+    """Issue 50: --save-interval-updates x the predicted seconds per update is about 10 minutes (within
+    the rounding to 100 updates), and the plan shows the checkpoints' writes and disk; a canary's
+    measurement in the work directory sizes it instead; a run that started keeps the interval it
+    recorded (a resume on another GPU must not change what the last 20 checkpoints span)."""
+    out, interval = _dry_run("--ngpus", "8", "--arch", "attn_paper_big", "--gpu", "H100", "--workdir", tmp_path / "w")
+    wall = next(line for line in out.splitlines() if "training wall time on 8 x H100" in line)
+    seconds = float(wall.split(" s per update")[0].rsplit("(", 1)[1])
+    assert abs(interval * seconds - 600) <= 50 * seconds + interval * 0.0005, (interval, seconds)  # 3 decimals shown
+    assert f"checkpoint writes: every {interval} updates" in out and "checkpoints: 2.57 GB each" in out
+    canary = tmp_path / "c" / "canary" / "canary.json"
+    canary.parent.mkdir(parents=True)
+    canary.write_text('{"seconds_per_update": 0.3, "failed": null, "checkpoint": {"write_seconds": 4.0}}')
+    out, measured = _dry_run("--ngpus", "8", "--arch", "attn_paper_big", "--gpu", "H100", "--workdir", tmp_path / "c")
+    assert measured == 2000 and "(4.0 s each, one write as the canary timed it)" in out
+    (tmp_path / "c" / "train_command.json").write_text('{"argv": ["fairseq-train", "--save-interval-updates", "777"]}')
+    assert _dry_run("--ngpus", "8", "--arch", "attn_paper_big", "--gpu", "H100", "--workdir", tmp_path / "c")[1] == 777
+    explicit = _dry_run("--ngpus", "8", "--arch", "attn_paper_big", "--gpu", "H100", "--workdir", tmp_path / "c",
+                        "--save-interval-updates", "900")[1]
+    assert explicit == 900

@@ -302,6 +302,13 @@ def test_bpe_learned_on_every_pair_when_there_are_fewer_or_0(tmp_path):
     assert "--num-workers 1" in apply and "--input" in apply
 
 
+# Issue 50: what the dry run adds before the data stages, from the archives' sizes. By hand, EN-DE:
+EN_DE_ARCHIVES = 657_632_379 + 918_311_367 + 80_418_416 + 1_900_000 + 3_300_000  # published + the test sets' estimates
+EN_DE_TEXT, EN_DE_PAIRS = 1_358_406_800, 4_508_785  # the training split's text as Hugging Face's copy stores it
+MIB = 1 << 20
+ASSUMED_DOWNLOAD = EN_DE_ARCHIVES / MIB / 10  # seconds at the assumed 10 MB/s
+
+
 def write_results(path: Path):
     path.write_text(json.dumps({"machine": "a test machine", "result": {"fits": FITS,
                                                                        "settings": {"sizes": [1000, 1000000]}}}))
@@ -320,11 +327,13 @@ def test_dry_run_prints_the_projection_for_the_runs_pair_and_workers(tmp_path, m
     results = tmp_path / "data_prep.json"
     write_results(results)
     monkeypatch.setattr(prep_cost, "RESULTS", results)
+    monkeypatch.setattr(prep_cost, "EXTRACT_RESULTS", tmp_path / "missing.json")  # the download alone added
     printed = dry_run("--workers", "16", "--bpe-learn-pairs", "1000000")
     line = next(l for l in printed.splitlines() if "data preparation, projected" in l)
     p = prep_cost.project(FITS, 4_500_000, 16, 1_000_000)
     assert "WMT14 en-de (~4.5M pairs) on --workers 16" in line and "1000000 sampled pairs" in line
-    assert prep_cost.minutes_text(p["total_seconds"]) in line and f"peak memory {p['peak_mb_max'] / 1024:.1f} GB" in line
+    assert f": {prep_cost.minutes_text(p['total_seconds'] + ASSUMED_DOWNLOAD)} (" in line
+    assert f"peak memory {p['peak_mb_max'] / 1024:.1f} GB" in line
     fr = next(l for l in dry_run("--pair", "en-fr", "--workers", "2", "--bpe-learn-pairs", "0").splitlines()
               if "data preparation, projected" in l)
     assert "WMT14 en-fr (~36M pairs) on --workers 2" in fr and "every pair" in fr
@@ -354,13 +363,13 @@ def test_the_dry_run_projects_a_range_by_words_then_the_extracted_texts_size(tmp
     results.write_text(json.dumps({"machine": "a test machine", "result": {
         "fits": FITS, "settings": {"sizes": [1000, 1000000]}, "corpus": {"words_per_pair": {"1000000": 37.5}}}}))
     monkeypatch.setattr(prep_cost, "RESULTS", results)
+    monkeypatch.setattr(prep_cost, "EXTRACT_RESULTS", tmp_path / "missing.json")  # the download alone added
     data = tmp_path / "data"
     lines = dry_run("--workers", "16", "--bpe-learn-pairs", "1000000", "--data-workdir", str(data)).splitlines()
     line = next(l for l in lines if "data preparation, projected" in l)
-    low, high = (prep_cost.project(FITS, 4_500_000, 16, 1_000_000, words_scale=x)
+    low, high = (prep_cost.project(FITS, 4_500_000, 16, 1_000_000, words_scale=x)["total_seconds"] + ASSUMED_DOWNLOAD
                  for x in (1.0, PAIRS["en-de"].words_per_pair / 37.5))
-    assert f": {prep_cost.minutes_text(low['total_seconds'])} to {prep_cost.minutes_text(high['total_seconds'])} (" \
-        in line
+    assert f": {prep_cost.minutes_text(low)} to {prep_cost.minutes_text(high)} (" in line
     assert "low end at 37.5 words per pair" in lines[lines.index(line) + 1]
     assert f"high end at {PAIRS['en-de'].words_per_pair:.1f} words per pair" in lines[lines.index(line) + 1]
     (data / "raw").mkdir(parents=True)
@@ -371,7 +380,7 @@ def test_the_dry_run_projects_a_range_by_words_then_the_extracted_texts_size(tmp
     line = next(l for l in lines if "data preparation, projected" in l)
     words = 665_000_000 / NEWSTEST2014_BYTES_PER_WORD["de"]
     at = prep_cost.project(FITS, 4_500_000, 16, 1_000_000, words_scale=words / 4_500_000 / 37.5)
-    assert f": {prep_cost.minutes_text(at['total_seconds'])} (" in line
+    assert f": {prep_cost.minutes_text(at['total_seconds'] + ASSUMED_DOWNLOAD)} (" in line
     assert f"at {words / 4_500_000:.1f} words per pair (~{words / 1e6:.0f}M words, from the size of" \
         in lines[lines.index(line) + 1]
 
@@ -406,3 +415,94 @@ def test_words_per_pair_counts_both_sides_of_the_first_n_pairs(tmp_path):
     (tmp_path / "c.de").write_text("x\ny z\n\nw v u\n")
     # pair 1: 2 + 1 words; pair 2: 4 + 2; pair 3: 1 + 0; pair 4: 1 + 3
     assert words_per_pair(tmp_path / "c", [2, 4]) == {"2": 4.5, "4": 3.5}
+
+
+# ---------------------------------------------------------------------------------------------- download, extraction, disk
+
+
+def write_extract_results(path: Path, rates=(2000, 100, 50, 80), tokenized=((1.0, 5.0), (1.1, 4.0))):
+    """A results file of benchmarks/data_extract.py with round rates (MB per CPU second) and ratios."""
+    path.write_text(json.dumps({"machine": "a test machine", "result": {
+        "rates_mb_per_cpu_s": dict(zip(("sha256", "extract_tgz", "extract_tar_of_gz", "concatenate"), rates)),
+        "tokenized": {pair: {"growth": g, "bytes_per_token": b} for pair, (g, b) in zip(("en-de", "en-fr"), tokenized)}}}))
+
+
+def test_the_dry_run_adds_download_and_extraction_and_prints_the_disk_by_hand(tmp_path, monkeypatch):
+    """Download: 1661562162 bytes at the assumed 10 MB/s = 158.5 s. Extraction at the file's rates (sha256
+    2000, .tgz 100 MB per CPU second of archive, joining 80 MB of text a second): 1584.6 MB x (1/2000 + 1/100)
+    + 1295.5 MB / 80 = 32.8 s. Disk (growth 1.0, 5 bytes a token, 1.05-1.35 BPE pieces a token): 9.5 to 10.2 GB."""
+    results, extract = tmp_path / "data_prep.json", tmp_path / "extract.json"
+    write_results(results)
+    write_extract_results(extract)
+    monkeypatch.setattr(prep_cost, "RESULTS", results)
+    monkeypatch.setattr(prep_cost, "EXTRACT_RESULTS", extract)
+    data = tmp_path / "data"
+    lines = [l.lstrip(" #") for l in dry_run("--workers", "16", "--bpe-learn-pairs", "1000000", "--data-workdir",
+                                             str(data)).splitlines()]
+    line = next(l for l in lines if l.startswith("data preparation, projected"))
+    download, extract_s = EN_DE_ARCHIVES / MIB / 10, EN_DE_ARCHIVES / MIB * (1 / 2000 + 1 / 100) + EN_DE_TEXT / MIB / 80
+    assert round(download, 1) == 158.5 and round(extract_s, 1) == 32.8
+    total = prep_cost.project(FITS, 4_500_000, 16, 1_000_000)["total_seconds"] + download + extract_s
+    assert f": {prep_cost.minutes_text(total)} (download 3 min, extract 33 s, tokenize " in line
+    assert "fits of" in lines[lines.index(line) + 2] and "not included" not in lines[lines.index(line) + 2]
+    dl = next(l for l in lines if l.startswith("download:"))
+    assert dl.startswith("download: 1.66 GB, 5 archives (sizes as published; estimated: wmt13-test.tgz ~2 MB")
+    assert "at 10.0 MB/s (assumed, not measured" in dl and dl.endswith(": 3 min")
+    assert next(l for l in lines if l.startswith("extraction:")).split(" (CPU rates")[0].endswith(": 33 s")
+    tokens = EN_DE_TEXT / 5.0
+    bpe = [EN_DE_TEXT + 3 * tokens * (r - 1) for r in (1.05, 1.35)]  # "@@ " per added piece
+    sample = EN_DE_TEXT * 1_000_000 / EN_DE_PAIRS  # bpe/learn-sample.*: 1M pairs of the tokenized text
+    binarized = [2 * (tokens * r + 2 * EN_DE_PAIRS) + 2 * 12 * EN_DE_PAIRS for r in (1.05, 1.35)]  # uint16, index
+    low, high = (EN_DE_ARCHIVES + 3 * EN_DE_TEXT + 2 * bpe[i] + sample + binarized[i] for i in (0, 1))
+    assert (round(low / 1e9, 1), round(high / 1e9, 1)) == (9.5, 10.2)
+    disk = next(l for l in lines if l.startswith("disk:"))
+    assert disk.startswith(f"disk: 9.5 to 10.2 GB in {data}: downloads 1.7 GB, extracted text (orig/, raw/) 2.7 GB, "
+                           "tokenized (tok/) 1.4 GB, BPE (bpe/, with its learning sample) 1.7 to 1.9 GB, cleaned copy "
+                           "(prep/) 1.4 to 1.6 GB, binarized (data-bin/) 0.7 to 0.9 GB")
+    assert [round(x / 1e9, 1) for x in (bpe[0] + sample, bpe[1] + sample, *bpe, *binarized)] == [
+        1.7, 1.9, 1.4, 1.6, 0.7, 0.9]
+
+
+def test_a_measured_download_rate_replaces_the_assumed_one_and_no_extraction_file_says_so(tmp_path, monkeypatch):
+    """Records of earlier downloads in the data folder (200 MiB in 10 s: 20.0 MB/s) give the rate: 1584.6 MB
+    / 20 = 79 s; below 64 MiB measured the assumption stands. Without the extraction results file the dry
+    run says so and adds the download alone."""
+    from attn_kit.pipeline.download import measured_rate
+
+    results = tmp_path / "data_prep.json"
+    write_results(results)
+    monkeypatch.setattr(prep_cost, "RESULTS", results)
+    monkeypatch.setattr(prep_cost, "EXTRACT_RESULTS", tmp_path / "missing.json")
+    records = tmp_path / "data" / "downloads" / ".verified"
+    records.mkdir(parents=True)
+    (records / "a.tgz.json").write_text(json.dumps({"transfer": {"bytes": 200 * MIB, "seconds": 10.0,
+                                                                  "from": "www.statmt.org"}}))
+    lines = [l.lstrip(" #") for l in dry_run("--workers", "16", "--bpe-learn-pairs", "1000000", "--data-workdir",
+                                             str(tmp_path / "data")).splitlines()]
+    dl = next(l for l in lines if l.startswith("download:"))
+    assert "at 20.0 MB/s (measured: 0.21 GB downloaded from www.statmt.org into" in dl and dl.endswith(": 1 min")
+    line = next(l for l in lines if l.startswith("data preparation, projected"))
+    total = prep_cost.project(FITS, 4_500_000, 16, 1_000_000)["total_seconds"] + EN_DE_ARCHIVES / MIB / 20
+    assert f": {prep_cost.minutes_text(total)} (download 1 min, tokenize " in line
+    assert lines[lines.index(line) + 2].startswith("(extraction not included; fits of")
+    assert any(l.startswith("extraction and disk: no projection (") for l in lines)
+    (records / "a.tgz.json").write_text(json.dumps({"transfer": {"bytes": 60 * MIB, "seconds": 1.0}}))
+    assert prep_cost.download_rate(measured_rate(records.parent))[0] == 10.0  # too little measured
+
+
+def test_extraction_counts_each_archive_at_its_layouts_rate_and_en_fr_its_own_tokenization(tmp_path, monkeypatch):
+    """By hand: a 100 MB .tgz and a 50 MB .tar of .gz members, 80 MB of text, at sha256 1000, .tgz 100,
+    .tar 50, joining 40 MB/s: 100 x (1/1000 + 1/100) + 50 x (1/1000 + 1/50) + 80 / 40 = 4.15 s. EN-FR's
+    dry run: 7 archives, 6.62 GB, and its own tokenization ratio (x1.100)."""
+    fetch = prep_cost.Fetch("en-fr", [("a.tgz", 100 * MIB, "tgz", ""), ("b.tar", 50 * MIB, "tar_of_gz", "")],
+                            80 * MIB, 1000, "text", 10.0, "assumed")
+    rates = {"sha256": 1000, "extract_tgz": 100, "extract_tar_of_gz": 50, "concatenate": 40}
+    assert prep_cost.extract_seconds(rates, fetch) == pytest.approx(4.15)
+    results, extract = tmp_path / "data_prep.json", tmp_path / "extract.json"
+    write_results(results)
+    write_extract_results(extract)
+    monkeypatch.setattr(prep_cost, "RESULTS", results)
+    monkeypatch.setattr(prep_cost, "EXTRACT_RESULTS", extract)
+    lines = [l.lstrip(" #") for l in dry_run("--pair", "en-fr", "--workers", "2").splitlines()]
+    assert next(l for l in lines if l.startswith("download:")).startswith("download: 6.62 GB, 7 archives")
+    assert "Moses tokenization x1.100, 4.00 bytes a token" in next(l for l in lines if l.startswith("(disk from:"))

@@ -70,7 +70,7 @@ def test_fewer_gpus_than_asked_are_refused_where_training_starts_and_planned_whe
     # a --dry-run runs nothing: the 8-GPU plan, with the line as a note
     translation.main(["--workdir", str(work), "--dry-run"])
     out = capsys.readouterr().out
-    assert "torchrun --nproc-per-node 8 " in out and "--max-tokens 3500 --update-freq 1 " in out
+    assert "torchrun --nproc-per-node 8 " in out and "--max-tokens auto --update-freq auto " in out  # sized at its start
     assert "note: a run on this machine would stop before its first stage: --ngpus 8 (the default)" in out
     # --launcher slurm submits from a login node without GPUs: the job gets 8 per node
     monkeypatch.setattr(slurm.shutil, "which", lambda name: None)  # no sbatch here: the script is written

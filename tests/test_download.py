@@ -1,6 +1,7 @@
 """attn_kit.pipeline.download against a local mirror (attn_kit.pipeline.mirror): checksums,
 resumed and restarted transfers, errors. No internet."""
 import hashlib
+import json
 import os
 import tarfile
 import threading
@@ -139,14 +140,112 @@ def test_missing_file_is_one_line_error(tmp_path, server):
     assert not list(tmp_path.glob("nope.tgz*"))
 
 
-def test_unrecorded_checksum_is_recorded_and_enforced(tmp_path, server):
+def one_line(err) -> str:
+    msg = str(err.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_a_file_without_a_published_checksum_is_recorded_at_its_first_download_and_checked_at_every_use(
+        tmp_path, server):
+    """Issue 50: an archive with no published checksum gets its sha256 recorded at its first download
+    (the record beside it, .verified/NAME.json), and every later use is checked against it: a later run
+    that finds the file (unchanged: accepted; changed: one line naming both hashes, the file set aside),
+    its read by the extract stage (check_download: one line, the file left for the user to delete), and a
+    later download from a server whose file changed (one line naming the record to delete)."""
+    from attn_kit.pipeline.download import check_download, record_path
+
     base, _, _ = server()
-    rf = RemoteFile("data.tgz", URL)
-    fetch(rf, tmp_path / "dl", base, quiet)
-    (tmp_path / "dl" / "data.tgz").unlink()
-    (tmp_path / "mirror" / "wmt13" / "data.tgz").write_bytes(DATA[::-1])  # the host changed the file
-    with pytest.raises(UserError, match="recorded on first download"):
-        fetch(rf, tmp_path / "dl", base, quiet)
+    rf, dl = RemoteFile("data.tgz", URL), tmp_path / "dl"
+    lines = []
+    path = fetch(rf, dl, base, lines.append)
+    record = json.loads(record_path(dl, "data.tgz").read_text())
+    assert record_path(dl, "data.tgz") == dl / ".verified" / "data.tgz.json"
+    assert record["sha256"] == hashlib.sha256(DATA).hexdigest() and record["size"] == len(DATA)
+    assert any(f"recorded its sha256 {SHA}" in line for line in lines)
+    # unchanged: accepted by a later run and by the extract stage's read
+    lines = []
+    assert fetch(rf, dl, base, lines.append) == path and "verified already" in lines[0]
+    check_download(path, None, lines.append)
+    assert "checked against the one recorded at its download" in lines[-1]
+    # changed in the download folder (another mtime): a later run refuses it in one line, sets it aside
+    changed = bytes(b ^ 1 for b in DATA[:10]) + DATA[10:]
+    path.write_bytes(changed)
+    with pytest.raises(UserError) as err:
+        fetch(rf, dl, base, quiet)
+    msg = one_line(err)
+    assert msg.startswith("data.tgz: sha256 mismatch: expected " + SHA) and hashlib.sha256(changed).hexdigest() in msg
+    assert f"{path} changed since it was verified" in msg and "run again to download it afresh" in msg
+    assert (dl / "data.tgz.bad").read_bytes() == changed and not path.exists()
+    assert fetch(rf, dl, base, quiet).read_bytes() == DATA  # run again: downloaded afresh, checked, accepted
+    # changed in place with its size and mtime kept: the stat matches, but the extract stage's read hashes it
+    st = path.stat()
+    path.write_bytes(changed)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(UserError) as err:
+        check_download(path, None, quiet)
+    msg = one_line(err)
+    assert msg.startswith(f"{path}: its sha256 is {hashlib.sha256(changed).hexdigest()}, not {SHA}, the one recorded")
+    assert "delete it and run again" in msg and str(record_path(dl, "data.tgz")) in msg
+    assert path.read_bytes() == changed  # left for the user
+    # the server's file changed: a fresh download is refused against the record, which the line names
+    path.unlink()
+    (tmp_path / "mirror" / "wmt13" / "data.tgz").write_bytes(DATA[::-1])
+    with pytest.raises(UserError) as err:
+        fetch(rf, dl, base, quiet)
+    msg = one_line(err)
+    assert f"expected {SHA} (the sha256 recorded at its first download, in {record_path(dl, 'data.tgz')})" in msg
+    assert hashlib.sha256(DATA[::-1]).hexdigest() in msg and "the server or mirror sent a different file" in msg
+    assert f"delete {record_path(dl, 'data.tgz')} to record the new one" in msg
+
+
+def test_the_extract_stages_check_uses_the_published_checksum_and_records_a_file_it_never_saw(tmp_path):
+    """check_download: a published checksum that differs is one line; a file with no record (put there
+    by hand) is hashed and recorded at its first read, and checked against that from then on."""
+    from attn_kit.pipeline.download import check_download, record_path
+
+    path = tmp_path / "data.tgz"
+    path.write_bytes(DATA)
+    with pytest.raises(UserError) as err:
+        check_download(path, remote(sha256="0" * 64), quiet)
+    assert one_line(err).startswith(f"{path}: its sha256 is {SHA}, not {'0' * 64}, the one published")
+    with pytest.raises(UserError, match=f"its md5 is {MD5}, not {'f' * 32}, the one published"):
+        check_download(path, remote(md5="f" * 32), quiet)
+    assert not record_path(tmp_path, "data.tgz").exists()
+    lines = []
+    check_download(path, None, lines.append)
+    assert json.loads(record_path(tmp_path, "data.tgz").read_text())["sha256"] == SHA and "recorded now" in lines[0]
+    path.write_bytes(DATA[::-1])
+    with pytest.raises(UserError, match="the file changed since it was downloaded and checked"):
+        check_download(path, None, quiet)
+
+
+def test_a_download_records_its_transfer_and_the_measured_rate_sums_them(tmp_path, server):
+    """The dry run's measured download rate: each record keeps its file's transfer (bytes, seconds,
+    host); measured_rate sums them over the download folder."""
+    from attn_kit.pipeline.download import measured_rate, record_path
+
+    base, _, _ = server()
+    fetch(remote(), tmp_path, base, quiet)
+    moved = json.loads(record_path(tmp_path, "data.tgz").read_text())["transfer"]
+    assert moved["bytes"] == len(DATA) and moved["from"] == "127.0.0.1"
+    for name, size, seconds in (("a.tgz", 300_000_000, 20.0), ("b.tgz", 100_000_000, 5.0)):
+        record_path(tmp_path, name).write_text(json.dumps({"transfer": {"bytes": size, "seconds": seconds,
+                                                                        "from": "www.statmt.org"}}))
+    total, seconds, hosts = measured_rate(tmp_path)
+    assert total == 400_000_000 + len(DATA) and seconds == pytest.approx(25.0 + moved["seconds"])
+    assert hosts == ["www.statmt.org", "127.0.0.1"]  # in the records' order: a, b, data
+    assert measured_rate(tmp_path / "none") is None
+
+
+def test_every_wmt14_training_archive_has_a_published_size_and_sha256():
+    """The UN corpus and giga-fren had none: their size and sha256 are TFDS's WMT15 builder's, which
+    downloads the same two archives (2365634246 and 2595102720 bytes)."""
+    from attn_kit.recipes.wmt14_data import FILES, PAIRS
+
+    for key in {k for pair in PAIRS.values() for k, _, _ in pair.train}:
+        assert FILES[key].size and len(FILES[key].sha256) == 64, key
+    assert (FILES["un"].size, FILES["giga_fren"].size) == (2365634246, 2595102720)
 
 
 def test_local_folder_mirror(tmp_path):

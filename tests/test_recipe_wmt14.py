@@ -50,7 +50,7 @@ def test_batch_plan_keeps_25000_tokens_per_update(devices):
 def test_8_and_2_gpus_give_the_same_tokens_per_update():
     cmds = {}
     for n in (8, 2):
-        proc = recipe("--pair", "en-de", "--dry-run", "--ngpus", n, "--workdir", "/tmp/never-created")
+        proc = recipe("--pair", "en-de", "--dry-run", "--ngpus", n, "--max-tokens-per-gpu", "4096", "--workdir", "/tmp/never-created")
         assert proc.returncode == 0, proc.stderr
         cmds[n] = train_line(proc.stdout)
     tokens = {n: int(flag(c, "--nproc-per-node")) * int(flag(c, "--max-tokens")) * int(flag(c, "--update-freq"))
@@ -83,7 +83,7 @@ def test_dry_run_prints_the_paper_setup():
 
 
 def test_en_fr_big_is_the_en_fr_variant_and_multi_node_uses_torchrun():
-    proc = recipe("--pair", "en-fr", "--dry-run", "--arch", "attn_paper_big", "--ngpus", "8", "--nnodes", "2",
+    proc = recipe("--pair", "en-fr", "--dry-run", "--arch", "attn_paper_big", "--ngpus", "8", "--gpu", "H100", "--nnodes", "2",
                   "--node-rank", "1", "--master-addr", "10.0.0.1", "--workdir", "/tmp/x")
     assert proc.returncode == 0, proc.stderr
     cmd = train_line(proc.stdout)
@@ -230,6 +230,28 @@ def test_tampered_mirror_file_is_refused(tmp_path):
     assert "training-parallel-nc-v9.tgz" in last and "sha256" in last
     assert not (work / "downloads" / "training-parallel-nc-v9.tgz").exists()
     assert not (work / ".stages" / "download.done").exists()
+
+
+def test_an_archive_changed_after_its_download_is_refused_when_the_extract_stage_reads_it(tmp_path):
+    """Issue 50: the extract stage hashes each archive again before reading it and compares the sha256 recorded
+    at its download. An archive changed in place with its size and mtime kept (the stamps' stat sees nothing)
+    is one error line naming the file, both hashes and what to do; nothing is extracted from it."""
+    import hashlib
+
+    work = tmp_path / "w"
+    proc = recipe("--pair", "en-de", "--smoke", "--workdir", work, "--stop-stage", "download")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    path = work / "downloads" / "training-parallel-nc-v9.tgz"
+    recorded = json.loads((work / "downloads" / ".verified" / f"{path.name}.json").read_text())["sha256"]
+    assert recorded == hashlib.sha256(path.read_bytes()).hexdigest()
+    st, data = path.stat(), bytearray(path.read_bytes())
+    data[100] ^= 0xFF
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    proc = recipe("--pair", "en-de", "--smoke", "--workdir", work, "--stage", "extract", "--stop-stage", "extract")
+    assert_one_error_line(proc, f"{path}: its sha256 is {hashlib.sha256(bytes(data)).hexdigest()}, not {recorded}",
+                          "delete it and run again to download it afresh")
+    assert not (work / "orig" / "news_commentary.en").exists() and not (work / ".stages" / "extract.done").exists()
 
 
 def test_smoke_average_ends_at_the_final_update(smoke_run):

@@ -377,8 +377,8 @@ def test_memory_cpus_and_signal_of_both_jobs(tmp_path, argv, train, prep):
 
 def test_dry_run_prints_both_scripts_and_what_the_jobs_run(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.translation", "--dry-run", "--ngpus", "8", "--nnodes",
-                           "4", "--launcher", "slurm", "--time", "2-00:00:00", "--workdir", tmp_path / "w", "--",
-                           "--tensorboard-logdir", "tb"], capture_output=True, text=True)
+                           "4", "--launcher", "slurm", "--gpu", "H100", "--time", "2-00:00:00", "--workdir",
+                           tmp_path / "w", "--", "--tensorboard-logdir", "tb"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for line in ("  | #SBATCH --nodes=4", "  | #SBATCH --ntasks-per-node=8", "  | #SBATCH --gpus-per-node=8",

@@ -99,19 +99,51 @@ def test_auto_holds_the_memory_it_predicts_within_the_share():
                 step_model.MEMORY_SHARE * g.memory_gib * 2 ** 30
 
 
-def test_auto_on_a_cpu_or_an_unknown_gpu_is_the_papers_batch(tmp_path):
+def test_auto_on_a_cpu_is_the_papers_batch_and_a_given_cap_is_balanced(tmp_path):
     cpu = run_main(translation.main, "--dry-run", "--ngpus", "0", "--workdir", tmp_path / "w", "--stage", "train",
                    "--stop-stage", "train")
     assert "1 device(s) x --max-tokens 4000 x --update-freq 7" in cpu.stdout  # 4096 at most, balanced
-    here = run_main(translation.main, "--dry-run", "--ngpus", "1", "--workdir", tmp_path / "w", "--stage", "train",
-                    "--stop-stage", "train")  # no GPU visible on the test machine, no --gpu
-    assert "--max-tokens-per-gpu auto: 4096 tokens per forward (the paper's per-GPU batch: no GPU visible" \
-        in here.stdout
     given = run_main(translation.main, "--dry-run", "--ngpus", "1", "--max-tokens-per-gpu", "9000", "--workdir",
                      tmp_path / "w", "--stage", "train", "--stop-stage", "train")
     assert "1 device(s) x --max-tokens 7000 x --update-freq 4" in given.stdout  # the user's cap, balanced
     bad = run_main(translation.main, "--dry-run", "--max-tokens-per-gpu", "lots", "--workdir", tmp_path / "w")
-    assert bad.returncode == 2 and "give a number of tokens or auto" in bad.stderr
+    assert bad.returncode == 2 and "give a number or auto" in bad.stderr
+
+
+def _train_line(out: str) -> str:
+    return next(line for line in out.splitlines() if "fairseq-train " in line and line.startswith("  $ "))
+
+
+def _flag(command: str, flag: str) -> str:
+    words = command.split()
+    return words[words.index(flag) + 1]
+
+
+def test_with_no_gpu_known_the_dry_run_plans_what_the_job_sizes_at_its_start(tmp_path):
+    """Issue 50: a dry run on a login node (no GPU, no --gpu) does not print a 4K-token plan the Slurm
+    job would not run: the command says auto, and the plan lists each GPU kind's forward, which is what
+    the same dry run with --gpu KIND puts in its command (the job sizes it the same way at its start)."""
+    common = ["--dry-run", "--ngpus", "1", "--arch", "attn_paper_big", "--launcher", "slurm", "--workdir",
+              tmp_path / "w", "--stage", "train", "--stop-stage", "train"]
+    unknown = run_main(translation.main, *common)
+    assert unknown.returncode == 0, unknown.stderr
+    command = _train_line(unknown.stdout)
+    assert _flag(command, "--max-tokens") == "auto" and _flag(command, "--update-freq") == "auto"
+    assert _flag(command, "--save-interval-updates") == "auto"
+    assert "4096 tokens per forward" not in unknown.stdout and "--max-tokens 4000" not in unknown.stdout
+    kinds = next(line for line in unknown.stdout.splitlines() if "per GPU kind" in line)
+    for kind in ("H100", "A100", "L4"):
+        known = run_main(translation.main, *common, "--gpu", kind)
+        assert known.returncode == 0, known.stderr
+        command = _train_line(known.stdout)
+        forward = f"{kind} ({cost.GPUS[kind].memory_gib:g} GiB) {_flag(command, '--max-tokens')} x " \
+                  f"{_flag(command, '--update-freq')}:"
+        assert forward in kinds, (forward, kinds)
+        if kind == "H100":  # the issue's case: the whole update in at most two forwards, GPU-hours beside hours
+            assert int(_flag(command, "--max-tokens")) >= 16000 and int(_flag(command, "--update-freq")) <= 2
+            wall = next(line for line in known.stdout.splitlines() if "training wall time on 1 x H100" in line)
+            hours = float(wall.split("): ")[1].split(" h,")[0])
+            assert f"{hours:.1f} h, {hours:.1f} GPU-hours" in wall
 
 
 def test_the_gpu_check_dry_run_prints_and_parses_every_command():

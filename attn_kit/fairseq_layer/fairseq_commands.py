@@ -113,6 +113,16 @@ def visible_gpu_memory_gib() -> Optional[float]:
         return None
 
 
+def visible_gpu_name() -> Optional[str]:
+    """The name torch gives the first CUDA GPU here ("NVIDIA H100 80GB HBM3"); None where none is visible."""
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0) if visible_gpus() else None
+    except Exception:  # noqa: BLE001 -- a broken CUDA setup is "no GPU visible"
+        return None
+
+
 def gpu_supports_bf16() -> Optional[bool]:
     """Whether the GPUs torch sees here compute in bf16 natively (compute capability >= 8.0:
     A100, H100, L4, ...); None when no GPU is visible (a login node, a --dry-run elsewhere)."""

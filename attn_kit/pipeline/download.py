@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from http.client import HTTPException
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional, Tuple
 from urllib.error import HTTPError
 from urllib.parse import urlsplit
 from urllib.request import ProxyHandler, Request, build_opener, url2pathname, urlopen
@@ -77,6 +77,12 @@ def _load(path: Path) -> dict:
         return {}
 
 
+def record_path(dest_dir, name: str) -> Path:
+    """Where a download's record is kept: ``DEST/.verified/NAME.json`` (size, mtime, sha256 as
+    verified, and the transfer's bytes and seconds), beside the file."""
+    return Path(dest_dir) / ".verified" / f"{name}.json"
+
+
 def fetch(rf: RemoteFile, dest_dir: Path, mirror: Optional[str] = None, log=print, chunk=1 << 20) -> Path:
     """Download ``rf`` to ``dest_dir/rf.name``, verified; return that path.
 
@@ -89,18 +95,21 @@ def fetch(rf: RemoteFile, dest_dir: Path, mirror: Optional[str] = None, log=prin
     - a ``NAME.partial`` left by a broken connection or Ctrl-C is resumed with an
       HTTP ``Range`` request (a server that ignores it sends the whole file again);
     - a file that does not match is moved to ``NAME.bad`` and reported in one line;
-    - a verified file is recorded in ``.verified/NAME.json`` (size, mtime, sha256),
-      so later runs skip it without re-hashing gigabytes; a file with no published
-      checksum gets its sha256 recorded on first download, and later downloads of it
-      are checked against that (trust on first use);
+    - a verified file is recorded in ``.verified/NAME.json`` (:func:`record_path`: size,
+      mtime, sha256, and the transfer's bytes and seconds, which :func:`measured_rate` reads
+      for the dry run's download time), so later runs skip it without re-hashing gigabytes;
+      a file with no published checksum gets its sha256 recorded on first download, and
+      later downloads of it, and every read of it (:func:`check_download`), are checked
+      against that (trust on first use);
     - ``mirror`` swaps the public host for another base URL or a local folder holding
       the same paths, so the same code runs offline against a mirror.
     """
     dest_dir = Path(dest_dir)
     final, partial = dest_dir / rf.name, dest_dir / f"{rf.name}.partial"
-    sidecar = dest_dir / ".verified" / f"{rf.name}.json"
+    sidecar = record_path(dest_dir, rf.name)
     rec = _load(sidecar)
-    if final.exists():
+    here = final.exists()  # a file already downloaded: a mismatch means it changed here, not at the server
+    if here:
         st = final.stat()
         if (rec.get("size"), rec.get("mtime_ns")) == (st.st_size, st.st_mtime_ns) and all(
                 getattr(rf, k) in (None, rec.get(k)) for k in ("size", "sha256", "md5")):
@@ -120,46 +129,110 @@ def fetch(rf: RemoteFile, dest_dir: Path, mirror: Optional[str] = None, log=prin
         if have > size:  # longer than the file can be: not a prefix of it
             partial.unlink()
         complete = have == size
+    transfer = None  # (bytes, seconds) of this run's transfer, for the dry run's download time
     if not complete:
+        here = False
         if "://" in src and not src.startswith("file://"):
-            _from_url(rf, src, partial, log, chunk, mirror)
+            transfer = _from_url(rf, src, partial, log, chunk, mirror)
         else:
-            _from_path(rf, Path(url2pathname(urlsplit(src).path)) if "://" in src else Path(src),
-                       partial, log, chunk)
+            transfer = _from_path(rf, Path(url2pathname(urlsplit(src).path)) if "://" in src else Path(src),
+                                  partial, log, chunk)
 
     actual = partial.stat().st_size
+    reject = partial_rejecter(rf, partial, src, final if here else None, None if rf.sha256 else sidecar)
     if size is not None and actual != size:
-        _reject(rf, partial, src, "size", f"{size} bytes", f"{actual} bytes")
+        reject("size", f"{size} bytes", f"{actual} bytes")
     got_sha, got_md5 = _hashes(partial, md5=bool(rf.md5))
     if sha and got_sha != sha:
-        where = "" if rf.sha256 else f" (recorded on first download in {sidecar}; delete that to accept a new file)"
-        _reject(rf, partial, src, "sha256", sha + where, got_sha)
+        reject("sha256", sha, got_sha)
     if rf.md5 and got_md5 != rf.md5:
-        _reject(rf, partial, src, "md5", rf.md5, got_md5)
-    if rf.sha256 or rf.md5:
-        checked = ", ".join(k for k in ("size", "sha256", "md5") if getattr(rf, k))
-        log(f"{rf.name}: verified ({checked})")
-    elif sha:
-        checked = "the sha256 recorded on its first download"
-        log(f"{rf.name}: verified against the sha256 recorded on its first download (none is published)")
-    else:
-        checked = "no published checksum; sha256 recorded on first download"
-        log(f"{rf.name}: no published checksum, so not checked; recorded its sha256 {got_sha} in {sidecar}, "
-            f"later downloads are checked against it")
+        reject("md5", rf.md5, got_md5)
+    checked = _checked(rf, bool(sha), got_sha, sidecar, log)
     os.replace(partial, final)
     st = final.stat()
     sidecar.parent.mkdir(exist_ok=True)
+    moved = {"bytes": transfer[0], "seconds": round(transfer[1], 6), "from": urlsplit(src).hostname or "a folder"} \
+        if transfer else rec.get("transfer")  # a file checked again keeps the measurement of its download
     write_json_atomic(sidecar, {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": got_sha,
-                                "md5": got_md5, "url": src, "checked": checked})
+                                "md5": got_md5, "url": src, "checked": checked,
+                                **({"transfer": moved} if moved else {})})
     return final
 
 
-def _reject(rf: RemoteFile, partial: Path, src: str, kind: str, expected: str, actual: str):
-    bad = partial.with_name(f"{rf.name}.bad")
-    os.replace(partial, bad)
-    raise UserError(f"{rf.name}: {kind} mismatch: expected {expected}, got {actual} (from {shown(src)}); "
-                      f"the server or mirror sent a different file, moved to {bad} and not used: "
-                      f"run again to download it afresh, or check --mirror")
+def _checked(rf: RemoteFile, recorded: bool, got_sha: str, sidecar: Path, log) -> str:
+    """What a verified download was checked against, logged and returned for its record."""
+    if rf.sha256 or rf.md5:
+        checked = ", ".join(k for k in ("size", "sha256", "md5") if getattr(rf, k))
+        log(f"{rf.name}: verified ({checked})")
+        return checked
+    if recorded:
+        log(f"{rf.name}: verified against the sha256 recorded on its first download (none is published)")
+        return "the sha256 recorded on its first download"
+    log(f"{rf.name}: no published checksum, so not checked; recorded its sha256 {got_sha} in {sidecar}, "
+        f"later downloads are checked against it")
+    return "no published checksum; sha256 recorded on first download"
+
+
+def partial_rejecter(rf: RemoteFile, partial: Path, src: str, here: Optional[Path], recorded: Optional[Path]):
+    """``reject(kind, expected, actual)``: move ``partial`` to NAME.bad and raise one line naming the
+    file, both values and what to do. ``here``: the downloaded file, checked again, that changed in
+    the download folder (not at the server); ``recorded``: the record whose sha256 (none published)
+    the file was checked against."""
+    def reject(kind: str, expected: str, actual: str):
+        bad = partial.with_name(f"{rf.name}.bad")
+        os.replace(partial, bad)
+        anchor = f" (the sha256 recorded at its first download, in {recorded})" if recorded and kind == "sha256" else ""
+        cause = (f"{here} changed since it was verified" if here else
+                 f"the server or mirror sent a different file (from {shown(src)})")
+        fix = "run again to download it afresh" + ("" if here else ", or check --mirror") + (
+            f"; if the archive was republished, delete {recorded} to record the new one"
+            if anchor and not rf.md5 else "")
+        raise UserError(f"{rf.name}: {kind} mismatch: expected {expected}{anchor}, got {actual}; {cause}: "
+                        f"moved to {bad} and not used: {fix}")
+    return reject
+
+
+def check_download(path, rf: Optional[RemoteFile] = None, log=print):
+    """Check a downloaded file before it is read (the extract stage), hashing it again in full: against
+    ``rf``'s published sha256 and md5 where given, and the sha256 recorded when it was downloaded
+    (:func:`record_path`). A file with neither gets its sha256 recorded now (trust on first use). A
+    mismatch is one UserError naming the file, both hashes and what to do; the file is left in place."""
+    path = Path(path)
+    record = record_path(path.parent, path.name)
+    rec = _load(record)
+    published = rf if rf is not None and (rf.sha256 or rf.md5) else None
+    got_sha, got_md5 = _hashes(path, md5=bool(published and published.md5))
+    expected = [("sha256", published and published.sha256, got_sha, "the one published"),
+                ("md5", published and published.md5, got_md5, "the one published"),
+                ("sha256", rec.get("sha256"), got_sha, f"the one recorded at its download, in {record}")]
+    for kind, want, got, where in expected:
+        if want and got != want:
+            again = ("" if published else f", or, if the archive was republished, delete {record} too "
+                                          "to record the new one")
+            raise UserError(f"{path}: its {kind} is {got}, not {want}, {where}: the file changed since it was "
+                            f"downloaded and checked; delete it and run again to download it afresh{again}")
+    if not rec.get("sha256"):  # downloaded before records were kept, or put there by hand: record it now
+        st = path.stat()
+        record.parent.mkdir(exist_ok=True)
+        write_json_atomic(record, {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": got_sha,
+                                   "checked": "no record before its first read; sha256 recorded then"})
+        log(f"{path.name}: {'checked against its published checksum; ' if published else ''}no record of its "
+            f"download, so its sha256 {got_sha} is recorded now in {record}; later reads are checked against it")
+        return
+    log(f"{path.name}: sha256 checked against the one recorded at its download"
+        + (" and the published checksum" if published else ""))
+
+
+def measured_rate(dest_dir) -> Optional[Tuple[int, float, List[str]]]:
+    """(bytes, seconds, hosts) of the transfers recorded in ``dest_dir``'s download records (each
+    file's last transfer), or None when none is recorded: the dry run's measured download rate."""
+    total, seconds, hosts = 0, 0.0, []
+    for path in sorted((Path(dest_dir) / ".verified").glob("*.json")):
+        moved = _load(path).get("transfer") or {}
+        if moved.get("bytes") and moved.get("seconds") is not None:
+            total, seconds = total + moved["bytes"], seconds + moved["seconds"]
+            hosts += [moved.get("from")] if moved.get("from") not in hosts else []
+    return (total, seconds, hosts) if total else None
 
 
 def _network_error(src: str, partial: Path, reason: str) -> UserError:
@@ -187,7 +260,7 @@ def _from_url(rf: RemoteFile, src: str, partial: Path, log, chunk: int, mirror: 
     except HTTPError as exc:
         if exc.code == 416 and have:
             if _range_total(exc.headers.get("Content-Range")) == have:
-                return  # all there already: go on to verify it
+                return None  # all there already: go on to verify it
             partial.unlink()  # not a prefix of the remote file: start over
             return _from_url(rf, src, partial, log, chunk, mirror)
         hint = " (check --mirror)" if mirror and exc.code == 404 else ""
@@ -201,7 +274,7 @@ def _from_url(rf: RemoteFile, src: str, partial: Path, log, chunk: int, mirror: 
             log(f"{rf.name}: the server did not resume at byte {have}; downloading it again from the start")
         length = resp.headers.get("Content-Length")
         total = start + int(length) if length and length.isdigit() else rf.size
-        _copy(rf, resp, partial, start, total, log, chunk, src)
+        return _copy(rf, resp, partial, start, total, log, chunk, src)
 
 
 def _from_path(rf: RemoteFile, path: Path, partial: Path, log, chunk: int):
@@ -215,12 +288,13 @@ def _from_path(rf: RemoteFile, path: Path, partial: Path, log, chunk: int):
         os.close(os.open(partial, os.O_WRONLY | os.O_CREAT, stat.S_IMODE(path.stat().st_mode) & 0o666))
     with open(path, "rb") as f:
         f.seek(start)
-        _copy(rf, f, partial, start, size, log, chunk, str(path))
+        return _copy(rf, f, partial, start, size, log, chunk, str(path))
 
 
 def _copy(rf: RemoteFile, stream, partial: Path, start: int, total: Optional[int], log, chunk: int, src: str):
     """Append ``stream`` to ``partial`` from byte ``start`` (truncating when 0), logging
-    progress every ~5 s or 10%. A Ctrl-C leaves what arrived in ``partial``."""
+    progress every ~5 s or 10%; return (bytes, seconds) of the transfer. A Ctrl-C leaves what
+    arrived in ``partial``."""
     mb = 1 << 20
     of = f" of {_size(total)}" if total else ""
     log(f"{rf.name}: resuming at {_size(start)}{of} from {shown(src)}" if start else
@@ -260,6 +334,7 @@ def _copy(rf: RemoteFile, stream, partial: Path, start: int, total: Optional[int
         raise _network_error(src, partial, error)
     secs = time.time() - t0
     log(f"{rf.name}: got {_size(done - start)} in {secs:.0f} s ({(done - start) / mb / max(secs, 1e-6):.1f} MB/s)")
+    return done - start, secs
 
 
 def _size(n: int) -> str:

@@ -246,17 +246,24 @@ class GPU:
     fp16: float
     fp32: float
     memory_gib: float = 16  # the smallest variant sold (A100: 40 GB; an 80 GB one sizes itself when visible)
+    # how the GPUs of one node exchange gradients, and its datasheet bandwidth per GPU and direction
+    link: str = "PCIe"
+    link_gb_per_s: float = 32.0
 
     def peak(self, precision: str) -> Optional[float]:
         return getattr(self, precision)
 
 
 GPUS = {
-    "H200": GPU(989, 989, 67, 141), "H100": GPU(989, 989, 67, 80), "H100-PCIe": GPU(756, 756, 51, 80),
-    "A100": GPU(312, 312, 19.5, 40), "L40S": GPU(362, 362, 91.6, 48), "A10": GPU(125, 125, 31.2, 24),
-    "L4": GPU(121, 121, 30.3, 24), "V100": GPU(None, 125, 15.7, 16), "T4": GPU(None, 65, 8.1, 16),
-    "P100": GPU(None, 21.2, 10.6, 16),
+    "H200": GPU(989, 989, 67, 141, "NVLink", 450), "H100": GPU(989, 989, 67, 80, "NVLink", 450),
+    "H100-PCIe": GPU(756, 756, 51, 80, "PCIe 5", 64), "A100": GPU(312, 312, 19.5, 40, "NVLink", 300),
+    "L40S": GPU(362, 362, 91.6, 48, "PCIe 4", 32), "A10": GPU(125, 125, 31.2, 24, "PCIe 4", 32),
+    "L4": GPU(121, 121, 30.3, 24, "PCIe 4", 32), "V100": GPU(None, 125, 15.7, 16, "NVLink", 150),
+    "T4": GPU(None, 65, 8.1, 16, "PCIe 3", 16), "P100": GPU(None, 21.2, 10.6, 16, "NVLink", 80),
 }
+# Between nodes: 200 Gb/s per node (InfiniBand HDR), an assumption stated where it is used;
+# --interconnect-gb-per-s gives a cluster's own.
+NETWORK_GB_PER_S = 25.0
 
 
 def gpu_name(name: str) -> str:
@@ -282,6 +289,8 @@ def gpu_of_device(device_name: str) -> Optional[str]:
 
 def hours_text(seconds: float) -> str:
     hours = seconds / 3600
+    if seconds < 59.5:
+        return f"{seconds:.0f} s"
     if hours < 1:
         return f"{seconds / 60:.0f} min"
     return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} days"

@@ -21,6 +21,9 @@ TABLE2_TRAINING = {"attn_paper_base": {"hours": 12.0, "gpus": 8, "gpu": "P100", 
 P100_SUSTAINED_TFLOPS = 9.5
 # Sec. 5.2: "each training step took about 0.4 seconds" (base); big: "step time was 1.0 seconds".
 PAPER_STEP_SECONDS = {"attn_paper_base": 0.4, "attn_paper_big": 1.0}
+# Sec. 6.1: "averaging the last 5 checkpoints, which were written at 10-minute intervals" (base;
+# big: the last 20).
+CHECKPOINT_INTERVAL_SECONDS = 600
 
 # Table 4: WSJ section 23 F1 of the 4-layer Transformer.
 TABLE4_F1 = {"wsj": 91.3, "semi-supervised": 92.7}

@@ -15,9 +15,15 @@ corpus's, of newstest's lengths (:func:`fitted_words_per_pair` words each): a co
 is projected as that many more of them (``words_scale``), as a range from the benchmark's length to
 the corpus's estimated one until its size is known (:func:`recipe_lines`). The model in full:
 docs/scaling.md.
+
+Before those parts the recipe downloads and extracts the archives (:class:`Fetch`): download time is
+their sizes at a rate (measured by earlier downloads in the data folder, else assumed), extraction
+time their sizes and their text's at the rates benchmarks/data_extract.py files in
+:data:`EXTRACT_RESULTS`; and the disk every stage's output takes (:func:`disk_bytes`).
 """
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -35,6 +41,20 @@ SERIAL = ("sample", "clean")
 MAIN_CHUNK_PARTS = ("binarize",)
 # the parts whose CPU time is per token: fitted linear with a floor (fit_linear), never sublinear
 PER_TOKEN = ("tokenize", "sample", "apply_bpe", "clean", "binarize")
+
+# ---- download, extraction and disk
+EXTRACT_RESULTS = REPO / "benchmarks" / "results" / "cpu2core_amd_data_extract.json"  # benchmarks/data_extract.py
+MB = 1 << 20  # rates are in MB of 2^20 bytes, as the download's own log counts them; disk in GB of 10^9
+# The download rate assumed until a download has been measured in the data folder: an assumption (no
+# WMT14 download has run where this was written), about what one HTTP stream from statmt.org gives
+ASSUMED_DOWNLOAD_MB_S = 10.0
+MIN_MEASURED_BYTES = 64 * MB  # less measured than this is mostly connection set-up: the assumption stands
+# BPE tokens per Moses token of WMT14's text under the recipe's joint BPE (30000-35000 merges learned
+# on 1M pairs): a range assumed, not measured (no WMT-sized corpus has been through the bpe stage here)
+BPE_TOKENS_PER_TOKEN = (1.05, 1.35)
+BPE_SPLIT_BYTES = 3  # "@@ ": what subword-nmt adds for each piece of a word but its last
+TOKEN_BYTES = 2  # fairseq-preprocess stores a token as uint16 (a dictionary under 65500 entries)
+INDEX_BYTES = 12  # fairseq's mmap index per sentence and side: its size (int32) and offset (int64)
 
 
 def fit_linear(points: Sequence[Tuple[float, float]]) -> Dict[str, float]:
@@ -197,17 +217,20 @@ def machine_of(results: dict) -> str:
 
 def recipe_lines(pair: str, train_pairs: int, workers: int, bpe_learn_pairs: Optional[int],
                  path: Optional[Path] = None, words_per_pair: Optional[Tuple[float, str]] = None,
-                 counted: bool = False) -> List[str]:
+                 counted: bool = False, fetch: Optional["Fetch"] = None,
+                 extract_path: Optional[Path] = None) -> List[str]:
     """The recipe's --dry-run lines: the data stages of ``pair`` (``train_pairs`` training pairs)
     projected on this run's --workers and --bpe-learn-pairs. ``words_per_pair``: (words per pair of
     the corpus, where that number comes from). A range: from the benchmark corpus's own (news-shaped)
     words per pair, the low end, to ``words_per_pair``, the high end; ``counted``: the corpus's size is
-    known, one projection at it."""
+    known, one projection at it. ``fetch``: the download and extraction before them, added to the time
+    (:func:`fetch_lines`, with ``extract_path``'s rates), and the disk every stage takes."""
     path = Path(path or results_for(pair))
     results = load(path)
     name = path.relative_to(REPO) if Path(path).is_relative_to(REPO) else path
+    before, more = fetch_lines(fetch, bpe_learn_pairs or 0, extract_path) if fetch else ({}, [])
     if results is None:
-        return [f"data preparation: no projection ({name} is not filed; benchmarks/data_prep.py makes it)"]
+        return [f"data preparation: no projection ({name} is not filed; benchmarks/data_prep.py makes it)", *more]
     fits, fitted = results["result"]["fits"], fitted_words_per_pair(results)
     corpus = results["result"].get("corpus", {})
     shape = f"{corpus.get('pair', 'en-de').upper()} newstest shapes" + (
@@ -221,14 +244,122 @@ def recipe_lines(pair: str, train_pairs: int, workers: int, bpe_learn_pairs: Opt
                    for scale, why in sorted(ends, key=lambda end: end[0])]  # low to high
     first = projections[0][0]
     learn = ("every pair" if first["learn_pairs"] >= train_pairs else f"{first['learn_pairs']} sampled pairs")
-    total = span([minutes_text(p["total_seconds"]) for p, _ in projections])
-    parts = ", ".join(f"{part.replace('_', ' ')} " + span([minutes_text(p["seconds"][part]) for p, _ in projections])
-                      for part in first["seconds"])
+    total = span([minutes_text(p["total_seconds"] + sum(before.values())) for p, _ in projections])
+    parts = ", ".join([f"{part} {minutes_text(s)}" for part, s in before.items()] + [
+        f"{part.replace('_', ' ')} " + span([minutes_text(p["seconds"][part]) for p, _ in projections])
+        for part in first["seconds"]])
     memory = span([f"{p['peak_mb_max'] / 1024:.1f}" for p, _ in projections])
     machine = machine_of(results)
+    left = ("" if "extract" in before else "extraction not included; ") if fetch else \
+        "download and extraction not included; "
     return [f"data preparation, projected for WMT14 {pair} (~{train_pairs / 1e6:g}M pairs) on --workers {workers}, "
             f"BPE learned on {learn}: {total} ({parts}); peak memory {memory} GB",
             "  (" + "; ".join(("at " if len(projections) == 1 else ("low end at ", "high end at ")[i]) + why
                               for i, (_, why) in enumerate(projections)) + ")",
-            f"  (fits of {name}, measured up to {max(results['result']['settings']['sizes']) / 1e6:g}M pairs on "
-            f"{machine}, per word; another CPU differs; download and extraction not included)"]
+            f"  ({left}fits of {name}, measured up to {max(results['result']['settings']['sizes']) / 1e6:g}M pairs on "
+            f"{machine}, per word; another CPU differs)", *("  " + line for line in more)]
+
+
+# ---------------------------------------------------------------------------------------------- fetch and disk
+@dataclass
+class Fetch:
+    """What the download and extract stages handle for ``pair``, for their projection: ``archives``
+    (name, bytes, layout: "tgz" or "tar_of_gz", how the size is known: "" when published, else the
+    estimate's basis); the training text they unpack to (``text_bytes``, ``text_pairs``, ``text_basis``:
+    where the size comes from); the download rate (``mb_s``, ``mb_s_basis``); whether the bpe stage
+    keeps a cleaned copy (``clean``); the data folder (``folder``) and the bytes its files take now
+    (``on_disk``)."""
+    pair: str
+    archives: List[Tuple[str, int, str, str]]
+    text_bytes: float
+    text_pairs: int
+    text_basis: str
+    mb_s: float
+    mb_s_basis: str
+    clean: bool = True
+    folder: str = ""
+    on_disk: int = 0
+
+    @property
+    def archive_bytes(self) -> int:
+        return sum(size for _, size, _, _ in self.archives)
+
+
+def download_rate(measured: Optional[Tuple[int, float, List[str]]], where: str = "the data folder") -> Tuple[float, str]:
+    """(MB/s, why) for the download time: ``measured`` ((bytes, seconds, hosts) of earlier downloads, used
+    from :data:`MIN_MEASURED_BYTES` on), else :data:`ASSUMED_DOWNLOAD_MB_S`."""
+    if measured and measured[0] >= MIN_MEASURED_BYTES and measured[1] > 0:
+        return (measured[0] / MB / measured[1],
+                f"measured: {measured[0] / 1e9:.2f} GB downloaded from {', '.join(measured[2])} into {where}")
+    return ASSUMED_DOWNLOAD_MB_S, ("assumed, not measured: the download stage records its rate in "
+                                   f"{where} and later dry runs use it")
+
+
+def extract_seconds(rates: Dict[str, float], fetch: Fetch) -> float:
+    """CPU seconds of the extract stage: each archive hashed (its check) and unpacked at the rate of its
+    layout, per MB of archive, then the training text joined, per MB of text (``rates``: MB per CPU second,
+    the results file's ``rates_mb_per_cpu_s``)."""
+    unpack = sum(size / MB * (1 / rates["sha256"] + 1 / rates[f"extract_{layout}"])
+                 for _, size, layout, _ in fetch.archives)
+    return unpack + fetch.text_bytes / MB / rates["concatenate"]
+
+
+def disk_bytes(fetch: Fetch, tokenized: Dict[str, float], learn_pairs: int) -> Dict[str, Tuple[float, float]]:
+    """Bytes each stage's output takes, (low, high): the archives; their text twice (the members as
+    unpacked in orig/, joined in raw/); tokenized, grown by ``tokenized["growth"]`` in
+    ``tokenized["bytes_per_token"]`` bytes a token (both measured on newstest); BPE, with
+    :data:`BPE_SPLIT_BYTES` per added piece at :data:`BPE_TOKENS_PER_TOKEN` and the learning sample's
+    ``learn_pairs`` pairs of tokenized text (0: none, BPE learned on every pair); clean-corpus-n's copy,
+    at most the BPE text; and fairseq's binarized data, :data:`TOKEN_BYTES` a token (and a sentence's
+    end) and :data:`INDEX_BYTES` a sentence and side."""
+    pairs = fetch.text_pairs
+    tok = fetch.text_bytes * tokenized["growth"]
+    tokens = tok / tokenized["bytes_per_token"]  # Moses tokens, both sides, each with its space or line end
+    bpe = [tok + BPE_SPLIT_BYTES * tokens * (r - 1) for r in BPE_TOKENS_PER_TOKEN]
+    sample = tok * learn_pairs / pairs if 0 < learn_pairs < pairs else 0.0
+    binarized = [TOKEN_BYTES * (tokens * r + 2 * pairs) + 2 * INDEX_BYTES * pairs for r in BPE_TOKENS_PER_TOKEN]
+    out = {"downloads": (fetch.archive_bytes,) * 2, "extracted text (orig/, raw/)": (2 * fetch.text_bytes,) * 2,
+           "tokenized (tok/)": (tok, tok), "BPE (bpe/, with its learning sample)": (bpe[0] + sample, bpe[1] + sample)}
+    if fetch.clean:
+        out["cleaned copy (prep/)"] = (bpe[0], bpe[1])
+    out["binarized (data-bin/)"] = (binarized[0], binarized[1])
+    return out
+
+
+def gb_text(low: float, high: float) -> str:
+    return span([f"{low / 1e9:.1f}", f"{high / 1e9:.1f}"]) + " GB"
+
+
+def fetch_lines(fetch: Fetch, learn_pairs: int, path: Optional[Path] = None) -> Tuple[Dict[str, float], List[str]]:
+    """({"download": s, "extract": s} of those projected, the dry run's lines on download, extraction
+    and disk). Extraction and disk read the rates of ``path`` (:data:`EXTRACT_RESULTS`)."""
+    path = Path(path or EXTRACT_RESULTS)
+    name = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+    results = load(path)
+    estimated = [f"{n} ~{size / 1e6:.0f} MB ({why})" for n, size, _, why in fetch.archives if why]
+    seconds = {"download": fetch.archive_bytes / MB / fetch.mb_s}
+    lines = [f"download: {fetch.archive_bytes / 1e9:.2f} GB, {len(fetch.archives)} archives (sizes as published"
+             + (f"; estimated: {', '.join(estimated)}" if estimated else "") + f") at {fetch.mb_s:.1f} MB/s "
+             f"({fetch.mb_s_basis}): {minutes_text(seconds['download'])}"]
+    if results is None:
+        return seconds, lines + [f"extraction and disk: no projection ({name} is not filed; benchmarks/data_extract.py "
+                                 "makes it)"]
+    r = results["result"]
+    rates = r["rates_mb_per_cpu_s"]
+    seconds["extract"] = extract_seconds(rates, fetch)
+    lines.append(f"extraction: each archive's sha256 checked ({rates['sha256']:.0f} MB/s) and unpacked (.tgz "
+                 f"{rates['extract_tgz']:.0f} MB/s, .tar of .gz {rates['extract_tar_of_gz']:.0f} MB/s of archive), "
+                 f"{fetch.text_bytes / 1e9:.2f} GB of text joined ({rates['concatenate']:.0f} MB/s): "
+                 f"{minutes_text(seconds['extract'])} (CPU rates of {name}, on {machine_of(results)}; "
+                 "a cold disk adds its reading)")
+    t = r["tokenized"][fetch.pair]
+    disk = disk_bytes(fetch, t, learn_pairs)
+    total = [sum(v[i] for v in disk.values()) for i in (0, 1)]
+    lines.append(f"disk: {gb_text(*total)} in {fetch.folder or 'the data folder'}: "
+                 + ", ".join(f"{k} {gb_text(*v)}" for k, v in disk.items())
+                 + (f"; {fetch.on_disk / 1e9:.1f} GB there now" if fetch.on_disk else ""))
+    lines.append(f"  (disk from: the archives' sizes; {fetch.text_basis}; Moses tokenization x{t['growth']:.3f}, "
+                 f"{t['bytes_per_token']:.2f} bytes a token (newstest, {name}); {BPE_TOKENS_PER_TOKEN[0]:g}-"
+                 f"{BPE_TOKENS_PER_TOKEN[1]:g} BPE pieces a token (assumed); fairseq-preprocess {TOKEN_BYTES} bytes "
+                 f"a token, {INDEX_BYTES} a sentence and side)")
+    return seconds, lines

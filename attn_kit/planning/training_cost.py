@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from . import step_model
-from .cost import (GPUS, MEAN_LENGTH, TABLE2_ARCH, Shape, checkpoint_lines, gpu, hours_text,
-                   train_flops_per_update)
-from .paper import P100_SUSTAINED_TFLOPS, TABLE2_FLOPS, TABLE2_TRAINING
+from .cost import (CHECKPOINT_BYTES_PER_PARAMETER, GPUS, MEAN_LENGTH, NETWORK_GB_PER_S, TABLE2_ARCH, Shape,
+                   checkpoint_lines, gpu, hours_text, train_flops_per_update)
+from .paper import (CHECKPOINT_INTERVAL_SECONDS, P100_SUSTAINED_TFLOPS, PAPER_STEP_SECONDS, TABLE2_FLOPS,
+                    TABLE2_TRAINING)
 
 
 def paper_share(shape: Shape) -> float:
@@ -20,67 +21,313 @@ def paper_share(shape: Shape) -> float:
     return shares["attn_paper_big" if shape.encoder.d_model >= 1024 else "attn_paper_base"]
 
 
+def forward_for(shape: Shape, tokens_per_update: int, devices: int, gpu_name: str, precision: str) -> Tuple[int, int]:
+    """(tokens per forward, forwards per update) on ``devices`` x ``gpu_name`` as ``--max-tokens-per-gpu
+    auto`` sizes them (attn_kit.planning.step_model.size_forward), spread evenly over the forwards; on the
+    paper's own 8 P100s the paper's split, one forward each (Sec. 5.1-5.2: the memory model's fp32
+    activations are assumed, and the paper's run held its ~3100 tokens per GPU)."""
+    paper = TABLE2_TRAINING["attn_paper_base"]
+    share = math.ceil(tokens_per_update / max(1, devices))
+    if gpu_name == paper["gpu"] and devices == paper["gpus"]:
+        cap = share
+    else:
+        cap = step_model.size_forward(shape, tokens_per_update, devices, GPUS[gpu_name].memory_gib, precision)
+    forwards = math.ceil(share / cap)
+    return math.ceil(share / forwards), forwards
+
+
+def gpu_hours_text(seconds: float, gpus: int) -> str:
+    return f"{seconds * gpus / 3600:,.1f} GPU-hours"
+
+
+# ---------------------------------------------------------------------------------------------- all-reduce
+# Of a link's datasheet bandwidth, what NCCL's ring all-reduce reaches on large messages: an assumption
+# (no multi-GPU run of the recipe has been measured), given as the two ends of the range.
+ALLREDUCE_EFFICIENCY = (0.5, 0.8)
+GRADIENT_BYTES = {"fp16": 2, "bf16": 4, "fp32": 4}  # fairseq keeps fp32 gradients under bf16 autocast
+
+
+@dataclass(frozen=True)
+class Link:
+    """How ``gpus`` GPUs on ``nodes`` nodes exchange gradients: ``gb_per_s`` per GPU and direction on
+    the slowest hop, ``what`` in words."""
+    gpus: int
+    nodes: int
+    gb_per_s: float
+    what: str
+
+
+def link_of(gpu_name: str, gpus: int, nodes: int, gb_per_s: Optional[float] = None) -> Link:
+    """The link of ``gpus`` x ``gpu_name`` on ``nodes`` nodes: ``gb_per_s`` (--interconnect-gb-per-s)
+    where given, else the GPU's own link within a node (attn_kit.planning.cost.GPUS) and the assumed
+    network (:data:`~attn_kit.planning.cost.NETWORK_GB_PER_S` per node) between nodes."""
+    g = GPUS[gpu_name]
+    if gb_per_s:
+        return Link(gpus, nodes, gb_per_s, f"--interconnect-gb-per-s {gb_per_s:g}")
+    if nodes > 1:
+        return Link(gpus, nodes, min(g.link_gb_per_s, NETWORK_GB_PER_S),
+                    f"the network between {nodes} nodes ({NETWORK_GB_PER_S:g} GB/s per node assumed, 200 Gb/s "
+                    "InfiniBand; --interconnect-gb-per-s for yours)")
+    return Link(gpus, nodes, g.link_gb_per_s, f"{g.link} ({g.link_gb_per_s:g} GB/s per GPU, datasheet)")
+
+
+def allreduce_seconds(shape: Shape, link: Link, precision: str) -> Tuple[float, float]:
+    """(fast, slow) seconds of one ring all-reduce of the gradients: each GPU sends and receives
+    2 (n - 1) / n of their bytes over ``link``, at each end of :data:`ALLREDUCE_EFFICIENCY`."""
+    if link.gpus <= 1:
+        return 0.0, 0.0
+    moved = 2 * (link.gpus - 1) / link.gpus * shape.parameters() * GRADIENT_BYTES[precision]
+    return tuple(moved / (link.gb_per_s * 1e9 * e) for e in reversed(ALLREDUCE_EFFICIENCY))
+
+
+@dataclass(frozen=True)
+class UpdateTime:
+    """Seconds per update of one run, with the all-reduce: the estimate adds it whole at the fast end
+    (fairseq's DDP overlaps it with the backward pass only in part); the low end hides it behind the
+    backward pass (2/3 of the compute); the high end adds it whole at the slow end."""
+    estimate: float
+    low: float
+    high: float
+    allreduce: float  # the estimate's all-reduce seconds
+    prediction: step_model.Prediction
+
+    @classmethod
+    def of(cls, shape: Shape, forward: Tuple[int, int], gpu_name: str, precision: str, link: Link,
+           mean_length: float = MEAN_LENGTH) -> Optional["UpdateTime"]:
+        p = step_model.predict(shape, forward[0], forward[1], gpu_name, precision, mean_length)
+        if p is None:
+            return None
+        fast, slow = allreduce_seconds(shape, link, precision)
+        low = p.low.seconds_per_update
+        return cls(p.estimate.seconds_per_update + fast, low + max(0.0, fast - 2 / 3 * low),
+                   p.high.seconds_per_update + slow, fast, p)
+
+
+def allreduce_line(shape: Shape, link: Link, precision: str, t: UpdateTime) -> str:
+    fast, slow = allreduce_seconds(shape, link, precision)
+    lo, hi = ALLREDUCE_EFFICIENCY
+    return (f"all-reduce of the gradients per update: {shape.parameters() * GRADIENT_BYTES[precision] / 1e9:.2f} GB "
+            f"over {link.what} at {lo:.0%}-{hi:.0%} of it: {fast * 1e3:.1f}-{slow * 1e3:.1f} ms, "
+            f"{t.allreduce / t.estimate:.0%} of the estimate's update (no multi-GPU run measured: the range spans "
+            "it hidden behind the backward pass to it added whole)")
+
+
 def wall_time_lines(shape: Shape, updates: int, devices: int, gpu_name: str, precision: str, per_forward: int,
-                    forwards: int, mean_length: float = MEAN_LENGTH) -> List[str]:
-    """The training's wall time on ``devices`` x ``gpu_name`` from attn_kit.planning.step_model: the estimate and
-    the range, each end with its source."""
-    p = step_model.predict(shape, per_forward, forwards, gpu_name, precision, mean_length)
-    if p is None:
+                    forwards: int, mean_length: float = MEAN_LENGTH, link: Optional[Link] = None) -> List[str]:
+    """The training's wall time on ``devices`` x ``gpu_name`` from attn_kit.planning.step_model and, for
+    several GPUs, the all-reduce over ``link``: the estimate and the range, each end with its source,
+    hours and GPU-hours."""
+    link = link or link_of(gpu_name, devices, 1)
+    t = UpdateTime.of(shape, (per_forward, forwards), gpu_name, precision, link, mean_length)
+    if t is None:
         return [f"no estimate for {gpu_name} in {precision}"]
     peak = GPUS[gpu_name].peak(precision)
     flops = forwards * train_flops_per_update(shape, per_forward, mean_length)
 
-    def one(e):
-        return f"{hours_text(updates * e.seconds_per_update)} ({e.seconds_per_update:.3f} s per update, " \
-               f"{flops / e.seconds_per_update / (peak * 1e12):.0%} of the dense peak)"
+    def one(seconds, e):
+        return f"{hours_text(updates * seconds)}, {gpu_hours_text(updates * seconds, devices)} ({seconds:.3f} s " \
+               f"per update, {flops / seconds / (peak * 1e12):.0%} of the dense peak), from {e.source}"
 
-    return [f"training wall time on {devices} x {gpu_name} ({per_forward}-token forwards, {forwards} per update, "
-            f"{precision}): {one(p.estimate)}, from {p.estimate.source}",
-            f"  range: {one(p.low)}, from {p.low.source}",
-            f"  to {one(p.high)}, from {p.high.source}"]
+    p = t.prediction
+    lines = [f"training wall time on {devices} x {gpu_name} ({per_forward}-token forwards, {forwards} per update, "
+             f"{precision}): {one(t.estimate, p.estimate)}",
+             f"  range: {one(t.low, p.low)}", f"  to {one(t.high, p.high)}"]
+    if devices > 1:
+        lines.append(allreduce_line(shape, link, precision, t))
+    return lines
 
 
-def gpu_seconds(shape: Shape, updates: int, per_forward: int, forwards: int, precision: str,
-                mean_length: float = MEAN_LENGTH) -> dict:
+def gpu_seconds(shape: Shape, updates: int, forward: Optional[Tuple[int, int]], precision: str,
+                mean_length: float = MEAN_LENGTH, tokens_per_update: int = 0, devices: int = 1) -> dict:
     """{GPU name: the estimated training seconds of ``updates`` updates} (attn_kit.planning.step_model), for
-    every GPU of attn_kit.planning.cost.GPUS that computes in ``precision``."""
+    every GPU of attn_kit.planning.cost.GPUS that computes in ``precision``; ``forward``: (tokens per
+    forward, forwards per update), None: as each GPU's memory sizes it for ``tokens_per_update`` over
+    ``devices`` (:func:`forward_for`)."""
     out = {}
     for name, g in GPUS.items():
-        p = step_model.predict(shape, per_forward, forwards, name, precision, mean_length) if g.peak(precision) \
-            else None
+        if not g.peak(precision):
+            continue
+        f = forward or forward_for(shape, tokens_per_update, devices, name, precision)
+        p = step_model.predict(shape, *f, name, precision, mean_length)
         if p:
             out[name] = updates * p.estimate.seconds_per_update
     return out
 
 
-def paper_gpu_seconds(shape: Shape, tokens_per_update: int, updates: int, mean_length: float = MEAN_LENGTH) -> float:
-    """The estimated training seconds on the paper's 8 P100s in fp32 (its batch split over them)."""
+def paper_forward(tokens_per_update: int) -> Tuple[int, int]:
+    """The forward on the paper's 8 P100s: the batch split over them, one forward each."""
+    return math.ceil(tokens_per_update / TABLE2_TRAINING["attn_paper_base"]["gpus"]), 1
+
+
+def paper_update_time(shape: Shape, tokens_per_update: int, mean_length: float = MEAN_LENGTH) -> "UpdateTime":
+    """An update on the paper's 8 P100s in fp32 (its batch split over them, their all-reduce)."""
     t = TABLE2_TRAINING["attn_paper_base"]  # base and big trained on the same 8 P100s
-    p = step_model.predict(shape, math.ceil(tokens_per_update / t["gpus"]), 1, t["gpu"], "fp32", mean_length)
-    return updates * p.estimate.seconds_per_update
+    return UpdateTime.of(shape, paper_forward(tokens_per_update), t["gpu"], "fp32", link_of(t["gpu"], t["gpus"], 1),
+                         mean_length)
+
+
+def paper_gpu_seconds(shape: Shape, tokens_per_update: int, updates: int, mean_length: float = MEAN_LENGTH) -> float:
+    """The estimated training seconds on the paper's 8 P100s in fp32 (:func:`paper_update_time`)."""
+    return updates * paper_update_time(shape, tokens_per_update, mean_length).estimate
+
+
+# ---------------------------------------------------------------------------------------------- layouts
+@dataclass(frozen=True)
+class Layout:
+    """``gpus`` GPUs per run, ``runs`` of them side by side on the node(s); its forward and update time."""
+    gpus: int
+    runs: int
+    forward: Tuple[int, int]
+    time: UpdateTime
+
+
+def layouts(shape: Shape, tokens_per_update: int, gpus_per_node: int, nodes: int, gpu_name: str, precision: str,
+            gb_per_s: Optional[float] = None, mean_length: float = MEAN_LENGTH) -> List[Layout]:
+    """Ways to spend the nodes' GPUs on runs of this model at ``tokens_per_update`` per update: one
+    data-parallel job on all of them, then halving the GPUs per run (fuller forwards, fewer
+    all-reduces, more runs side by side) down to one GPU per run."""
+    total, out, k = gpus_per_node * nodes, [], gpus_per_node * nodes
+    while k >= 1:
+        if total % k == 0:
+            k_nodes = math.ceil(k / gpus_per_node)
+            forward = forward_for(shape, tokens_per_update, k, gpu_name, precision)
+            t = UpdateTime.of(shape, forward, gpu_name, precision, link_of(gpu_name, k, k_nodes, gb_per_s),
+                              mean_length)
+            if t is None:
+                return []
+            out.append(Layout(k, total // k, forward, t))
+        k //= 2
+    if out and out[-1].gpus != 1:
+        forward = forward_for(shape, tokens_per_update, 1, gpu_name, precision)
+        out.append(Layout(1, total, forward, UpdateTime.of(shape, forward, gpu_name, precision,
+                                                            link_of(gpu_name, 1, 1), mean_length)))
+    return out
+
+
+def layout_lines(shape: Shape, tokens_per_update: int, updates: int, gpus_per_node: int, nodes: int, gpu_name: str,
+                 precision: str, gb_per_s: Optional[float] = None, mean_length: float = MEAN_LENGTH) -> List[str]:
+    """The layouts of :func:`layouts` with their hours and GPU-hours per run, the one that spends the
+    fewest GPU-hours named (and the fastest for one run, where it differs)."""
+    found = layouts(shape, tokens_per_update, gpus_per_node, nodes, gpu_name, precision, gb_per_s, mean_length)
+    if len(found) < 2:
+        return []
+    total = gpus_per_node * nodes
+    lines = [f"layouts of the {nodes} x {gpus_per_node} {gpu_name} for this model ({tokens_per_update} tokens per "
+             "update, the same updates; hours and GPU-hours per run, estimate and range):"]
+    for lay in found:
+        t = lay.time
+        what = "one data-parallel job (this command)" if lay.gpus == total else \
+            f"{lay.runs} runs side by side" + (" (e.g. Table 2's four models, Table 3's rows)" if lay.gpus == 1 else "")
+        lines.append(f"  {lay.gpus} GPU{'s' if lay.gpus > 1 else ''} per run, {what}: {lay.forward[0]} x "
+                     f"{lay.forward[1]} forwards, {hours_text(updates * t.estimate)} "
+                     f"({hours_text(updates * t.low)} - {hours_text(updates * t.high)}), "
+                     f"{gpu_hours_text(updates * t.estimate, lay.gpus)}"
+                     + (f", all-reduce {t.allreduce / t.estimate:.0%} of an update" if lay.gpus > 1 else ""))
+    cheapest = min(found, key=lambda lay: lay.gpus * lay.time.estimate)
+    fastest = min(found, key=lambda lay: lay.time.estimate)
+    whole = found[0]
+    ratio = whole.gpus * whole.time.estimate / (cheapest.gpus * cheapest.time.estimate)
+    lines.append(f"fewest GPU-hours: {cheapest.gpus} GPU{'s' if cheapest.gpus > 1 else ''} per run "
+                 f"({gpu_hours_text(updates * cheapest.time.estimate, cheapest.gpus)}"
+                 + (f", {ratio:.1f}x fewer than one job on all {total}" if cheapest is not whole else "") + ")"
+                 + (f"; fastest for one run: {fastest.gpus} GPUs ({hours_text(updates * fastest.time.estimate)})"
+                    if fastest is not cheapest else "")
+                 + "; --ngpus (and --nnodes) choose the layout")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+CHECKPOINT_WRITE_GB_PER_S = 1.0  # where no canary timed a write: an assumed disk rate
+
+
+def save_interval(seconds_per_update: float) -> int:
+    """``--save-interval-updates auto``: the paper's 10-minute checkpoint interval (Sec. 6.1) in updates
+    of ``seconds_per_update``, a multiple of 100 (at least 100), so that averaging the last 5 or 20
+    averages the paper's last 50 or 200 minutes."""
+    return max(100, round(CHECKPOINT_INTERVAL_SECONDS / seconds_per_update / 100) * 100)
+
+
+def estimated_save_interval(shape: Shape, forward: Tuple[int, int], gpu_name: Optional[str], precision: str,
+                            link: Optional[Link]) -> Optional[Tuple[int, float]]:
+    """(--save-interval-updates auto, the seconds per update it is sized at) from the estimate for
+    ``gpu_name`` (:class:`UpdateTime`); None where there is none."""
+    t = UpdateTime.of(shape, forward, gpu_name, precision, link) if gpu_name and link else None
+    return (save_interval(t.estimate), t.estimate) if t else None
+
+
+def paper_save_interval(arch: str) -> int:
+    """The interval of the paper's own run (its step time, Sec. 5.2) for the paper model nearer ``arch``."""
+    return save_interval(PAPER_STEP_SECONDS["attn_paper_big" if "big" in arch else "attn_paper_base"])
+
+
+def checkpoint_write_lines(shape: Shape, updates: int, interval: int, seconds_per_update: Optional[float],
+                           write_seconds: Optional[float] = None) -> List[str]:
+    """How often the run saves and what writing costs: the interval in minutes at ``seconds_per_update``,
+    the writes, their bytes and their time (``write_seconds``: one write as the canary timed it, else
+    at :data:`CHECKPOINT_WRITE_GB_PER_S`)."""
+    each = shape.parameters() * CHECKPOINT_BYTES_PER_PARAMETER
+    writes = updates // interval + 1  # fairseq also saves at the last update
+    one = write_seconds if write_seconds is not None else each / (CHECKPOINT_WRITE_GB_PER_S * 1e9)
+    source = "one write as the canary timed it" if write_seconds is not None else \
+        f"at {CHECKPOINT_WRITE_GB_PER_S:g} GB/s, assumed: --canary times a write"
+    every = f" = {hours_text(interval * seconds_per_update)} at the estimated {seconds_per_update:.3f} s per update " \
+            f"(the paper saved every {CHECKPOINT_INTERVAL_SECONDS // 60} minutes, Sec. 6.1)" if seconds_per_update else ""
+    return [f"checkpoint writes: every {interval} updates{every}; {writes} writes of {each / 1e9:.2f} GB = "
+            f"{writes * each / 1e12:.2f} TB written, {hours_text(writes * one)} of writing ({one:.1f} s each, {source})"]
 
 
 @dataclass(frozen=True)
 class Devices:
-    """What a run trains on, for :func:`describe_run`: ``gpus`` (0: CPU) in ``precision``; ``name``
-    (a GPU of attn_kit.planning.cost.GPUS) or the user's own ``tflops`` peak and ``utilization`` of it."""
+    """What a run trains on, for :func:`describe_run`: ``gpus`` in all (0: CPU) on ``nodes`` nodes in
+    ``precision``; ``name`` (a GPU of attn_kit.planning.cost.GPUS) or the user's own ``tflops`` peak and
+    ``utilization`` of it; ``gb_per_s``: the interconnect's bandwidth per GPU where the user gave it."""
     gpus: int
     precision: str
     name: Optional[str] = None
     tflops: Optional[float] = None
     utilization: Optional[float] = None
+    nodes: int = 1
+    gb_per_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """The run's checkpoints, for :func:`describe_run`: ``average`` averaged, one every ``interval``
+    updates (None: sized at the job's start), ``write_seconds`` as a canary timed one write."""
+    average: Optional[int] = None
+    interval: Optional[int] = None
+    write_seconds: Optional[float] = None
+
+
+def per_kind_lines(shape: Shape, tokens_per_update: int, updates: int, gpus: int, precision: str,
+                   mean_length: float) -> List[str]:
+    """With no GPU known where the plan is made: the forward each GPU kind would get at the job's start
+    (:func:`forward_for`) and the training's hours and GPU-hours on it."""
+    parts = []
+    for name, g in GPUS.items():
+        if not g.peak(precision) or name == "P100":
+            continue
+        forward = forward_for(shape, tokens_per_update, gpus, name, precision)
+        t = UpdateTime.of(shape, forward, name, precision, link_of(name, gpus, 1), mean_length)
+        if t:
+            parts.append(f"{name} ({g.memory_gib:g} GiB) {forward[0]} x {forward[1]}: {hours_text(updates * t.estimate)}, "
+                         f"{gpu_hours_text(updates * t.estimate, gpus)}")
+    return [f"training wall time on {gpus} GPU{'s' if gpus > 1 else ''} ({precision}): no GPU is known here, so the "
+            "job sizes the forward for its own GPU at its start (--gpu NAME plans it here, with the range, the "
+            "all-reduce and the layouts); per GPU kind, tokens per forward x forwards per update "
+            "(attn_kit.planning.step_model): " + "; ".join(parts)]
 
 
 def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, hw: Devices, *,
-                 vocab_note: str = "", mean_length: float = MEAN_LENGTH, average: Optional[int] = None,
+                 vocab_note: str = "", mean_length: float = MEAN_LENGTH, checkpoints: Checkpoints = Checkpoints(),
                  forward: Optional[Tuple[int, int]] = None) -> List[str]:
     """The cost lines of a run, the same for scripts/training_cost.py and a recipe's --dry-run:
-    analytic FLOPs, the paper's Table 2 cost, the compute-only wall time, the checkpoints' disk
-    (``average``: the checkpoints averaged), and where the whole run's time comes from (the canary).
-    ``tokens_per_update``: padded positions per update, fairseq's --max-tokens x devices x --update-freq,
-    the recipes' --tokens-per-update; ``forward``: (tokens per device and forward, forwards per update)."""
-    gpus, precision, gpu_name, gpu_tflops, utilization = hw.gpus, hw.precision, hw.name, hw.tflops, hw.utilization
-    max_tokens_per_device, forwards = forward or (None, None)
+    analytic FLOPs, the paper's Table 2 cost, the wall time and GPU-hours (with several GPUs, the
+    all-reduce and the layouts compared), the checkpoints' writes and disk, and where the whole run's
+    time comes from (the canary). ``tokens_per_update``: padded positions per update, fairseq's
+    --max-tokens x devices x --update-freq, the recipes' --tokens-per-update; ``forward``: (tokens per
+    device and forward, forwards per update), None where the job sizes it at its start."""
+    gpus, precision, gpu_name = hw.gpus, hw.precision, hw.name
     per_update = train_flops_per_update(shape, tokens_per_update, mean_length)
     total = per_update * updates
     lines = [f"training cost (analytic, attn_kit.planning.cost): {per_update:.3g} FLOPs per update (forward + backward = "
@@ -95,36 +342,49 @@ def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, 
                      f"model FLOPs; this run's analytic count is {total / TABLE2_FLOPS[paper]:.0%} of it)")
     else:
         lines.append(f"the paper's Table 2 gives no cost for {arch}")
-    devices = gpus or (1 if gpu_tflops or gpu_name else 0)
-    forwards = forwards or 1
-    per_forward = max_tokens_per_device or math.ceil(tokens_per_update / max(1, devices * forwards))
-    batch = f"{per_forward}-token forwards, {forwards} per update"
-    if utilization or gpu_tflops:  # the user's own assumption: the arithmetic alone at that utilization
-        peak = gpu_tflops or gpu(gpu_name).peak(precision)
-        u = utilization or paper_share(shape)
+    devices = gpus or (1 if hw.tflops or gpu_name else 0)
+    seconds = None  # the estimated seconds per update, for the checkpoint interval's minutes
+    if hw.utilization or hw.tflops:  # the user's own assumption: the arithmetic alone at that utilization
+        peak = hw.tflops or gpu(gpu_name).peak(precision)
+        u = hw.utilization or paper_share(shape)
         if peak:
-            source = "--utilization" if utilization else "the paper's own step time (Sec. 5.2) on its P100s"
+            source = "--utilization" if hw.utilization else "the paper's own step time (Sec. 5.2) on its P100s"
+            seconds = total / updates / (devices * peak * 1e12 * u)
             lines.append(f"training wall time on {devices} x {peak:g} TFLOPS at {u:.0%} of it ({source}; the "
-                         f"arithmetic alone): {hours_text(total / (devices * peak * 1e12 * u))}")
+                         f"arithmetic alone): {hours_text(seconds * updates)}, "
+                         f"{gpu_hours_text(seconds * updates, devices)}")
     elif gpu_name and gpu(gpu_name).peak(precision) is None:
         lines.append(f"{gpu_name} has no {precision} units: choose --precision fp16 for it")
     elif gpu_name:
-        lines += wall_time_lines(shape, updates, devices, gpu_name, precision, per_forward, forwards, mean_length)
+        forward = forward or forward_for(shape, tokens_per_update, devices, gpu_name, precision)
+        link = link_of(gpu_name, devices, hw.nodes, hw.gb_per_s)
+        lines += wall_time_lines(shape, updates, devices, gpu_name, precision, *forward, mean_length, link)
+        seconds = UpdateTime.of(shape, forward, gpu_name, precision, link, mean_length).estimate
+        if devices > 1:
+            lines += layout_lines(shape, tokens_per_update, updates, devices // hw.nodes, hw.nodes, gpu_name,
+                                  precision, hw.gb_per_s, mean_length)
+    elif gpus and forward is None:
+        lines += per_kind_lines(shape, tokens_per_update, updates, gpus, precision, mean_length)
     elif gpus:
-        seconds = gpu_seconds(shape, updates, per_forward, forwards, precision, mean_length)
-        times = [f"{name} {hours_text(s)}" for name, s in seconds.items()]
-        lines.append(f"training wall time on {gpus} GPUs ({batch}, {precision}; attn_kit.planning.step_model, --gpu NAME for "
-                     f"the range and its sources): {', '.join(times)}")
+        times = [f"{name} {hours_text(s)} ({gpu_hours_text(s, gpus)})"
+                 for name, s in gpu_seconds(shape, updates, forward, precision, mean_length).items()]
+        lines.append(f"training wall time on {gpus} GPU{'s' if gpus > 1 else ''} ({forward[0]}-token forwards, "
+                     f"{forward[1]} per update, {precision}; attn_kit.planning.step_model, --gpu NAME for the range, "
+                     f"its sources, the all-reduce and the layouts): {', '.join(times)}")
     paper = TABLE2_TRAINING.get(TABLE2_ARCH.get(arch, ""))
     if paper and not (gpu_name == paper["gpu"] and precision == "fp32" and devices == paper["gpus"]):
-        p = step_model.predict(shape, math.ceil(tokens_per_update / paper["gpus"]), 1, paper["gpu"], "fp32", mean_length)
+        p = paper_update_time(shape, tokens_per_update, mean_length)
         lines.append(f"on the paper's {paper['gpus']} {paper['gpu']}s (fp32) the same model predicts "
-                     f"{hours_text(updates * p.estimate.seconds_per_update)} (range "
-                     f"{hours_text(updates * p.low.seconds_per_update)} - {hours_text(updates * p.high.seconds_per_update)}"
-                     f"); the paper: {paper['time']}")
-    if average:
-        lines += checkpoint_lines(shape, average)
-    lines.append("training only, and data parallel without its all-reduce (not yet measured); the whole run adds "
-                 "data preparation, validations, checkpoint writes, averaging and generation: the recipe's --canary "
-                 "measures them on your machine and predicts each")
+                     f"{hours_text(updates * p.estimate)} (range {hours_text(updates * p.low)} - "
+                     f"{hours_text(updates * p.high)}); the paper: {paper['time']}")
+    if checkpoints.interval:
+        lines += checkpoint_write_lines(shape, updates, checkpoints.interval, seconds, checkpoints.write_seconds)
+    elif gpus and forward is None:
+        lines.append(f"checkpoint writes: the job sets --save-interval-updates at its start to "
+                     f"{CHECKPOINT_INTERVAL_SECONDS // 60} minutes of its GPU's updates (Sec. 6.1)")
+    if checkpoints.average:
+        lines += checkpoint_lines(shape, checkpoints.average)
+    lines.append("training only" + (", the all-reduce estimated (no multi-GPU run measured)" if devices > 1 else "")
+                 + "; the whole run adds data preparation, validations, averaging and generation: the recipe's "
+                   "--canary measures them on your machine and predicts each")
     return lines

@@ -88,7 +88,10 @@ def stage(s, data_bin: Path, data_stages: Sequence[str], train_command: Callable
     return Stage(name, run, f"{s.canary_minutes:g} minutes of the real training, then the whole run's "
                                 "predicted cost (canary.json)",
                  inputs=list(train_inputs), outputs=[out / "canary.json"],
-                 options={**common.train_options(s, model_flags), "canary_minutes": s.canary_minutes,
+                 # not the run's checkpoint interval: the canary saves only at its end, and the interval it
+                 # sizes from the canary's own measurement must not make the canary run again
+                 options={**{k: v for k, v in common.train_options(s, model_flags).items()
+                             if k != "save_interval_updates"}, "canary_minutes": s.canary_minutes,
                           **({"canary_epoch_pairs": s.canary_epoch_pairs} if s.canary_epoch_pairs else {}),
                           "floors": [s.canary_min_utilization, s.canary_min_tokens_per_second]})
 

@@ -60,7 +60,11 @@ def devices(s) -> int:
 
 
 def plan(s):
-    """How an update's tokens are spread over devices and accumulation steps (Sec. 5.1)."""
+    """How an update's tokens are spread over devices and accumulation steps (Sec. 5.1); where the job
+    sizes the forward at its start (--max-tokens-per-gpu auto, no GPU known: a dry run, a Slurm
+    submission), --max-tokens and --update-freq are ``auto`` in the commands printed."""
+    if s.max_tokens_per_gpu == scale.AUTO:
+        return fairseq_commands.BatchPlan(devices(s), s.max_tokens_per_gpu, s.max_tokens_per_gpu)
     return batch_plan(s.tokens_per_update, devices(s), s.max_tokens_per_gpu)
 
 
@@ -125,8 +129,10 @@ def run_training(ctx, s, cmd: list, tail=None, record: Optional[Path] = None, mo
     (:func:`attn_kit.fairseq_layer.checkpoints.recover_last`), so that training resumes from there."""
     p = plan(s)
     record = Path(record or s.workdir / "train_command.json")
+    auto = p.max_tokens == scale.AUTO
     log(f"{p.devices} device(s) x --max-tokens {p.max_tokens} x --update-freq {p.update_freq} "
-        f"= {p.tokens_per_update} tokens per update (at most; padding included); precision {s.precision_used}")
+        f"= {s.tokens_per_update if auto else p.tokens_per_update} tokens per update (at most; padding included"
+        + ("; auto: sized for the job's GPU at its start" if auto else "") + f"); precision {s.precision_used}")
     reached = 0
     if not ctx.dry_run:
         last = Path(cmd[cmd.index("--save-dir") + 1]) / "checkpoint_last.pt"

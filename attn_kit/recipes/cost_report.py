@@ -8,14 +8,13 @@ recipe's --dry-run plan the same run.
     python scripts/training_cost.py --arch transformer_wmt_en_de --max-update 50000 -- --encoder-layers 8
 """
 import argparse
-import math
 import sys
 
-from ..planning import step_model
+from ..fairseq_layer.fairseq_commands import batch_plan
+from ..planning import training_cost
 from ..cli import ArgumentParser, Number, UsageError, main_guard
 from ..planning.cost import GPUS, MEAN_LENGTH, describe_table2, gpu_name, model_shape, paper_updates
 from ..planning.paper import EN_DE_VOCAB
-from ..planning.training_cost import Devices, describe_run
 from . import config
 
 
@@ -25,6 +24,8 @@ def check_args(args):
         raise UsageError("--utilization needs --gpu NAME or --gpu-tflops X (the peak it is a share of)")
     if args.gpu:
         gpu_name(args.gpu)  # an unknown name: one line listing the known ones
+    if args.ngpus % args.nnodes:
+        raise UsageError(f"--ngpus {args.ngpus} (GPUs in all) is not a multiple of --nnodes {args.nnodes}")
 
 
 def main(argv=None):
@@ -52,9 +53,17 @@ def main(argv=None):
     p.add_argument("--utilization", type=Number(float, above=0, maximum=1),
                    help="share of the peak reached, for the arithmetic alone (default: "
                                                         "attn_kit.planning.step_model's estimate and range)")
+    p.add_argument("--nnodes", type=Number(int, minimum=1), default=1,
+                   help="nodes the GPUs are spread over, for the all-reduce (default 1)")
+    p.add_argument("--interconnect-gb-per-s", type=Number(float, above=0), metavar="X",
+                   help="the all-reduce's slowest link, GB/s per GPU and direction (default: the GPU's own within a "
+                        "node, the assumed network between nodes), as the recipes' option")
+    p.add_argument("--save-interval-updates", type=Number(int, minimum=1), metavar="N",
+                   help="a checkpoint every N updates (default: the recipes' auto, the paper's 10 minutes of the "
+                        "estimated updates, with --gpu)")
     p.add_argument("--max-tokens-per-gpu", type=Number(int, minimum=1), metavar="N",
                    help="tokens per forward on each GPU (default: with --gpu, the largest its memory holds, at most "
-                        "its share of an update, as the recipes' auto; without, its share: one forward per update)")
+                        "its share of an update, as the recipes' auto; without, each GPU kind's)")
     p.add_argument("--table2", action="store_true", help="only Table 2's arithmetic beside the analytic counts")
     p.add_argument("--gpus", action="store_true", help="list the GPUs and their dense peaks")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -78,14 +87,22 @@ def main(argv=None):
     print()
     average = args.average or archs.get(args.arch, {}).get("average")
     name = gpu_name(args.gpu) if args.gpu else None
-    per_device = args.max_tokens_per_gpu or (step_model.size_forward(
-        shape, args.tokens_per_update, args.ngpus, GPUS[name].memory_gib, args.precision) if name else None)
-    forwards = math.ceil(args.tokens_per_update / (max(1, args.ngpus) * per_device)) if per_device else 1
-    if per_device:
-        per_device = math.ceil(args.tokens_per_update / (max(1, args.ngpus) * forwards))
-    hw = Devices(args.ngpus, args.precision, name, args.gpu_tflops, args.utilization)
-    for line in describe_run(shape, args.arch, args.tokens_per_update, updates, hw, mean_length=args.mean_length,
-                             average=average, forward=(per_device, forwards)):
+    forward = None  # as the recipes' --max-tokens-per-gpu sizes it; None: no GPU known, each kind's
+    if args.max_tokens_per_gpu:
+        p = batch_plan(args.tokens_per_update, args.ngpus, args.max_tokens_per_gpu)
+        forward = (p.max_tokens, p.update_freq)
+    elif name:
+        forward = training_cost.forward_for(shape, args.tokens_per_update, args.ngpus, name, args.precision)
+    interval = args.save_interval_updates
+    if not interval and forward and name:
+        link = training_cost.link_of(name, args.ngpus, args.nnodes, args.interconnect_gb_per_s)
+        found = training_cost.estimated_save_interval(shape, forward, name, args.precision, link)
+        interval = found[0] if found else training_cost.paper_save_interval(args.arch)
+    hw = training_cost.Devices(args.ngpus, args.precision, name, args.gpu_tflops, args.utilization, args.nnodes,
+                               args.interconnect_gb_per_s)
+    for line in training_cost.describe_run(shape, args.arch, args.tokens_per_update, updates, hw,
+                                           mean_length=args.mean_length, forward=forward,
+                                           checkpoints=training_cost.Checkpoints(average, interval)):
         print(line)
 
 

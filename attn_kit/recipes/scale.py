@@ -6,6 +6,7 @@ and the devices checked before the first stage (:func:`check_devices`).
 """
 import argparse
 import dataclasses
+import json
 import os
 import re
 import sys
@@ -16,7 +17,7 @@ from ..planning import cost, step_model, training_cost
 from ..cli import UsageError, log
 from ..planning.cost import gpu
 from ..fairseq_layer.fairseq_commands import (LAUNCHERS, batch_plan, gpu_supports_bf16, used_precision,
-                                              visible_gpu_memory_gib, visible_gpus)
+                                              visible_gpu_memory_gib, visible_gpu_name, visible_gpus)
 from ..pipeline import slurm
 from ..pipeline.stages import Pipeline, run_recipe
 
@@ -49,6 +50,11 @@ REFUSED = {
 
 
 # ---------------------------------------------------------------------------------------------- options
+# --max-tokens-per-gpu and --save-interval-updates: sized for the GPU (size_forward, size_save_interval);
+# still AUTO in the settings where the GPU is not known yet (a dry run, a Slurm submission): the job sizes it
+AUTO = "auto"
+
+
 # --launcher slurm's defaults (their help says why)
 TRAIN_MEM = "0"
 PREP_MEM = "32G"
@@ -115,6 +121,10 @@ def add_options(g):
                         "python scripts/training_cost.py --gpus lists them)")
     g.add_argument("--gpu-tflops", type=float, metavar="X",
                    help="the GPU's dense peak in TFLOPS at the run's precision, for a GPU not in the list")
+    g.add_argument("--interconnect-gb-per-s", type=float, metavar="X",
+                   help="--dry-run: the bandwidth per GPU and direction, GB/s, of the slowest link the gradients' "
+                        "all-reduce crosses (default: the GPU's own, NVLink or PCIe, within a node; "
+                        f"{cost.NETWORK_GB_PER_S:g} GB/s per node between nodes, 200 Gb/s InfiniBand)")
     g.add_argument("--utilization", type=float,
                    help="the share of that peak the run reaches, for the arithmetic alone (default: the step time "
                         "model attn_kit.planning.step_model fitted to the GPU check's measurements, with its range)")
@@ -146,6 +156,8 @@ def check(s):
         raise UsageError("--signal-seconds must be in 0..65535 (Slurm's limit)")
     if s.gpu_tflops is not None and s.gpu_tflops <= 0:
         raise UsageError("--gpu-tflops must be > 0")
+    if s.interconnect_gb_per_s is not None and not s.interconnect_gb_per_s > 0:
+        raise UsageError("--interconnect-gb-per-s must be > 0")
     if s.utilization is not None and not 0 < s.utilization <= 1:
         raise UsageError("--utilization must be in (0, 1]")
     if s.gpu:
@@ -165,25 +177,88 @@ def resolve_precision(precision: str, ngpus: int, launcher: str, dry_run: bool) 
     return used_precision(precision, ngpus, bf16_ok=bf16_ok)
 
 
-def size_forward(s) -> int:
-    """``--max-tokens-per-gpu auto`` for the composed settings ``s``: the largest forward the GPU holds
-    (attn_kit.planning.step_model.size_forward) for --gpu NAME, else the GPU visible here (not for --launcher
-    slurm, whose job decides on its own GPUs), at most each device's share of --tokens-per-update; the
-    paper's 4096 on a CPU or with no GPU known."""
-    devices = s.ngpus * s.nnodes if s.ngpus else s.cpu_procs
-    memory, where = None, ""
+def _gpu_memory(s):
+    """(GiB, in words) of the GPU a training process gets: --gpu NAME's, else the GPU visible here
+    (not for --launcher slurm, whose job decides on its own GPUs); (None, "") where neither is known."""
     if s.ngpus and s.gpu:
-        memory, where = cost.gpu(s.gpu).memory_gib, f"--gpu {s.gpu}"
-    elif s.ngpus and s.launcher != "slurm":
-        memory, where = visible_gpu_memory_gib(), "the GPU here"
+        return cost.gpu(s.gpu).memory_gib, f"--gpu {s.gpu}"
+    if s.ngpus and s.launcher != "slurm":
+        memory = visible_gpu_memory_gib()
+        return memory, "the GPU here" if memory else ""
+    return None, ""
+
+
+def size_forward(s):
+    """``--max-tokens-per-gpu auto`` for the composed settings ``s``: the largest forward the GPU holds
+    (attn_kit.planning.step_model.size_forward) for --gpu NAME, else the GPU visible here, at most each
+    device's share of --tokens-per-update; the paper's 4096 on a CPU. With GPUs and none known (a dry
+    run, a Slurm submission without --gpu) it stays auto: the job sizes it at its start."""
+    devices = s.ngpus * s.nnodes if s.ngpus else s.cpu_procs
+    memory, where = _gpu_memory(s)
+    if s.ngpus and not memory:
+        log("--max-tokens-per-gpu auto: no GPU is known here, so the "
+            + ("Slurm job" if s.launcher == "slurm" else "run") + " sizes the forward for its GPU at its start "
+            "(--gpu NAME sizes it here; the dry run's cost lists each GPU kind's)")
+        return AUTO
     shape = cost.model_shape(s.arch, [*(s.size.flags() if s.size else []), *s.fairseq_extra])
     tokens = step_model.size_forward(shape, s.tokens_per_update, devices, memory, s.precision_used)
     if s.ngpus:
-        log(f"--max-tokens-per-gpu auto: {tokens} tokens per forward"
-            + (f" for {where} ({memory:.0f} GiB)" if memory else
-               " (the paper's per-GPU batch: no GPU visible here; --gpu NAME sizes the forward for that GPU"
-               + (", and the Slurm job sizes it for its own" if s.launcher == "slurm" else "") + ")"))
+        log(f"--max-tokens-per-gpu auto: {tokens} tokens per forward for {where} ({memory:.0f} GiB)")
     return tokens
+
+
+def recorded_save_interval(workdir: Path) -> Optional[int]:
+    """The --save-interval-updates the run's training started with (WORKDIR/train_command.json), so
+    that a resumed run (another GPU after a requeue, a canary measured since) keeps its interval."""
+    try:
+        argv = [str(a) for a in json.loads((Path(workdir) / "train_command.json").read_text())["argv"]]
+        return int(argv[argv.index("--save-interval-updates") + 1])
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def canary_measured(workdir: Path) -> Optional[dict]:
+    """WORKDIR/canary/canary.json of a canary that passed, or None."""
+    try:
+        c = json.loads((Path(workdir) / "canary" / "canary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return c if isinstance(c, dict) and not c.get("failed") and c.get("seconds_per_update") else None
+
+
+def size_save_interval(s):
+    """``--save-interval-updates auto``: the paper's 10-minute interval (Sec. 6.1) in this run's updates
+    (attn_kit.planning.training_cost.save_interval): the interval the run started with when it resumes,
+    else at the seconds per update a canary measured in WORKDIR, else the plan's estimate for the GPU
+    (--gpu NAME, the GPU here); on a CPU the paper's own (its step time on its P100s); auto where no
+    GPU is known yet (the job sizes it at its start)."""
+    recorded = recorded_save_interval(s.workdir)
+    if recorded:
+        return recorded
+    measured = canary_measured(s.workdir)
+    if measured:
+        seconds, source = measured["seconds_per_update"], f"as the canary measured ({s.workdir / 'canary'})"
+    elif s.ngpus and s.max_tokens_per_gpu != AUTO:
+        shape = cost.model_shape(s.arch, [*(s.size.flags() if s.size else []), *s.fairseq_extra])
+        memory, where = _gpu_memory(s)
+        name = cost.gpu_name(s.gpu) if s.gpu else cost.gpu_of_device(visible_gpu_name() or "")
+        p = batch_plan(s.tokens_per_update, s.ngpus * s.nnodes, s.max_tokens_per_gpu)
+        link = training_cost.link_of(name, s.ngpus * s.nnodes, s.nnodes, s.interconnect_gb_per_s) if name else None
+        found = training_cost.estimated_save_interval(shape, (p.max_tokens, p.update_freq), name, s.precision_used,
+                                                      link)
+        if found is None:
+            interval = training_cost.paper_save_interval(s.arch)
+            log(f"--save-interval-updates auto: {interval}, the paper's (no step-time estimate for {where})")
+            return interval
+        seconds, source = found[1], f"estimated for {where}"
+    elif s.ngpus:
+        return AUTO
+    else:
+        return training_cost.paper_save_interval(s.arch)
+    interval = training_cost.save_interval(seconds)
+    log(f"--save-interval-updates auto: {interval} updates, the paper's 10 minutes at {seconds:.3f} s per update "
+        f"{source}")
+    return interval
 
 
 # ---------------------------------------------------------------------------------------------- devices
@@ -403,12 +478,21 @@ def train_script(s, first: str, last: str) -> Tuple[str, str]:
 
 # ---------------------------------------------------------------------------------------------- cost
 def print_cost(s, model_flags: Sequence[str], vocab: int, vocab_note: str):
-    """--dry-run: the run's analytic training FLOPs, the paper's Table 2 cost and a wall-time estimate."""
+    """--dry-run: the run's analytic training FLOPs, the paper's Table 2 cost, the wall time and GPU-hours
+    (the layouts compared on several GPUs), the checkpoints' writes and disk."""
     shape = cost.model_shape(s.arch, [*model_flags, *s.fairseq_extra], vocab)
-    p = batch_plan(s.tokens_per_update, s.ngpus * s.nnodes if s.ngpus else s.cpu_procs, s.max_tokens_per_gpu)
+    auto = AUTO
+    forward = None
+    if s.max_tokens_per_gpu != auto:
+        p = batch_plan(s.tokens_per_update, s.ngpus * s.nnodes if s.ngpus else s.cpu_procs, s.max_tokens_per_gpu)
+        forward = (p.max_tokens, p.update_freq)
     hw = training_cost.Devices(s.ngpus * s.nnodes, s.precision_used, cost.gpu_name(s.gpu) if s.gpu else None,
-                               s.gpu_tflops, s.utilization)
+                               s.gpu_tflops, s.utilization, s.nnodes, s.interconnect_gb_per_s)
+    measured = canary_measured(s.workdir) or {}
+    interval = getattr(s, "save_interval_updates", None)
+    checkpoints = training_cost.Checkpoints(getattr(s, "average", None), None if interval == auto else interval,
+                                            (measured.get("checkpoint") or {}).get("write_seconds"))
     lines = training_cost.describe_run(shape, s.arch, s.tokens_per_update, s.max_update, hw, vocab_note=vocab_note,
-                                       average=getattr(s, "average", None), forward=(p.max_tokens, p.update_freq))
+                                       checkpoints=checkpoints, forward=forward)
     for line in lines:
         print(f"  # {line}", flush=True)

@@ -64,6 +64,7 @@ class RunSettings:
     prep_cpus: Optional[int]
     gpu: Optional[str]
     gpu_tflops: Optional[float]
+    interconnect_gb_per_s: Optional[float]
     utilization: Optional[float]
     # --canary (attn_kit.recipes.canary)
     canary: bool
@@ -88,8 +89,8 @@ class TrainSettings(RunSettings):
     lr_scale: float
     clip_norm: float  # --clip-norm (add_device_options)
     tokens_per_update: int
-    max_tokens_per_gpu: int
-    save_interval_updates: int
+    max_tokens_per_gpu: int  # or AUTO: the job sizes it at its start
+    save_interval_updates: int  # or AUTO, as max_tokens_per_gpu
     validate_interval_updates: Optional[int]
     log_interval: int
     train_flags: Sequence[str]
@@ -142,10 +143,12 @@ def compose(cls, given: argparse.Namespace, config: Mapping, derive: Optional[Ca
     values["precision_used"] = scale.resolve_precision(view.precision, view.ngpus, view.launcher, view.dry_run)
     if values.get("max_tokens_per_gpu") == AUTO:
         values["max_tokens_per_gpu"] = scale.size_forward(SimpleNamespace(**values))
+    if values.get("save_interval_updates") == AUTO:
+        values["save_interval_updates"] = scale.size_save_interval(SimpleNamespace(**values))
     return cls(**values)
 
 
-AUTO = "auto"
+AUTO = scale.AUTO
 
 
 OPTION_OF = {"alpha": "--gnmt-alpha", "time_limit": "--time"}  # settings whose option is not --NAME
@@ -167,7 +170,7 @@ def check_types(cls, values: dict, source=None):
     defaulted = values.get("defaulted", ())
     for name, value in values.items():
         want = hints.get(name)
-        if value is None or want is None or (name == "max_tokens_per_gpu" and value == AUTO):
+        if value is None or want is None or value == AUTO:
             continue
         args = [a for a in typing.get_args(want) if a is not type(None)]
         if typing.get_origin(want) is typing.Union and len(args) == 1:
@@ -185,13 +188,14 @@ def check_types(cls, values: dict, source=None):
 
 
 def tokens_or_auto(text: str):
-    """--max-tokens-per-gpu's value: a number of tokens, or auto (sized for the GPU: scale.size_forward)."""
+    """--max-tokens-per-gpu's and --save-interval-updates' value: a number, or auto (sized for the GPU:
+    scale.size_forward, scale.size_save_interval)."""
     if text == AUTO:
         return AUTO
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"give a number of tokens or auto, not {text!r}") from None
+        raise argparse.ArgumentTypeError(f"give a number or auto, not {text!r}") from None
 
 
 MAX_TOKENS_HELP = ("most tokens one device holds per forward; --update-freq makes up the rest of --tokens-per-update. "

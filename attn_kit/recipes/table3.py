@@ -23,7 +23,7 @@ from ..pipeline.process import stream
 from ..pipeline.stages import Pipeline, Stage
 from . import canary, common, config, scale, settings, translation
 from ..checkout import REPO
-from ..fairseq_layer.fairseq_commands import DecodePlan, batch_plan, validate_command
+from ..fairseq_layer.fairseq_commands import DecodePlan, validate_command
 from ..fairseq_layer.fairseq_log import progress_line
 from ..planning import cost, training_cost
 from ..fairseq_layer.checkpoints import load_checkpoint
@@ -583,8 +583,10 @@ def row_costs(s: Table3Settings) -> dict:
         r = row_settings(s, row)
         shape = cost.model_shape(r.arch, [*model_flags(scaled_settings(row, s.base)), *s.fairseq_extra],
                                  s.vocab_estimate[0])
-        plan = batch_plan(r.tokens_per_update, common.devices(r), r.max_tokens_per_gpu)
-        on_gpus = training_cost.gpu_seconds(shape, r.max_update, plan.max_tokens, plan.update_freq, r.precision_used)
+        plan = common.plan(r)
+        forward = None if plan.max_tokens == settings.AUTO else (plan.max_tokens, plan.update_freq)
+        on_gpus = training_cost.gpu_seconds(shape, r.max_update, forward, r.precision_used,
+                                            tokens_per_update=r.tokens_per_update, devices=common.devices(r))
         out[row.name] = (on_gpus, training_cost.paper_gpu_seconds(shape, r.tokens_per_update, r.max_update))
     return out
 

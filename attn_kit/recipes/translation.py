@@ -345,9 +345,12 @@ def add_training_options(p, cfg, P, modes: Mapping[str, dict], resize: str, smal
                        ("h", "attention heads h"), ("p_drop", "P_drop, residual dropout")):
         g.add_argument(f"--{name.replace('_', '-')}", type=float if name == "p_drop" else int,
                        help=f"{resize}{what} ({small_model}: {size.describe()})")
-    g.add_argument("--save-interval-updates", type=int,
-                   help=f"save a checkpoint every N updates (default: base {base['save_interval_updates']}, big "
-                        f"{big['save_interval_updates']})")
+    g.add_argument("--save-interval-updates", type=settings.tokens_or_auto,
+                   help=f"save a checkpoint every N updates (default {big['save_interval_updates']}: the paper's "
+                        "10 minutes (Sec. 6.1) of the run's updates, at the seconds per update a canary measured in "
+                        "WORKDIR, else estimated for the GPU (--gpu NAME, the GPU here), else the job's at its start; "
+                        "a resumed run keeps the interval it started with"
+                        + defaults("save_interval_updates", "--bundled", "--smoke") + ")")
     common.add_log_options(g, P)
     g = p.add_argument_group("evaluation")
     g.add_argument("--average", type=int, help=f"average the last N checkpoints (default: base {base['average']}, "

@@ -2,20 +2,24 @@
 (the smoke mirror is in wmt14_smoke, your files in parallel), and what WMT14 downloads.
 
 Sizes and sha256 of the training archives are the values published with TensorFlow Datasets'
-WMT14 builder (``url_checksums/wmt14_translate.txt``); the md5 of the two test archives are the
-ones sacreBLEU checks. The UN corpus and the 10^9 French-English corpus have no published
-checksum: the first download records its sha256 and later runs check against it (the log says so).
+WMT14 builder (``url_checksums/wmt14_translate.txt``), and for the UN corpus and the 10^9
+French-English corpus, which that builder does not download, with its WMT15 builder, which downloads
+the same two archives from the same addresses (``url_checksums/wmt15_translate.txt``); the md5 of the
+two test archives are the ones sacreBLEU checks. An archive without a published checksum (a mirror's
+other file) gets its sha256 recorded at its first download and checked at every later download and
+read (attn_kit.pipeline.download).
 """
 import lzma
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from ..checkout import REPO
 from ..cli import UserError, log
-from ..pipeline.download import RemoteFile, fetch, mirror_url, sha256_of, shown
+from ..pipeline.download import RemoteFile, check_download, fetch, measured_rate, mirror_url, sha256_of, shown
 from ..pipeline.text import concatenate, extract_members, read_sgm, write_lines
-from ..planning.prep_cost import recipe_lines
+from ..planning.prep_cost import Fetch, download_rate, recipe_lines
 from .sources import SPLITS, DataSource, Layout, once, source
 
 STATMT = "http://www.statmt.org"
@@ -33,10 +37,14 @@ FILES: Dict[str, RemoteFile] = {
         "training-parallel-nc-v9.tgz", f"{STATMT}/wmt14/training-parallel-nc-v9.tgz",
         size=80418416, sha256="cb8953f292298e6877ae433c98912b927cb0766b303f4540512ddd286c748485",
         note="News Commentary v9"),
-    "un": RemoteFile("training-parallel-un.tgz", f"{STATMT}/wmt13/training-parallel-un.tgz",
-                     note="UN corpus (no published checksum)"),
-    "giga_fren": RemoteFile("training-giga-fren.tar", f"{STATMT}/wmt10/training-giga-fren.tar",
-                            note="10^9 French-English corpus (no published checksum)"),
+    "un": RemoteFile(
+        "training-parallel-un.tgz", f"{STATMT}/wmt13/training-parallel-un.tgz",
+        size=2365634246, sha256="29141b5c1eba149a94f7a59d3b1a834b2e47fe0f8758d68dcd77a3d3f497ee47",
+        note="UN corpus (checksum published with TFDS's WMT15)"),
+    "giga_fren": RemoteFile(
+        "training-giga-fren.tar", f"{STATMT}/wmt10/training-giga-fren.tar",
+        size=2595102720, sha256="3ff8319f6919393520559bfbc7ad6a747ec81b3abc7be9993b338d4b017b4d9a",
+        note="10^9 French-English corpus (checksum published with TFDS's WMT15)"),
     "dev": RemoteFile("wmt13-test.tgz", f"{STATMT}/wmt13/test.tgz", md5="48eca5d02f637af44e85186847141f67",
                       note="newstest2013 (dev)"),
     "test": RemoteFile("test-full.tgz", f"{STATMT}/wmt14/test-full.tgz", md5="a8cd784e006feb32ac6f3d9ec7eb389a",
@@ -67,16 +75,23 @@ class Pair:
     words_per_pair: float              # whitespace words per training pair, both sides, about: for planning
 
 
+# The training and test splits' text, both sides, (bytes, pairs), in Hugging Face copies whose splits are
+# stored alike: en-de huggingface.co/datasets/wmt/wmt14 (de-en), en-fr huggingface.co/datasets/manu/wmt-en-fr.
+# The training text is what the extract stage unpacks (the disk it takes, before the text is there).
+HF_TRAIN_SPLIT = {"de": (1_358_406_800, 4_508_785), "fr": (14_956_705_827, 40_836_715)}
+HF_NEWSTEST2014_SPLIT = {"de": (777_326, 3003), "fr": (853_864, 3003)}
 # Words per training pair (both sides, whitespace-separated), for projecting the data stages before the
 # corpus is extracted: newstest2014's own words per pair (counted on its plain text) times how much longer
-# a training pair is than a newstest2014 pair in bytes, from Hugging Face copies whose splits are stored
-# alike: en-de 1,358,406,800 bytes / 4,508,785 pairs against 777,326 / 3003
-# (huggingface.co/datasets/wmt/wmt14, de-en); en-fr 14,956,705,827 / 40,836,715 against 853,864 / 3003
-# (huggingface.co/datasets/manu/wmt-en-fr). Assumed: as much longer in words as in bytes.
+# a training pair is than a newstest2014 pair in bytes. Assumed: as much longer in words as in bytes.
 NEWSTEST2014_WORDS_PER_PAIR = {"de": 38.025, "fr": 43.946}
 NEWSTEST2014_BYTES_PER_WORD = {"de": 6.65, "fr": 6.22}  # UTF-8 bytes per word, newlines included (counted)
-TRAIN_TO_NEWSTEST_BYTES = {"de": (1_358_406_800 / 4_508_785) / (777_326 / 3003),
-                           "fr": (14_956_705_827 / 40_836_715) / (853_864 / 3003)}
+TRAIN_TO_NEWSTEST_BYTES = {f: (HF_TRAIN_SPLIT[f][0] / HF_TRAIN_SPLIT[f][1])
+                           / (HF_NEWSTEST2014_SPLIT[f][0] / HF_NEWSTEST2014_SPLIT[f][1]) for f in HF_TRAIN_SPLIT}
+# The test archives' sizes are not published (sacreBLEU publishes their md5 only): for the dry run's
+# download time and disk, estimated from their SGML files, ~0.45 MB each, which tar and gzip make about
+# 0.35 of (newstest2014's eight de-en and fr-en files, tgz'd); immaterial beside the training archives.
+ESTIMATED_SIZES = {"dev": (1_900_000, "newstest2013's ~12 SGML files, gzipped"),
+                   "test": (3_300_000, "newstest2014's 20 SGML files, five pairs, gzipped")}
 
 
 def _pair(f: str, corpora: List[str]) -> Pair:
@@ -147,10 +162,11 @@ class Wmt14Download(DataSource):
             words = sum(path.stat().st_size for path in extracted) / NEWSTEST2014_BYTES_PER_WORD[pair.tgt]
             return recipe_lines(s.pair, pair.train_pairs, s.workers, s.bpe_learn_pairs, words_per_pair=(
                 words / pair.train_pairs, f"~{words / 1e6:.0f}M words, from the size of {lay.raw}/train.*"),
-                counted=True)
+                counted=True, fetch=fetch_plan(s, lay))
         return recipe_lines(s.pair, pair.train_pairs, s.workers, s.bpe_learn_pairs, words_per_pair=(
             pair.words_per_pair, "WMT14's training text, longer per pair than news by its bytes per pair against "
-            "newstest2014's, attn_kit.recipes.wmt14_data; after the extract stage, from its size"))
+            "newstest2014's, attn_kit.recipes.wmt14_data; after the extract stage, from its size"),
+            fetch=fetch_plan(s, lay))
 
     def train_pairs(self, s) -> Optional[int]:
         return PAIRS[s.pair].train_pairs
@@ -179,6 +195,11 @@ class Wmt14Download(DataSource):
             if all(p.exists() for p in wanted.values()) and not ctx.dry_run:
                 print(f"  # extract from {FILES[key].name}: done already", flush=True)
                 return
+            # read only once its sha256 is checked again (a file changed since its download is one line)
+            published = FILES[key] if self.paper_data else None  # the smoke archives have their own
+            ctx.step(f"check {FILES[key].name}'s sha256 against its download's record"
+                     + (" and the published checksum" if published else ""), check_download, dl_path(lay, key),
+                     published, log)
             ctx.step(f"extract {', '.join(wanted)} from {FILES[key].name}", extract_members, dl_path(lay, key), wanted)
 
         for d in (orig, raw):
@@ -194,6 +215,42 @@ class Wmt14Download(DataSource):
         for lang in (src, tgt):
             once(ctx, raw / f"train.{lang}", f"concatenate the {len(pair.train)} training corpora ({lang})",
                  lambda out, lang=lang: concatenate([orig / f"{key}.{lang}" for key, _, _ in pair.train], out))
+
+
+def fetch_plan(s, lay: Layout) -> Fetch:
+    """The download and extract stages' work for the dry run's projection (attn_kit.planning.prep_cost):
+    the pair's archives with their sizes (published, else estimated), the training text they unpack to
+    (its size once extracted, else Hugging Face's copy's), the download rate (--download-mbps where the
+    recipe has it, else measured by earlier downloads in the data folder, else assumed), the data folder's
+    bytes now."""
+    f = PAIRS[s.pair].tgt
+    archives = []
+    for key in files_for(s.pair):
+        rf = FILES[key]
+        size, why = (rf.size, "") if rf.size else ESTIMATED_SIZES[key]
+        archives.append((rf.name, size, "tar_of_gz" if rf.name.endswith(".tar") else "tgz", why))
+    hf_bytes, hf_pairs = HF_TRAIN_SPLIT[f]
+    extracted = [lay.raw / f"train.{lang}" for lang in (s.src, s.tgt)]
+    if all(path.is_file() for path in extracted):
+        text = sum(path.stat().st_size for path in extracted)
+        basis = f"text {text / 1e9:.2f} GB, the size of {lay.raw}/train.*"
+    else:
+        text, basis = hf_bytes, f"text {hf_bytes / 1e9:.2f} GB in {hf_pairs} pairs, as Hugging Face's copy stores it"
+    rate = download_rate(measured_rate(lay.dl), where=str(lay.dl / ".verified"))
+    return Fetch(s.pair, archives, text, round(text * hf_pairs / hf_bytes), basis, *rate, clean=s.clean,
+                 folder=str(lay.D), on_disk=folder_bytes(lay.D))
+
+
+def folder_bytes(folder: Path) -> int:
+    """The bytes of the files under ``folder`` (0 where there is none)."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:  # gone while counting
+                pass
+    return total
 
 
 @source("bundled")

@@ -16,15 +16,16 @@ import statistics
 from pathlib import Path
 
 from ..planning import prep_cost
+from ..planning import training_cost as planned_cost
 from ..cli import ArgumentParser, UserError
-from ..planning.cost import GPUS, MEAN_LENGTH, describe_table2, hours_text, model_shape, paper_updates
+from ..planning.cost import GPUS, describe_table2, hours_text, model_shape, paper_updates
 from .faults import CASES
 from ..inference.ctranslate2 import PARALLEL_CALL
 from ..metrics.bleu import T2T_2018_NORMALIZES
 from ..recipes import config
 from ..recipes.table3 import markdown
 from ..recipes.wmt14_data import PAIRS, TRAIN_TO_NEWSTEST_BYTES
-from ..planning.step_model import fits_of, predict, size_forward
+from ..planning.step_model import fits_of
 from ..checkout import REPO
 
 README = REPO / "README.md"
@@ -530,30 +531,31 @@ def gpu_check_third() -> str:
 
 
 def gpu_planning() -> str:
-    """docs/scaling.md: base and big on one GPU and on eight, from attn_kit.planning.step_model's fits of the
-    GPU check (a projection from measurements, not a measurement)."""
+    """docs/scaling.md: base and big on one GPU and on eight, from attn_kit.planning.training_cost (the step
+    model's fits of the GPU check; the all-reduce of eight estimated): a projection, not a measurement."""
 
     rows = []
     for arch in ("attn_paper_base", "attn_paper_big"):
         shape, updates = model_shape(arch), paper_updates(arch)
         for name, n, precision in [("H100", 1, "bf16"), ("H100", 8, "bf16"), ("A100", 1, "bf16"), ("A100", 8, "bf16"),
                                    ("P100", 8, "fp32")]:
-            forward = size_forward(shape, 28000, n, GPUS[name].memory_gib, precision)
-            forwards = -(-28000 // (n * forward))
-            forward = -(-28000 // (n * forwards))
-            p = predict(shape, forward, forwards, name, precision, MEAN_LENGTH)
-            rows.append([arch.replace("attn_paper_", ""), f"{n} x {name} ({precision})", f"{forward} x {forwards}",
-                         hours_text(updates * p.estimate.seconds_per_update),
-                         f"{hours_text(updates * p.low.seconds_per_update)} - "
-                         f"{hours_text(updates * p.high.seconds_per_update)}",
+            forward = planned_cost.forward_for(shape, 28000, n, name, precision)
+            t = planned_cost.UpdateTime.of(shape, forward, name, precision, planned_cost.link_of(name, n, 1))
+            rows.append([arch.replace("attn_paper_", ""), f"{n} x {name} ({precision})", f"{forward[0]} x {forward[1]}",
+                         hours_text(updates * t.estimate), f"{updates * t.estimate * n / 3600:,.0f}",
+                         f"{hours_text(updates * t.low)} - {hours_text(updates * t.high)}",
+                         f"{t.allreduce / t.estimate:.0%}" if n > 1 else "-",
                          {"paper": "the paper's P100 rate + the measured per-forward cost", "measured": "the H200 fit",
-                          "scaled": "the H200 fit, scaled to this GPU"}[p.estimate.calibration]])
-    return (table(["model", "GPUs", "tokens per forward x forwards", "training, estimate", "range",
-                   "the estimate from"], rows)
-            + "\n\nProjected by `attn_kit.planning.step_model` (`python scripts/training_cost.py --gpu NAME --ngpus N` "
-              "prints the same with each end's source) for the paper's 28000 tokens per update and updates (base "
-              "100K, big 300K); training only, the all-reduce of several GPUs not included (not yet measured). "
-              "The paper: base 12 hours, big 3.5 days on 8 P100s." + source(GPU_CHECK))
+                          "scaled": "the H200 fit, scaled to this GPU"}[t.prediction.estimate.calibration]])
+    return (table(["model", "GPUs", "tokens per forward x forwards", "training, estimate", "GPU-hours", "range",
+                   "all-reduce", "the estimate from"], rows)
+            + "\n\nProjected by `attn_kit.planning.training_cost` (`python scripts/training_cost.py --gpu NAME --ngpus N` "
+              "prints the same with each end's source, the layouts compared and the checkpoint interval) for the "
+              "paper's 28000 tokens per update and updates (base 100K, big 300K); training only. The all-reduce of "
+              "eight GPUs is the gradients' ring transfer over the GPU's own link (NVLink) at 50-80% of its datasheet "
+              "bandwidth, added whole to the estimate: no multi-GPU run has been measured. On the P100s the paper's "
+              "split, one forward of 3500 tokens each. The paper: base 12 hours, big 3.5 days on 8 P100s."
+            + source(GPU_CHECK))
 
 
 
@@ -794,8 +796,9 @@ def data_prep() -> str:
               "whose work is per token and as a x pairs^b for learning BPE, whose work follows the sample's word "
               "types, and serial + parallel / workers; peak memory as a x pairs^b, the workers' grown by the factor "
               "their 2- and 4-worker runs measured per doubling of the workers (one doubling measured, "
-              "extrapolated; in proportion to the workers it would be 2x). Download and extraction are not "
-              "included. Each pair is projected from a synthetic corpus of its own (`attn_kit/tools/bench/corpus.py`: "
+              "extrapolated; in proportion to the workers it would be 2x). Download and extraction are projected "
+              "apart: the dry run adds them (the archives' sizes at a stated download rate; the extraction rates "
+              "of `benchmarks/results/cpu2core_amd_data_extract.json`). Each pair is projected from a synthetic corpus of its own (`attn_kit/tools/bench/corpus.py`: "
               "newstest sentence shapes of the pair, words drawn from wordfreq's Zipfian lists, compounds below "
               "the lists' cut-off, words repeated within 16-sentence documents, crawled long lines and noise)"
               + (f"; {' and '.join(fallback)} from EN-DE's until its own is filed "
