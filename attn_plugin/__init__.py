@@ -13,10 +13,20 @@ checkpoint is one ``error:`` line).
 The plugin is self-contained: it imports nothing from ``attn_kit`` (the library
 of the recipes, scripts and tests), which may import it.
 """
-from . import fairseq_patches
+import logging as _logging
 
-fairseq_patches.refuse_second_copy(__name__)  # before anything registers: fairseq registers each name once
-from . import criterions, encoders, lr_scheduler, models, optim, tasks  # noqa: E402,F401
+# Importing fairseq imports its text_to_speech task, which logs "Please install tensorboardX" (an optional
+# package of a task translation never uses): held back while the plugin imports fairseq, its level after as before
+_tts = _logging.getLogger("fairseq.tasks.text_to_speech")
+_tts_level = _tts.level
+_tts.setLevel(max(_tts_level, _logging.WARNING))
+try:
+    from . import fairseq_patches
+
+    fairseq_patches.refuse_second_copy(__name__)  # before anything registers: fairseq registers each name once
+    from . import criterions, encoders, lr_scheduler, models, optim, tasks  # noqa: F401
+finally:
+    _tts.setLevel(_tts_level)
 
 fairseq_patches.install()
 

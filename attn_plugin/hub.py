@@ -31,9 +31,12 @@ set; keyword arguments override any of them (``beam=5``, ``gnmt_alpha=1.0``,
 text that is already tokenized). :func:`interactive_command` is the
 fairseq-interactive command line that does the same.
 """
+import contextlib
+import logging
 import os
+import warnings
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from fairseq.hub_utils import GeneratorHubInterface
 
@@ -42,14 +45,43 @@ from .errors import CheckpointError
 from .run_cards import RUN_CARD, read_run_card, resolved_args  # noqa: F401 -- the card's schema and reader
 
 USER_DIR = str(Path(__file__).resolve().parent)
+# torch's warning that fairseq's data loader asks for pinned memory on a machine without an accelerator
+_PIN_MEMORY = "'pin_memory' argument is set as true"
+
+
+@contextlib.contextmanager
+def quiet(loggers: Sequence[str] = ("fairseq", "attn_plugin")):
+    """While a model loads or decodes for the caller: the info lines of ``loggers`` held back (their
+    warnings, which ask for an action, still pass) and torch's pinned-memory warning (nothing to act
+    on). Only those loggers change, and only until the block ends: the root logger and the caller's
+    other loggers are left as they are."""
+    saved = [(logger, logger.level) for logger in map(logging.getLogger, loggers)]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_PIN_MEMORY, category=UserWarning)
+        try:
+            for logger, _ in saved:
+                logger.setLevel(max(logger.getEffectiveLevel(), logging.WARNING))
+            yield
+        finally:
+            for logger, level in saved:
+                logger.setLevel(level)
 
 
 class AttnHubInterface(GeneratorHubInterface):
     """fairseq's :class:`GeneratorHubInterface` whose ``translate`` decodes with the
-    run's beam size unless told otherwise (fairseq's defaults to 5)."""
+    run's beam size unless told otherwise (fairseq's defaults to 5), quietly (:func:`quiet`;
+    ``verbose=True`` still logs each sentence, as fairseq's does)."""
 
     def translate(self, sentences, beam: Optional[int] = None, verbose: bool = False, **kwargs):
         return self.sample(sentences, beam or self.cfg.generation.beam, verbose, **kwargs)
+
+    def generate(self, *args, **kwargs):
+        with quiet(["attn_plugin"]):  # the task's notes on the beam search it builds
+            return super().generate(*args, **kwargs)
+
+    def _build_batches(self, *args, **kwargs):
+        with quiet():  # fairseq's batching notes; its data loader's pinned memory
+            return super()._build_batches(*args, **kwargs)
 
 
 def from_pretrained(run_dir, checkpoint_file: Optional[str] = None, data_name_or_path: Optional[str] = None,
@@ -83,7 +115,8 @@ def from_pretrained(run_dir, checkpoint_file: Optional[str] = None, data_name_or
     kwargs["data"] = data_name_or_path or str(run_dir / info["data"])
     # what fairseq's hub_utils.from_pretrained does, without what it adds: importing a --user-dir,
     # taking BPE files found in the folder (code, bpecodes, ...) over the card's, archives and URLs
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides=kwargs)
+    with quiet():
+        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides=kwargs)
     for key, value in generation.items():
         setattr(cfg["generation"], key, value)
     return AttnHubInterface(cfg, task, models)

@@ -9,6 +9,7 @@ import math
 import re
 import shutil
 import sys
+import time
 
 import pytest
 from conftest import USER_DIR, assert_one_error_line, copy_prepared, run, run_main, train_cmd
@@ -300,26 +301,113 @@ def test_gpu_busy_share_is_the_median_of_nvidia_smis_samples_over_the_timed_upda
     assert entry["gpu_utilization_percent_median"] == 75  # samples at 3, 4, 5, 6 s: 10, 80, 90, 70
 
 
-def test_a_canary_run_before_the_full_run_is_checked_when_the_run_ends(tmp_path):
+PREDICTED = {"data_preparation": 100.0, "training": 500.0, "validations": 50.0, "checkpoint_writes": 50.0,
+             "averaging": 20.0, "generation": 80.0, "total": 800.0}
+
+
+def test_a_canary_run_before_the_full_run_is_checked_by_hand(tmp_path):
     """canary.json kept checked_against: null when the canary ran first in the work directory (the
-    comparison was made only when the canary ran after the run): the full run's report fills it in."""
-    from types import SimpleNamespace
+    comparison was made only when the canary ran after the run): the run's end fills it in, its stage
+    times summed part by part as the prediction is made."""
+    from attn_kit.pipeline.canary_check import check_earlier
 
     work = tmp_path / "w"
     (work / "canary").mkdir(parents=True)
-    predicted = {"data_preparation": 100.0, "training": 500.0, "validations": 50.0, "checkpoint_writes": 50.0,
-                 "averaging": 20.0, "generation": 80.0, "total": 800.0}
-    (work / "canary" / "canary.json").write_text(json.dumps({"predicted_seconds": predicted, "checked_against": None,
+    (work / "canary" / "canary.json").write_text(json.dumps({"predicted_seconds": PREDICTED, "checked_against": None,
                                                              "data_stages": ["download", "binarize"]}))
     stage_seconds = {"download": 40.0, "binarize": 60.0, "train": 750.0, "average": 25.0, "generate": 70.0,
                      "score": 10.0}
     (work / "results.json").write_text(json.dumps({"stage_seconds": stage_seconds}))
-    s = SimpleNamespace(workdir=work, data_workdir=work, canary=False)
-    printed = []
-    canary.checking(s, printed.append)({"sacrebleu": 1.0})
-    assert printed == [{"sacrebleu": 1.0}]
-    check = json.loads((work / "canary" / "canary.json").read_text())["checked_against"]
+    assert check_earlier(work) == canary_json(work)["checked_against"]
+    check = canary_json(work)["checked_against"]
     assert check["measured_seconds"] == {"data_preparation": 100.0, "training + validations + checkpoint_writes": 750.0,
                                          "averaging": 25.0, "generation + scoring": 80.0, "total": 955.0}
     assert check["error"]["training + validations + checkpoint_writes"] == round(600 / 750 - 1, 4)
     assert check["error"]["total"] == round(800 / 955 - 1, 4)
+    assert check_earlier(work) is None  # checked already: left as it is
+
+
+def assert_checked_by_the_run(work):
+    """canary.json's checked_against is the prediction beside the stage times the run wrote to
+    results.json: the data stages the canary names summed, train, average, the rest (generate, score;
+    WSJ: trees too) summed, and the error of each part, by hand."""
+    c, seconds = canary_json(work), json.loads((work / "results.json").read_text())["stage_seconds"]
+    data = sum(seconds[s] for s in c["data_stages"])
+    rest = sum(v for k, v in seconds.items() if k not in ("train", "average", *c["data_stages"]))
+    measured = {"data_preparation": data, "training + validations + checkpoint_writes": seconds["train"],
+                "averaging": seconds["average"], "generation + scoring": rest, "total": sum(seconds.values())}
+    check = c["checked_against"]
+    assert check is not None, "the full run left the earlier canary unchecked"
+    assert check["measured_seconds"] == pytest.approx(measured)
+    p = c["predicted_seconds"]
+    assert check["predicted_seconds"]["training + validations + checkpoint_writes"] == pytest.approx(
+        p["training"] + p["validations"] + p["checkpoint_writes"], abs=0.05)
+    assert check["error"]["total"] == pytest.approx(p["total"] / measured["total"] - 1, abs=1e-4)
+
+
+@pytest.mark.parametrize("recipe,argv", [
+    ("parallel", ["--src", "en", "--tgt", "de", "--train", "t", "--valid", "v", "--test", "s", "--ngpus", "0"]),
+    ("translation", ["--smoke"]), ("wsj", ["--smoke"])])
+def test_every_recipes_full_run_checks_an_earlier_canary(recipe, argv, tmp_path, monkeypatch):
+    """Each recipe's entry point: a --canary run, then the full run in the same work directory; the full
+    run's end fills in the canary's checked_against (wmt14_en_de.sh and wmt14_en_fr.sh left it null when
+    the check was each recipe's own to call), and the canary stays done. The stages stand in for the real ones (a data stage, train,
+    average and score, each writing its output; the canary's writes canary.json with a prediction):
+    the real runs are tests/test_canary.py's and tests/test_recipe_wsj.py's smoke-sized ones."""
+    from attn_kit.pipeline.stages import Stage
+
+    work = tmp_path / "w"
+
+    def write(path, value, seconds=0.0):
+        def run(ctx):
+            time.sleep(seconds)  # a stage time above the 0.1 s the stamps round to
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(value))
+        return run
+
+    def stand_ins(s):
+        if s.canary:
+            return [Stage("prep", write(work / "prep.json", {})), Stage("canary", write(
+                work / "canary" / "canary.json", {"predicted_seconds": PREDICTED, "checked_against": None,
+                                                  "data_stages": ["prep"], "failed": None}),
+                outputs=[work / "canary" / "canary.json"])]
+        return [Stage("prep", write(work / "prep.json", {})),
+                Stage("train", write(work / "train.json", {}, 0.2), outputs=[work / "train.json"]),
+                Stage("average", write(work / "average.json", {}), outputs=[work / "average.json"]),
+                Stage("score", write(work / "results.json", {"sacrebleu": 1.0}), outputs=[work / "results.json"])]
+
+    module = importlib.import_module(f"attn_kit.recipes.{recipe}")
+    stages_module = module if recipe != "parallel" else importlib.import_module("attn_kit.recipes.translation")
+    monkeypatch.setattr(stages_module, "stages", stand_ins)
+    monkeypatch.setattr(stages_module, "report", lambda r: None)  # the stand-ins' results have no scores
+    monkeypatch.setattr(canary, "report", lambda c: None)
+    first = run_main(module.main, *argv, "--canary", "--workdir", work)
+    assert first.returncode == 0, first.stderr
+    assert canary_json(work)["checked_against"] is None  # no run here yet
+    full = run_main(module.main, *argv, "--workdir", work)
+    assert full.returncode == 0, full.stderr
+    assert_checked_by_the_run(work)
+    assert "its prediction checked against this run" in full.stdout
+    # the canary's stamp follows its canary.json: the same --canary again skips it (it ran it again, minutes)
+    again = run_main(module.main, *argv, "--canary", "--workdir", work)
+    assert again.returncode == 0 and "canary: done already, skipping" in again.stdout, again.stdout
+    assert canary_json(work)["checked_against"] is not None
+
+
+@pytest.mark.slow
+def test_the_smoke_canary_is_checked_when_the_full_run_ends_after_it(smoke_run, smoke_canary, tmp_path):
+    """recipes/wmt14_en_de.sh (python -m attn_kit.recipes.translation): the canary of --smoke ran first
+    (smoke_canary: no results.json beside it, checked_against null); the full run ends after it in the same
+    work directory: here the smoke run up to its last stage (a copy without results.json, which the score
+    stage writes), given the canary's canary.json, and the recipe's process runs the score stage."""
+    from conftest import SMOKE_RUN
+
+    work = tmp_path / "w"
+    shutil.copytree(smoke_run, work, symlinks=True)
+    (work / "results.json").unlink()
+    (work / "canary").mkdir()
+    shutil.copy(smoke_canary[0] / "canary" / "canary.json", work / "canary")
+    assert canary_json(work)["checked_against"] is None
+    proc = run([*RECIPE, *SMOKE_RUN, "--workdir", work])
+    assert "stage 9/9 score: output results.json is missing" in proc.stdout
+    assert_checked_by_the_run(work)

@@ -118,7 +118,7 @@ def test_bundled_sizes_are_the_bundled_recipes():
     assert args.max_tokens * args.update_freq == b["tokens_per_update"]  # one CPU process, as the recipe
     assert commands.d_model(args) == bundled.d_model
     cmd = commands.train_command("stock", args, REPO, True, 1, REPO / "x")
-    assert float(cmd[cmd.index("--stop-time-hours") + 1]) == pytest.approx(2.5 / 60)  # half of 5 min each
+    assert float(cmd[cmd.index("--stop-time-hours") + 1]) == pytest.approx(5 / 60)  # --minutes 5: 5 min each
     # eq. 3's peak, lr_scale * d_model^-0.5 * warmup^-0.5, as stock's --lr
     assert float(cmd[cmd.index("--lr") + 1]) == pytest.approx(
         b["lr_scale"] * bundled.d_model ** -0.5 * b["warmup_updates"] ** -0.5)
@@ -212,13 +212,14 @@ def test_tiny_comparison_prints_the_table_and_writes_json_and_png(data_bin, tmp_
 
 @pytest.mark.parametrize("new,old", [
     (["--h", "4", "--p-drop", "0.2", "--gnmt-alpha", "1.0", "--train-minutes", "3"],
-     ["--heads", "4", "--dropout", "0.2", "--alpha", "1.0", "--minutes", "6"]),
+     ["--heads", "4", "--dropout", "0.2", "--alpha", "1.0", "--minutes", "3"]),
     (["--max-update", "7", "--gnmt-alpha", "0.6"], ["--max-update", "7"]),
 ])
 def test_the_old_option_names_give_the_same_commands(new, old):
     """--h, --p-drop, --gnmt-alpha and --train-minutes (the kit's one vocabulary) and their old,
-    hidden names (--heads, --dropout, --alpha, --minutes) give the same training and generation; the old
-    --minutes was the pair's budget, --train-minutes is each model's, as for every training of the kit."""
+    hidden names (--heads, --dropout, --alpha, --minutes) give the same training and generation. --minutes M
+    is each model's M minutes, as --train-minutes M is here and for every training of the kit (it was
+    the pair's budget, M/2 each: --minutes 3 trained each model 1.5 minutes); --help says so."""
     commands_of = []
     for argv in (new, old):
         args = parse_args(["unused-data", *argv])
@@ -228,6 +229,7 @@ def test_the_old_option_names_give_the_same_commands(new, old):
     help_text = run([sys.executable, SCRIPT, "--help"]).stdout
     assert all(f"--{name} " in help_text for name in ("h", "p-drop", "gnmt-alpha", "train-minutes"))
     assert not any(f"--{name} " in help_text for name in ("heads", "dropout", "alpha", "minutes"))
+    assert "--minutes, its old name, means the same" in " ".join(help_text.split())
 
 
 @pytest.mark.parametrize("argv,message,status", [

@@ -185,6 +185,10 @@ def test_smoke_en_de_kill_resume_two_cpu_processes_and_idempotent_rerun(tmp_path
     assert "compound split" in results["bleu_t2t_protocol"] and results["averaged_updates"][-1] == results["updates"]
     rows = [line.strip() for line in first.stdout.splitlines() if line.startswith("  BLEU, ")]
     assert rows[0].startswith("BLEU, the paper's protocol (t2t")  # printed first in the final table
+    # and the summary leads with it (docs/wmt14.md: the paper's tokenized, compound-split BLEU), sacreBLEU after
+    lead = [line for line in first.stdout.splitlines() if line.startswith(("BLEU = ", "sacreBLEU = "))]
+    assert lead == [f"BLEU = {results['bleu_t2t']:.2f}   (the paper's protocol: tokenized, compound split)",
+                    f"sacreBLEU = {results['sacrebleu']:.2f}   ({results['sacrebleu_signature']})"]
     assert results["updates"] == 60 and results["arch"] == "attn_paper_base" and results["gpus"] == 0
     assert results["cpu_processes"] == 2 and results["test_sentences"] == 200
     assert results["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
@@ -301,6 +305,26 @@ def test_the_report_names_the_model_by_its_shape_and_compares_with_table_2_only_
     out = capsys.readouterr().out
     assert f"en-de, {label}" in out
     assert ("compare with Table 2" in out) == table2 and ("the paper, Table 2" in out) == table2
+
+
+@pytest.mark.parametrize("pair,table2,said", [
+    ("en-de", True, "BLEU = 27.31   (the paper's protocol: tokenized, compound split; compare with Table 2)"),
+    ("en-fr", False, "BLEU = 27.31   (the paper's protocol: tokenized)"),
+])
+def test_the_summary_leads_with_the_papers_bleu(pair, table2, said, capsys):
+    """docs/wmt14.md: the paper's BLEU (t2t's tokenized BLEU, compound-split for German, the number of
+    Table 2) is printed first; the summary led with sacreBLEU. A target without the paper's protocol
+    (not de or fr) leads with sacreBLEU, its only score."""
+    from attn_kit.recipes.translation import report
+
+    r = {"sacrebleu": 26.05, "sacrebleu_signature": "sig", "pair": pair, "arch": "attn_paper_base",
+         "mode": "paper" if table2 else "files", "updates": 100000, "seed": 1, "averaged_updates": [100000],
+         "test_sentences": 3003, "bleu_t2t": 27.31}
+    report(r)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:3] == [said, "sacreBLEU = 26.05   (sig)"]
+    report({**{k: v for k, v in r.items() if k != "bleu_t2t"}, "pair": "en-cs", "mode": "files"})
+    assert capsys.readouterr().out.splitlines()[1] == "sacreBLEU = 26.05   (sig)"
 
 
 @pytest.mark.parametrize("averaged,start,said", [

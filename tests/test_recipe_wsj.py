@@ -308,6 +308,25 @@ def test_a_removed_output_reruns_only_its_stage(smoke, tmp_path):
     assert (copy / "eval" / "test.parsed").read_text() == (smoke[0] / "eval" / "test.parsed").read_text()
 
 
+@pytest.mark.slow
+def test_a_canary_before_the_full_run_is_checked_when_the_run_ends(smoke, tmp_path, capfd):
+    """recipes/wsj_parsing.sh --canary, then the full run in the same work directory: the run's end
+    fills in the canary's checked_against (tests/test_canary.py's assert_checked_by_the_run). The run is
+    the smoke run up to its last stage (a copy without results.json, which its score stage writes again);
+    the canary, a real one of 8 updates, runs there first. Both in this process (recipe_here)."""
+    from test_canary import assert_checked_by_the_run, canary_json
+
+    work = tmp_path / "w"
+    shutil.copytree(smoke[0], work)
+    (work / "results.json").unlink()
+    out = recipe_here(capfd, ["--smoke", "--max-update", "8", "--canary", "--canary-minutes", "0.5",
+                              "--workdir", work])
+    assert "passed" in out and canary_json(work)["checked_against"] is None  # no run's results yet
+    out = recipe_here(capfd, [*SMOKE, "--workdir", work])
+    assert "stage 8/8 score: output results.json is missing" in out
+    assert_checked_by_the_run(work)
+
+
 def translate(work, *args, stdin=""):
     """scripts/translate.py's main in this process (conftest.run_main; its command line, one error line and
     exit status are tests/test_translate.py's): a subprocess would import fairseq again, ~4 s of CPU each.

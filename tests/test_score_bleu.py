@@ -462,6 +462,34 @@ def test_the_2017_and_2018_scripts_score_by_hand(tmp_path):
     assert later.startswith("BLEU = 100.00")
 
 
+def test_the_2018_script_normalizes_the_translations_only_on_the_command_line_as_in_the_recipe(tmp_path):
+    """tensor2tensor's get_ende_bleu.sh from 2018-04-05 runs replace-unicode-punctuation.perl on the
+    decodes only (its reference, newstest2013.tok.de, was tokenized without it). score_bleu.py
+    --protocol t2t-2018 normalized the reference too: both orders of a pair scored alike (here 100),
+    where the recipe's bleu_t2t_2018 gives two scores. By hand, tokens of tokenizer.perl -l de:
+    ASCII  'Er sagte &quot; ja &quot; und ging dann nach Hause .' (11 tokens)
+    curly  'Er sagte “ ja ” und ging dann nach Hause .'           (11; normalized: the ASCII line)
+    curly hypothesis, ASCII reference: the hypothesis normalized is the reference, 100.
+    ASCII hypothesis, curly reference (kept): 1-grams 9/11 (all but the two &quot;), 2-grams 6/10
+    (Er sagte, und ging, ging dann, dann nach, nach Hause, Hause .), 3-grams 4/9, 4-grams 3/8, BP 1:
+    100 * (9/11 * 6/10 * 4/9 * 3/8) ** (1/4) = 53.48."""
+    from conftest import run_main
+
+    from attn_kit.metrics.bleu import main
+
+    ascii_, curly = 'Er sagte "ja" und ging dann nach Hause.', "Er sagte “ja” und ging dann nach Hause."
+    assert round(100 * (9 / 11 * 6 / 10 * 4 / 9 * 3 / 8) ** 0.25, 2) == 53.48
+    swapped = "BLEU = 53.48, 81.8/60.0/44.4/37.5 (BP=1.000, ratio=1.000, hyp_len=11, ref_len=11)"
+    (tmp_path / "ascii").write_text(ascii_ + "\n", encoding="utf-8")
+    (tmp_path / "curly").write_text(curly + "\n", encoding="utf-8")
+    assert t2t_bleu([curly], [ascii_], version="2018").score == 100.0  # the recipe's function
+    assert t2t_bleu([ascii_], [curly], version="2018").format() == swapped
+    as_given = run_main(main, "--protocol", "t2t-2018", "--hyp", tmp_path / "curly", "--ref", tmp_path / "ascii")
+    assert as_given.stdout.startswith("BLEU = 100.00, "), as_given.stderr
+    proc = score("--protocol", "t2t-2018", "--hyp", tmp_path / "ascii", "--ref", tmp_path / "curly")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, swapped + "\n", "")
+
+
 def test_replace_unicode_punctuation_is_the_scripts_table():
     assert replace_unicode_punctuation("（ａ）！？；：～") == "(ａ)!?;:~"  # full-width a is not in the table
     assert replace_unicode_punctuation("x．  y") == "x. y"

@@ -179,6 +179,49 @@ def test_overrides_change_the_decoding(smoke_run, hub):
     assert len(greedy[0]) == 1 and proc.stdout.strip() == hub.decode(greedy[0][0]["tokens"])
 
 
+def test_loading_a_model_as_the_docs_do_prints_only_the_translation(smoke_run):
+    """docs/using-a-model.md's three lines in a fresh Python: they printed fairseq's info lines (the
+    dictionaries, the batches), its text_to_speech task's "Please install tensorboardX" on import and
+    torch's warning that a CPU has no pinned memory, none of which asks anything of the user; now
+    nothing but the translation. A process of its own, since the import is part of it, with warnings
+    shown as a plain interpreter shows them (PYTHONWARNINGS unset)."""
+    code = ("from attn_plugin.models.attn_transformer import AttnTransformerModel\n"
+            f"model = AttnTransformerModel.from_pretrained({str(smoke_run)!r})\n"
+            "print(model.translate(['Where is the train station?']))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+    assert proc.stdout.startswith("['") and len(proc.stdout.splitlines()) == 1
+
+
+def test_a_quiet_load_leaves_the_callers_logging_as_it_was(smoke_run, caplog):
+    """from_pretrained and translate hold back fairseq's and the plugin's info lines only while they
+    run: a warning the user must act on still passes (--gnmt-alpha replacing --lenpen), the loggers'
+    levels are as before after, and the caller's own logger and translate's verbose sentences log as
+    they would without the plugin."""
+    import logging
+    import warnings
+
+    from attn_plugin.hub import from_pretrained
+
+    caplog.set_level(logging.DEBUG)  # the root logger at DEBUG, as fairseq's import leaves it
+    levels = {name: logging.getLogger(name).level for name in ("fairseq", "attn_plugin")}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = from_pretrained(smoke_run, lenpen=1.5, gnmt_alpha=0.6)
+        model.translate(["Tom is here."])
+    records = [(r.name, r.levelno) for r in caplog.records]
+    assert [r for r in records if r[1] < logging.WARNING] == []
+    assert ("attn_plugin.tasks.attn_translation", logging.WARNING) in records
+    assert [str(w.message) for w in caught if "pin_memory" in str(w.message)] == []
+    assert {name: logging.getLogger(name).level for name in levels} == levels
+    caplog.clear()
+    logging.getLogger("caller").info("the caller's own line")
+    model.translate(["Tom is here."], verbose=True)
+    infos = [r.name for r in caplog.records if r.levelno == logging.INFO]  # the sentence, its hypotheses
+    assert infos[0] == "caller" and set(infos[1:]) == {"fairseq.hub_utils"}
+
+
 def test_a_run_without_inference_json_or_average_is_one_line(smoke_run, tmp_path):
     assert_one_error_line(run(tmp_path / "nowhere", stdin="x\n", fork=False), "no such run directory")
     work = tmp_path / "w"

@@ -279,23 +279,45 @@ def t2t_tokenize(line: str, lang: str = "de", version: str = "2017") -> str:
 T2T_2018_NORMALIZES = "replace-unicode-punctuation on the translations only (its reference is pre-tokenized)"
 
 
+class SideError(ScoreError):
+    """A ScoreError of one side of :func:`t2t_sides`: ``side`` 0 the hypotheses, i >= 1 the i-th reference."""
+
+    def __init__(self, message: str, side: int):
+        super().__init__(message)
+        self.side = side
+
+
+def t2t_sides(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence[str]]], lang: str = "de",
+              compound_split: Union[bool, None] = None, version: str = "2017") -> Tuple[List[str], List[List[str]]]:
+    """Raw ``hyps`` and ``refs`` (as for :func:`multi_bleu`) as tensor2tensor's get_ende_bleu.sh hands
+    them to multi-bleu.perl: through :func:`t2t_tokenize`, then the compound split (``compound_split``:
+    None = on for German only). ``version`` "2018" runs replace-unicode-punctuation.perl on the
+    hypotheses only: that script reads its reference already tokenized (newstest2013.tok.de, made
+    without the step) and normalizes only the decodes, so a reference keeps its curly quotes. The one
+    rule for the recipes and score_bleu.py; a SideError names the side it is about."""
+    if version not in T2T_VERSIONS:
+        raise ScoreError(f"get_ende_bleu.sh versions: {', '.join(T2T_VERSIONS)}, not {version!r}")
+    if compound_split is None:
+        compound_split = lang == "de"
+    sides = [(hyps, version)] + [(stream, "2017") for stream in _as_streams(refs)]  # 2017: no normalization
+    out = []
+    for i, (lines, steps) in enumerate(sides):
+        try:
+            tokens = [t2t_tokenize(line, lang, steps) for line in lines]
+        except ScoreError as e:
+            raise SideError(str(e), i) from None
+        out.append([_split_compounds(line) for line in tokens] if compound_split else tokens)
+    return out[0], out[1:]
+
+
 def t2t_bleu(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence[str]]], lang: str = "de",
              compound_split: Union[bool, None] = None, version: str = "2017") -> MultiBleuResult:
     """BLEU of raw (detokenized) ``hyps`` against raw ``refs`` as tensor2tensor's
     get_ende_bleu.sh computes it (``version`` "2017": the paper's Table 2 for EN-DE; "2018":
-    with replace-unicode-punctuation.perl first, on the hypotheses only: the script reads its
-    reference already tokenized, newstest2013.tok.de, and normalizes only the decodes): both
-    sides through :func:`t2t_tokenize`, the compound split (``compound_split``: None = on for
-    German only), multi-bleu.perl. ``refs`` as for :func:`multi_bleu`.
+    with replace-unicode-punctuation.perl first, on the hypotheses only): :func:`t2t_sides`, then
+    multi-bleu.perl. ``refs`` as for :func:`multi_bleu`.
     Returns multi_bleu's result: ``.score``, ``.format()`` = multi-bleu.perl's line."""
-    if compound_split is None:
-        compound_split = lang == "de"
-    hyp_tok = [t2t_tokenize(h, lang, version) for h in hyps]
-    ref_tok = [[t2t_tokenize(r, lang) for r in stream] for stream in _as_streams(refs)]
-    if compound_split:
-        hyp_tok = [_split_compounds(h) for h in hyp_tok]
-        ref_tok = [[_split_compounds(r) for r in stream] for stream in ref_tok]
-    return multi_bleu(hyp_tok, ref_tok)
+    return multi_bleu(*t2t_sides(hyps, refs, lang, compound_split, version))
 
 
 _split_compounds = compound_split  # t2t_bleu's argument of that name hides the function
@@ -323,7 +345,7 @@ def main(argv=None) -> int:
                         help="tokenized (default): the files are tokenized already; t2t: the files are raw text, "
                              "scored as tensor2tensor's get_ende_bleu.sh of 2017 (the paper's EN-DE protocol); "
                              "t2t-2018: the same script from 2018-04-05 on (replace-unicode-punctuation.perl on "
-                             "the hypotheses first)")
+                             "the hypotheses first; the reference is tokenized without it, as the script's was)")
     parser.add_argument("-l", "--lang", default="de", choices=T2T_LANGS,
                         help="--protocol t2t: the Moses tokenizer's language (default de; fr for EN-FR)")
     parser.add_argument("--hyp", required=True, metavar="H", help="hypotheses, one a line ('-': stdin)")
@@ -351,26 +373,21 @@ def main(argv=None) -> int:
             hyp_name = "stdin" if args.hyp == "-" else args.hyp
             raise UserError(f"hypothesis file {hyp_name} has {_lines(len(hyps))} but reference file {path} has "
                             f"{_lines(len(stream))}")
-    if args.protocol in T2T_PROTOCOLS:
-        roles = {path: "reference" for path in args.ref}
-        roles[args.hyp] = "hypothesis"
-        for path, role in roles.items():  # each file once, also when it is given twice
-            try:
-                texts[path] = [t2t_tokenize(line, args.lang, T2T_PROTOCOLS[args.protocol]) for line in texts[path]]
-            except ScoreError as e:
-                raise UserError(f"{role} file {'stdin' if path == '-' else path}: {e}") from None
-        hyps = texts[args.hyp]
-        refs = [texts[r] for r in args.ref]
-        if args.compound_split is None:
-            args.compound_split = args.lang == "de"
+    if args.protocol in T2T_PROTOCOLS:  # the recipes' function: the same rule for each side
+        try:
+            hyps, refs = t2t_sides(hyps, refs, args.lang, args.compound_split, T2T_PROTOCOLS[args.protocol])
+        except SideError as e:
+            path = args.hyp if e.side == 0 else args.ref[e.side - 1]
+            raise UserError(f"{'hypothesis' if e.side == 0 else 'reference'} file "
+                            f"{'stdin' if path == '-' else path}: {e}") from None
+    elif args.compound_split:
+        hyps = [compound_split(h) for h in hyps]
+        refs = [[compound_split(r) for r in stream] for stream in refs]
     for path, stream in zip(args.ref, refs):
         empty = sum(1 for line in stream if not words(line))  # after tokenizing: what multi-bleu.perl reads
         if empty:
             print(f"warning: {empty} empty line(s) in reference file {path}, counted as length 0 "
                   f"(as multi-bleu.perl does)", file=sys.stderr)
-    if args.compound_split:
-        hyps = [compound_split(h) for h in hyps]
-        refs = [[compound_split(r) for r in stream] for stream in refs]
     try:
         result = multi_bleu(hyps, refs, lowercase=args.lowercase)
     except ScoreError as e:

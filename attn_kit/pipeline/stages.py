@@ -16,6 +16,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..cli import UserError, atomic_output, log, partial_path, write_json_atomic
 from .boundary import check_inside, open_no_follow
+from .canary_check import check_earlier
 from .fingerprint import Fingerprints, difference
 from .lock import workdir_lock
 from .process import stream
@@ -380,13 +381,23 @@ class Pipeline:
 
     def note_rewritten(self, path: Path):
         """``path``, an output of a finished stage, was rewritten on purpose (run_recipe adds
-        the stage times to results.json): record its new fingerprint in that stage's stamp."""
-        for stage in self.stages:
-            key = self.fingerprints_of(stage).key(path)
-            done = _read_json(self.stamp(stage)) or {}
-            if key in done.get("outputs", {}):
-                done["outputs"][key] = self.fingerprints_of(stage).of(path)
-                write_json_atomic(self.stamp(stage), done)
+        the stage times to results.json, an earlier canary's check to its canary.json): record its
+        new fingerprint in the stamp of the stage that made it: one of this pipeline's, else one
+        of another run in the work directory (the canary's: else a --canary run again would redo it)."""
+        ours = [(self.stamp(stage), self.fingerprints_of(stage)) for stage in self.stages]
+        others = [(stamp, self.fingerprints) for stamp in sorted((self.workdir / ".stages").glob("*.done"))
+                  if stamp not in {s for s, _ in ours}]
+        for stamps in (ours, others):
+            found = False
+            for stamp, fingerprints in stamps:
+                key = fingerprints.key(path)
+                done = _read_json(stamp) or {}
+                if key in done.get("outputs", {}):
+                    done["outputs"][key] = fingerprints.of(path)
+                    write_json_atomic(stamp, done)
+                    found = True
+            if found:
+                break
         self._save_fingerprints()
 
     # ------------------------------------------------------------------ running
@@ -548,7 +559,9 @@ def run_recipe(args, stages: List[Stage], report: Callable[[dict], None], aliase
     (``aliases``: names for ranges of stages, see :class:`Pipeline`), holding the
     work directory's lock (:func:`attn_kit.pipeline.lock.workdir_lock`: one run per
     work directory). If the run has results, record each stage's wall time in
-    results.json, ``report(results)`` (the recipe prints its scores), then print the times."""
+    results.json, check a canary that ran before it in the work directory against it
+    (:func:`attn_kit.pipeline.canary_check.check_earlier`), ``report(results)`` (the recipe
+    prints its scores), then print the times."""
     pipeline = Pipeline(args.workdir, stages, args.dry_run, args.stage, args.stop_stage, aliases)
     if args.dry_run:
         pipeline.run()
@@ -564,6 +577,9 @@ def run_recipe(args, stages: List[Stage], report: Callable[[dict], None], aliase
             results.update(stage_seconds=seconds, total_seconds=round(sum(seconds.values()), 1))
             write_json_atomic(path, results)
             pipeline.note_rewritten(path)
+        # a canary that ran here before this run: its prediction beside the run, here for every recipe
+        if not canary and check_earlier(args.workdir, getattr(args, "data_workdir", None)):
+            pipeline.note_rewritten(args.workdir / "canary" / "canary.json")
     report(results)
     if seconds:
         print("\n" + stage_time_table(seconds))

@@ -21,7 +21,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from ..planning import cost, step_model
 from ..checkout import REPO
-from ..cli import UserError, log, write_json_atomic
+from ..cli import UserError, write_json_atomic
+from ..pipeline.canary_check import checked_against, data_seconds
 from ..pipeline.stages import Stage
 from ..results import provenance
 from . import common
@@ -268,17 +269,6 @@ def updates_per_epoch(train_log: str, epoch_pairs: Optional[int] = None):
     return int(m.group(1)), own
 
 
-def data_seconds(workdir: Path, data_stages: Sequence[str]) -> Optional[float]:
-    """The data stages' wall time as they ran in this work directory (their stage stamps)."""
-    total = 0.0
-    for name in data_stages:
-        try:
-            total += json.loads((workdir / ".stages" / f"{name}.done").read_text())["seconds"]
-        except (OSError, ValueError, KeyError):
-            return None
-    return round(total, 1)
-
-
 def timed(ctx, cmd: List, **kwargs) -> float:
     """Seconds ``ctx.sh(cmd)`` took (printed and logged as every command of the recipe)."""
     start = time.time()
@@ -470,59 +460,6 @@ def schedule_warnings(s, startup: float, per_update: float) -> List[str]:
         out.append(f"the budget ends before the {s.warmup_updates}-update warm-up does (eq. 3): the learning rate "
                    "never reaches its peak; a shorter --warmup-updates or a smaller --tokens-per-update fits it")
     return out
-
-
-def checked_against(workdir: Path, data_workdir: Path, data_stages: Sequence[str], predicted: dict) -> Optional[dict]:
-    """The prediction beside the finished run's stage times (results.json in the same work
-    directory; the data stages' from their stamps), part by part, and the error of each."""
-    try:
-        seconds = json.loads((workdir / "results.json").read_text())["stage_seconds"]
-    except (OSError, ValueError, KeyError):
-        return None
-    data = data_seconds(data_workdir, data_stages) if data_workdir != workdir else None
-    measured = {"data_preparation": data if data is not None else sum(seconds.get(s, 0.0) for s in data_stages),
-                "training + validations + checkpoint_writes": seconds.get("train"),
-                "averaging": seconds.get("average"),
-                "generation + scoring": sum(v for k, v in seconds.items()  # generate, score (WSJ: trees)
-                                            if k not in ("train", "average", *data_stages))}
-    measured["total"] = sum(v or 0.0 for v in measured.values())
-    guess = {"data_preparation": predicted["data_preparation"],
-             "training + validations + checkpoint_writes":
-                 predicted["training"] + predicted["validations"] + predicted["checkpoint_writes"],
-             "averaging": predicted["averaging"], "generation + scoring": predicted["generation"],
-             "total": predicted["total"]}
-    return {"measured_seconds": measured, "predicted_seconds": {k: round(v, 1) for k, v in guess.items() if v is not None},
-            "error": {k: round(guess[k] / v - 1, 4) for k, v in measured.items() if v and guess.get(k) is not None}}
-
-
-def checking(s, report: Callable) -> Callable:
-    """A full run's ``report``, after which a canary made earlier in the same work directory is
-    checked against the run (:func:`check_earlier`)."""
-    def reported(results):
-        report(results)
-        check_earlier(s)
-
-    return reported
-
-
-def check_earlier(s) -> Optional[dict]:
-    """After a full run: a canary that ran before it in the same work directory gets its
-    ``checked_against`` now that results.json holds the stage times (it was left null: the
-    comparison was made only when the canary ran after the run). Returns it, or None."""
-    path = s.workdir / "canary" / "canary.json"
-    try:
-        result = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if result.get("checked_against") or not result.get("predicted_seconds") or "data_stages" not in result:
-        return None  # checked already, failed, or from before canaries recorded their data stages
-    data_workdir = getattr(s, "data_workdir", None) or s.workdir
-    result["checked_against"] = checked_against(s.workdir, data_workdir, result["data_stages"],
-                                                result["predicted_seconds"])
-    if result["checked_against"]:
-        write_json_atomic(path, result)
-        log(f"{path}: its prediction checked against this run (checked_against)")
-    return result["checked_against"]
 
 
 def conclude(out: Path, result: dict, causes: List[str]):

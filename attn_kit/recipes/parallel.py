@@ -305,7 +305,7 @@ parse_args = build  # the name callers used before the settings were typed
 
 def main(argv=None):
     s = build(argv)
-    scale.run(s, translation.stages, canary.report if s.canary else canary.checking(s, translation.report))  # a canary's results: canary.json
+    scale.run(s, translation.stages, canary.report if s.canary else translation.report)  # a canary's results: canary.json
 
 
 if __name__ == "__main__":

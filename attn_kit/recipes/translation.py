@@ -653,12 +653,18 @@ def averaged_label(r: dict) -> str:
 
 
 def report(r: dict):
-    """Print the scores as a short table, the paper's protocol first."""
-    print(f"\nsacreBLEU = {r['sacrebleu']:.2f}   ({r['sacrebleu_signature']})")
+    """Print the scores as a short table, the paper's protocol first (docs/wmt14.md, Which BLEU):
+    its tokenized BLEU, compound-split for German, is the number Table 2 reports; sacreBLEU after."""
+    paper = TABLE2_BLEU.get((r.get("pair"), r["arch"])) if on_table2s_test_set(r) else None
+    print()
+    if "bleu_t2t" in r:  # absent for targets other than de and fr (scores.translation_scores)
+        split = ", compound split" if r.get("pair", "en-de").endswith("-de") else ""
+        print(f"BLEU = {r['bleu_t2t']:.2f}   (the paper's protocol: tokenized{split}"
+              f"{'; compare with Table 2' if paper else ''})")
+    print(f"sacreBLEU = {r['sacrebleu']:.2f}   ({r['sacrebleu_signature']})")
     print(f"{r.get('pair', 'en-de')}, {model_label(r)}, {r['updates']} updates (seed {r.get('seed')}), "
           f"{averaged_label(r)}, {r['test_sentences']} test sentences")
     rows = []
-    paper = TABLE2_BLEU.get((r.get("pair"), r["arch"])) if on_table2s_test_set(r) else None
     if "bleu_t2t" in r:
         rows.append((f"BLEU, the paper's protocol (t2t{'; compare with Table 2' if paper else ''})",
                      f"{r['bleu_t2t']:.2f}"))

@@ -691,13 +691,13 @@ def report(r: dict):
 def main(argv=None):
     s = parse_args(argv)
     if s.dry_run:
-        scale.run(s, stages, canary.report if s.canary else canary.checking(s, report))
+        scale.run(s, stages, canary.report if s.canary else report)
         return
     scale.check_devices(s, stages(s))  # scale.run checks too; here it comes before anything is written
     with workdir_lock(s.workdir):  # run_recipe holds it too; taken here so that nothing writes before it
         if s.tune:
             forget_stale_selection(s.workdir, s.grid)
-        scale.run(s, stages, canary.report if s.canary else canary.checking(s, report))
+        scale.run(s, stages, canary.report if s.canary else report)
 
 
 if __name__ == "__main__":

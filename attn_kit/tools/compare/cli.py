@@ -33,9 +33,10 @@ def parser() -> argparse.ArgumentParser:
     budget.add_argument("--max-update", type=Number(int, minimum=1), help="budget: train each model for N updates")
     budget.add_argument("--train-minutes", type=Number(float, above=0),
                         help="budget: each model trains M minutes (per seed; the two one after the other), "
-                             "as --train-minutes means for every training in the kit")
-    # the old name's budget was the pair's, split equally (--minutes 10 = --train-minutes 5)
-    budget.add_argument("--minutes", type=Number(float, above=0), dest="pair_minutes", **OLD_NAME)
+                             "as --train-minutes means for every training in the kit; --minutes, its old name, "
+                             "means the same (it once gave the pair M, M/2 each)")
+    # the old name, hidden, with the one meaning: M minutes per model (it was the pair's budget, split equally)
+    budget.add_argument("--minutes", type=Number(float, above=0), dest="train_minutes", **OLD_NAME)
     p.add_argument("--seeds", type=Number(int, minimum=0), nargs="+", default=[1],
                    help="one training of each model per seed; several seeds give mean +- sd and a noise "
                         "verdict (default: 1)")
@@ -151,10 +152,8 @@ def parse_args(argv=None) -> CompareSettings:
     given = parser().parse_args(argv)
     precision = check(given)
     arch = ARCH_ALIASES.get(given.arch, given.arch)
-    pair_minutes = getattr(given, "pair_minutes", None)  # the old --minutes: the pair's budget
     preset = BUNDLED_TRAINING if given.bundled else DEFAULT_TRAINING
     values = {**vars(given), **{k: v for k, v in preset.items() if getattr(given, k) is None}}
-    values.pop("pair_minutes", None)
     values.pop("tokens_per_update", None)
     if given.tokens_per_update is not None:  # the recipes' batch: devices x --max-tokens x --update-freq
         p = batch_plan(given.tokens_per_update, max(1, given.ngpus), values["max_tokens"])
@@ -162,8 +161,7 @@ def parse_args(argv=None) -> CompareSettings:
     values["update_freq"] = values["update_freq"] or 1
     max_update = given.max_update
     return CompareSettings(**{
-        **values, "arch": arch, "train_minutes": pair_minutes / 2 if pair_minutes is not None else given.train_minutes,
-        "precision": precision,
+        **values, "arch": arch, "precision": precision,
         "size": model_size(given.bundled, arch, given),
         "validate_every": given.validate_every or (max(1, max_update // 10) if max_update else 50)})
 
@@ -177,7 +175,7 @@ def check(given: argparse.Namespace) -> str:
         raise UsageError("give a binarized data directory or --bundled (one of the two)")
     if given.tokens_per_update is not None and given.update_freq is not None:
         raise UsageError("give --tokens-per-update or --update-freq, not both (the first sets the second)")
-    if given.max_update is None and given.train_minutes is None and getattr(given, "pair_minutes", None) is None:
+    if given.max_update is None and given.train_minutes is None:
         raise UsageError("give a training budget: --max-update N (updates per model) or --train-minutes M "
                          "(training minutes for each model)")
     if len(set(given.seeds)) != len(given.seeds):
