@@ -18,7 +18,10 @@ setup(
                 '(attn_kit, used from a git checkout: pip install -e .)',
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["attn_plugin", "attn_plugin.*", "attn_kit", "attn_kit.*"]),
+    packages=find_packages(include=["attn_plugin", "attn_plugin.*", "attn_kit", "attn_kit.*",
+                                    # lab: the project's own measuring and describing code, beside the
+                                    # kit, imported by nothing in it
+                                    "lab", "lab.*"]),
     python_requires=">=3.9",
     install_requires=[
         "fairseq-fixed==0.12.3.1; python_version >= '3.11'",

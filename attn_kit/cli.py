@@ -82,17 +82,8 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(f"{message} ({self.prog} --help for the options)")
 
-    def parse_known_args(self, args=None, namespace=None):
-        """argparse's, then every number given to an option of ``type=float`` finite: NaN passes every
-        range check a command makes (``nan < 0`` is false) and means nothing as an option's value."""
-        namespace, extra = super().parse_known_args(args, namespace)
-        for action in self._actions:
-            value = getattr(namespace, action.dest, None) if action.type is float else None
-            for number in (value if isinstance(value, list) else [value]):
-                if isinstance(number, float) and not math.isfinite(number):
-                    self.error(f"argument {'/'.join(action.option_strings) or action.dest}: {number} is not a "
-                               "finite number")
-        return namespace, extra
+    # NaN and infinity: a kit command's numeric options are Number (finite, in range); a recipe's are
+    # checked where its settings are built (attn_kit.recipes.settings.check_types), the YAML's too
 
 
 def error_line(message) -> str:

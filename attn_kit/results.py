@@ -4,7 +4,7 @@ A results file is JSON with the ``command`` that made the numbers, the git
 ``commit`` it ran at, the ``machine``, the ``date`` and the numbers
 (``result``). :func:`provenance` makes the first four; recipes, benchmarks and
 ``scripts/record_result.py`` write them; ``scripts/readme_tables.py`` turns
-the committed ones (under ``recipes/results/`` and ``benchmarks/results/``)
+the committed ones (the results folders of the recipes and the benchmarks)
 into the tables of README and docs/.
 """
 import argparse

@@ -4,12 +4,12 @@ Tatoeba corpus, BPE learned on every pair and on the WMT14 recipe's share of the
 
     python benchmarks/bpe_sample.py --source ../shared/data/tatoeba/fra-eng.txt --lang fr
 
-The benchmark is attn_kit.tools.bench.bpe_sample (``--help`` says what runs); README's statement of the
+The benchmark is lab.bench.bpe_sample (``--help`` says what runs); README's statement of the
 sample's cost is generated from its results file (recipes/results/bpe_sample_en_fr.json).
 """
 if __name__ == "__main__":
     import _environment  # noqa: F401 -- one line, not a traceback, where this Python lacks the project
-from attn_kit.tools.bench.bpe_sample import main
+from lab.bench.bpe_sample import main
 from attn_kit.cli import main_guard
 
 if __name__ == "__main__":

@@ -5,12 +5,12 @@ unpacked and its text joined, and how much Moses tokenization grows a pair's tex
 
     python benchmarks/data_extract.py         # archives of 192 MB of newstest text, 3 repeats
 
-The benchmark is attn_kit.tools.bench.data_extract (``--help`` says how it measures); the projections
+The benchmark is lab.bench.data_extract (``--help`` says how it measures); the projections
 are attn_kit.planning.prep_cost.
 """
 if __name__ == "__main__":
     import _environment  # noqa: F401 -- one line, not a traceback, where this Python lacks the project
-from attn_kit.tools.bench.data_extract import main
+from lab.bench.data_extract import main
 from attn_kit.cli import main_guard
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The prepared GPU check: one command on a GPU machine that measures the recipe's GPU path and writes
-# one results file (attn_kit/tools/bench/gpu_check.py says what runs and in what order).
+# one results file (lab/bench/gpu_check.py says what runs and in what order).
 #
 #   bash benchmarks/gpu_check.sh --prepare     # here (internet, ../shared): wheels for the GPU machine's
 #                                              # Python 3.12 and the WMT-shaped data, into .gpu_check/
@@ -60,7 +60,7 @@ if [ "$MODE" = prepare ]; then
   cp "$HERE"/sdist/fairseq_fixed-0.12.3.1.tar.gz "$WHEELS"/
   "$ATTN_PY" -m pip wheel -q --no-deps --no-build-isolation -w "$WHEELS" "$HERE"/sdist/antlr4-python3-runtime-4.9.3.tar.gz \
     || { echo "error: could not build antlr4-python3-runtime's wheel" >&2; exit 1; }
-  "$ATTN_PY" -m attn_kit.tools.bench.gpu_check prepare || exit 1
+  "$ATTN_PY" -m lab.bench.gpu_check prepare || exit 1
   du -sh "$WHEELS" "$HERE/data"
   echo "carry to the GPU machine: $WHEELS $HERE/data (then: bash benchmarks/gpu_check.sh --output \$OUT/gpu_check.json)"
   exit 0
@@ -82,14 +82,14 @@ FALLBACK=(
 
 if [ "$MODE" = rehearse ]; then
   source scripts/env.sh || exit 1
-  exec "$ATTN_PY" -m attn_kit.tools.bench.gpu_check rehearse ${OUT_FILE:+--output "$OUT_FILE"}
+  exec "$ATTN_PY" -m lab.bench.gpu_check rehearse ${OUT_FILE:+--output "$OUT_FILE"}
 fi
 
 if [ "$MODE" = dry ]; then
   echo "# on the GPU machine, in an activated environment with the GPU's torch (docs/scaling.md):"
   printf '  $ %s\n' "${INSTALL[@]}"
   source scripts/env.sh || exit 1
-  exec "$ATTN_PY" -m attn_kit.tools.bench.gpu_check run --dry-run ${ONLY:+--only "$ONLY"}
+  exec "$ATTN_PY" -m lab.bench.gpu_check run --dry-run ${ONLY:+--only "$ONLY"}
 fi
 
 # ---- on the GPU machine
@@ -130,7 +130,7 @@ if command -v nvidia-smi >/dev/null; then
 fi
 LEFT=$(( SECONDS_ALLOWED - INSTALL_SECONDS - 20 ))
 [ "$LEFT" -lt 60 ] && LEFT=60
-python3 -m attn_kit.tools.bench.gpu_check run --output "$OUT_FILE" --seconds "$LEFT" \
+python3 -m lab.bench.gpu_check run --output "$OUT_FILE" --seconds "$LEFT" \
   --install-seconds "$INSTALL_SECONDS" --script-seconds "$SECONDS_ALLOWED" --install-as-documented "$AS_DOCUMENTED" ${COMMIT:+--commit "$COMMIT"} \
   ${ONLY:+--only "$ONLY"}
 rc=$?

@@ -4,11 +4,11 @@
     python benchmarks/train_throughput.py                          # CPU, shapes small and base
     python benchmarks/train_throughput.py --ngpus 1 --precision bf16   # GPU, shapes base and big
 
-The benchmark is attn_kit.tools.bench.train (``--help`` says everything it measures).
+The benchmark is lab.bench.train (``--help`` says everything it measures).
 """
 if __name__ == "__main__":
     import _environment  # noqa: F401 -- one line, not a traceback, where this Python lacks the project
-from attn_kit.tools.bench.train import main
+from lab.bench.train import main
 from attn_kit.cli import main_guard
 
 if __name__ == "__main__":

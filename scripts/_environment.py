@@ -5,7 +5,7 @@ It looks the packages up without importing them, so it costs nothing where they 
 import importlib.util
 import sys
 
-NEEDED = ("attn_kit", "attn_plugin", "fairseq", "torch", "yaml")  # the project, and what importing it needs
+NEEDED = ("attn_kit", "attn_plugin", "lab", "fairseq", "torch", "yaml")  # the project, and what importing it needs
 
 
 def check():

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from attn_kit.planning.sizes import SIZES
-from attn_kit.tools import fairseq_forks
+from lab import fairseq_forks
 
 # One thread per process unless told otherwise (before torch is imported here or in any command a test
 # starts): scripts/test.sh runs one pytest worker per core, and torch's threads, one per core by default,
@@ -43,7 +43,7 @@ _FORKS = {}
 
 
 def forks(env) -> fairseq_forks.ForkedCommands:
-    """This worker's runner of fairseq commands (attn_kit.tools.fairseq_forks) for ``env``'s start-up
+    """This worker's runner of fairseq commands (lab.fairseq_forks) for ``env``'s start-up
     variables (:func:`run_env`'s or the test process's), started when first used."""
     key = tuple(sorted(fairseq_forks.startup(env).items()))
     if key not in _FORKS:

@@ -284,7 +284,7 @@ def test_gpu_busy_share_is_the_median_of_nvidia_smis_samples_over_the_timed_upda
     run's start-up or of the idle machine after it."""
     import datetime
 
-    from attn_kit.tools.bench.gpu_check import add_utilization
+    from lab.bench.gpu_check import add_utilization
 
     t0 = datetime.datetime(2026, 11, 27, 15, 0, 0)
     smi = tmp_path / "smi.csv"

@@ -223,26 +223,29 @@ def test_no_averaged_checkpoint_comes_from_before_the_warmups_end(tmp_path, max_
     assert [u for u, _ in picked] == expected
 
 
-def test_the_recipes_average_from_the_warmups_end(tmp_path):
-    """Every recipe's average stage passes its --warmup-updates (the script's --from-update)."""
-    import attn_kit.fairseq_layer.fairseq_commands as fc
+@pytest.mark.parametrize("recipe", ["wmt14", "parallel", "wsj"])
+def test_the_recipes_average_from_the_warmups_end(tmp_path, recipe):
+    """Every recipe's average stage, as its dry run prints it, averages from the end of the warm-up the
+    user gave (--warmup-updates 37: the script's --from-update 37), none from before it (Sec. 6.1)."""
+    from conftest import run_main
 
-    calls = []
+    from attn_kit.recipes import parallel, translation, wsj
 
-    class Ctx:
-        @staticmethod
-        def output(path):
-            import contextlib
-
-            return contextlib.nullcontext(path)
-
-        @staticmethod
-        def sh(cmd, **kwargs):
-            calls.append([str(c) for c in cmd])
-
-    fc.average_checkpoints(Ctx, tmp_path / "c", tmp_path / "avg.pt", 5, 400)
-    cmd = calls[0]
-    assert cmd[cmd.index("--from-update") + 1] == "400" and cmd[cmd.index("--num-update-checkpoints") + 1] == "5"
+    corpus = []
+    if recipe == "parallel":
+        for split in ("train", "dev", "test"):
+            for lang in ("en", "de"):
+                (tmp_path / f"{split}.{lang}").write_text("a b\n")
+        corpus = ["--src", "en", "--tgt", "de", *(x for split, opt in (("train", "--train"), ("dev", "--valid"),
+                                                                       ("test", "--test"))
+                                                  for x in (opt, tmp_path / split)), "--preset", "small"]
+    main = {"wmt14": translation.main, "parallel": parallel.main, "wsj": wsj.main}[recipe]
+    proc = run_main(main, "--dry-run", *(["--smoke"] if recipe != "parallel" else corpus), "--warmup-updates", "37",
+                    "--workdir", tmp_path / "w")
+    assert proc.returncode == 0, proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if "attn_kit.fairseq_layer.checkpoints" in line)
+    cmd = line.split()
+    assert cmd[cmd.index("--from-update") + 1] == "37", line
 
 
 def test_average_script_records_the_updates_and_rejects_a_bad_count(tmp_path):

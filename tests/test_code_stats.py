@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from attn_kit.tools.code_stats import measure
+from lab.code_stats import measure
 
 from conftest import REPO
 

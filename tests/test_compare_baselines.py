@@ -1,4 +1,4 @@
-"""attn_kit.tools.compare (scripts/compare_baselines.py) and attn_kit.tools.bench (benchmarks/):
+"""attn_kit.tools.compare (scripts/compare_baselines.py) and lab.bench (benchmarks/):
 the plugin against stock fairseq.
 
 The schedule equivalence goes through fairseq's own scheduler classes, the
@@ -255,7 +255,7 @@ def test_data_without_binarized_training_split_is_one_error_line(tmp_path):
 # The benchmarks
 # ---------------------------------------------------------------------------
 def test_peak_memory_counts_live_tensor_bytes():
-    from attn_kit.tools.bench.measure import PeakMemory
+    from lab.bench.measure import PeakMemory
 
     weight = torch.zeros(1000, 250)  # 1 MB, there before
     with PeakMemory() as tracker:
@@ -270,7 +270,7 @@ def test_peak_memory_counts_live_tensor_bytes():
 
 
 def test_benchmark_shapes_are_the_bundled_model_and_the_papers():
-    from attn_kit.tools.bench.models import SHAPES, shape_flags
+    from lab.bench.models import SHAPES, shape_flags
 
     # small: the bundled model's dims at the P_drop 0.1 the committed results were measured with
     assert SHAPES["small"].size == SIZES["bundled"].replace(p_drop=0.1) and SHAPES["small"].vocab == 8000

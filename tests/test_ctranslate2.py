@@ -438,6 +438,6 @@ def test_benchmark_run_refuses_what_it_cannot_time(smoke_run, tmp_path):
     proc = run(bench, "--run", smoke_run, fork=False)
     assert proc.returncode == 2
     assert_one_error_line(proc, "--ctranslate2")
-    from attn_kit.tools.bench.generate import main  # the script's main() in this process: its contract is checked above
+    from lab.bench.generate import main  # the script's main() in this process: its contract is checked above
 
     assert_one_error_line(run_main(main, "--ctranslate2", "--run", tmp_path / "nothing"), "no such run directory")

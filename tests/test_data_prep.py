@@ -1,4 +1,4 @@
-"""The data-preparation benchmark's arithmetic and corpus (attn_kit.planning.prep_cost, attn_kit.tools.bench.corpus),
+"""The data-preparation benchmark's arithmetic and corpus (attn_kit.planning.prep_cost, lab.bench.corpus),
 the recipes' --bpe-learn-pairs (BPE learned on a sample reaches subword-nmt as the sample), and
 the projection the recipes' --dry-run prints. No big corpus: the benchmark itself is
 benchmarks/data_prep.py, its results benchmarks/results/cpu2core_data_prep.json."""
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from attn_kit.planning import prep_cost
-from attn_kit.tools.bench import corpus as C
-from attn_kit.tools.bench.data_prep import part_of_command, part_of_step
+from lab.bench import corpus as C
+from lab.bench.data_prep import part_of_command, part_of_step
 
 SENTENCES = [  # shapes: punctuation, capitals, numbers
     ("The 3 houses, near Berlin, were sold on Monday.", "Die 3 Häuser bei Berlin wurden am Montag verkauft."),
@@ -409,7 +409,7 @@ def test_each_pair_is_projected_from_its_own_corpus_shape_where_filed(tmp_path, 
 
 
 def test_words_per_pair_counts_both_sides_of_the_first_n_pairs(tmp_path):
-    from attn_kit.tools.bench.data_prep import words_per_pair
+    from lab.bench.data_prep import words_per_pair
 
     (tmp_path / "c.en").write_text("a b\nc d e f\n  g  \nh\n")
     (tmp_path / "c.de").write_text("x\ny z\n\nw v u\n")

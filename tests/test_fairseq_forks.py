@@ -1,4 +1,4 @@
-"""The tests' fairseq commands are forked from one preloaded interpreter (attn_kit.tools.fairseq_forks,
+"""The tests' fairseq commands are forked from one preloaded interpreter (lab.fairseq_forks,
 conftest.run): a forked command is the fresh command, output, logging, exit status and files."""
 import re
 import subprocess

@@ -1,5 +1,5 @@
 """Fault injection: what a hostile-but-fair user (or a scheduler, or a full disk) does to a run,
-and what must come out of it. Every case of attn_kit.tools.faults.CASES (docs/faults.md, "What happens when
+and what must come out of it. Every case of lab.faults.CASES (docs/faults.md, "What happens when
 things go wrong") is a test here; the recipe cases run on the WMT14 --smoke recipe, copying one
 finished run (conftest.smoke_run) and comparing with it: same BLEU, the same averaged model bit
 for bit, the same translations."""
@@ -20,7 +20,7 @@ from conftest import RECIPE, REPO, SMOKE_RUN, USER_DIR, assert_one_error_line, a
 
 from attn_kit.fairseq_layer import checkpoints
 
-from attn_kit.tools import faults
+from lab import faults
 from attn_kit.cli import UsageError, UserError
 from attn_kit.pipeline.lock import workdir_lock
 
@@ -528,7 +528,7 @@ def test_every_case_has_its_test_and_readme_lists_them():
             assert f"def {name}(" in (REPO / file).read_text(encoding="utf-8"), case.test
         else:
             assert name in names, case.test
-    from attn_kit.tools import readme_tables
+    from lab import readme_tables
 
     text = (readme_tables.DOCS / "faults.md").read_text(encoding="utf-8")
     assert readme_tables.faults() in text

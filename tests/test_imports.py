@@ -1,7 +1,11 @@
-"""attn_kit's import graph (every import, function-level ones included) has no cycles, and
-its stage engine (attn_kit.pipeline) knows nothing of fairseq."""
+"""attn_kit's import graph (every import, function-level ones included) has no cycles, its stage
+engine (attn_kit.pipeline) knows nothing of fairseq, and nothing in attn_kit or attn_plugin imports
+the lab (the project's own measuring and describing code)."""
+import ast
+import re
+
 from attn_kit.checkout import REPO
-from attn_kit.tools.code_stats import cycles, import_graph
+from lab.code_stats import cycles, import_graph, module_name, python_files
 
 
 def test_the_graph_sees_function_level_and_relative_imports():
@@ -17,20 +21,20 @@ def test_attn_kit_has_no_import_cycles():
 
 
 def layer(module: str) -> int:
-    """attn_kit's three layers: 2 the development and benchmarking tools (attn_kit.tools: benchmarks, the
-    comparison, README tables, the fault catalogue, code statistics), which no recipe imports; 1 the
-    commands (attn_kit.recipes, attn_kit.inference); 0 the runtime under them (the fairseq layer,
-    planning, metrics, the stage engine, the top-level modules)."""
+    """attn_kit's three layers: 2 a user's tools (attn_kit.tools: the comparison with stock fairseq and
+    its model pairs), which no recipe imports; 1 the commands (attn_kit.recipes, attn_kit.inference);
+    0 the runtime under them (the fairseq layer, planning, metrics, the stage engine, the top-level
+    modules). The benchmarks, README tables, the fault catalogue and code statistics are the lab's,
+    outside the kit (test_nothing_in_the_kit_or_the_plugin_imports_the_lab)."""
     return 2 if module.startswith("attn_kit.tools") else \
         1 if module.startswith(("attn_kit.recipes", "attn_kit.inference")) else 0
 
 
 def test_no_import_runs_back_up_from_the_kits_lower_layers():
     """Each layer imports only its own and the ones below it. scripts/training_cost.py's defaults, the
-    one arrow that ran back up (training_cost -> recipes.config), are read by attn_kit.recipes.cost_report;
-    the fairseq command runner the GPU check and the tests use (tools.fairseq_forks) sits with the tools."""
+    one arrow that ran back up (training_cost -> recipes.config), are read by attn_kit.recipes.cost_report."""
     graph = import_graph(REPO)
-    assert [sum(layer(m) == n for m in graph) > 10 for n in (0, 1, 2)] == [True, True, True]
+    assert [sum(layer(m) == n for m in graph) > least for n, least in ((0, 10), (1, 10), (2, 5))] == [True] * 3
     assert {m: sorted(d for d in graph[m] if layer(d) > layer(m)) for m in graph
             if any(layer(d) > layer(m) for d in graph[m])} == {}
 
@@ -52,6 +56,28 @@ def test_the_stage_engine_knows_nothing_of_fairseq():
             path = REPO / (name.replace(".", "/") + ("/__init__.py" if name.endswith("pipeline") else ".py"))
             source = path.read_text(encoding="utf-8")
             assert "import fairseq" not in source and "from fairseq" not in source, name
+
+
+def is_lab(name: str) -> bool:
+    return name == "lab" or name.startswith("lab.")
+
+
+def test_nothing_in_the_kit_or_the_plugin_imports_the_lab():
+    """lab/ (benchmarks, the GPU check, the sweep, README tables, the fault catalogue, code statistics)
+    imports the kit; the kit and the plugin, all that a user's run needs, never import it: not by an
+    import statement (function-level ones included), nor by a module name in a string (importlib's
+    import_module, ``python -m lab.X``)."""
+    graph = import_graph(REPO, folders=("attn_kit", "attn_plugin", "lab"))
+    assert sum(is_lab(m) for m in graph) > 10 and sum(m.startswith("attn_plugin") for m in graph) > 10
+    assert any(is_lab(m) and any(d.startswith("attn_kit") for d in graph[m]) for m in graph)  # the lab's are read
+    assert {m: sorted(d for d in targets if is_lab(d)) for m, targets in graph.items()
+            if not is_lab(m) and any(is_lab(d) for d in targets)} == {}
+    named = re.compile(r"lab(\.\w+)*")
+    for folder in ("attn_kit", "attn_plugin"):
+        for path in python_files(REPO, folder):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and named.fullmatch(node.value):
+                    raise AssertionError(f"{module_name(REPO, path)} names the lab's module {node.value!r}")
 
 
 ENTRY_SCRIPTS = sorted(p for folder in ("scripts", "benchmarks") for p in (REPO / folder).glob("*.py")

@@ -17,19 +17,19 @@ def record(out, marker, *force):
 
 
 def train_benchmark(out, marker, *force):
-    from attn_kit.tools.bench.train import parse_args
+    from lab.bench.train import parse_args
 
     return parse_args(["--out", str(out), *force])
 
 
 def decode_benchmark(out, marker, *force):
-    from attn_kit.tools.bench.decode_rules import main
+    from lab.bench.decode_rules import main
 
     return main(["--run", str(marker.parent / "no-run"), "--out", str(out), *force])
 
 
 def sweep(out, marker, *force):
-    from attn_kit.recipes.sweep import main
+    from lab.sweep import main
 
     return main(["--config", "x=--p-drop 0", "--output", str(out.parent / "sweep.json"), *force])
 

@@ -19,7 +19,7 @@ def test_readme_tables_are_the_ones_the_results_files_make():
 
 
 def test_the_check_covers_readme_and_every_docs_page():
-    from attn_kit.tools import readme_tables
+    from lab import readme_tables
 
     assert readme_tables.documents() == [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
     assert len(readme_tables.documents()) > 1
@@ -27,7 +27,7 @@ def test_the_check_covers_readme_and_every_docs_page():
 
 def test_every_table_is_shown_in_some_document():
     """No generated table is lost when text moves between README and docs/."""
-    from attn_kit.tools import readme_tables
+    from lab import readme_tables
 
     text = "".join(path.read_text(encoding="utf-8") for path in readme_tables.documents())
     for name in readme_tables.TABLES:
@@ -36,7 +36,7 @@ def test_every_table_is_shown_in_some_document():
 
 def test_a_changed_results_file_makes_a_document_stale(tmp_path, monkeypatch):
     """The check is real: a number changed in a results file no longer matches the document that shows it."""
-    from attn_kit.tools import readme_tables
+    from lab import readme_tables
 
     texts = {path: path.read_text(encoding="utf-8") for path in readme_tables.documents()}
     assert all(readme_tables.render(text) == text for text in texts.values())
@@ -54,7 +54,7 @@ def test_a_changed_results_file_makes_a_document_stale(tmp_path, monkeypatch):
 
 
 def test_a_stale_document_fails_the_check_naming_it(tmp_path, monkeypatch):
-    from attn_kit.tools import readme_tables
+    from lab import readme_tables
     from attn_kit.cli import UserError
 
     docs = tmp_path / "docs"

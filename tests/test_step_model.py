@@ -12,6 +12,7 @@ import pytest
 from conftest import REPO, run, run_main
 
 from attn_kit.planning import cost, step_model
+from lab import calibration
 from attn_kit.planning.paper import TABLE2_TRAINING
 from attn_kit.recipes import translation
 
@@ -20,18 +21,17 @@ FILED = REPO / "benchmarks" / "results" / "h200_gpu_check.json"
 
 def plain_runs():
     data = json.loads(FILED.read_text())
-    return [r for r in data["sweep"] if r.get("seconds_per_update") and not r["compile_layers"]
-            and r["pad_to_multiple"] == 1 and not r["name"].endswith("_profile")]
+    return [r for model in ("base", "big") for r in calibration.plain_runs(data, model)]
 
 
 def test_the_fits_reproduce_the_runs_they_come_from():
     """Each plain run's seconds per update, predicted from its model's fit (forwards x (c + FLOPs / R),
     plus fairseq's Adam's extra time where it ran), within 15%; the reserved memory within 10%."""
-    fits = {f.model: f for f in step_model.fits_of(FILED)}
+    fits = {f.model: f for f in calibration.fits_of(FILED)}
     assert set(fits) == {"base", "big"} and all(f.points >= 3 for f in fits.values())
     for r in plain_runs():
         f = fits[r["model"]]
-        flops_per_forward = step_model.padded_tflops(r) * 1e12 * r["seconds_per_update"] / r["update_freq"]
+        flops_per_forward = calibration.padded_tflops(r) * 1e12 * r["seconds_per_update"] / r["update_freq"]
         rate = f.efficiency * f.matmul_tflops * 1e12
         predicted = r["update_freq"] * (f.forward_seconds + flops_per_forward / rate)
         if r["optimizer"] == "attn_adam":  # the other runs carry fairseq's Adam on top
@@ -164,7 +164,7 @@ def test_the_gpu_check_dry_run_prints_and_parses_every_command():
     # the compiled layers' profile, run without the compiled runs before it (--only), compiles from
     # nothing (~16 s on the H200, where a 20-second budget once ended it after one update): it stops at
     # the updates past its profiled steps, with the compile budget as its cap
-    from attn_kit.tools.bench.gpu_check import COMPILE_SECONDS, PROFILE_STEPS
+    from lab.bench.gpu_check import COMPILE_SECONDS, PROFILE_STEPS
 
     line = next(t for t in trainings if t.startswith("  $ [base_28k_compile_profile]")).split()
     assert int(line[line.index("--max-update") + 1]) > PROFILE_STEPS[1] + 3
@@ -195,10 +195,10 @@ def test_the_gpu_check_rehearses_its_preparation_and_run_on_a_cpu(tmp_path):
     # the suite rehearses the profile and a plain training (its time: CI's); bash benchmarks/gpu_check.sh
     # --rehearse also rehearses each change of the lean step turned off and both bundled runs through the recipe
     # (their commands are checked by the dry run's test above, results.json's loss curve by tests/test_curves.py)
-    run([sys.executable, "-m", "attn_kit.tools.bench.gpu_check", "rehearse", "--dir", tmp_path, "--output", out,
+    run([sys.executable, "-m", "lab.bench.gpu_check", "rehearse", "--dir", tmp_path, "--output", out,
          "--only", "base_28k_profile,base_28k"])
     from attn_kit.recipes.wmt14_smoke import read_sample
-    from attn_kit.tools.bench.gpu_check import PROFILE_STEPS, REHEARSAL_UPDATES
+    from lab.bench.gpu_check import PROFILE_STEPS, REHEARSAL_UPDATES
 
     train = (tmp_path / "corpus" / "train.en").read_text(encoding="utf-8").splitlines()
     assert len(train) == 1000

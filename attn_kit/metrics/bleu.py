@@ -274,7 +274,7 @@ def t2t_tokenize(line: str, lang: str = "de", version: str = "2017") -> str:
     return tok.tokenize(text, aggressive_dash_splits=False, escape=True, return_str=True)
 
 
-# What the 2018 get_ende_bleu.sh normalizes, as results files state it (attn_kit.tools.readme_tables tells
+# What the 2018 get_ende_bleu.sh normalizes, as results files state it (lab.readme_tables tells
 # the scores filed before this was right, with the reference normalized too, by its absence).
 T2T_2018_NORMALIZES = "replace-unicode-punctuation on the translations only (its reference is pre-tokenized)"
 

@@ -1,7 +1,8 @@
 """How long the WMT14 recipes' data stages take and how much memory they hold, projected from
-the fits benchmarks/data_prep.py files in ``benchmarks/results/cpu2core_data_prep.json``; the
-recipes' ``--dry-run``, docs/scaling.md's planning table and the benchmark all project through
-:func:`project`, so every projection comes from the one file.
+the fits benchmarks/data_prep.py files (:data:`RESULTS`; the package's calibration table holds what is
+read of them, attn_kit.planning.step_model.calibration); the recipes' ``--dry-run``, docs/scaling.md's
+planning table and the benchmark all project through :func:`project`, so every projection comes
+from the one file.
 
 Per part (tokenize, sample, learn_bpe, apply_bpe, clean, binarize), CPU seconds (not wall time,
 which other work on a shared machine changes) of the main process (serial) and of its workers
@@ -18,8 +19,8 @@ docs/scaling.md.
 
 Before those parts the recipe downloads and extracts the archives (:class:`Fetch`): download time is
 their sizes at a rate (measured by earlier downloads in the data folder, else assumed), extraction
-time their sizes and their text's at the rates benchmarks/data_extract.py files in
-:data:`EXTRACT_RESULTS`; and the disk every stage's output takes (:func:`disk_bytes`).
+time their sizes and their text's at the rates benchmarks/data_extract.py files
+(:data:`EXTRACT_RESULTS`); and the disk every stage's output takes (:func:`disk_bytes`).
 """
 import json
 import math
@@ -27,9 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..checkout import REPO
+from .step_model import calibration
 
-RESULTS = REPO / "benchmarks" / "results" / "cpu2core_data_prep.json"  # measured on the EN-DE-shaped corpus
+# The results files the projections read, by name: the calibration table holds what is read of them
+# (its "data_prep" and "data_extract"), a path to a file of that kind is read itself (a benchmark's own)
+RESULTS = Path("cpu2core_data_prep.json")  # measured on the EN-DE-shaped corpus
 PARTS = ("tokenize", "sample", "learn_bpe", "apply_bpe", "clean", "binarize")
 # the parts that run in one process whatever --workers is (learn-joint-bpe-and-vocab's merges are
 # one loop, but its reading and its pass over the text use --num-workers: measured, not assumed)
@@ -43,7 +46,7 @@ MAIN_CHUNK_PARTS = ("binarize",)
 PER_TOKEN = ("tokenize", "sample", "apply_bpe", "clean", "binarize")
 
 # ---- download, extraction and disk
-EXTRACT_RESULTS = REPO / "benchmarks" / "results" / "cpu2core_amd_data_extract.json"  # benchmarks/data_extract.py
+EXTRACT_RESULTS = Path("cpu2core_amd_data_extract.json")  # benchmarks/data_extract.py
 MB = 1 << 20  # rates are in MB of 2^20 bytes, as the download's own log counts them; disk in GB of 10^9
 # The download rate assumed until a download has been measured in the data folder: an assumption (no
 # WMT14 download has run where this was written), about what one HTTP stream from statmt.org gives
@@ -180,15 +183,25 @@ def results_path(pair: str) -> Path:
 def results_for(pair: str) -> Path:
     """The file ``pair``'s projections read: its own corpus's where filed, else the EN-DE corpus's."""
     own = results_path(pair)
-    return own if own.exists() else RESULTS
+    return own if load(own) is not None else RESULTS
 
 
 def load(path: Optional[Path] = None) -> Optional[dict]:
-    """The results file of benchmarks/data_prep.py, or None when it is not filed."""
+    """A results file of benchmarks/data_prep.py or data_extract.py (default :data:`RESULTS`): as the
+    calibration table holds it (by name), or the file at ``path`` itself; None when neither has it."""
+    path = Path(path or RESULTS)
+    if path == Path(path.name):  # a bare name: the calibration table's
+        table = calibration()
+        return table["data_prep"].get(path.name) or table["data_extract"].get(path.name)
     try:
-        return json.loads(Path(path or RESULTS).read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def source_of(path: Path, results: Optional[dict]) -> str:
+    """How the dry run names a results file: the path it was filed at, as the calibration table says."""
+    return (results or {}).get("source") or str(path)
 
 
 def minutes_text(seconds: float) -> str:
@@ -227,7 +240,7 @@ def recipe_lines(pair: str, train_pairs: int, workers: int, bpe_learn_pairs: Opt
     (:func:`fetch_lines`, with ``extract_path``'s rates), and the disk every stage takes."""
     path = Path(path or results_for(pair))
     results = load(path)
-    name = path.relative_to(REPO) if Path(path).is_relative_to(REPO) else path
+    name = source_of(path, results)
     before, more = fetch_lines(fetch, bpe_learn_pairs or 0, extract_path) if fetch else ({}, [])
     if results is None:
         return [f"data preparation: no projection ({name} is not filed; benchmarks/data_prep.py makes it)", *more]
@@ -334,8 +347,8 @@ def fetch_lines(fetch: Fetch, learn_pairs: int, path: Optional[Path] = None) -> 
     """({"download": s, "extract": s} of those projected, the dry run's lines on download, extraction
     and disk). Extraction and disk read the rates of ``path`` (:data:`EXTRACT_RESULTS`)."""
     path = Path(path or EXTRACT_RESULTS)
-    name = path.relative_to(REPO) if path.is_relative_to(REPO) else path
     results = load(path)
+    name = source_of(path, results)
     estimated = [f"{n} ~{size / 1e6:.0f} MB ({why})" for n, size, _, why in fetch.archives if why]
     seconds = {"download": fetch.archive_bytes / MB / fetch.mb_s}
     lines = [f"download: {fetch.archive_bytes / 1e9:.2f} GB, {len(fetch.archives)} archives (sizes as published"

@@ -1,7 +1,9 @@
 """How long a training update takes and how much GPU memory a forward needs, fitted to what ran on
-a GPU (benchmarks/results/*gpu_check*.json: the recipe's own training command at several forward
-sizes), so that --dry-run, scripts/training_cost.py and the recipes' batch sizing read the same
-numbers.
+a GPU (the GPU check: the recipe's own training command at several forward sizes), so that --dry-run,
+scripts/training_cost.py and the recipes' batch sizing read the same numbers. The fits are data the
+package owns (calibration.json beside this module, :func:`fits`): the lab fits them from the GPU
+check's results files (``python -m lab.calibration``; a test checks the table against the files), so
+what a recipe does never depends on which measurement files a checkout holds.
 
 **Time.** One forward + backward of F model FLOPs on a GPU takes
 
@@ -28,20 +30,13 @@ allocator's reserved peak, interpolated in d_model for other widths, and doubled
 import functools
 import json
 import math
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-import numpy as np
-
-from ..checkout import REPO
 from .cost import GPUS, gpu_of_device, model_shape, train_flops_per_update
 from .paper import PAPER_STEP_SECONDS, TABLE2_TRAINING
-from .sizes import ARCH_SIZES
 
-RESULTS = REPO / "benchmarks" / "results"
-PATTERN = "*gpu_check*.json"
 BYTES_PER_PARAMETER = 16  # fp32 weights, gradients, Adam's exp_avg and exp_avg_sq
 MEMORY_SHARE = 0.6  # of the GPU's memory a forward is sized for: longer batches, fragmentation, CUDA's own
 FP32_ACTIVATIONS = 2.0  # fp32 training's activations against bf16 autocast's (assumed, not measured)
@@ -64,62 +59,18 @@ class Fit:
     points: int                   # runs fitted
 
 
-def _least_squares(xs: List[float], ys: List[float]) -> Tuple[float, float]:
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    return my - slope * mx, slope
-
-
-def padded_tflops(run: dict) -> float:
-    """The FLOP/s a GPU check run computed, padded positions counted as work (what the time model
-    fits: the GPU does that arithmetic). Files before the real tokens were counted apart name it
-    ``model_tflops_per_second``."""
-    return run.get("padded_position_tflops_per_second") or run["model_tflops_per_second"]
-
-
-def fits_of(path: Path) -> List[Fit]:
-    """The fits of one gpu_check results file: per model, every plain run (no --compile-layers, no
-    padding; either Adam) at two or more forward sizes."""
-    data = json.loads(Path(path).read_text())
-    env = data["environment"]
-    matmul = env["measured_bf16_matmul_tflops"]
-    name = gpu_of_device(env.get("gpu", ""))
-    out = []
-    for model in sorted({r["model"] for r in data["sweep"]}):
-        runs = [r for r in data["sweep"] if r["model"] == model and r.get("seconds_per_update")
-                and not r["compile_layers"] and r["pad_to_multiple"] == 1 and not r["name"].endswith("_profile")]
-        if len({r["max_tokens"] for r in runs}) < 2:
-            continue
-        # seconds per update = forwards x (c + FLOPs per forward / R) + o (fairseq's Adam, its thousands
-        # of launches, against attn_adam's: the runs of either optimizer fit one c and R)
-        rows = [[r["update_freq"], padded_tflops(r) * 1e12 * r["seconds_per_update"],
-                 float(r["optimizer"] != "attn_adam")] for r in runs]
-        if not any(row[2] for row in rows):
-            rows = [row[:2] for row in rows]
-        # relative errors, each run weighted by the updates it timed (a 12-second run of 4K-token forwards
-        # times ~15 updates, one of 28K-token forwards ~60)
-        y = np.array([r["seconds_per_update"] for r in runs])
-        w = np.sqrt([r["timed_updates"] for r in runs]) / y
-        coef = np.linalg.lstsq(np.array(rows) * w[:, None], y * w, rcond=None)[0]
-        c, inv_rate = float(coef[0]), float(coef[1])
-        tokens = [r["max_tokens"] for r in runs]
-        base_mem, per_token = _least_squares(tokens, [r["peak_reserved_gib"] * 2 ** 30 for r in runs])
-        size = ARCH_SIZES[f"attn_paper_{model}"]
-        params = model_shape(f"attn_paper_{model}").parameters()
-        out.append(Fit(source=Path(path).name, gpu=env.get("gpu", "?"), model=model, d_model=size.d_model,
-                       layers=2 * size.layers, matmul_tflops=matmul,
-                       datasheet_tflops=GPUS[name].bf16 if name else matmul,
-                       forward_seconds=max(0.0, c), efficiency=1 / inv_rate / (matmul * 1e12),
-                       bytes_per_token=per_token, fixed_bytes=base_mem - BYTES_PER_PARAMETER * params,
-                       points=len(runs)))
-    return out
+CALIBRATION = Path(__file__).with_name("calibration.json")
 
 
 @functools.lru_cache(maxsize=1)
+def calibration() -> dict:
+    """The package's calibration table (read once per process)."""
+    return json.loads(CALIBRATION.read_text(encoding="utf-8"))
+
+
 def fits() -> Tuple[Fit, ...]:
-    """Every fit of the committed GPU check results (read once per process)."""
-    return tuple(fit for path in sorted(RESULTS.glob(PATTERN)) for fit in fits_of(path))
+    """Every fit of the GPU check's measurements, as the calibration table holds them."""
+    return tuple(Fit(**fit) for fit in calibration()["gpu_step"])
 
 
 # ---------------------------------------------------------------------------------------------- time

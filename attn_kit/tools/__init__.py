@@ -1,4 +1,3 @@
-"""Development and benchmarking tools that a recipe never imports: the benchmarks (bench), the
-side-by-side comparison with stock fairseq (compare, pairs), README's generated tables
-(readme_tables), code statistics, the fault catalogue (faults), several fairseq-train runs for one
-import (fairseq_forks)."""
+"""A user's tools that a recipe never imports: the side-by-side comparison with stock fairseq
+(compare, scripts/compare_baselines.py) and the plugin/stock model pairs it builds (pairs, which the
+lab's benchmarks build too). The project's own measuring and describing code is the package ``lab``."""

@@ -1,5 +1,5 @@
 """The plugin's models and their stock fairseq counterparts, as pairs, for the comparison
-(:mod:`attn_kit.tools.compare`) and the benchmarks (:mod:`attn_kit.tools.bench`), which build each side from the
+(:mod:`attn_kit.tools.compare`) and the benchmarks (:mod:`lab.bench`), which build each side from the
 fairseq-train flags made here: ``base`` (``attn_paper_base`` vs ``transformer_wmt_en_de``) and
 ``big`` (``attn_paper_big`` vs ``transformer_vaswani_wmt_en_de_big``), each side with its own
 label-smoothed criterion and shared embeddings (Sec. 3.4).

@@ -4,8 +4,8 @@ import statistics
 import time
 import weakref
 
-from ...planning.cost import Shape, Side, Utilization, batch_train_flops
-from ..pairs import MODELS
+from attn_kit.planning.cost import Shape, Side, Utilization, batch_train_flops
+from attn_kit.tools.pairs import MODELS
 from .models import SHAPES
 
 

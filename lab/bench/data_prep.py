@@ -25,7 +25,7 @@ recipe's steps measures each part (tokenize, learn_bpe, apply_bpe, clean, binari
   and the workers at the largest sum; ``maxrss_mb`` is getrusage's peak of the largest single
   process of the stage.
 
-The corpus is synthetic (attn_kit.tools.bench.corpus: real newstest sentence shapes of --pair, words
+The corpus is synthetic (lab.bench.corpus: real newstest sentence shapes of --pair, words
 from wordfreq's Zipfian lists, ``pip install wordfreq``), generated once with --seed into --scratch
 (not the repository); its type/token growth is compared with the real newstest2013+2014 and
 Tatoeba text of the pair (../shared/data) in the results file. ``--long-share`` and ``--noise`` add
@@ -59,20 +59,21 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from ...cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, add_output_option, check_output,
+from attn_kit.cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, add_output_option, check_output,
                    log, write_json_atomic)
-from ...checkout import REPO
-from ...results import provenance
-from ...planning import prep_cost
-from ...pipeline.stages import Context
-from ...pipeline.text import sample_pairs
-from ...recipes import config, parallel, translation
-from ...recipes.wmt14_data import PAIRS
+from attn_kit.checkout import REPO
+from attn_kit.results import provenance
+from attn_kit.planning import prep_cost
+from attn_kit.pipeline.stages import Context
+from attn_kit.pipeline.text import sample_pairs
+from attn_kit.recipes import config, parallel, translation
+from attn_kit.recipes.wmt14_data import PAIRS
 from . import corpus as C
 from .harness import markdown_table
+from ..calibration import RESULTS
 
 SHARED = REPO.parent / "shared" / "data"
-DEFAULT_OUT = prep_cost.RESULTS  # EN-DE's; --pair en-fr: prep_cost.results_path
+DEFAULT_OUT = RESULTS / prep_cost.RESULTS.name  # EN-DE's; --pair en-fr: prep_cost.results_path's name
 TATOEBA = {"de": "deu-eng.txt", "fr": "fra-eng.txt"}  # ../shared/data/tatoeba: English<TAB>other
 NOISE = 0.02  # of a long pair's words (an assumption: no crawled sample here to measure it on)
 PARTIAL = REPO / "runs" / "benchmarks" / "data_prep.partial.json"  # the measurements so far
@@ -153,7 +154,8 @@ def parse_args(argv=None):
     for path in args.shapes:
         if not Path(path).exists():
             raise UserError(f"{path}: no such file (the sentence shapes; give --shapes EN DE)")
-    args.out = check_output(args.out or prep_cost.results_path(args.pair), "--output", args.force or args.check_only)
+    args.out = check_output(args.out or RESULTS / prep_cost.results_path(args.pair).name, "--output",
+                            args.force or args.check_only)
     return args
 
 
@@ -467,7 +469,7 @@ def measure(args, corpus: Path, workdir: Path, what: str, workers: int, n: int, 
     before = load_average()
     log(f"{n} pairs, {what}, {workers} worker(s) (load {before[0]}) ...")
     with open(workdir / f"child.{what}.{workers}.log", "w") as out:
-        rc = subprocess.run([sys.executable, "-m", "attn_kit.tools.bench.data_prep", "--child", str(spec)], cwd=REPO,
+        rc = subprocess.run([sys.executable, "-m", "lab.bench.data_prep", "--child", str(spec)], cwd=REPO,
                             stdout=out, stderr=subprocess.STDOUT).returncode
     if rc != 0:
         tail = (workdir / f"child.{what}.{workers}.log").read_text(errors="replace").strip().splitlines()[-3:]
@@ -656,6 +658,6 @@ def environment() -> dict:
 
 
 if __name__ == "__main__":
-    from ...cli import main_guard
+    from attn_kit.cli import main_guard
 
     main_guard(main)

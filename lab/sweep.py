@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 from typing import Dict
 
-from ..cli import ArgumentParser, Number, UserError, add_force_option, check_output, log, write_json_atomic
-from ..pipeline.lock import workdir_lock
-from ..results import provenance
-from ..checkout import REPO
-from ..fairseq_layer.fairseq_commands import DecodePlan
-from ..metrics.scores import detokenize, sacrebleu_score
-from .common import generate_command, read_hypotheses
+from attn_kit.cli import ArgumentParser, Number, UserError, add_force_option, check_output, log, write_json_atomic
+from attn_kit.pipeline.lock import workdir_lock
+from attn_kit.results import provenance
+from attn_kit.checkout import REPO
+from attn_kit.fairseq_layer.fairseq_commands import DecodePlan
+from attn_kit.metrics.scores import detokenize, sacrebleu_score
+from attn_kit.recipes.common import generate_command, read_hypotheses
 
 DESCRIPTION = """\
 The sweep that chose the bundled run's settings (``bundled`` in recipes/configs/wmt14.yaml).

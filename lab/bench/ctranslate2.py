@@ -45,9 +45,9 @@ import math
 import tempfile
 from pathlib import Path
 
-from ...fairseq_layer.build import count_parameters, make_dictionary
-from ...cli import UserError
-from ...inference.ctranslate2 import build_spec, require_ctranslate2, save_spec
+from attn_kit.fairseq_layer.build import count_parameters, make_dictionary
+from attn_kit.cli import UserError
+from attn_kit.inference.ctranslate2 import build_spec, require_ctranslate2, save_spec
 from . import measure
 from .harness import quiet_fairseq
 from .models import SHAPES, build, make_sample

@@ -9,9 +9,9 @@ import ast
 from collections import Counter
 from pathlib import Path
 from typing import Dict, List
-from ..cli import ArgumentParser
+from attn_kit.cli import ArgumentParser
 
-FOLDERS = ("attn_plugin", "attn_kit", "recipes", "scripts", "benchmarks", "tests")
+FOLDERS = ("attn_plugin", "attn_kit", "lab", "recipes", "scripts", "benchmarks", "tests")
 
 
 def python_files(root: Path, folder: str) -> List[Path]:
@@ -78,10 +78,12 @@ def imports_of(tree: ast.AST, module: str, is_package: bool, known: set) -> set:
     return found
 
 
-def import_graph(root: Path, trees: Dict[Path, ast.AST] = None) -> Dict[str, set]:
-    """attn_kit's modules and the attn_kit modules each imports, anywhere in its file."""
+def import_graph(root: Path, trees: Dict[Path, ast.AST] = None, folders=("attn_kit",)) -> Dict[str, set]:
+    """The modules of ``folders`` (attn_kit's unless told) and the modules of theirs each imports,
+    anywhere in its file."""
     if trees is None:
-        trees = {p: ast.parse(p.read_text(encoding="utf-8")) for p in python_files(Path(root), "attn_kit")}
+        trees = {p: ast.parse(p.read_text(encoding="utf-8")) for folder in folders
+                 for p in python_files(Path(root), folder)}
     known = {module_name(root, p) for p in trees}
     return {module_name(root, p): imports_of(t, module_name(root, p), p.name == "__init__.py", known)
             for p, t in trees.items()}
@@ -237,7 +239,7 @@ def main(argv=None):
     import json
 
     p = ArgumentParser(prog="scripts/code_stats.py", description=__doc__)
-    p.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[2],
+    p.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1],
                    help="a checkout to measure (default this one; e.g. a `git worktree add` of an older commit)")
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
     args = p.parse_args(argv)

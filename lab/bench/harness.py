@@ -7,10 +7,10 @@ import platform
 import sys
 from pathlib import Path
 
-from ...cli import (ArgumentParser, Number, UsageError, add_force_option, add_output_option, check_output, log,
+from attn_kit.cli import (ArgumentParser, Number, UsageError, add_force_option, add_output_option, check_output, log,
                    write_json_atomic)
-from ...checkout import REPO
-from ...results import provenance
+from attn_kit.checkout import REPO
+from attn_kit.results import provenance
 from .models import SHAPES
 
 

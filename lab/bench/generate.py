@@ -18,21 +18,21 @@ convert both models to that precision, as fairseq-generate --fp16 does for fp16
 (fairseq 0.12's generate has no bf16 of its own).
 
 Peak memory: the most bytes one model's generation held (parameters plus
-everything beam search allocated); see attn_kit.tools.bench.measure.
+everything beam search allocated); see lab.bench.measure.
 
 ``--ctranslate2`` compares the plugin with CTranslate2 exports of its weights
 instead (float32 and int8 on CPU), every hypothesis decoded to the same length
-in both engines; attn_kit.tools.bench.ctranslate2 says how and why. ``--ctranslate2 --run
+in both engines; lab.bench.ctranslate2 says how and why. ``--ctranslate2 --run
 RUN_DIR`` times a trained run instead: the recipe's own fairseq-generate on its test set
-against CTranslate2 exports of the model it evaluated (attn_kit.tools.bench.ctranslate2_run).
+against CTranslate2 exports of the model it evaluated (lab.bench.ctranslate2_run).
 """
 
 from pathlib import Path
 
-from ...fairseq_layer.build import count_parameters, make_dictionary
-from ...cli import Number, UsageError, write_json_atomic
-from ..pairs import MODELS
-from ...results import provenance
+from attn_kit.fairseq_layer.build import count_parameters, make_dictionary
+from attn_kit.cli import Number, UsageError, write_json_atomic
+from attn_kit.tools.pairs import MODELS
+from attn_kit.results import provenance
 from . import ctranslate2, ctranslate2_run, harness, measure
 from .models import SHAPES, build, make_sample
 
@@ -61,7 +61,7 @@ def parse_args(argv=None):
                    help="with --ctranslate2: a recipe run (its --workdir) instead of the synthetic shapes: the "
                         "run's own fairseq-generate command on its test set against CTranslate2 exports of the "
                         "model it evaluated, on the same sentences, beam, length penalty and batch size "
-                        "(attn_kit.tools.bench.ctranslate2_run); trials default to 3")
+                        "(lab.bench.ctranslate2_run); trials default to 3")
     p.add_argument("--batch-size", type=Number(int, minimum=1),
                    help="with --run: sentences per batch in both engines (default: the run's, as its generate "
                         "stage decoded)")
@@ -154,7 +154,7 @@ def main(argv=None):
 
 
 def main_ctranslate2(args, env):
-    """``--ctranslate2``: the plugin against CTranslate2 (attn_kit.tools.bench.ctranslate2)."""
+    """``--ctranslate2``: the plugin against CTranslate2 (lab.bench.ctranslate2)."""
     env["ctranslate2"] = ctranslate2.require_ctranslate2().__version__
     if args.run:
         return ctranslate2_run.main(args, env)

@@ -21,14 +21,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ...cli import ArgumentParser, Number, UsageError, UserError, add_output_option, check_output, log
-from ...fairseq_layer.fairseq_commands import DecodePlan, preprocess_command
-from ...metrics.bleu import read_lines
-from ...metrics.scores import translation_scores
-from ...pipeline.process import console_script
-from ...pipeline.text import moses_tokenize
-from ...recipes.translation import VOCABULARY_THRESHOLD
-from ...results import write_results_file
+from attn_kit.cli import ArgumentParser, Number, UsageError, UserError, add_output_option, check_output, log
+from attn_kit.fairseq_layer.fairseq_commands import DecodePlan, preprocess_command
+from attn_kit.metrics.bleu import read_lines
+from attn_kit.metrics.scores import translation_scores
+from attn_kit.pipeline.process import console_script
+from attn_kit.pipeline.text import moses_tokenize
+from attn_kit.recipes.translation import VOCABULARY_THRESHOLD
+from attn_kit.results import write_results_file
 from .ctranslate2_run import _card, generate_command, run_fairseq
 
 PAPER = {"beam": 4, "alpha": 0.6}  # Sec. 6.1 (max length: the recipes' input + 50)

@@ -23,16 +23,16 @@ initial loss scale of 128). ``--mixed autocast`` instead keeps fp32 weights
 and runs forward under torch.autocast (``fairseq-train --amp``).
 
 Peak memory: the most bytes one model's training step held (parameters,
-gradients, Adam state, activations); see attn_kit.tools.bench.measure. On CUDA the
+gradients, Adam state, activations); see lab.bench.measure. On CUDA the
 table adds model FLOP utilization: the model FLOPs of the batch's real (non-padding) tokens per
-second (attn_kit.tools.bench.measure, ``train_utilization``) over the matmul rate measured on this GPU
+second (lab.bench.measure, ``train_utilization``) over the matmul rate measured on this GPU
 at --precision; the padded positions' share is recorded beside it.
 """
 
-from ...fairseq_layer.build import count_parameters, make_dictionary
-from ...cli import Number
-from ...recipes.canary import matmul_rate
-from ..pairs import MODELS
+from attn_kit.fairseq_layer.build import count_parameters, make_dictionary
+from attn_kit.cli import Number
+from attn_kit.recipes.canary import matmul_rate
+from attn_kit.tools.pairs import MODELS
 from . import harness, measure
 from .models import SHAPES, build, make_sample
 

@@ -1,5 +1,5 @@
 """A synthetic parallel corpus whose word types grow like news text, for the data-preparation
-benchmark (attn_kit.tools.bench.data_prep): real sentence shapes with words drawn from wordfreq's
+benchmark (lab.bench.data_prep): real sentence shapes with words drawn from wordfreq's
 Zipfian lists (:func:`generate`), and the type/token check that says how alike it is to real
 text (:func:`type_growth`, :func:`heaps_fit`: Heaps' law, V = K * n^beta, in the results file);
 a corpus of repeated sentences would make BPE learning cheap."""
@@ -11,7 +11,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ...cli import UserError
+from attn_kit.cli import UserError
 
 # a chunk: leading punctuation, the word, trailing punctuation
 _CHUNK = re.compile(r"^(\W*)(.*?)(\W*)$", re.S)

@@ -3,9 +3,9 @@ the synthetic batch they run on."""
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ...fairseq_layer.build import build_model
-from ..pairs import arch_size, model_flags
-from ...planning.sizes import SIZES, ModelSize
+from attn_kit.fairseq_layer.build import build_model
+from attn_kit.tools.pairs import arch_size, model_flags
+from attn_kit.planning.sizes import SIZES, ModelSize
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Every table a document shows between ``<!-- table:NAME -->`` and ``<!-- /table:NAME -->`` is
 written here from ``recipes/results/`` and ``benchmarks/results/`` (each file with the command,
 commit, machine and date that made its numbers), from the paper's numbers (``training_cost``) or
-from :data:`attn_kit.tools.faults.CASES`; nothing between the markers is typed by hand.
+from :data:`lab.faults.CASES`; nothing between the markers is typed by hand.
 
     python scripts/readme_tables.py           # rewrite the tables of README.md and docs/*.md
     python scripts/readme_tables.py --check   # exit 1 if any document differs from the files (a test runs this)
@@ -15,18 +15,18 @@ import re
 import statistics
 from pathlib import Path
 
-from ..planning import prep_cost
-from ..planning import training_cost as planned_cost
-from ..cli import ArgumentParser, UserError
-from ..planning.cost import GPUS, describe_table2, hours_text, model_shape, paper_updates
+from attn_kit.planning import prep_cost
+from attn_kit.planning import training_cost as planned_cost
+from attn_kit.cli import ArgumentParser, UserError
+from attn_kit.planning.cost import GPUS, describe_table2, hours_text, model_shape, paper_updates
+from attn_kit.inference.ctranslate2 import PARALLEL_CALL
+from attn_kit.metrics.bleu import T2T_2018_NORMALIZES
+from attn_kit.recipes import config
+from attn_kit.recipes.table3 import markdown
+from attn_kit.recipes.wmt14_data import PAIRS, TRAIN_TO_NEWSTEST_BYTES
+from attn_kit.checkout import REPO
+from .calibration import fits_of
 from .faults import CASES
-from ..inference.ctranslate2 import PARALLEL_CALL
-from ..metrics.bleu import T2T_2018_NORMALIZES
-from ..recipes import config
-from ..recipes.table3 import markdown
-from ..recipes.wmt14_data import PAIRS, TRAIN_TO_NEWSTEST_BYTES
-from ..planning.step_model import fits_of
-from ..checkout import REPO
 
 README = REPO / "README.md"
 DOCS = REPO / "docs"
@@ -664,7 +664,7 @@ def cpu_name(run: dict) -> str:
 def ctranslate2() -> str:
     """Beam-search throughput of CTranslate2 exports against the plugin under fairseq's generator,
     synthetic batch, one column pair per CPU filed (benchmarks/generate_throughput.py --ctranslate2,
-    attn_kit.tools.bench.ctranslate2)."""
+    lab.bench.ctranslate2)."""
     paths = sorted(glob.glob(str(BENCH / "cpu2core*_ctranslate2_fp32_int8.json")))
     if not paths:
         return "(not filed yet)"
@@ -739,12 +739,13 @@ def data_prep() -> str:
     WMT14 EN-DE and EN-FR on 2 and 16 cores, before and after the recipe's speed-ups, by the same
     function as the recipes' --dry-run (attn_kit.planning.prep_cost.project): each pair from the file
     measured on its own corpus where one is filed, else from EN-DE's."""
-    path = prep_cost.RESULTS
+    path = BENCH / prep_cost.RESULTS.name
     if not path.exists():
         return "(not filed yet: benchmarks/results/cpu2core_data_prep.json)"
     run = load(path)
     fits = run["result"]["fits"]
-    runs = {name: load(prep_cost.results_path(name)) for name in PAIRS if prep_cost.results_path(name).exists()}
+    runs = {name: load(BENCH / prep_cost.results_path(name).name) for name in PAIRS
+            if (BENCH / prep_cost.results_path(name).name).exists()}
     own = {name: (r["result"]["fits"], prep_cost.fitted_words_per_pair(r)) for name, r in runs.items()}
 
     def form(fit):  # a fitted CPU-seconds curve as the docs say it
@@ -798,13 +799,13 @@ def data_prep() -> str:
               "their 2- and 4-worker runs measured per doubling of the workers (one doubling measured, "
               "extrapolated; in proportion to the workers it would be 2x). Download and extraction are projected "
               "apart: the dry run adds them (the archives' sizes at a stated download rate; the extraction rates "
-              "of `benchmarks/results/cpu2core_amd_data_extract.json`). Each pair is projected from a synthetic corpus of its own (`attn_kit/tools/bench/corpus.py`: "
+              "of `benchmarks/results/cpu2core_amd_data_extract.json`). Each pair is projected from a synthetic corpus of its own (`lab/bench/corpus.py`: "
               "newstest sentence shapes of the pair, words drawn from wordfreq's Zipfian lists, compounds below "
               "the lists' cut-off, words repeated within 16-sentence documents, crawled long lines and noise)"
               + (f"; {' and '.join(fallback)} from EN-DE's until its own is filed "
                  f"(`python benchmarks/data_prep.py --pair {fallback[0].lower()}`)" if fallback else "") + ":\n\n"
             + "\n\n".join(corpus_text(name, r) for name, r in runs.items())
-            + source(*[prep_cost.results_path(name) for name in runs]) + bpe_sample_effect() + bpe_sample_en_fr())
+            + source(*[BENCH / prep_cost.results_path(name).name for name in runs]) + bpe_sample_effect() + bpe_sample_en_fr())
 
 
 def bpe_sample_effect() -> str:
@@ -957,7 +958,7 @@ def canary_check() -> str:
 
 
 def faults() -> str:
-    """What happens when things go wrong: the cases of attn_kit.tools.faults, each with its test."""
+    """What happens when things go wrong: the cases of lab.faults, each with its test."""
 
     rows = [(c.fault, c.outcome, f"`{c.test}`") for c in CASES]
     return table(["what goes wrong", "what happens", "test (tests/test_faults.py unless named)"], rows)

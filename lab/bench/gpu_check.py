@@ -2,7 +2,7 @@
 built here and dry-run on CPU first, so that a rare GPU hour is not spent on a typo.
 
 ``prepare`` (here, with internet and ../shared): the WMT-shaped synthetic corpus (newstest's
-sentence shapes, :mod:`attn_kit.tools.bench.corpus`) through the recipe's own data stages
+sentence shapes, :mod:`lab.bench.corpus`) through the recipe's own data stages
 (``recipes/parallel.sh --stop-stage binarize``), and the part of its data folder the GPU needs
 (data-bin, the BPE'd test text, the stamps) copied to ``.gpu_check/data``.
 
@@ -31,15 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from ...planning import cost
-from ...checkout import REPO
-from ...cli import ArgumentParser, Number, UsageError, UserError, add_output_option, log, main_guard, write_json_atomic
+from attn_kit.planning import cost
+from attn_kit.checkout import REPO
+from attn_kit.cli import ArgumentParser, Number, UsageError, UserError, add_output_option, log, main_guard, write_json_atomic
 from ..fairseq_forks import ForkedTrainings
-from ...recipes import canary, common, parallel, translation
-from ...recipes.sources import Layout
-from ...recipes.wmt14_data import PAIRS, TRAIN_TO_NEWSTEST_BYTES
-from ...recipes.wmt14_smoke import read_sample
-from ...results import provenance
+from attn_kit.recipes import canary, common, parallel, translation
+from attn_kit.recipes.sources import Layout
+from attn_kit.recipes.wmt14_data import PAIRS, TRAIN_TO_NEWSTEST_BYTES
+from attn_kit.recipes.wmt14_smoke import read_sample
+from attn_kit.results import provenance
 from . import train
 from .data_prep import SHARED, make_corpus
 
@@ -640,7 +640,7 @@ def add_only_option(p):
 
 
 def parse_args(argv=None):
-    p = ArgumentParser(prog="python -m attn_kit.tools.bench.gpu_check", description=__doc__,
+    p = ArgumentParser(prog="python -m lab.bench.gpu_check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     pp = sub.add_parser("prepare", help="the synthetic corpus and its data-bin, here (needs ../shared and wordfreq)")

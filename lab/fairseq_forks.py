@@ -13,7 +13,7 @@ exception: its traceback and 1). Nothing runs in the parent but the imports, so 
 child, as in a fresh command. What differs is only what an interpreter reads when it starts (the
 ``PYTHON*`` variables, the preloaded C libraries, the thread counts): a command whose environment
 differs from the runner's there needs a process of its own (:meth:`ForkedCommands.fits`). Used by
-the GPU check (attn_kit.tools.bench.gpu_check) and by the tests (tests/conftest.py)."""
+the GPU check (lab.bench.gpu_check) and by the tests (tests/conftest.py)."""
 import json
 import os
 import select
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..cli import UserError
+from attn_kit.cli import UserError
 
 FAIRSEQ_COMMANDS = ("fairseq-train", "fairseq-generate", "fairseq-interactive", "fairseq-preprocess",
                     "fairseq-validate")
@@ -62,7 +62,7 @@ for line in sys.stdin:
             os.chdir(job["cwd"])
         argv, kind = job["argv"], job["kind"]
         if job.get("profile"):
-            from attn_kit.tools.bench.gpu_check import profile_steps
+            from lab.bench.gpu_check import profile_steps
             profile_steps(job["profile"])
         try:
             if kind == "module":  # python -m MODULE ARGS: sys.path[0] is the folder it runs in
@@ -137,7 +137,7 @@ class ForkedCommands:
             profile: Optional[str] = None) -> int:
         """``env``: the command's whole environment (default the runner's). ``timeout``: seconds, after
         which the command is killed and subprocess.TimeoutExpired raised. ``profile``: a file for
-        :func:`attn_kit.tools.bench.gpu_check.profile_steps`'s summary."""
+        :func:`lab.bench.gpu_check.profile_steps`'s summary."""
         job = self.job(cmd)
         if not self.fits(cmd, env):
             raise UserError(f"not a command a fork of the fairseq runner starts as its own process would: {cmd[0]}")

@@ -25,12 +25,15 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from ...checkout import REPO
-from ...cli import ArgumentParser, Number, UserError, add_force_option, add_output_option, check_output, log
-from ...planning import prep_cost
-from ...pipeline.download import sha256_of
-from ...pipeline.text import concatenate, extract_members, moses_tokenize
-from ...results import write_results_file
+from attn_kit.checkout import REPO
+from attn_kit.cli import ArgumentParser, Number, UserError, add_force_option, add_output_option, check_output, log
+from attn_kit.planning import prep_cost
+from attn_kit.pipeline.download import sha256_of
+from attn_kit.pipeline.text import concatenate, extract_members, moses_tokenize
+from attn_kit.results import write_results_file
+from ..calibration import RESULTS
+
+DEFAULT_OUT = RESULTS / prep_cost.EXTRACT_RESULTS.name  # the file attn_kit.planning.prep_cost's table reads
 
 NEWS = REPO.parent / "shared" / "data" / "wmt14" / "plain"  # newstest2013+2014, one sentence a line
 PAIRS = {"en-de": "de", "en-fr": "fr"}
@@ -46,10 +49,10 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=Number(int, minimum=1, maximum=20), default=3,
                    help="times each step is measured; the medians are kept (default 3)")
     p.add_argument("--scratch", type=Path, help="where the archives are built (default: a new temporary folder)")
-    add_output_option(p, f"the results file (default {prep_cost.EXTRACT_RESULTS.relative_to(REPO)})")
+    add_output_option(p, f"the results file (default {DEFAULT_OUT.relative_to(REPO)})")
     add_force_option(p, "an --output file")
     args = p.parse_args(argv)
-    args.out = check_output(args.out or prep_cost.EXTRACT_RESULTS, "--output", args.force)
+    args.out = check_output(args.out or DEFAULT_OUT, "--output", args.force)
     for pair, other in PAIRS.items():
         for name in news_files(args.news, pair, other):
             if not name.is_file():

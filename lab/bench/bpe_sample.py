@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import List
 
-from ...checkout import REPO
-from ...cli import ArgumentParser, UserError, add_output_option, log, write_json_atomic
-from ...recipes import config
-from ...recipes.wmt14_data import PAIRS
-from ...results import provenance
+from attn_kit.checkout import REPO
+from attn_kit.cli import ArgumentParser, UserError, add_output_option, log, write_json_atomic
+from attn_kit.recipes import config
+from attn_kit.recipes.wmt14_data import PAIRS
+from attn_kit.results import provenance
 
 
 def bundled_argv() -> List[str]:

@@ -4,7 +4,7 @@ of the model it evaluated (``benchmarks/generate_throughput.py --ctranslate2 --r
     bash recipes/wmt14_en_de.sh --bundled --workdir runs/bundled
     python benchmarks/generate_throughput.py --ctranslate2 --run runs/bundled
 
-The synthetic rows (attn_kit.tools.bench.ctranslate2) force every hypothesis to one length with
+The synthetic rows (lab.bench.ctranslate2) force every hypothesis to one length with
 random weights; this measures what a user of a trained model gets:
 
 - ``fairseq-generate``: the command the recipe's generate stage ran (the run's checkpoint,
@@ -36,16 +36,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from ...cli import UserError, write_json_atomic
-from ...fairseq_layer.fairseq_commands import DecodePlan
-from ...fairseq_layer.fairseq_commands import generate_command as generate_command_of
-from ...fairseq_layer.fairseq_commands import thread_env
-from ...inference.ctranslate2 import CT2Translator, export, fairseq_batches
-from ...metrics.scores import sacrebleu_score
-from ...pipeline.process import console_script
-from ...fairseq_layer.plugin import load
-from ...recipes.common import read_hypotheses
-from ...results import provenance
+from attn_kit.cli import UserError, write_json_atomic
+from attn_kit.fairseq_layer.fairseq_commands import DecodePlan
+from attn_kit.fairseq_layer.fairseq_commands import generate_command as generate_command_of
+from attn_kit.fairseq_layer.fairseq_commands import thread_env
+from attn_kit.inference.ctranslate2 import CT2Translator, export, fairseq_batches
+from attn_kit.metrics.scores import sacrebleu_score
+from attn_kit.pipeline.process import console_script
+from attn_kit.fairseq_layer.plugin import load
+from attn_kit.recipes.common import read_hypotheses
+from attn_kit.results import provenance
 from . import measure
 from .ctranslate2 import engines
 from .harness import markdown_table, progress
