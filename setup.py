@@ -36,5 +36,6 @@ setup(
         "scipy",  # Spearman rank correlation of recipes/table3.sh
     ],
     extras_require={"test": ["pytest>=7"], "plot": ["matplotlib"],
-                    "ct2": ["ctranslate2>=4"]},  # scripts/export_ctranslate2.py, translate.py --engine ctranslate2
+                    "ct2": ["ctranslate2>=4"],  # scripts/export_ctranslate2.py, translate.py --engine ctranslate2
+                    "hf": ["transformers==5.24.0"]},  # scripts/export_hf.py (the version tested)
 )
