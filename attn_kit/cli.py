@@ -74,13 +74,21 @@ class Number:
                 f"below={self.below})")
 
 
+# Options renamed so that one name means one thing everywhere (their old names are no aliases: no
+# results file on record used them); a command given one says the new name in its error line
+RENAMED = {"--alpha": "--gnmt-alpha", "--dropout": "--p-drop", "--heads": "--h", "--minutes": "--train-minutes",
+           "--minutes-per-row": "--train-minutes"}
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose errors (an unknown option, a value of the wrong type, a bad choice) are
     one ``error:`` line through :func:`main_guard`, as every other usage error of the kit, instead of
     argparse's usage text and its own error line; ``--help`` still shows the usage."""
 
     def error(self, message):
-        raise UsageError(f"{message} ({self.prog} --help for the options)")
+        renamed = [f"{old} is now {new}" for old, new in RENAMED.items()
+                   if message.startswith("unrecognized arguments:") and old in message.split()]
+        raise UsageError(f"{message} ({'; '.join(renamed) + '; ' if renamed else ''}{self.prog} --help for the options)")
 
     # NaN and infinity: a kit command's numeric options are Number (finite, in range); a recipe's are
     # checked where its settings are built (attn_kit.recipes.settings.check_types), the YAML's too

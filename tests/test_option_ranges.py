@@ -135,9 +135,15 @@ def test_number_says_what_range_a_value_left():
 
 
 # One name for each concept the commands share (README: the same option means the same thing
-# everywhere): the name shown, and the names before it, which still work out of --help.
+# everywhere): the name shown, and the names before it.
 SHARED_NAMES = {"--output": ["--out"], "--p-drop": ["--dropout"], "--gnmt-alpha": ["--alpha"], "--h": ["--heads"],
-                "--train-minutes": ["--minutes"], "--ngpus": ["--device"], "--precision": ["--dtype"]}
+                "--train-minutes": ["--minutes", "--minutes-per-row"], "--ngpus": ["--device"],
+                "--precision": ["--dtype"]}
+# The old names that still work, out of --help: only where a results file on record was made with one
+# (its command must stay runnable), each with a file that did
+KEPT_FOR_RESULTS = {"--out": "benchmarks/results/cpu2core_intel_ctranslate2_fp32_int8.json",
+                    "--device": "benchmarks/results/h100_generate_bf16.json",
+                    "--dtype": "benchmarks/results/h100_generate_bf16.json"}
 
 
 OTHER_MEANING = {("scripts/plot_attention.py", "--heads"): "which heads to draw (1,3), not the model's h"}
@@ -166,8 +172,11 @@ def shown_and_hidden(parser):
 
 def test_every_command_shows_the_shared_names_only(monkeypatch):
     """plot_attention's --out beside translate's --output, the benchmarks' --device/--dtype beside the
-    recipes' --ngpus/--precision: each --help shows the one name; an old name still works, hidden, and
-    only beside the new one."""
+    recipes' --ngpus/--precision: each --help shows the one name; an old name still works, hidden, only
+    beside the new one and only where a results file on record was made with it (issue 51: no hidden
+    aliases otherwise)."""
+    for name in KEPT_FOR_RESULTS.values():
+        assert (REPO / name).exists(), name
     for command, parser in every_parser(monkeypatch).items():
         shown, hidden = shown_and_hidden(parser)
         for name, old in SHARED_NAMES.items():
@@ -175,3 +184,17 @@ def test_every_command_shows_the_shared_names_only(monkeypatch):
             assert not clash, f"{command} shows {sorted(clash)}: name it {name}"
             for alias in hidden & set(old):
                 assert name in shown, f"{command} takes {alias} but not {name}"
+                assert alias in KEPT_FOR_RESULTS, f"{command} takes {alias}, a hidden alias no results file needs"
+                assert alias.encode() in (REPO / KEPT_FOR_RESULTS[alias]).read_bytes()
+
+
+def test_a_renamed_option_is_refused_with_its_new_name():
+    """The recipes' and the comparison's old names are no aliases: one line saying the new name."""
+    from attn_kit.recipes import translation, wsj
+    from attn_kit.tools.compare import cli as compare
+
+    for main, argv, said in ((translation.main, ["--dry-run", "--alpha", "0.5"], "--alpha is now --gnmt-alpha"),
+                             (wsj.main, ["--dry-run", "--smoke", "--dropout", "0.2"], "--dropout is now --p-drop"),
+                             (compare.main, ["--bundled", "--minutes", "3"], "--minutes is now --train-minutes")):
+        proc = run_main(main, *argv)
+        assert proc.returncode == 2 and said in proc.stderr, proc.stderr

@@ -103,15 +103,15 @@ def test_dry_run_prints_the_paper_scale_commands_of_every_row(tmp_path):
 @pytest.mark.parametrize("argv,message", [
     (["--rows", "Z"], "--rows 'Z': unknown Z"),
     (["--train-minutes", "0"], "--train-minutes must be > 0"),
-    (["--minutes-per-row", "0"], "--train-minutes must be > 0"),
+    (["--minutes-per-row", "2"], "--minutes-per-row is now --train-minutes"),
 ])
 def test_bad_options_are_one_line(argv, message, tmp_path):
     assert_one_error_line(recipe("--smoke", "--dry-run", "--workdir", tmp_path, *argv), message)
 
 
-def test_minutes_per_row_is_a_hidden_alias_of_train_minutes(tmp_path):
-    """--train-minutes is a budget per row (the big row 3x); --minutes-per-row, its name before
-    the one vocabulary of options, gives the same commands and is not in --help."""
+def test_train_minutes_is_a_budget_per_row(tmp_path):
+    """--train-minutes is a budget per row (the big row 3x); --minutes-per-row, its name before the one
+    vocabulary of options, is refused (test_bad_options_are_one_line) and is not in --help."""
     def commands(*argv):
         proc = recipe("--smoke", "--dry-run", "--rows", "base,big", "--workdir", tmp_path / "t3",
                       "--data-workdir", tmp_path / "data", *argv)
@@ -121,7 +121,6 @@ def test_minutes_per_row_is_a_hidden_alias_of_train_minutes(tmp_path):
     new = commands("--train-minutes", "2")
     out = "\n".join(new)
     assert "--stop-time-hours 0.0333" in out and "--stop-time-hours 0.1000" in out  # base 2 minutes, big 6
-    assert commands("--minutes-per-row", "2") == new
     help_text = recipe("--help").stdout
     assert "--train-minutes" in help_text and "per row" in help_text and "--minutes-per-row" not in help_text
 

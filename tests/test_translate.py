@@ -270,12 +270,15 @@ def test_plot_attention_draws_the_figure_and_dumps_every_weight(smoke_run, hub, 
         assert np.allclose(w[name].sum(-1), 1.0, atol=1e-5) and (w[name] >= 0).all()
 
 
-def test_the_recipes_alpha_is_a_hidden_alias_of_gnmt_alpha(capsys):
-    """One vocabulary of options (issue 28): --gnmt-alpha is the name, the recipes' --alpha still works."""
+def test_gnmt_alpha_is_the_one_name(capsys):
+    """One vocabulary of options (issues 28, 51): --gnmt-alpha is the name; the recipes' old --alpha is
+    refused saying so."""
+    from attn_kit.cli import UsageError
     from attn_kit.inference.translate import parse_args
 
-    alias, name = parse_args(["run", "--alpha", "0.8"]), parse_args(["run", "--gnmt-alpha", "0.8"])
-    assert alias.gnmt_alpha == name.gnmt_alpha == 0.8
+    assert parse_args(["run", "--gnmt-alpha", "0.8"]).gnmt_alpha == 0.8
+    with pytest.raises(UsageError, match="--alpha is now --gnmt-alpha"):
+        parse_args(["run", "--alpha", "0.8"])
     with pytest.raises(SystemExit):
         parse_args(["--help"])
     help_text = capsys.readouterr().out

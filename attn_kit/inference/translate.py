@@ -8,7 +8,6 @@ sentence's words, repaired as the recipe's trees stage repairs it. The run direc
 before any work (:mod:`attn_plugin.run_cards`), the input is read under the one text policy
 (:mod:`attn_kit.textio`), and ``--output`` is written whole or not at all.
 """
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -42,8 +41,6 @@ def parse_args(argv=None):
     p.add_argument("--beam", type=Number(int, minimum=1), help="beam size (default: the run's, e.g. 4)")
     p.add_argument("--gnmt-alpha", type=Number(float, minimum=0),
                    help="GNMT length penalty alpha (default: the run's, e.g. 0.6)")
-    p.add_argument("--alpha", dest="gnmt_alpha", type=Number(float, minimum=0),
-                   help=argparse.SUPPRESS)  # the recipes' old name
     p.add_argument("--lenpen", type=Number(float, minimum=0),
                    help="fairseq's length penalty |Y|^lenpen instead of GNMT's")
     p.add_argument("--max-len-b", type=Number(int, minimum=0),

@@ -157,7 +157,6 @@ def parser() -> argparse.ArgumentParser:
     minutes.help = ("opt-in wall-clock training budget per row in minutes (the big row 3x; fairseq's "
                     "--stop-time-hours), on top of --max-update: the table then depends on the machine's speed. "
                     "Default: none, a fixed number of updates per row")
-    g.add_argument("--minutes-per-row", dest="train_minutes", type=float, help=argparse.SUPPRESS)  # the old name
     g.add_argument("--max-update", type=int, help=f"updates of every row but big, which trains 3x as many "
                                                   f"(default {P['max_update']}, Table 3's 100K; --bundled "
                                                   f"{config.settings('table3', 'bundled')['max_update']})")

@@ -363,7 +363,6 @@ def add_training_options(p, cfg, P, modes: Mapping[str, dict], resize: str, smal
                            if "--bundled" in modes else ""))
     g.add_argument("--gnmt-alpha", type=float, dest="alpha",
                    help=f"GNMT length penalty alpha (default {P['alpha']:g}, Sec. 6.1)")
-    g.add_argument("--alpha", type=float, dest="alpha", help=argparse.SUPPRESS)  # the name before --gnmt-alpha
     g.add_argument("--lenpen", type=float, help=f"fairseq's --lenpen, with --length-penalty fairseq (default "
                                                 f"{P['lenpen']:g})")
     common.add_beam_stop_option(g)

@@ -119,7 +119,6 @@ def _training_options(g, W: dict, S: dict):
                         f"{common.SIZES[S['size']].describe()})")
     g.add_argument("--p-drop", type=float, help="P_drop, residual dropout (default: the arch's, 0.1 as the base "
                                                 "model; the paper tuned it on section 22, t2t used 0.2)")
-    g.add_argument("--dropout", dest="p_drop", type=float, help=argparse.SUPPRESS)  # the name before --p-drop
     g.add_argument("--attention-dropout", type=float,
                    help="dropout on the attention weights, fairseq's --attention-dropout (default: the arch's, 0.2 "
                         "as t2t transformer_parsing_base; the paper tuned it on section 22)")
@@ -149,7 +148,6 @@ def _decoding_options(g, W: dict):
     g.add_argument("--beam", type=int, help=f"beam size (default {W['beam']}, Sec. 6.3)")
     g.add_argument("--gnmt-alpha", dest="alpha", type=float,
                    help=f"GNMT length penalty alpha (default {W['alpha']:g}, Sec. 6.3)")
-    g.add_argument("--alpha", dest="alpha", type=float, help=argparse.SUPPRESS)  # the name before --gnmt-alpha
     common.add_beam_stop_option(g)
     g.add_argument("--max-len-b", type=int, help=f"longest output = input length + this (default {W['max_len_b']})")
     g.add_argument("--evalb", type=Path, metavar="PATH",

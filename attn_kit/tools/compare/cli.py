@@ -16,8 +16,6 @@ from .report import markdown, plot, write_comparison
 from .run import inspect_data, prepare_bundled, run_generation, run_training
 from .stats import summarize, summarize_run
 
-# an option's old name: hidden from --help, the same value as the new one
-OLD_NAME = dict(default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -33,10 +31,7 @@ def parser() -> argparse.ArgumentParser:
     budget.add_argument("--max-update", type=Number(int, minimum=1), help="budget: train each model for N updates")
     budget.add_argument("--train-minutes", type=Number(float, above=0),
                         help="budget: each model trains M minutes (per seed; the two one after the other), "
-                             "as --train-minutes means for every training in the kit; --minutes, its old name, "
-                             "means the same (it once gave the pair M, M/2 each)")
-    # the old name, hidden, with the one meaning: M minutes per model (it was the pair's budget, split equally)
-    budget.add_argument("--minutes", type=Number(float, above=0), dest="train_minutes", **OLD_NAME)
+                             "as --train-minutes means for every training in the kit")
     p.add_argument("--seeds", type=Number(int, minimum=0), nargs="+", default=[1],
                    help="one training of each model per seed; several seeds give mean +- sd and a noise "
                         "verdict (default: 1)")
@@ -59,10 +54,8 @@ def add_model_options(p):
     g.add_argument("--d-model", type=Number(int, minimum=1), help="d_model")
     g.add_argument("--d-ff", type=Number(int, minimum=1), help="d_ff, FFN inner width")
     g.add_argument("--h", type=Number(int, minimum=1), help="h, attention heads")
-    g.add_argument("--heads", type=Number(int, minimum=1), dest="h", **OLD_NAME)
     g.add_argument("--p-drop", type=Number(float, minimum=0, below=1),
                    help="P_drop (default: the arch's, base 0.1, big 0.3)")
-    g.add_argument("--dropout", type=Number(float, minimum=0, below=1), dest="p_drop", **OLD_NAME)
 
 
 def add_training_options(p):
@@ -105,7 +98,6 @@ def add_evaluation_options(p):
     g.add_argument("--beam", type=Number(int, minimum=1), default=4, help="beam size (default 4)")
     g.add_argument("--gnmt-alpha", type=Number(float, minimum=0), default=0.6,
                    help="GNMT length penalty alpha (default 0.6)")
-    g.add_argument("--alpha", type=Number(float, minimum=0), dest="gnmt_alpha", **OLD_NAME)
     g.add_argument("--remove-bpe", default="subword_nmt",
                    help="fairseq-generate --remove-bpe for BLEU (default subword_nmt: '@@ ')")
     g.add_argument("--no-bleu", action="store_true", help="skip generation and BLEU")
