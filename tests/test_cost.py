@@ -53,6 +53,25 @@ def test_base_model_cost_is_the_familiar_6_n_params_estimate():
     assert 6 * weights < per_pair < 6 * weights * 1.02
 
 
+@pytest.mark.parametrize("arch", sorted(ARCH_SIZES))
+def test_the_kits_size_table_is_the_plugins_arch_functions(arch):
+    """attn_kit.planning.sizes.ARCH_SIZES (known without importing fairseq) says what the plugin's arch
+    function sets, P_drop included: fairseq's parser of --arch ARCH with no other flag."""
+    from attn_kit.fairseq_layer.build import PLUGIN_DIR, parse_train_args
+
+    if arch == "attn_transformer":  # the model's own name: its config dataclass's defaults
+        from attn_plugin.models.attn_transformer import AttnTransformerConfig
+
+        a = AttnTransformerConfig()
+    else:
+        a = parse_train_args(["--user-dir", str(PLUGIN_DIR), "--arch", arch])
+    size = ARCH_SIZES[arch]
+    for side in ("encoder", "decoder"):
+        assert (getattr(a, f"{side}_layers"), getattr(a, f"{side}_embed_dim"), getattr(a, f"{side}_ffn_embed_dim"),
+                getattr(a, f"{side}_attention_heads")) == (size.layers, size.d_model, size.d_ff, size.h)
+    assert a.dropout == size.p_drop
+
+
 @pytest.mark.parametrize("arch,flags", [
     ("attn_paper_base", []), ("attn_paper_big", []), ("attn_paper_big_en_fr", []), ("attn_paper_parse", []),
     ("attn_paper_base", ["--encoder-layers", "4"]),  # the decoder follows the encoder, as the plugin's archs do
