@@ -49,3 +49,14 @@ def test_the_script_prints_json_for_this_checkout():
     # a few deferred on purpose, each saying why on its line
     deferred = stats["function_level_imports"]
     assert len(deferred) <= 10 and all("# deferred: " in line for line in deferred), deferred
+
+
+def test_no_function_of_the_kit_or_the_lab_is_over_80_lines():
+    """Issue 51: a function a reader can hold (the GPU check's run was 122 lines, slurm's script 81)."""
+    import ast
+
+    long = [f"{path.relative_to(REPO)}:{node.name} ({node.end_lineno - node.lineno + 1})"
+            for root in ("attn_kit", "lab") for path in sorted((REPO / root).rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80]
+    assert long == [], long

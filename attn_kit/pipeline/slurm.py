@@ -103,8 +103,15 @@ def sbatch_script(job_command: List[str], workdir: Path, script: str = SCRIPT, a
                      "--cpus-per-task on by itself")
     if not signal_seconds:
         return "\n".join([*lines, "exec " + _quote(job_command)]) + "\n"
+    lines += _requeued_run(job_command, signal_seconds, logs, watch or workdir)
+    return "\n".join(lines) + "\n"
+
+
+def _requeued_run(job_command: List[str], signal_seconds: int, logs: Path, watch: Path) -> List[str]:
+    """The script's lines that run ``job_command`` in the background and requeue the job on USR1
+    when ``watch`` shows it saved something (see :func:`sbatch_script`)."""
     started = shlex.quote(str(logs)) + '/.slurm-"${SLURM_JOB_ID:-0}".started'
-    lines += [
+    return [
         f"# USR1, {signal_seconds} s before the time limit: stop the recipe (SIGTERM: it stops fairseq-train and keeps",
         "# finished stages), then requeue this job, whose recipe resumes from checkpoint_last.pt; the work since",
         "# the last saved checkpoint is lost. Requeued only if the job saved something, so that a --time too",
@@ -120,7 +127,7 @@ def sbatch_script(job_command: List[str], workdir: Path, script: str = SCRIPT, a
         'while kill -0 "$recipe" 2>/dev/null; do wait "$recipe"; done  # a trapped signal ends wait early',
         'wait "$recipe"; status=$?  # the recipe\'s exit status (bash keeps it)',
         'if [ "$requeue" = 1 ] && [ -n "${SLURM_JOB_ID:-}" ]; then',
-        f"  if [ -n \"$(find {shlex.quote(str(watch or workdir))} -newer {started} \\( -name checkpoint_last.pt "
+        f"  if [ -n \"$(find {shlex.quote(str(watch))} -newer {started} \\( -name checkpoint_last.pt "
         "-o -path '*/.stages/*.done' \\) -print -quit)\" ]; then",
         '    echo "[attn] requeueing job $SLURM_JOB_ID: finished stages are kept, training resumes from '
         'checkpoint_last.pt"',
@@ -131,7 +138,6 @@ def sbatch_script(job_command: List[str], workdir: Path, script: str = SCRIPT, a
         "fi",
         f"rm -f {started}",
         'exit "$status"']
-    return "\n".join(lines) + "\n"
 
 
 def job_state(job_id: str) -> Optional[str]:
