@@ -22,6 +22,7 @@ setup(
                                     # lab: the project's own measuring and describing code, beside the
                                     # kit, imported by nothing in it
                                     "lab", "lab.*"]),
+    package_data={"attn_kit.planning": ["calibration.json"]},  # the measurements a plan needs (lab.calibration)
     python_requires=">=3.9",
     install_requires=[
         "fairseq-fixed==0.12.3.1; python_version >= '3.11'",
