@@ -73,8 +73,11 @@ def test_sighup_and_sigquit_end_a_command_as_sigterm_does(tmp_path, sig):
     stopped and the scratch folder removed."""
     tmp = tmp_path / "t"
     tmp.mkdir()
+    # the command as a terminal starts it: SIGHUP at its default (a suite run under nohup ignores it, and
+    # main_guard rightly keeps what nohup ignores)
     proc = subprocess.Popen(guarded(tmp_path, "child"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "TMPDIR": "/tmp"}, text=True)
+                            env={**os.environ, "TMPDIR": "/tmp"}, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     assert proc.stdout.readline() == "ready\n"
     scratch = [p for p in os.listdir("/tmp") if p.startswith(f"attn-{proc.pid}-")]
     assert len(scratch) == 1

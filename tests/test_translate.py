@@ -205,6 +205,8 @@ def test_a_quiet_load_leaves_the_callers_logging_as_it_was(smoke_run, caplog):
     from attn_plugin.hub import from_pretrained
 
     caplog.set_level(logging.DEBUG)  # the root logger at DEBUG, as fairseq's import leaves it
+    for name in ("fairseq", "attn_plugin"):  # as a fresh process has them (another test may have set them)
+        caplog.set_level(logging.NOTSET, logger=name)
     levels = {name: logging.getLogger(name).level for name in ("fairseq", "attn_plugin")}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -151,7 +151,8 @@ def compose(cls, given: argparse.Namespace, config: Mapping, derive: Optional[Ca
 AUTO = scale.AUTO
 
 
-OPTION_OF = {"alpha": "--gnmt-alpha", "time_limit": "--time"}  # settings whose option is not --NAME
+# settings (and --tune-grid keys) whose option is not --NAME
+OPTION_OF = {"alpha": "--gnmt-alpha", "time_limit": "--time", "dropout": "--p-drop"}
 
 
 def _named(name: str, defaulted, source) -> str:
