@@ -240,7 +240,7 @@ def size_save_interval(s):
         seconds, source = measured["seconds_per_update"], f"as the canary measured ({s.workdir / 'canary'})"
     elif s.ngpus and s.max_tokens_per_gpu != AUTO:
         shape = cost.model_shape(s.arch, [*(s.size.flags() if s.size else []), *s.fairseq_extra])
-        memory, where = _gpu_memory(s)
+        where = _gpu_memory(s)[1]
         name = cost.gpu_name(s.gpu) if s.gpu else cost.gpu_of_device(visible_gpu_name() or "")
         p = batch_plan(s.tokens_per_update, s.ngpus * s.nnodes, s.max_tokens_per_gpu)
         link = training_cost.link_of(name, s.ngpus * s.nnodes, s.nnodes, s.interconnect_gb_per_s) if name else None
