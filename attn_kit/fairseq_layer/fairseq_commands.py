@@ -184,6 +184,17 @@ def precision_of(argv: List[str]) -> str:
     return used
 
 
+def recorded_flag(record: Path, flag: str) -> Optional[str]:
+    """The value of ``flag`` in the fairseq-train command a training recorded (its train_command.json,
+    attn_kit.recipes.common.run_training); None where there is no record or no such flag."""
+    try:
+        argv = [str(a) for a in json.loads(Path(record).read_text())["argv"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    i = argv.index(flag) + 1 if flag in argv else len(argv)
+    return argv[i] if i < len(argv) else None
+
+
 def cpu_flag(gpus: int) -> List[str]:
     """``--cpu`` where no GPU is used."""
     return [] if gpus else ["--cpu"]

@@ -1,8 +1,11 @@
 """What a training run costs, before it starts, as scripts/training_cost.py
 (:mod:`attn_kit.recipes.cost_report`) and the recipes' --dry-run print it (:func:`describe_run`): the
-analytic FLOPs and the paper's Table 2 arithmetic (:mod:`attn_kit.planning.cost`), the training's wall time on
-a GPU from the step time fitted to what ran (:mod:`attn_kit.planning.step_model`: an estimate and a range, each
-end with its source), and the disk the kept checkpoints take."""
+analytic FLOPs and the paper's Table 2 arithmetic (:mod:`attn_kit.planning.cost`), the training's wall time
+and GPU-hours on a GPU from the step time fitted to what ran (:mod:`attn_kit.planning.step_model`: an
+estimate and a range, each end with its source), with several GPUs the gradients' all-reduce (an
+estimate: no multi-GPU run measured) and the node's layouts compared (:func:`layout_lines`), the
+checkpoint interval as the paper's 10 minutes of the run's updates (:func:`save_interval`), its writes,
+and the disk the kept checkpoints take."""
 import math
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
@@ -154,16 +157,12 @@ def gpu_seconds(shape: Shape, updates: int, forward: Optional[Tuple[int, int]], 
     return out
 
 
-def paper_forward(tokens_per_update: int) -> Tuple[int, int]:
-    """The forward on the paper's 8 P100s: the batch split over them, one forward each."""
-    return math.ceil(tokens_per_update / TABLE2_TRAINING["attn_paper_base"]["gpus"]), 1
-
-
 def paper_update_time(shape: Shape, tokens_per_update: int, mean_length: float = MEAN_LENGTH) -> "UpdateTime":
-    """An update on the paper's 8 P100s in fp32 (its batch split over them, their all-reduce)."""
+    """An update on the paper's 8 P100s in fp32 (its batch split over them, :func:`forward_for`; their
+    all-reduce)."""
     t = TABLE2_TRAINING["attn_paper_base"]  # base and big trained on the same 8 P100s
-    return UpdateTime.of(shape, paper_forward(tokens_per_update), t["gpu"], "fp32", link_of(t["gpu"], t["gpus"], 1),
-                         mean_length)
+    forward = forward_for(shape, tokens_per_update, t["gpus"], t["gpu"], "fp32")
+    return UpdateTime.of(shape, forward, t["gpu"], "fp32", link_of(t["gpu"], t["gpus"], 1), mean_length)
 
 
 def paper_gpu_seconds(shape: Shape, tokens_per_update: int, updates: int, mean_length: float = MEAN_LENGTH) -> float:

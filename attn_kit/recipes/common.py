@@ -176,12 +176,8 @@ def recorded_option(path: Path):
     """``legacy`` of a train stage (attn_kit.pipeline.stages.Stage): an option its stamp lacks (written
     before the option was recorded), as the training's own command (``path``, a train_command.json) says."""
     def legacy(name: str):
-        try:
-            argv = [str(a) for a in json.loads(Path(path).read_text())["argv"]]
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
         flag = {"optimizer": "--optimizer"}.get(name)
-        return argv[argv.index(flag) + 1] if flag in argv and argv.index(flag) + 1 < len(argv) else None
+        return fairseq_commands.recorded_flag(path, flag) if flag else None
 
     return legacy
 

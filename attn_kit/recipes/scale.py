@@ -17,7 +17,8 @@ from ..planning import cost, step_model, training_cost
 from ..cli import UsageError, log
 from ..planning.cost import gpu
 from ..fairseq_layer.fairseq_commands import (LAUNCHERS, batch_plan, gpu_supports_bf16, used_precision,
-                                              visible_gpu_memory_gib, visible_gpu_name, visible_gpus)
+                                              recorded_flag, visible_gpu_memory_gib, visible_gpu_name,
+                                              visible_gpus)
 from ..pipeline import slurm
 from ..pipeline.stages import Pipeline, run_recipe
 
@@ -210,11 +211,8 @@ def size_forward(s):
 def recorded_save_interval(workdir: Path) -> Optional[int]:
     """The --save-interval-updates the run's training started with (WORKDIR/train_command.json), so
     that a resumed run (another GPU after a requeue, a canary measured since) keeps its interval."""
-    try:
-        argv = [str(a) for a in json.loads((Path(workdir) / "train_command.json").read_text())["argv"]]
-        return int(argv[argv.index("--save-interval-updates") + 1])
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
-        return None
+    value = recorded_flag(Path(workdir) / "train_command.json", "--save-interval-updates")
+    return int(value) if value and value.isdigit() else None
 
 
 def canary_measured(workdir: Path) -> Optional[dict]:
@@ -481,16 +479,15 @@ def print_cost(s, model_flags: Sequence[str], vocab: int, vocab_note: str):
     """--dry-run: the run's analytic training FLOPs, the paper's Table 2 cost, the wall time and GPU-hours
     (the layouts compared on several GPUs), the checkpoints' writes and disk."""
     shape = cost.model_shape(s.arch, [*model_flags, *s.fairseq_extra], vocab)
-    auto = AUTO
     forward = None
-    if s.max_tokens_per_gpu != auto:
+    if s.max_tokens_per_gpu != AUTO:
         p = batch_plan(s.tokens_per_update, s.ngpus * s.nnodes if s.ngpus else s.cpu_procs, s.max_tokens_per_gpu)
         forward = (p.max_tokens, p.update_freq)
     hw = training_cost.Devices(s.ngpus * s.nnodes, s.precision_used, cost.gpu_name(s.gpu) if s.gpu else None,
                                s.gpu_tflops, s.utilization, s.nnodes, s.interconnect_gb_per_s)
     measured = canary_measured(s.workdir) or {}
     interval = getattr(s, "save_interval_updates", None)
-    checkpoints = training_cost.Checkpoints(getattr(s, "average", None), None if interval == auto else interval,
+    checkpoints = training_cost.Checkpoints(getattr(s, "average", None), None if interval == AUTO else interval,
                                             (measured.get("checkpoint") or {}).get("write_seconds"))
     lines = training_cost.describe_run(shape, s.arch, s.tokens_per_update, s.max_update, hw, vocab_note=vocab_note,
                                        checkpoints=checkpoints, forward=forward)
