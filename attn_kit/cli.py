@@ -407,12 +407,14 @@ def check_output(path, option: str = "--output", force: bool = False, folder: bo
     return path
 
 
-def add_output_option(parser, help: str, **kwargs):
-    """``--output``, the kit's one name for the file a command writes (``args.out``); ``--out``, the
-    name some commands had, still works, out of --help. (Not ``required``: argparse would ask for
-    --output where --out was given; a command checks ``args.out`` itself.)"""
-    parser.add_argument("--output", dest="out", type=Path, help=help, **kwargs)
-    parser.add_argument("--out", dest="out", type=Path, help=argparse.SUPPRESS)
+def add_output_option(parser, help: str, *short: str, dest: str = "out", out_too: bool = True, **kwargs):
+    """``--output`` (and ``short``, e.g. -o), the kit's one name for the file a command writes (``args.out``
+    unless ``dest``); with ``out_too``, ``--out``, the name the commands on record had, still works, out of
+    --help. (Then not ``required``: argparse would ask for --output where --out was given; a command
+    checks ``args.out`` itself.)"""
+    parser.add_argument(*short, "--output", dest=dest, type=Path, help=help, **kwargs)
+    if out_too:
+        parser.add_argument("--out", dest=dest, type=Path, help=argparse.SUPPRESS)
 
 
 def add_force_option(parser, what: str = "the output"):

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import options
 from .cli import ArgumentParser, UserError, add_force_option, check_output, read_json, write_json_atomic
 from .checkout import REPO
 
@@ -113,7 +114,7 @@ def record_main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("output", type=Path, help="the results file to write (JSON)")
     p.add_argument("--copy", type=Path, metavar="JSON", help="file this JSON output instead of running anything")
-    p.add_argument("--note", help="a sentence saying what the numbers are")
+    options.add(p, "note")
     add_force_option(p, "the results file")
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)

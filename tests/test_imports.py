@@ -43,7 +43,7 @@ def test_the_kits_top_level_is_a_few_shared_modules_and_its_packages():
     """The flat top level of 24 modules, grouped by what each is for: the fairseq layer, planning and the
     tools are packages; at the top stay the modules every layer shares."""
     top = sorted(p.name for p in (REPO / "attn_kit").glob("*.py"))
-    assert top == ["__init__.py", "checkout.py", "cli.py", "results.py", "textio.py"]
+    assert top == ["__init__.py", "checkout.py", "cli.py", "options.py", "results.py", "textio.py"]
     packages = sorted(p.parent.name for p in (REPO / "attn_kit").glob("*/__init__.py"))
     assert packages == ["fairseq_layer", "inference", "metrics", "pipeline", "planning", "recipes", "tools"]
 

@@ -278,7 +278,7 @@ def test_gnmt_alpha_is_the_one_name(capsys):
     from attn_kit.cli import UsageError
     from attn_kit.inference.translate import parse_args
 
-    assert parse_args(["run", "--gnmt-alpha", "0.8"]).gnmt_alpha == 0.8
+    assert parse_args(["run", "--gnmt-alpha", "0.8"]).alpha == 0.8
     with pytest.raises(UsageError, match="--alpha is now --gnmt-alpha"):
         parse_args(["run", "--alpha", "0.8"])
     with pytest.raises(SystemExit):

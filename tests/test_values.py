@@ -8,6 +8,7 @@ import importlib
 import pytest
 from conftest import assert_one_error_line, run_main
 
+from attn_kit import options
 from attn_kit.recipes import config, settings
 
 RECIPES = {
@@ -16,7 +17,7 @@ RECIPES = {
     "wsj": ["--smoke"],
     "table3": ["--smoke", "--rows", "base"],
 }
-NUMERIC = (int, float, settings.tokens_or_auto)
+NUMERIC = (int, float, options.count_or_auto)
 
 
 def numeric_options(recipe):
@@ -51,7 +52,7 @@ def test_what_fails_after_the_data_stages_is_refused_before_them(tmp_path):
     sentence the cleaned data keeps, no BPE merges, no workers: one line, nothing prepared."""
     from attn_kit.recipes import translation
 
-    for argv, fragment in [(["--p-drop", "1.5"], "a dropout rate is in [0, 1)"),
+    for argv, fragment in [(["--p-drop", "1.5"], "--p-drop must be in [0, 1) (a dropout rate)"),
                            (["--h", "3", "--d-model", "64"], "--h 3 does not divide --d-model 64"),
                            (["--max-tokens-per-gpu", "5"], "give more than 250"),
                            (["--bpe-merges", "0"], "--bpe-merges must be >= 1"),
@@ -72,7 +73,8 @@ def test_a_wrong_type_in_a_yaml_config_names_the_key_and_the_file(tmp_path, monk
 
 
 @pytest.mark.parametrize("argv,fragment", [
-    (["--ngpus", "-8"], "argument --ngpus: -8 is not >= 1"),
+    (["--ngpus", "-8"], "argument --ngpus: -8 is not >= 0"),
+    (["--ngpus", "0"], "--ngpus 0: the cost is that of GPUs"),
     (["--utilization", "7", "--gpu", "H100"], "argument --utilization: 7 is not <= 1"),
     (["--utilization", "0", "--gpu", "H100"], "argument --utilization: 0 is not > 0"),
     (["--utilization", "nan", "--gpu", "H100"], "argument --utilization: nan is not a finite number"),
@@ -195,7 +197,7 @@ def test_every_yaml_key_is_an_option(recipe, yaml_name):
     import yaml
 
     from attn_kit.checkout import REPO
-    from attn_kit.recipes.settings import OPTION_OF
+    from attn_kit.recipes.settings import option_of
 
     def keys(node):
         return {k for key, value in node.items()
@@ -205,7 +207,7 @@ def test_every_yaml_key_is_an_option(recipe, yaml_name):
                for o in a.option_strings}
     config = yaml.safe_load((REPO / "recipes" / "configs" / f"{yaml_name}.yaml").read_text())
     missing = sorted(k for k in keys(config) - set(WHOLE_SETTING_KEYS)
-                     if OPTION_OF.get(k, f"--{k.replace('_', '-')}") not in options)
+                     if option_of(k) not in options)
     assert not missing, f"{yaml_name}.yaml keys with no option of {recipe}: {missing}"
 
 

@@ -7,6 +7,7 @@ library's debug and info lines reach the console. :func:`load` imports a plugin
 module without those side effects; commands import the plugin through it, and
 only when they need it.
 """
+import functools
 import importlib
 import logging
 import warnings
@@ -30,3 +31,18 @@ def quiet_inference():
     logging.getLogger("fairseq").setLevel(logging.WARNING)
     logging.getLogger("attn_plugin").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
+
+
+@functools.lru_cache(maxsize=None)
+def standalone(module: str):
+    """A plugin module that imports nothing (``beam_stop``), loaded from its file without importing the
+    plugin package, which imports fairseq: the kit reads the plugin's own rule, not a copy, in a command
+    that never loads a model."""
+    import importlib.util
+
+    package = importlib.util.find_spec("attn_plugin")  # finds the package without running its __init__
+    name = f"attn_plugin_{module}"
+    spec = importlib.util.spec_from_file_location(name, f"{package.submodule_search_locations[0]}/{module}.py")
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded

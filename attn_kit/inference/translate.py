@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 from typing import Iterable, List, Optional
 
+from .. import options
 from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, add_ignore_changed_option,
-                   check_output, log, one_line, write_text_atomic)
+                   add_output_option, check_output, log, one_line, write_text_atomic)
 from ..metrics.scores import sacrebleu_score
 from ..metrics.trees import delinearize
 from ..pipeline.progress import Progress
@@ -33,23 +34,20 @@ def parse_args(argv=None):
     p.add_argument("run_dir", type=Path, help="a recipe's --workdir (holds inference.json), or with --engine "
                                               "ctranslate2 the folder scripts/export_ctranslate2.py wrote")
     p.add_argument("-i", "--input", type=Path, help="raw sentences, one per line, UTF-8 (default: stdin)")
-    p.add_argument("-o", "--output", type=Path, help="where the translations go (default: stdout); an existing "
-                                                     "file only with --force, never a folder")
+    add_output_option(p, "where the translations go (default: stdout); an existing file only with --force, never "
+                         "a folder", "-o", dest="output", out_too=False)
     add_force_option(p, "the --output file")
     add_ignore_changed_option(p)
     add_errors_option(p)
-    p.add_argument("--beam", type=Number(int, minimum=1), help="beam size (default: the run's, e.g. 4)")
-    p.add_argument("--gnmt-alpha", type=Number(float, minimum=0),
-                   help="GNMT length penalty alpha (default: the run's, e.g. 0.6)")
-    p.add_argument("--lenpen", type=Number(float, minimum=0),
-                   help="fairseq's length penalty |Y|^lenpen instead of GNMT's")
-    p.add_argument("--max-len-b", type=Number(int, minimum=0),
-                   help="longest output: input length + this (default: the run's)")
-    p.add_argument("--checkpoint", type=Path, help="another checkpoint of the run (default: the one the recipe "
-                                                   "evaluated, checkpoint_avg.pt)")
+    here = dict(checked="here")
+    options.add(p, "beam", "default: the run's", **here)
+    options.add(p, "alpha", "default: the run's", **here)
+    options.add(p, "lenpen", "instead of GNMT's", **here)
+    options.add(p, "max_len_b", "default: the run's", **here)
+    options.add(p, "checkpoint")
     p.add_argument("--batch-size", type=Number(int, minimum=1), default=64, help="sentences per batch (default 64)")
-    p.add_argument("--ngpus", type=int, default=0, choices=(0, 1), help="1: translate on the GPU (default 0: CPU)")
-    p.add_argument("--threads", type=Number(int, minimum=1), help="CPU threads (default: torch's)")
+    options.add(p, "ngpus", "1: translate on the GPU; default 0", default=0, choices=(0, 1))
+    options.add(p, "threads", "default: torch's", **here)
     p.add_argument("--tokenized", action="store_true",
                    help="the input is already tokenized as the training data was (Moses tokens, or treebank "
                         "words for a parsing run): only BPE is applied")
@@ -63,7 +61,7 @@ def parse_args(argv=None):
                         "recipe's own test output (test_output): identical lines and, for translation, sacreBLEU "
                         "of both; prints one JSON line")
     args = p.parse_args(argv)
-    if args.gnmt_alpha is not None and args.lenpen is not None:
+    if args.alpha is not None and args.lenpen is not None:
         raise UsageError("give --gnmt-alpha or --lenpen, not both")
     if args.checkpoint and args.engine == "fairseq" and not args.checkpoint.is_file():
         raise UsageError(f"--checkpoint {args.checkpoint}: no such file")
@@ -85,9 +83,10 @@ def read_input(path: Optional[Path], name: Optional[str] = None, errors: str = "
 def overrides(args) -> dict:
     """fairseq options the command line changes (the rest is the run's)."""
     out = {}
-    for name in ("beam", "gnmt_alpha", "lenpen", "max_len_b"):
+    for name, fairseq_name in (("beam", "beam"), ("alpha", "gnmt_alpha"), ("lenpen", "lenpen"),
+                               ("max_len_b", "max_len_b")):
         if getattr(args, name) is not None:
-            out[name] = getattr(args, name)
+            out[fairseq_name] = getattr(args, name)
     if args.checkpoint:
         out["checkpoint_file"] = str(args.checkpoint.resolve())
     if args.tokenized:

@@ -12,6 +12,7 @@ import argparse
 import json
 import numpy as np
 
+from .. import options
 from ..cli import ArgumentParser, Number, UserError
 
 
@@ -88,12 +89,10 @@ def main(argv=None):
     p.add_argument("--tgt", nargs="+", help="target text file(s), line for line with --src")
     p.add_argument("--moses", nargs=2, metavar=("SRC_LANG", "TGT_LANG"), help="Moses-tokenize the text first")
     p.add_argument("--bpe-codes", help="apply these subword-nmt codes to the text first")
-    p.add_argument("--max-tokens", type=Number(int, minimum=1), required=True,
-                   help="fairseq's --max-tokens: padded tokens per device and batch (the recipes' "
-                                                                 "--max-tokens-per-gpu)")
+    options.add(p, "max_tokens", "the recipes' --max-tokens-per-gpu", checked="here", required=True)
     p.add_argument("--devices", type=Number(int, minimum=1), default=1,
                    help="devices over all nodes, the recipes' --ngpus x --nnodes (default 1)")
-    p.add_argument("--update-freq", type=Number(int, minimum=1), default=1, help="fairseq's --update-freq (default 1)")
+    options.add(p, "update_freq", "default 1", checked="here", default=1)
     p.add_argument("--required-batch-size-multiple", type=Number(int, minimum=1), default=8,
                    help="as fairseq-train (default 8)")
     p.add_argument("--resample", type=Number(int, minimum=1), metavar="N",

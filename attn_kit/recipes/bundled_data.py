@@ -12,6 +12,7 @@ import random
 from collections import OrderedDict
 from pathlib import Path
 
+from .. import options
 from ..cli import ArgumentParser, Number, add_force_option, add_output_option, check_output
 from ..checkout import REPO
 
@@ -22,7 +23,7 @@ def main(argv=None):
     p.add_argument("--source", default=REPO.parent / "shared/data/tatoeba/deu-eng.txt", type=Path,
                    help="Tatoeba deu-eng.txt (English<TAB>German per line)")
     add_output_option(p, "output folder (default data/tatoeba-en-de)", default=REPO / "data/tatoeba-en-de")
-    p.add_argument("--seed", type=Number(int, minimum=0), default=1, help="shuffle seed (default 1)")
+    options.add(p, "seed", "of the shuffle; default 1", checked="here", default=1)
     p.add_argument("--test", type=Number(int, minimum=1), default=2000, help="test pairs (default 2000)")
     p.add_argument("--valid", type=Number(int, minimum=1), default=1000, help="valid pairs (default 1000)")
     p.add_argument("--train", type=Number(int, minimum=1), default=None,

@@ -17,6 +17,7 @@ from ..cli import UsageError, UserError, log, write_json_atomic
 from ..fairseq_layer import fairseq_commands
 from ..fairseq_layer.curves import CurveWriter, loss_curve
 from ..fairseq_layer.fairseq_commands import DecodePlan, TrainPlan, batch_plan, launcher, precision_of, read_averaged
+from ..fairseq_layer.plugin import standalone
 from ..fairseq_layer.fairseq_log import TrainProgress, train_log_summary
 from ..pipeline import text
 from ..pipeline.download import sha256_of
@@ -34,19 +35,6 @@ def model_size(settings: dict, overrides: dict, arch: str):
     if not settings.get("size"):
         return ARCH_SIZES[arch].replace(**given) if given else None
     return SIZES[settings["size"]].replace(**given)
-
-
-def add_log_options(g, P, validate: bool = True):
-    """--log-interval, and --validate-interval-updates (WSJ validates at its checkpoints instead)."""
-    if validate:
-        g.add_argument("--validate-interval-updates", type=int, metavar="N",
-                       help="also validate every N updates (default: at each epoch's end); fairseq validates "
-                            "at every checkpoint it saves as well, so the validations come every "
-                            "--save-interval-updates at least")
-    g.add_argument("--log-interval", type=int, metavar="N",
-                   help=f"a training log line (loss, learning rate, tokens) every N updates (default "
-                        f"{P['log_interval']})")
-
 
 
 # ---------------------------------------------------------------------------------------------- training
@@ -195,21 +183,14 @@ def recorded_train_command(path: Path) -> Optional[str]:
 BEAM_STOP_NAMES = {"t2t": "the paper's stopping rule (tensor2tensor's)", "fairseq": "fairseq's stopping rule"}
 
 
-def add_beam_stop_option(group):
-    group.add_argument("--beam-stop", choices=["t2t", "fairseq"],
-                       help="when beam search stops: t2t = as the paper's code did (tensor2tensor's stop_early, "
-                            "attn_plugin/beam_search.py; the default with the GNMT penalty); fairseq = fairseq's "
-                            "rule (the one rule with --length-penalty fairseq)")
-
-
 def beam_stop(s) -> str:
-    """The stopping rule the run's beam search uses (the plugin task's ``--beam-stop``)."""
-    gnmt = getattr(s, "length_penalty", "gnmt") == "gnmt"
-    rule = getattr(s, "beam_stop", None)
-    if rule == "t2t" and not gnmt:
-        raise UsageError("--beam-stop t2t needs --length-penalty gnmt: the paper's stopping rule bounds scores "
-                         "with its length penalty")
-    return rule or ("t2t" if gnmt else "fairseq")
+    """The stopping rule the run's beam search uses: the plugin's rule (attn_plugin/beam_stop.py) for
+    ``--beam-stop`` and ``--length-penalty``."""
+    try:
+        return standalone("beam_stop").stop_rule(getattr(s, "beam_stop", None),
+                                                 getattr(s, "length_penalty", "gnmt") == "gnmt")
+    except ValueError as exc:
+        raise UsageError(f"--beam-stop t2t needs --length-penalty gnmt: {exc}") from None
 
 
 def decode_plan(s, beam: int, max_len_b: int, batch_size: int, alpha: Optional[float] = None) -> DecodePlan:

@@ -15,6 +15,7 @@ from ..planning import training_cost
 from ..cli import ArgumentParser, Number, UsageError, main_guard
 from ..planning.cost import GPUS, MEAN_LENGTH, describe_table2, gpu_name, model_shape, paper_updates
 from ..planning.paper import EN_DE_VOCAB
+from .. import options
 from . import config
 
 
@@ -24,46 +25,32 @@ def check_args(args):
         raise UsageError("--utilization needs --gpu NAME or --gpu-tflops X (the peak it is a share of)")
     if args.gpu:
         gpu_name(args.gpu)  # an unknown name: one line listing the known ones
-    if args.ngpus % args.nnodes:
-        raise UsageError(f"--ngpus {args.ngpus} (GPUs in all) is not a multiple of --nnodes {args.nnodes}")
+    if not args.ngpus:
+        raise UsageError("--ngpus 0: the cost is that of GPUs; give --ngpus 1 or more")
 
 
 def main(argv=None):
     p = ArgumentParser(prog="scripts/training_cost.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arch", default="attn_paper_base", help="any fairseq Transformer arch (default attn_paper_base)")
-    p.add_argument("--max-update", type=Number(int, minimum=1),
-                   help="updates (default: the paper's for base and big, 100000 / 300000)")
+    here = dict(checked="here")
+    options.add(p, "arch", "any fairseq Transformer arch; default attn_paper_base", default="attn_paper_base")
+    options.add(p, "max_update", "default: the paper's for base and big, 100000 / 300000", **here)
     paper, archs = config.settings("wmt14", "paper"), config.load("wmt14")["archs"]
-    p.add_argument("--tokens-per-update", type=Number(int, minimum=1), default=paper["tokens_per_update"],
-                   help="padded tokens per update over all devices, fairseq's --max-tokens x devices x "
-                        f"--update-freq, as the recipes' --tokens-per-update (default {paper['tokens_per_update']}, "
-                        "the WMT14 recipes' paper setting, recipes/configs/wmt14.yaml)")
-    p.add_argument("--average", type=Number(int, minimum=1),
-                   help="checkpoints averaged, for the disk they take (default: the recipes', "
-                                               + ", ".join(f"{a} {v['average']}" for a, v in archs.items()) + ")")
-    p.add_argument("--vocab", type=Number(int, minimum=1), default=EN_DE_VOCAB,
-                   help=f"vocabulary (default {EN_DE_VOCAB}, Sec. 5.1)")
+    options.add(p, "tokens_per_update", f"default {paper['tokens_per_update']}, the WMT14 recipes' paper setting, "
+                                        "recipes/configs/wmt14.yaml", default=paper["tokens_per_update"], **here)
+    options.add(p, "average", "for the disk they take; default: the recipes', "
+                              + ", ".join(f"{a} {v['average']}" for a, v in archs.items()), **here)
+    options.add(p, "vocab", f"default {EN_DE_VOCAB}, Sec. 5.1", default=EN_DE_VOCAB, **here)
     p.add_argument("--mean-length", type=Number(float, above=0), default=MEAN_LENGTH,
                    help=f"tokens per sentence, for the attention terms (default {MEAN_LENGTH})")
-    p.add_argument("--ngpus", type=Number(int, minimum=1), default=8, help="GPUs in all, over every node (default 8)")
-    p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"], help="default bf16")
-    p.add_argument("--gpu", metavar="NAME", help=f"one of {', '.join(GPUS)}")
-    p.add_argument("--gpu-tflops", type=Number(float, above=0), metavar="X", help="the GPU's dense peak at --precision")
-    p.add_argument("--utilization", type=Number(float, above=0, maximum=1),
-                   help="share of the peak reached, for the arithmetic alone (default: "
-                                                        "attn_kit.planning.step_model's estimate and range)")
-    p.add_argument("--nnodes", type=Number(int, minimum=1), default=1,
-                   help="nodes the GPUs are spread over, for the all-reduce (default 1)")
-    p.add_argument("--interconnect-gb-per-s", type=Number(float, above=0), metavar="X",
-                   help="the all-reduce's slowest link, GB/s per GPU and direction (default: the GPU's own within a "
-                        "node, the assumed network between nodes), as the recipes' option")
-    p.add_argument("--save-interval-updates", type=Number(int, minimum=1), metavar="N",
-                   help="a checkpoint every N updates (default: the recipes' auto, the paper's 10 minutes of the "
-                        "estimated updates, with --gpu)")
-    p.add_argument("--max-tokens-per-gpu", type=Number(int, minimum=1), metavar="N",
-                   help="tokens per forward on each GPU (default: with --gpu, the largest its memory holds, at most "
-                        "its share of an update, as the recipes' auto; without, each GPU kind's)")
+    options.add(p, "ngpus", "default 8", default=8, **here)
+    options.add(p, "nnodes", "the all-reduce crosses the network between them; default 1", default=1, **here)
+    options.add(p, "precision", "default bf16", default="bf16", choices=("bf16", "fp16", "fp32"))
+    options.add(p, "gpu", ", ".join(GPUS))
+    for name in ("gpu_tflops", "utilization", "interconnect_gb_per_s"):
+        options.add(p, name, **here)
+    options.add(p, "save_interval_updates", "default: the recipes' auto, with --gpu", **here)
+    options.add(p, "max_tokens_per_gpu", "default: with --gpu, the recipes' auto; without, each GPU kind's", **here)
     p.add_argument("--table2", action="store_true", help="only Table 2's arithmetic beside the analytic counts")
     p.add_argument("--gpus", action="store_true", help="list the GPUs and their dense peaks")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -87,18 +74,19 @@ def main(argv=None):
     print()
     average = args.average or archs.get(args.arch, {}).get("average")
     name = gpu_name(args.gpu) if args.gpu else None
+    gpus = args.ngpus * args.nnodes  # --ngpus per node, as the recipes'
     forward = None  # as the recipes' --max-tokens-per-gpu sizes it; None: no GPU known, each kind's
     if args.max_tokens_per_gpu:
-        p = batch_plan(args.tokens_per_update, args.ngpus, args.max_tokens_per_gpu)
+        p = batch_plan(args.tokens_per_update, gpus, args.max_tokens_per_gpu)
         forward = (p.max_tokens, p.update_freq)
     elif name:
-        forward = training_cost.forward_for(shape, args.tokens_per_update, args.ngpus, name, args.precision)
+        forward = training_cost.forward_for(shape, args.tokens_per_update, gpus, name, args.precision)
     interval = args.save_interval_updates
     if not interval and forward and name:
-        link = training_cost.link_of(name, args.ngpus, args.nnodes, args.interconnect_gb_per_s)
+        link = training_cost.link_of(name, gpus, args.nnodes, args.interconnect_gb_per_s)
         found = training_cost.estimated_save_interval(shape, forward, name, args.precision, link)
         interval = found[0] if found else training_cost.paper_save_interval(args.arch)
-    hw = training_cost.Devices(args.ngpus, args.precision, name, args.gpu_tflops, args.utilization, args.nnodes,
+    hw = training_cost.Devices(gpus, args.precision, name, args.gpu_tflops, args.utilization, args.nnodes,
                                args.interconnect_gb_per_s)
     for line in training_cost.describe_run(shape, args.arch, args.tokens_per_update, updates, hw,
                                            mean_length=args.mean_length, forward=forward,

@@ -17,6 +17,7 @@ from ..cli import ArgumentParser, UsageError, UserError, main_guard
 from ..pipeline.text import copy_corpus
 from ..planning.sizes import PLUGIN_ARCHS, SIZES
 from ..textio import add_errors_option, iter_lines
+from .. import options
 from . import canary, config, scale, settings, translation
 from .common import count_lines, model_size
 from .sources import SPLITS, DataSource, Layout, once, source
@@ -243,14 +244,13 @@ def parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="recipes/parallel.sh", usage=scale.USAGE, description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("data")
-    g.add_argument("--src", help="source language code (Moses' rules for it: en, de, fr, cs, ...)")
-    g.add_argument("--tgt", help="target language code")
-    for split, what in (("train", "training"), ("valid", "validation (fairseq's valid loss)"),
-                        ("test", "test (translated and scored at the end)")):
-        g.add_argument(f"--{split}", type=Path, metavar="PREFIX",
-                       help=f"{what} pairs: raw text files PREFIX.SRC and PREFIX.TGT")
-    g.add_argument("--bpe-merges", type=int, help=f"joint BPE merges (default {F['bpe_merges']}; fewer for a "
-                                                  "small corpus)")
+    options.add(g, "src", "Moses' rules for it: en, de, fr, cs, ...")
+    options.add(g, "tgt")
+    files = "pairs: raw text files PREFIX.SRC and PREFIX.TGT"
+    g.add_argument("--train", type=Path, metavar="PREFIX", help=f"training {files}")
+    g.add_argument("--valid", type=Path, metavar="PREFIX", help=f"validation (fairseq's valid loss) {files}")
+    g.add_argument("--test", type=Path, metavar="PREFIX", help=f"test (translated and scored at the end) {files}")
+    options.add(g, "bpe_merges", f"default {F['bpe_merges']}; fewer for a small corpus")
     add_errors_option(g)
     translation.add_workers_option(g)
     translation.add_bpe_learn_option(g, F)
@@ -258,9 +258,8 @@ def parser() -> argparse.ArgumentParser:
     translation.add_data_workdir_option(g, "the work directory: the corpus is yours, so its prepared copy is shared only "
                                      "where you say, e.g. by the runs of two --arch")
     settings.add_run_options(p, "runs/parallel_<src>_<tgt>_<arch>")
-    p.add_argument("--arch", default="attn_paper_base",
-                   help=f"model architecture registered by attn_plugin: {', '.join(PLUGIN_ARCHS)} (default "
-                        "attn_paper_base); --layers, --d-model, --d-ff, --h, --p-drop resize it")
+    options.add(p, "arch", f"registered by attn_plugin: {', '.join(PLUGIN_ARCHS)}; default attn_paper_base; "
+                           "--layers, --d-model, --d-ff, --h, --p-drop resize it", default="attn_paper_base")
     p.add_argument("--preset", default="paper", choices=PRESETS, help=preset_help())
     translation.add_training_options(p, cfg, P, {}, resize="resize --arch: ", small_model="--preset small's model")
     return p

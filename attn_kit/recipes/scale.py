@@ -13,10 +13,11 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from ..options import AUTO, GPU_TASK_CPUS, PREP_CPUS, PREP_MEM, SIGNAL_SECONDS, TRAIN_MEM
 from ..planning import cost, step_model, training_cost
 from ..cli import UsageError, log
 from ..planning.cost import gpu
-from ..fairseq_layer.fairseq_commands import (LAUNCHERS, batch_plan, gpu_supports_bf16, used_precision,
+from ..fairseq_layer.fairseq_commands import (batch_plan, gpu_supports_bf16, used_precision,
                                               recorded_flag, visible_gpu_memory_gib, visible_gpu_name,
                                               visible_gpus)
 from ..pipeline import slurm
@@ -51,91 +52,13 @@ REFUSED = {
 
 
 # ---------------------------------------------------------------------------------------------- options
-# --max-tokens-per-gpu and --save-interval-updates: sized for the GPU (size_forward, size_save_interval);
+# AUTO (--max-tokens-per-gpu, --save-interval-updates): sized for the GPU (size_forward, size_save_interval);
 # still AUTO in the settings where the GPU is not known yet (a dry run, a Slurm submission): the job sizes it
-AUTO = "auto"
-
-
-# --launcher slurm's defaults (their help says why)
-TRAIN_MEM = "0"
-PREP_MEM = "32G"
-# The data job's CPUs by default: a common share of a cluster's CPU node. Not the CPUs of the
-# machine the command is typed on (a login node's 2 made a 2-CPU job and a 40-minute projection).
-PREP_CPUS = 16
-GPU_TASK_CPUS = 4
-SIGNAL_SECONDS = 300
 # the options that only mean something to sbatch (dest: the option), refused with --launcher torchrun
 SBATCH_OPTIONS = {"partition": "--partition", "time_limit": "--time", "account": "--account", "mem": "--mem",
                   "cpus_per_task": "--cpus-per-task", "signal_seconds": "--signal-seconds",
                   "prepare_here": "--prepare-here", "prep_partition": "--prep-partition", "prep_time": "--prep-time",
                   "prep_mem": "--prep-mem", "prep_cpus": "--prep-cpus"}
-
-
-def add_options(g):
-    """The options of this module, in a recipe's training group."""
-    g.add_argument("--launcher", default="torchrun", choices=LAUNCHERS,
-                   help="torchrun (default: fairseq-train, torchrun for several GPUs or nodes, our gloo launcher "
-                        "for --cpu-procs); slurm: write WORKDIR/prepare.sbatch (the data stages, a CPU job) and "
-                        "WORKDIR/train.sbatch (the rest: trains --nnodes x --ngpus with srun and evaluates) and "
-                        "submit them with sbatch, the second after the first ended well (--dry-run prints them); "
-                        "srun: train with srun inside a Slurm allocation you hold (the jobs use it)")
-    g.add_argument("--partition", help="--launcher slurm: the Slurm partition (sbatch --partition)")
-    g.add_argument("--time", dest="time_limit", metavar="TIME",
-                   help="--launcher slurm: the jobs' time limit, e.g. 3-12:00:00 (sbatch --time); near it the "
-                        "training job stops and requeues itself (--signal-seconds)")
-    g.add_argument("--account", help="--launcher slurm: the account charged (sbatch --account)")
-    g.add_argument("--mem", metavar="SIZE",
-                   help=f"--launcher slurm: memory per node of the training job, as sbatch takes it (64G, "
-                        f"64000M; default {TRAIN_MEM}: all of each node's memory, the usual request for GPU nodes "
-                        "given whole: what fairseq-train's processes and data-loader workers need grows with the "
-                        "data set and is not known ahead, and running out kills the job; give a size where nodes "
-                        "are shared)")
-    g.add_argument("--cpus-per-task", type=int, metavar="N",
-                   help=f"--launcher slurm: CPUs of each training task, one task per GPU (sbatch --cpus-per-task; "
-                        f"default {GPU_TASK_CPUS} on GPUs: the training process, fairseq's data-loader worker "
-                        "(--num-workers 1) and torch's helper threads; with --ngpus 0, --threads + 1; at least "
-                        "--threads + 1 either way). --threads still sets each process's OMP threads")
-    g.add_argument("--signal-seconds", type=int, metavar="N",
-                   help=f"--launcher slurm: N seconds before --time runs out (default {SIGNAL_SECONDS}: Slurm may "
-                        "signal up to a minute early, and stopping takes seconds), Slurm signals the job, which "
-                        "stops the recipe and requeues itself; run again, it resumes from checkpoint_last.pt. "
-                        "fairseq-train does not save on the signal: the updates since the last "
-                        "--save-interval-updates checkpoint are lost, at a time limit and a preemption alike. "
-                        "Not requeued when the job saved nothing (a --time too short for one checkpoint). "
-                        "0: no signal, no requeue (run the same command again after the limit)")
-    g.add_argument("--prepare-here", action="store_true",
-                   help="--launcher slurm: run the data stages here, where the command is typed, then submit the "
-                        "training job alone (for clusters without a CPU partition; default: a job of their own)")
-    g.add_argument("--prep-partition", metavar="PARTITION",
-                   help="--launcher slurm: the partition of the data job (CPUs only; default: --partition)")
-    g.add_argument("--prep-time", metavar="TIME", help="--launcher slurm: the data job's time limit (default: --time)")
-    g.add_argument("--prep-mem", metavar="SIZE",
-                   help=f"--launcher slurm: the data job's memory (default {PREP_MEM}: an estimate with room for "
-                        "learning BPE on the WMT14 EN-FR corpus, which holds the corpus's word counts in memory; "
-                        "not measured)")
-    g.add_argument("--prep-cpus", type=int, metavar="N",
-                   help=f"--launcher slurm: the data job's CPUs (sbatch --cpus-per-task) and its --workers "
-                        f"(default: --workers where given, else {PREP_CPUS}, a common share of a CPU node; not the "
-                        "CPUs of the machine you type on); --dry-run projects the data stages for them")
-    g.add_argument("--gpu", metavar="NAME",
-                   help="the GPU for --dry-run's wall-time estimate, by name (its dense bf16/fp16/fp32 peak, "
-                        "python scripts/training_cost.py --gpus lists them)")
-    g.add_argument("--gpu-tflops", type=float, metavar="X",
-                   help="the GPU's dense peak in TFLOPS at the run's precision, for a GPU not in the list")
-    g.add_argument("--interconnect-gb-per-s", type=float, metavar="X",
-                   help="--dry-run: the bandwidth per GPU and direction, GB/s, of the slowest link the gradients' "
-                        "all-reduce crosses (default: the GPU's own, NVLink or PCIe, within a node; "
-                        f"{cost.NETWORK_GB_PER_S:g} GB/s per node between nodes, 200 Gb/s InfiniBand)")
-    g.add_argument("--utilization", type=float,
-                   help="the share of that peak the run reaches, for the arithmetic alone (default: the step time "
-                        "model attn_kit.planning.step_model fitted to the GPU check's measurements, with its range)")
-
-
-def precision_help() -> str:
-    return ("training precision: auto (default) = bf16 on GPUs that support it (A100, H100, ...), fp16 on older "
-            "GPUs, fp32 on CPU; bf16 = bf16 autocast with fp32 weights and no loss scaling (the plugin task's "
-            "--bf16-autocast; also on CPU); fp16 = fairseq's fp16 mixed precision with loss scaling (fp32 on "
-            "CPU); fp32. results.json records the precision that ran")
 
 
 def check(s):
@@ -151,16 +74,6 @@ def check(s):
         if size is not None and not re.fullmatch(r"\d+[KMGT]?", size, re.I):
             raise UsageError(f"{option} {size}: give a size as sbatch takes it: 64G, 64000M, or 0 (all of a node's "
                              "memory)")
-    if s.cpus_per_task is not None and s.cpus_per_task < 1:
-        raise UsageError("--cpus-per-task must be >= 1")
-    if s.signal_seconds is not None and not 0 <= s.signal_seconds <= 65535:
-        raise UsageError("--signal-seconds must be in 0..65535 (Slurm's limit)")
-    if s.gpu_tflops is not None and s.gpu_tflops <= 0:
-        raise UsageError("--gpu-tflops must be > 0")
-    if s.interconnect_gb_per_s is not None and not s.interconnect_gb_per_s > 0:
-        raise UsageError("--interconnect-gb-per-s must be > 0")
-    if s.utilization is not None and not 0 < s.utilization <= 1:
-        raise UsageError("--utilization must be in (0, 1]")
     if s.gpu:
         gpu(s.gpu)  # an unknown name is one line listing the known ones
 

@@ -17,18 +17,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Mapping, Optional, Sequence
 
+from .. import options
 from ..cli import UsageError, UserError
-from ..fairseq_layer.fairseq_commands import PRECISIONS, paper_optimization
+from ..fairseq_layer.fairseq_commands import paper_optimization
 from ..planning.sizes import ModelSize
 from ..pipeline.text import CLEAN_MAX_LEN
 from . import scale
-
-DEFAULT_CANARY_MINUTES = 10.0
-# options that must be >= 1 where a recipe has them
-POSITIVE = ("max_update", "warmup_updates", "save_interval_updates", "average", "tokens_per_update",
-            "max_tokens_per_gpu", "beam", "workers", "bpe_merges", "log_interval", "validate_interval_updates",
-            "prep_cpus")
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunSettings:
@@ -139,7 +133,7 @@ def compose(cls, given: argparse.Namespace, config: Mapping, derive: Optional[Ca
     values.update(derive(SimpleNamespace(**values)) if derive else {})
     check_types(cls, values, getattr(config, "source", None))
     view = SimpleNamespace(**values)
-    check_run(view)
+    check_run(view, getattr(config, "source", None))
     values["precision_used"] = scale.resolve_precision(view.precision, view.ngpus, view.launcher, view.dry_run)
     if values.get("max_tokens_per_gpu") == AUTO:
         values["max_tokens_per_gpu"] = scale.size_forward(SimpleNamespace(**values))
@@ -148,18 +142,20 @@ def compose(cls, given: argparse.Namespace, config: Mapping, derive: Optional[Ca
     return cls(**values)
 
 
-AUTO = scale.AUTO
+AUTO = options.AUTO
 
 
-# settings (and --tune-grid keys) whose option is not --NAME
-OPTION_OF = {"alpha": "--gnmt-alpha", "time_limit": "--time", "dropout": "--p-drop"}
+def option_of(name: str) -> str:
+    """The option of a setting (or of a --tune-grid key: dropout is --p-drop)."""
+    name = {"dropout": "p_drop"}.get(name, name)
+    return options.OPTIONS[name].flag if name in options.OPTIONS else f"--{name.replace('_', '-')}"
 
 
 def _named(name: str, defaulted, source) -> str:
     """How a message names a setting: the YAML key and its file, or the command-line option."""
     if name in defaulted:
         return f"{source or 'the recipe settings'}: {name}"
-    return OPTION_OF.get(name, f"--{name.replace('_', '-')}")
+    return option_of(name)
 
 
 def check_types(cls, values: dict, source=None):
@@ -188,134 +184,66 @@ def check_types(cls, values: dict, source=None):
             raise UsageError(f"{where}: {value!r} is not a text")
 
 
-def tokens_or_auto(text: str):
-    """--max-tokens-per-gpu's and --save-interval-updates' value: a number, or auto (sized for the GPU:
-    scale.size_forward, scale.size_save_interval)."""
-    if text == AUTO:
-        return AUTO
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"give a number or auto, not {text!r}") from None
-
-
-MAX_TOKENS_HELP = ("most tokens one device holds per forward; --update-freq makes up the rest of --tokens-per-update. "
-                   "auto: the largest forward a GPU's memory holds (--gpu NAME's, else the GPU here; a Slurm job "
-                   "decides on its own), at most its share of an update; {cpu} on a CPU or with no GPU known "
-                   "(attn_kit.planning.step_model, sized from the GPU check's measured memory)")
-
-
 # ---------------------------------------------------------------------------------------------- options
 def add_run_options(p: argparse.ArgumentParser, default_workdir: str):
-    p.add_argument("--workdir", type=Path, help=f"where everything goes (default {default_workdir}); "
-                                               "use a fresh one when you change options")
+    options.add(p, "workdir", f"default {default_workdir}")
     p.add_argument("--dry-run", action="store_true", help="print every command, run nothing")
     p.add_argument("--stage", default="1", help="first stage to run: a 1-based number or a stage name (default 1)")
     p.add_argument("--stop-stage", help="last stage to run: a number or a stage name (default: the last)")
 
 
-def add_device_options(g, cpu_modes: str = "--smoke and --bundled"):
+def add_device_options(g, cpu_modes: str = "--smoke and --bundled",
+                       minutes: str = "default: none, a fixed number of updates"):
     """Where training runs (GPUs, nodes with torchrun, or data-parallel CPU processes), its seed,
     threads and time budget, the launcher (attn_kit.recipes.scale) and the canary. ``cpu_modes``:
-    the recipe's modes that train on the CPU, as --ngpus's help names them."""
-    g.add_argument("--ngpus", type=int,
-                   help=f"GPUs per node (default 8, the paper's; {cpu_modes}: 0 = CPU). The default does not "
-                        "follow the machine, so that --dry-run and --launcher slurm plan the same run wherever they "
-                        "are typed; a run that trains here checks it before its first stage (fewer GPUs visible "
-                        "than asked is one error line saying what to pass)")
-    g.add_argument("--nnodes", type=int, default=1, help="nodes, each with --ngpus GPUs (torchrun; default 1)")
-    g.add_argument("--node-rank", type=int, default=0, help="this node's rank, 0..nnodes-1 (torchrun)")
-    g.add_argument("--master-addr", help="address of node 0, needed with --nnodes > 1 (torchrun)")
-    g.add_argument("--master-port", type=int, help="port on node 0 (torchrun: default 29500; --launcher slurm: "
-                                                   "default 20000 + the job id modulo 20000)")
-    g.add_argument("--cpu-procs", type=int, default=1,
-                   help="with --ngpus 0: data-parallel CPU processes (gloo; default 1)")
-    g.add_argument("--precision", default="auto", choices=PRECISIONS, help=scale.precision_help())
-    g.add_argument("--seed", type=int, default=1, help="random seed of training (default 1)")
-    g.add_argument("--clip-norm", type=float, default=0.0,
-                   help="clip the gradients' norm at this value (fairseq-train's --clip-norm; default 0: no "
-                        "clipping, as the paper, which names none, and tensor2tensor's transformer_base)")
-    g.add_argument("--threads", type=int,
-                   help="CPU threads per process (OMP_NUM_THREADS) for training and decoding (default: the "
-                        "mode's, see the config; GPU runs: torch's choice); results are bitwise reproducible for "
-                        "the same thread count")
-    g.add_argument("--train-minutes", type=float,
-                   help="opt-in wall-clock training budget in minutes (fairseq's --stop-time-hours); training then "
-                        "stops at --max-update or the budget, whichever comes first, so the result depends on "
-                        "the machine's speed. Default: none, a fixed number of updates")
-    scale.add_options(g)
-    add_canary_options(g)
-
-
-def add_canary_options(g):
-    g.add_argument("--canary", action="store_true",
-                   help="run the data stages, then train as the real run would for --canary-minutes and write "
-                        "WORKDIR/canary/canary.json: tokens/s, model FLOP utilization, memory headroom, loss, the cost of a "
-                        "validation and a checkpoint, and the predicted wall time of the whole run, part by part; "
-                        "exits non-zero with one line when the run would fail or waste the machine")
-    g.add_argument("--canary-minutes", type=float, default=DEFAULT_CANARY_MINUTES,
-                   help=f"how long the canary trains (default {DEFAULT_CANARY_MINUTES:g})")
-    g.add_argument("--canary-min-utilization", type=float, metavar="X",
-                   help="the canary fails when the model FLOPs of its real (non-padding) tokens fall below this "
-                        "share of the GPU's datasheet dense peak (default: half the share attn_kit.planning.step_model "
-                        "predicts for the GPU and the run's forwards; not checked on CPUs or GPUs it does not list)")
-    g.add_argument("--canary-min-tokens-per-second", type=float, metavar="N",
-                   help="the canary fails below N target tokens/s over all devices (default: no floor)")
-    g.add_argument("--canary-epoch-pairs", type=int, metavar="N",
-                   help="predict the whole run's epoch-end validations and checkpoints for epochs of N training "
-                        "pairs, as long on average as the canary's own (default: the corpus the canary trains on, "
-                        "the run's own; for a canary on a stand-in corpus)")
+    the recipe's modes that train on the CPU, as --ngpus's help names them; ``minutes``: --train-minutes's note."""
+    options.add(g, "ngpus", f"default 8, the paper's; {cpu_modes}: 0. The default does not follow the machine, so "
+                            "that --dry-run and --launcher slurm plan the same run wherever they are typed; a run "
+                            "that trains here checks it before its first stage (fewer GPUs visible than asked is "
+                            "one error line saying what to pass)")
+    options.add(g, "nnodes", "default 1", default=1)
+    options.add(g, "node_rank", default=0)
+    options.add(g, "master_addr")
+    options.add(g, "master_port")
+    options.add(g, "cpu_procs", "default 1", default=1)
+    options.add(g, "precision", "default auto", default="auto")
+    options.add(g, "seed", "of training; default 1", default=1)
+    options.add(g, "clip_norm", "default 0", default=0.0)
+    options.add(g, "threads", "default: the mode's, see the config; GPU runs: torch's choice")
+    options.add(g, "train_minutes", minutes)
+    for name in ("launcher", "partition", "time_limit", "account", "mem", "cpus_per_task", "signal_seconds",
+                 "prepare_here", "prep_partition", "prep_time", "prep_mem", "prep_cpus", "gpu", "gpu_tflops",
+                 "interconnect_gb_per_s", "utilization"):
+        options.add(g, name, **({"default": "torchrun"} if name == "launcher" else {}))
+    options.add(g, "canary")
+    options.add(g, "canary_minutes", default=options.CANARY_MINUTES)
+    for name in ("canary_min_utilization", "canary_min_tokens_per_second", "canary_epoch_pairs"):
+        options.add(g, name)
 
 
 # ---------------------------------------------------------------------------------------------- checks
-def check_run(s):
-    """The values every recipe shares, as composed (typed settings or a Namespace): one UsageError."""
+def check_run(s, source=None):
+    """The values every recipe shares, as composed (typed settings or a Namespace; ``source``: the YAML
+    file): one UsageError."""
     for option in ("workdir", "data_workdir"):  # fairseq reads a data path with ':' as a list of folders
         folder = getattr(s, option, None)
         if folder is not None and ":" in str(Path(folder).resolve()):
             raise UsageError(f"--{option.replace('_', '-')} {folder}: its path holds ':', which fairseq-train reads "
                              "as a list of data folders (it would fail after the data stages); choose a folder "
                              "whose path has no ':'")
-    for name in POSITIVE:
-        if getattr(s, name, None) not in (None, AUTO) and getattr(s, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
-    if s.threads is not None and s.threads < 1:
-        raise UsageError("--threads must be >= 1")
-    if s.lr_scale <= 0 or (s.train_minutes is not None and s.train_minutes <= 0):
-        raise UsageError("--lr-scale and --train-minutes must be > 0")
-    if s.ngpus < 0 or s.nnodes < 1 or s.cpu_procs < 1:
-        raise UsageError("--ngpus must be >= 0, --nnodes and --cpu-procs >= 1")
+    defaulted = getattr(s, "defaulted", ())
+    options.check_ranges(vars(s), lambda name: _named(name, defaulted, source))
     if s.nnodes > 1 and s.ngpus == 0:
         raise UsageError("multi-node training needs GPUs (--ngpus >= 1)")
-    if not 0 <= s.node_rank < s.nnodes:
+    if not s.node_rank < s.nnodes:
         raise UsageError(f"--node-rank must be in 0..{s.nnodes - 1}")
     scale.check(s)
-    if s.canary_minutes <= 0:
-        raise UsageError("--canary-minutes must be > 0")
-    if s.canary_min_tokens_per_second is not None and s.canary_min_tokens_per_second < 0:
-        raise UsageError("--canary-min-tokens-per-second must be >= 0")
-    if s.canary_epoch_pairs is not None and s.canary_epoch_pairs < 1:
-        raise UsageError("--canary-epoch-pairs must be >= 1")
-    if getattr(s, "alpha", None) is not None and s.alpha < 0:
-        raise UsageError("--gnmt-alpha must be >= 0 (0: no length penalty)")
-    if getattr(s, "lenpen", None) is not None and s.lenpen < 0:
-        raise UsageError("--lenpen must be >= 0 (fairseq's exponent of the length; 1: none)")
-    if getattr(s, "bpe_learn_pairs", None) is not None and s.bpe_learn_pairs < 0:
-        raise UsageError("--bpe-learn-pairs must be >= 0 (0: learn on every pair)")
     if getattr(s, "clean", False) and s.max_tokens_per_gpu not in (None, AUTO) \
             and s.max_tokens_per_gpu <= CLEAN_MAX_LEN:
         raise UsageError(f"--max-tokens-per-gpu {s.max_tokens_per_gpu}: the data keeps sentences of up to "
                          f"{CLEAN_MAX_LEN} tokens, and fairseq-train needs a batch to hold one (and its end of "
                          f"sentence): give more than {CLEAN_MAX_LEN}")
-    if s.canary_min_utilization is not None and not 0 < s.canary_min_utilization <= 1:
-        raise UsageError("--canary-min-utilization must be in (0, 1]")
-    if s.master_port is not None and not 1 <= s.master_port <= 65535:
-        raise UsageError("--master-port must be in 1..65535")
-    if s.seed < 0:
-        raise UsageError("--seed must be >= 0")
-    if getattr(s, "clip_norm", 0.0) < 0:
-        raise UsageError("--clip-norm must be >= 0 (0: no clipping)")
-    if getattr(s, "lenpen", None) is not None and "lenpen" not in getattr(s, "defaulted", ()) \
+    if getattr(s, "lenpen", None) is not None and "lenpen" not in defaulted \
             and getattr(s, "length_penalty", None) == "gnmt":
         raise UsageError("--lenpen is fairseq's length penalty: it applies with --length-penalty fairseq; the "
                          "paper's GNMT penalty takes --gnmt-alpha")
@@ -341,12 +269,7 @@ def check_size(size):
     """A model size that fairseq can build (before the data stages, not after them)."""
     if size is None:
         return
-    for name in ("layers", "d_model", "d_ff", "h"):
-        if getattr(size, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
+    options.check_ranges({name: getattr(size, name) for name in ("layers", "d_model", "d_ff", "h", "p_drop")})
     if size.d_model % size.h:
         raise UsageError(f"--h {size.h} does not divide --d-model {size.d_model}: the heads split d_model "
                          "(d_k = d_v = d_model / h, Sec. 3.2.2)")
-    if size.p_drop is not None and not (math.isfinite(size.p_drop) and 0 <= size.p_drop < 1):
-        raise UsageError(f"--p-drop {size.p_drop}: a dropout rate is in [0, 1)")
-

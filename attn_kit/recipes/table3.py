@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
 from ..cli import ArgumentParser, UsageError, UserError, atomic_output, log, main_guard, write_json_atomic, write_text_atomic
-from ..planning.paper import BASE, EN_DE_VOCAB, TABLE3, Table3Row
+from ..planning.paper import BASE, EN_DE_VOCAB, PAPER_ALPHA, PAPER_BEAM, PAPER_MAX_LEN_B, TABLE3, Table3Row
 from ..results import provenance
 from ..pipeline import slurm
 from ..pipeline.lock import workdir_lock
 from ..pipeline.process import stream
 from ..pipeline.stages import Pipeline, Stage
+from .. import options
 from . import canary, common, config, scale, settings, translation
 from ..checkout import REPO
 from ..fairseq_layer.fairseq_commands import DecodePlan, validate_command
@@ -31,7 +32,6 @@ from ..metrics.bleu import read_lines
 from ..metrics.scores import dev_scores
 
 GROUPS = ("base", "A", "B", "C", "D", "E", "big")
-ALPHA, BEAM, MAX_LEN_B = 0.6, 4, 50  # Sec. 6.1's decoding, which Sec. 6.2 uses for Table 3
 
 
 # ---------------------------------------------------------------------------------------------- rows
@@ -140,28 +140,21 @@ def parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="recipes/table3.sh", usage=scale.USAGE, description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--bundled", action="store_true", help="every row on a small base (recipes/configs/table3.yaml) "
-                                                             "on the bundled Tatoeba EN-DE data, on CPU")
-    mode.add_argument("--smoke", action="store_true", help="tiny rows on the --smoke data, for checking the plumbing")
+    options.add(mode, "bundled", "every row on a small base, recipes/configs/table3.yaml")
+    options.add(mode, "smoke", "tiny rows on the --smoke data")
     settings.add_run_options(p, "runs/table3_<mode>")
     p.add_argument("--rows", default="all", help="groups (base, A, B, C, D, E, big) and rows (A2, C5, ...), "
                                                 "comma-separated (default all)")
-    p.add_argument("--data-workdir", type=Path,
-                   help="the prepared EN-DE data the rows train on: the EN-DE recipe's --data-workdir; its data "
-                        "stages run there first, skipping what is done (default: the folder that recipe "
-                        "prepares for the mode: wmt14_en_de_data beside the work directory, shared with the "
-                        "base and big runs; --bundled, --smoke: runs/wmt14_en_de_bundled, _smoke)")
+    options.add(p, "data_workdir", "the EN-DE recipe's --data-workdir, whose data stages run there first, skipping "
+                                   "what is done; default: the folder that recipe prepares for the mode: "
+                                   "wmt14_en_de_data beside the work directory, shared with the base and big runs; "
+                                   "--bundled, --smoke: runs/wmt14_en_de_bundled, _smoke")
     g = p.add_argument_group("training")
-    settings.add_device_options(g)
-    minutes = next(a for a in g._group_actions if a.dest == "train_minutes")
-    minutes.help = ("opt-in wall-clock training budget per row in minutes (the big row 3x; fairseq's "
-                    "--stop-time-hours), on top of --max-update: the table then depends on the machine's speed. "
-                    "Default: none, a fixed number of updates per row")
-    g.add_argument("--max-update", type=int, help=f"updates of every row but big, which trains 3x as many "
-                                                  f"(default {P['max_update']}, Table 3's 100K; --bundled "
-                                                  f"{config.settings('table3', 'bundled')['max_update']})")
-    g.add_argument("--save-interval-updates", type=int, help="a checkpoint every N updates, to resume from "
-                                                            f"(default {P['save_interval_updates']})")
+    settings.add_device_options(g, minutes="per row, the big row 3x; on top of --max-update; default: none, a "
+                                           "fixed number of updates per row")
+    options.add(g, "max_update", f"of every row but big, which trains 3x as many; default {P['max_update']}, Table "
+                                 f"3's 100K; --bundled {config.settings('table3', 'bundled')['max_update']}")
+    options.add(g, "save_interval_updates", f"default {P['save_interval_updates']}")
     g.add_argument("--reuse", action="append", metavar="ROW=RUN_DIR",
                    help="evaluate row ROW (base or big) with the final model of a finished EN-DE recipe run in "
                         "RUN_DIR (recipes/wmt14_en_de.sh --arch attn_paper_base or attn_paper_big: the Table 2 "
@@ -207,7 +200,7 @@ def build(argv=None) -> Table3Settings:
         data_workdir=data_workdir, vocab_estimate=vocab, arch="attn_paper_base", size=None,
         average=1,  # no checkpoint averaging in Table 3 (Sec. 6.2)
         validate_interval_updates=None,  # fairseq validates when training ends; fairseq-validate scores the row
-        beam=BEAM, length_penalty="gnmt", alpha=ALPHA, beam_stop=None, recipe_module="attn_kit.recipes.table3"))
+        beam=PAPER_BEAM, length_penalty="gnmt", alpha=PAPER_ALPHA, beam_stop=None, recipe_module="attn_kit.recipes.table3"))
 
 
 parse_args = build  # the name callers used before the settings were typed
@@ -294,7 +287,7 @@ def score_dev(data_w: Path, gen_out: Path) -> dict:
 def dev_command(r: Table3Settings, checkpoint) -> list:
     """fairseq-generate of the dev split as Sec. 6.1 decodes (beam 4, GNMT alpha 0.6, input + 50)."""
     return common.generate_command(r, r.data_workdir / "data-bin", checkpoint, "valid",
-                                   DecodePlan(beam=BEAM, max_len_b=MAX_LEN_B, batch_size=128, alpha=ALPHA))
+                                   DecodePlan(beam=PAPER_BEAM, max_len_b=PAPER_MAX_LEN_B, batch_size=128, alpha=PAPER_ALPHA))
 
 
 def run_row(r: Table3Settings, row: Table3Row, ctx):

@@ -18,7 +18,7 @@ from typing import List, Mapping, Optional, Tuple
 from ..checkout import REPO
 from ..cli import ArgumentParser, UsageError, UserError, log, main_guard, write_json_atomic
 from ..textio import iter_lines
-from ..planning.paper import TABLE2_BLEU
+from ..planning.paper import PAPER_MAX_LEN_B, TABLE2_BLEU
 from ..pipeline import verify
 from ..pipeline.progress import Progress, watch_output
 from ..fairseq_layer import fairseq_data
@@ -27,6 +27,7 @@ from ..fairseq_layer.fairseq_commands import MAX_POSITIONS, average_checkpoints,
 from ..pipeline.stages import Stage
 from ..pipeline.text import clean_parallel, count_lines, moses_tokenize, moses_tokenizer_args, sample_pairs
 from ..planning.sizes import ARCH_SIZES, PLUGIN_ARCHS, SIZES, ModelSize
+from .. import options
 from . import canary, common, config, scale, settings
 from ..planning.step_model import PAPER_MAX_TOKENS
 from ..metrics.bleu import read_lines
@@ -37,7 +38,7 @@ from . import wmt14_smoke  # noqa: F401 -- registers the smoke mirror's source
 
 VOCABULARY_THRESHOLD = 50  # apply-bpe --vocabulary-threshold, as fairseq's WMT scripts
 BPE_SAMPLE_SEED = 1  # --bpe-learn-pairs: the sample of training pairs BPE is learned on
-MAX_LEN_B, BATCH_SIZE = 50, 128  # decoding: output up to input + 50 tokens (Sec. 6.1); sentences per batch
+BATCH_SIZE = 128  # decoding: sentences per batch
 SIZE_OPTIONS = ("layers", "d_model", "d_ff", "h", "p_drop")
 # The data stages of every mode (the first two are named check and copy for recipes/parallel.sh).
 STAGE_NAMES = ("download", "extract", "tokenize", "bpe", "binarize")
@@ -110,25 +111,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pair", action="append", choices=sorted(PAIRS),
                    help="language pair (set by the .sh file; default en-de)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--bundled", action="store_true", help="train and evaluate on the bundled Tatoeba EN-DE data"
-                      if pair == "en-de" else argparse.SUPPRESS)
-    mode.add_argument("--smoke", action="store_true",
-                      help="every WMT14 stage on CPU in minutes: tiny archives from a local mirror, a tiny model")
+    options.add(mode, "bundled", **({} if pair == "en-de" else {"help": argparse.SUPPRESS}))
+    options.add(mode, "smoke", "the WMT14 stages on tiny archives from a local mirror")
     mode.add_argument("--corpus", metavar="NAME",
                       help="a corpus of its own: the section NAME of recipes/configs/wmt14.yaml, whose data: names "
                            "its source (docs/architecture.md, how to add a corpus) and pair: its languages")
     settings.add_run_options(p, "runs/wmt14_<pair>_<mode or arch>")
-    p.add_argument("--arch", default="attn_paper_base",
-                   help=f"model architecture registered by attn_plugin: {', '.join(PLUGIN_ARCHS)} "
-                        "(default attn_paper_base; for EN-FR, attn_paper_big means attn_paper_big_en_fr, "
-                        f"P_drop 0.1 as in Sec. 6.1; {' and '.join(small)} shrink{'' if len(small) > 1 else 's'} "
-                        "the model)")
+    options.add(p, "arch", f"registered by attn_plugin: {', '.join(PLUGIN_ARCHS)}; default attn_paper_base; for "
+                           "EN-FR, attn_paper_big means attn_paper_big_en_fr, P_drop 0.1 as in Sec. 6.1; "
+                           f"{' and '.join(small)} shrink{'' if len(small) > 1 else 's'} the model",
+                default="attn_paper_base")
     g = p.add_argument_group("data")
     g.add_argument("--mirror", help="base URL (or local folder) that holds the WMT14 files at the same paths as "
                                     "www.statmt.org, e.g. http://127.0.0.1:8000 (default: the public hosts)")
-    g.add_argument("--bpe-merges", type=int, help="joint BPE merges (default: EN-DE 35000, EN-FR 30000, aiming at "
-                                                  "the paper's 37000 / 32000 shared tokens"
-                                                  + (f"; --bundled {B['bpe_merges']})" if "--bundled" in small else ")"))
+    options.add(g, "bpe_merges", "default: EN-DE 35000, EN-FR 30000, aiming at the paper's 37000 / 32000 shared "
+                                 "tokens" + (f"; --bundled {B['bpe_merges']}" if "--bundled" in small else ""))
     add_workers_option(g)
     add_bpe_learn_option(g, P)
     add_clean_option(g, P)
@@ -209,10 +206,7 @@ def size_overrides(given) -> dict:
 
 
 def add_data_workdir_option(g, default: str):
-    g.add_argument("--data-workdir", type=Path,
-                   help="where the data stages (download..binarize) prepare the data, for several runs to "
-                        "share; the training stages stay in --workdir. A folder prepared with other data "
-                        f"options is refused (default: {default})")
+    options.add(g, "data_workdir", f"default: {default}")
 
 
 def data_folders(given: Optional[Path], workdir: Path, shared: Optional[str]) -> Tuple[Path, Optional[Path]]:
@@ -233,22 +227,16 @@ def data_folders(given: Optional[Path], workdir: Path, shared: Optional[str]) ->
 
 
 def add_workers_option(g):
-    g.add_argument("--workers", type=int, default=settings.default_workers(),
-                   help="processes for tokenization, BPE and binarization (default: CPUs, at most 8)")
+    options.add(g, "workers", "default: CPUs, at most 8", default=settings.default_workers())
 
 
 def add_clean_option(g, P):
-    g.add_argument("--clean", action=argparse.BooleanOptionalAction,
-                   help=f"--no-clean keeps every training pair; --clean applies clean-corpus-n after BPE, as "
-                        f"fairseq's scripts: pairs of 1-250 tokens with a length ratio <= 1.5 (default: "
-                        f"{'on' if P['clean'] else 'off'}; off for --bundled, whose short sentences it would thin)")
+    options.add(g, "clean", f"default: {'on' if P['clean'] else 'off'}; off for --bundled, whose short sentences "
+                            "it would thin")
 
 
 def add_bpe_learn_option(g, P):
-    g.add_argument("--bpe-learn-pairs", type=int, metavar="N",
-                   help=f"learn BPE on a random sample of N training pairs when there are more (default "
-                        f"{P['bpe_learn_pairs']}; docs/scaling.md, 'Preparing WMT-sized data', says what it saves and costs); "
-                        "BPE is applied to every pair all the same. 0: learn on every pair")
+    options.add(g, "bpe_learn_pairs", f"default {P['bpe_learn_pairs']}")
 
 
 def bpe_learn_files(src: Path, tgt: Path, sample_src: Path, sample_tgt: Path, pairs: int, record: Path):
@@ -318,55 +306,34 @@ def add_training_options(p, cfg, P, modes: Mapping[str, dict], resize: str, smal
     paper's settings; ``modes``: the command's small modes and their settings (``{"--smoke": ...}``),
     whose defaults the help quotes; ``resize``: what the size options resize, at the start of their
     help; ``small_model``: the name of the model their help describes."""
-    def defaults(key, *names) -> str:  # "; --bundled 2048, --smoke 1000": the modes' own values of key
+    def default(key, paper=None, names=("--bundled", "--smoke")) -> str:  # "default 28000; --bundled 2048"
         shown = [f"{name} {modes[name][key]:g}" for name in names if name in modes]
-        return "; " + ", ".join(shown) if shown else ""
+        return f"default {P[key] if paper is None else paper}" + ("; " + ", ".join(shown) if shown else "")
 
+    base, big = cfg["archs"]["attn_paper_base"], cfg["archs"]["attn_paper_big"]
     g = p.add_argument_group("training")
     settings.add_device_options(g, " and ".join(reversed(modes)) or "--preset small")
-    g.add_argument("--tokens-per-update", type=int,
-                   help=f"padded tokens per update over all devices, fairseq's --max-tokens x devices x "
-                        f"--update-freq (default {P['tokens_per_update']}: ~25000 real source and target tokens "
-                        f"each on WMT-like lengths, Sec. 5.1"
-                        + defaults("tokens_per_update", "--bundled", "--smoke") + ")")
-    g.add_argument("--max-tokens-per-gpu", type=settings.tokens_or_auto,
-                   help=settings.MAX_TOKENS_HELP.format(cpu=PAPER_MAX_TOKENS) + f" (default {P['max_tokens_per_gpu']}"
-                        + defaults("max_tokens_per_gpu", "--bundled", "--smoke") + ")")
-    base, big = cfg["archs"]["attn_paper_base"], cfg["archs"]["attn_paper_big"]
-    g.add_argument("--max-update", type=int, help=f"updates (default: base {base['max_update']}, big "
-                                                  f"{big['max_update']}"
-                                                  + defaults("max_update", "--bundled", "--smoke") + ")")
-    g.add_argument("--warmup-updates", type=int, help=f"eq. 3 warmup (default {P['warmup_updates']}"
-                                                      + defaults("warmup_updates", "--bundled") + ")")
-    g.add_argument("--lr-scale", type=float, help=f"multiplies eq. 3's learning rate (default {P['lr_scale']:g}"
-                                                  + defaults("lr_scale", "--bundled") + ")")
-    size = SIZES["bundled"]
-    for name, what in (("layers", "N, layers of encoder and decoder"), ("d_model", "d_model"), ("d_ff", "d_ff"),
-                       ("h", "attention heads h"), ("p_drop", "P_drop, residual dropout")):
-        g.add_argument(f"--{name.replace('_', '-')}", type=float if name == "p_drop" else int,
-                       help=f"{resize}{what} ({small_model}: {size.describe()})")
-    g.add_argument("--save-interval-updates", type=settings.tokens_or_auto,
-                   help=f"save a checkpoint every N updates (default {big['save_interval_updates']}: the paper's "
-                        "10 minutes (Sec. 6.1) of the run's updates, at the seconds per update a canary measured in "
-                        "WORKDIR, else estimated for the GPU (--gpu NAME, the GPU here), else the job's at its start; "
-                        "a resumed run keeps the interval it started with"
-                        + defaults("save_interval_updates", "--bundled", "--smoke") + ")")
-    common.add_log_options(g, P)
+    options.add(g, "tokens_per_update", default("tokens_per_update") + ": ~25000 real source and target tokens "
+                                        "each on WMT-like lengths, Sec. 5.1")
+    options.add(g, "max_tokens_per_gpu", default("max_tokens_per_gpu") + f"; {PAPER_MAX_TOKENS} on a CPU or with "
+                                         "no GPU known")
+    options.add(g, "max_update", default("max_update", f"base {base['max_update']}, big {big['max_update']}"))
+    options.add(g, "warmup_updates", default("warmup_updates", names=("--bundled",)))
+    options.add(g, "lr_scale", default("lr_scale", f"{P['lr_scale']:g}", names=("--bundled",)))
+    for name in ("layers", "d_model", "d_ff", "h", "p_drop"):
+        options.add(g, name, f"{resize}{small_model}: {SIZES['bundled'].describe()}")
+    options.add(g, "save_interval_updates", default("save_interval_updates", big["save_interval_updates"]))
+    options.add(g, "validate_interval_updates")
+    options.add(g, "log_interval", f"default {P['log_interval']}")
     g = p.add_argument_group("evaluation")
-    g.add_argument("--average", type=int, help=f"average the last N checkpoints (default: base {base['average']}, "
-                                               f"big {big['average']}; Sec. 6.1)")
-    g.add_argument("--beam", type=int, help=f"beam size (default {P['beam']}, Sec. 6.1)")
-    g.add_argument("--length-penalty", choices=["gnmt", "fairseq"],
-                   help="gnmt: the paper's ((5+|Y|)/6)^alpha (default); fairseq: |Y|^lenpen"
-                        + (" (default for --bundled: on Tatoeba's short sentences it beat GNMT 0.6 on the valid "
-                           "split with the same checkpoint, recipes/results/bundled_sweep.*.json)"
-                           if "--bundled" in modes else ""))
-    g.add_argument("--gnmt-alpha", type=float, dest="alpha",
-                   help=f"GNMT length penalty alpha (default {P['alpha']:g}, Sec. 6.1)")
-    g.add_argument("--lenpen", type=float, help=f"fairseq's --lenpen, with --length-penalty fairseq (default "
-                                                f"{P['lenpen']:g})")
-    common.add_beam_stop_option(g)
-
+    options.add(g, "average", f"default: base {base['average']}, big {big['average']}")
+    options.add(g, "beam", f"default {P['beam']}, Sec. 6.1")
+    options.add(g, "length_penalty", "default gnmt" + (
+        "; fairseq for --bundled: on Tatoeba's short sentences it beat GNMT 0.6 on the valid split with the same "
+        "checkpoint, recipes/results/bundled_sweep.*.json" if "--bundled" in modes else ""))
+    options.add(g, "alpha", f"default {P['alpha']:g}, Sec. 6.1")
+    options.add(g, "lenpen", f"default {P['lenpen']:g}")
+    options.add(g, "beam_stop")
 
 
 # ---------------------------------------------------------------------------------------------- stages
@@ -464,7 +431,7 @@ def average(ctx, s: TranslationSettings, lay: Layout):
 
 def decode_plan(s: TranslationSettings):
     """The test set's decoding: the run's beam and length penalty, outputs up to input + 50 (Sec. 6.1)."""
-    return common.decode_plan(s, s.beam, MAX_LEN_B, BATCH_SIZE)
+    return common.decode_plan(s, s.beam, PAPER_MAX_LEN_B, BATCH_SIZE)
 
 
 def generate_command(s: TranslationSettings, lay: Layout, checkpoint: Path) -> list:
@@ -517,7 +484,7 @@ def data_stages(s: TranslationSettings, lay: Layout) -> List[Stage]:
               + (f", learned on at most {s.bpe_learn_pairs} pairs" if s.bpe_learn_pairs else "")
               + (", then clean-corpus-n" if s.clean else ""),
               inputs=[lay.tok / t for t in texts], outputs=bpe_out,
-              options={"bpe_merges": s.bpe_merges, "clean": s.clean, "bpe_learn_pairs": s.bpe_learn_pairs},
+              options=options.shaping(s, "bpe"),
               scratch=[bpe / "learn.json"],
               check=lambda: verify.parallel_text(lay.pairs(bpe) + (lay.pairs(prep) if s.clean else [])), home=home),
         Stage("binarize", bound(binarize_stage, s, lay), "fairseq-preprocess --joined-dictionary",
@@ -546,7 +513,7 @@ def run_stages(s: TranslationSettings, lay: Layout) -> List[Stage]:
               scratch=[lay.ckpt, *common.train_records(s)], options=common.train_options(s, s.model),
               resumable=common.RESUMABLE_TRAIN_OPTIONS, legacy=common.recorded_option(lay.W / "train_command.json")),
         Stage("average", bound(average, s, lay), f"average the last {s.average} checkpoints", inputs=[lay.ckpt],
-              outputs=[lay.avg, averaged_info_path(lay.avg)], options={"average": s.average}),
+              outputs=[lay.avg, averaged_info_path(lay.avg)], options=options.shaping(s, "average")),
         Stage("generate", bound(generate, s, lay), f"fairseq-generate, beam {s.beam}, {penalty}, "
                                                    f"{common.BEAM_STOP_NAMES[stop]}, on the test set",
               inputs=[lay.avg, *dictionaries(lay), *binaries(lay, test=True)],

@@ -27,6 +27,7 @@ from ..fairseq_layer.fairseq_log import progress_line
 from ..fairseq_layer.fairseq_commands import average_checkpoints, binarize
 from ..pipeline.stages import Stage
 from ..planning.step_model import PAPER_MAX_TOKENS
+from .. import options
 from . import canary, common, config, scale, settings
 from .wsj_data import LDC, SMOKE_PTB, SPLITS, SRC, TGT, SilverTrees, Treebank, prepare_data
 from .wsj_tune import (HELP as TUNE_GRID_HELP, decode_settings, evalb_blocks, forget_stale_selection,
@@ -105,53 +106,41 @@ def _data_options(g, W: dict, S: dict):
     g.add_argument("--pos-tags", default="xx", choices=["xx", "keep"],
                    help="output leaves: xx = every POS tag normalized to XX as in Vinyals et al. (default; the "
                         "scored trees get the gold tags back), keep = predict the POS tags")
-    g.add_argument("--vocab", type=int, help=f"BPE vocabulary of the input words (subword-nmt -s N --total-symbols; "
-                                             f"default {W['vocab']}, "
-                                             f"{config.settings('wsj', 'semi-supervised')['vocab']} with "
-                                             f"--extra-trees, Sec. 6.3; --smoke {S['vocab']})")
-    g.add_argument("--workers", type=int, default=settings.default_workers(),
-                   help="processes for BPE and binarization (default: CPUs, at most 8)")
+    options.add(g, "vocab", f"of the input words, subword-nmt -s N --total-symbols; default {W['vocab']}, "
+                            f"{config.settings('wsj', 'semi-supervised')['vocab']} with --extra-trees, Sec. 6.3; "
+                            f"--smoke {S['vocab']}")
+    options.add(g, "workers", "default: CPUs, at most 8", default=settings.default_workers())
 
 
 def _training_options(g, W: dict, S: dict):
-    g.add_argument("--arch", default="attn_paper_parse",
-                   help="model (default attn_paper_parse: 4 layers, d_model 1024; --smoke shrinks it: "
-                        f"{common.SIZES[S['size']].describe()})")
-    g.add_argument("--p-drop", type=float, help="P_drop, residual dropout (default: the arch's, 0.1 as the base "
-                                                "model; the paper tuned it on section 22, t2t used 0.2)")
-    g.add_argument("--attention-dropout", type=float,
-                   help="dropout on the attention weights, fairseq's --attention-dropout (default: the arch's, 0.2 "
-                        "as t2t transformer_parsing_base; the paper tuned it on section 22)")
+    def default(key, note=""):  # "default 100000 as the base model; --smoke 60"
+        return f"default {W[key]}{note}; --smoke {S[key]}"
+
+    options.add(g, "arch", "default attn_paper_parse: 4 layers, d_model 1024; --smoke shrinks it: "
+                           f"{common.SIZES[S['size']].describe()}", default="attn_paper_parse")
+    options.add(g, "p_drop", "default: the arch's, 0.1 as the base model; the paper tuned it on section 22, t2t "
+                             "used 0.2")
+    options.add(g, "attention_dropout", "default: the arch's, 0.2 as t2t transformer_parsing_base; the paper "
+                                        "tuned it on section 22")
     settings.add_device_options(g, cpu_modes="--smoke")
-    g.add_argument("--tokens-per-update", type=int,
-                   help="padded tokens per update over all devices (fairseq's --max-tokens x devices x --update-freq; "
-                        f"default {W['tokens_per_update']} as the base model, Sec. 5.1; --smoke "
-                        f"{S['tokens_per_update']})")
-    g.add_argument("--max-tokens-per-gpu", type=settings.tokens_or_auto,
-                   help=settings.MAX_TOKENS_HELP.format(cpu=PAPER_MAX_TOKENS) + f" (default {W['max_tokens_per_gpu']}; "
-                        f"--smoke {S['max_tokens_per_gpu']})")
-    g.add_argument("--max-update", type=int, help=f"updates (default {W['max_update']} as the base model; --smoke "
-                                                  f"{S['max_update']})")
-    g.add_argument("--warmup-updates", type=int, help=f"eq. 3 warmup (default {W['warmup_updates']} as t2t "
-                                                      f"transformer_parsing_base; --smoke {S['warmup_updates']})")
-    g.add_argument("--lr-scale", type=float, help=f"multiplies eq. 3's learning rate (default {W['lr_scale']:g}: t2t "
-                                                  "transformer_parsing_base's learning_rate 0.05 is 0.5 x eq. 3; "
-                                                  f"--smoke {S['lr_scale']:g}; the paper tuned the rate on section 22)")
-    g.add_argument("--save-interval-updates", type=int, help=f"checkpoint every N updates (default "
-                                                             f"{W['save_interval_updates']}; --smoke "
-                                                             f"{S['save_interval_updates']})")
-    common.add_log_options(g, W, validate=False)
-    g.add_argument("--average", type=int, help=f"average the last N checkpoints (default {W['average']}, Sec. 6.1)")
+    options.add(g, "tokens_per_update", default("tokens_per_update", " as the base model, Sec. 5.1"))
+    options.add(g, "max_tokens_per_gpu", default("max_tokens_per_gpu") + f"; {PAPER_MAX_TOKENS} on a CPU or with "
+                                         "no GPU known")
+    options.add(g, "max_update", default("max_update", " as the base model"))
+    options.add(g, "warmup_updates", default("warmup_updates", " as t2t transformer_parsing_base"))
+    options.add(g, "lr_scale", default("lr_scale", ": t2t transformer_parsing_base's learning_rate 0.05 is 0.5 x "
+                                                   "eq. 3") + "; the paper tuned the rate on section 22")
+    options.add(g, "save_interval_updates", default("save_interval_updates"))
+    options.add(g, "log_interval", f"default {W['log_interval']}")
+    options.add(g, "average", f"default {W['average']}")
 
 
 def _decoding_options(g, W: dict):
-    g.add_argument("--beam", type=int, help=f"beam size (default {W['beam']}, Sec. 6.3)")
-    g.add_argument("--gnmt-alpha", dest="alpha", type=float,
-                   help=f"GNMT length penalty alpha (default {W['alpha']:g}, Sec. 6.3)")
-    common.add_beam_stop_option(g)
-    g.add_argument("--max-len-b", type=int, help=f"longest output = input length + this (default {W['max_len_b']})")
-    g.add_argument("--evalb", type=Path, metavar="PATH",
-                   help="score with the official EVALB binary at PATH (default: scripts/evalb.py, the same numbers)")
+    options.add(g, "beam", f"default {W['beam']}, Sec. 6.3")
+    options.add(g, "alpha", f"default {W['alpha']:g}, Sec. 6.3")
+    options.add(g, "beam_stop")
+    options.add(g, "max_len_b", f"default {W['max_len_b']}")
+    options.add(g, "evalb", "default: scripts/evalb.py, the same numbers")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -162,9 +151,8 @@ def parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="recipes/wsj_parsing.sh", usage=scale.USAGE,
                                 description=DESCRIPTION + "\n" + grids,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--smoke", action="store_true",
-                   help="all stages on CPU in minutes on the repo's hand-written trees (data/wsj-smoke), tiny model; "
-                        "with --ptb, the tiny model on your treebank")
+    options.add(p, "smoke", "on the repo's hand-written trees, data/wsj-smoke; with --ptb, the tiny model on your "
+                            "treebank")
     settings.add_run_options(p, "runs/wsj_<mode>")
     p.add_argument("--tune", action="store_true",
                    help="select P_drop, attention dropout, learning rate, beam and alpha on section 22 as the "
@@ -256,13 +244,6 @@ def check(s: WsjSettings):
     if s.evalb and not s.dry_run and not (s.evalb.is_file() and os.access(s.evalb, os.X_OK)):
         raise UserError(f"--evalb {s.evalb}: not an executable file (EVALB builds with 'make' in its "
                         "folder: https://nlp.cs.nyu.edu/evalb/)")
-    if s.vocab < 1:
-        raise UsageError("--vocab must be >= 1")
-    if s.max_len_b < 0:
-        raise UsageError("--max-len-b must be >= 0 (the longest output is the input's length + this)")
-    for option, value in (("--p-drop", s.p_drop), ("--attention-dropout", s.attention_dropout)):
-        if value is not None and not 0 <= value < 1:
-            raise UsageError(f"{option} must be in [0, 1)")
     if s.canary and s.tune:
         raise UsageError("--canary checks one training run; each --tune trial is a run like it: run the canary "
                          "without --tune (its prediction times one trial)")
@@ -576,7 +557,7 @@ def data_stages(s) -> list:
               options={"sections": s.sections, "pos_tags": s.pos_tags}),
         Stage("bpe", partial(learn_apply_bpe, s), f"BPE on the input words, {s.vocab} symbols (subword-nmt)",
               inputs=[prep / t for t in texts], outputs=[bpe / "codes", *(bpe / t for t in texts)],
-              options={"vocab": s.vocab}),
+              options=options.shaping(s, "bpe")),
         Stage("binarize", partial(binarize_data, s), "fairseq-preprocess --joined-dictionary",
               inputs=[bpe / t for t in texts], outputs=[data_bin / f"dict.{SRC}.txt", data_bin / f"dict.{TGT}.txt"],
               check=lambda: fairseq_data.binarized(data_bin, SRC, TGT, SPLITS)),

@@ -51,6 +51,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from .. import run_stats
+from ..beam_stop import RULES, stop_rule
 from ..errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -80,9 +81,6 @@ class GNMTLengthPenalty:
         return f"GNMTLengthPenalty(alpha={self.alpha})"
 
 
-BEAM_STOP = ["t2t", "fairseq"]
-
-
 @dataclass
 class AttnTranslationConfig(TranslationConfig):
     gnmt_alpha: Optional[float] = field(
@@ -92,7 +90,7 @@ class AttnTranslationConfig(TranslationConfig):
                           "for parsing); replaces fairseq's --lenpen, which divides by |Y|^lenpen. "
                           "Default: off (fairseq's --lenpen applies)"},
     )
-    beam_stop: Optional[ChoiceEnum(BEAM_STOP)] = field(
+    beam_stop: Optional[ChoiceEnum(list(RULES))] = field(
         default=None,
         metadata={"help": "when beam search stops: t2t = as the paper's code (tensor2tensor, stop_early): "
                           "until no alive hypothesis can beat the worst finished one under the length "
@@ -222,10 +220,11 @@ class AttnTranslationTask(TranslationTask):
     def beam_stop(self, args, prefix_allowed_tokens_fn=None) -> str:
         """The stopping rule beam search runs with for generation options ``args`` (see the module
         docstring); fairseq's searches other than beam search keep fairseq's rule."""
-        rule = self.cfg.beam_stop or ("t2t" if self.cfg.gnmt_alpha is not None else "fairseq")
-        if rule == "t2t" and self.cfg.gnmt_alpha is None:
-            raise ConfigError("--beam-stop t2t needs --gnmt-alpha: the paper's stopping rule bounds scores with "
-                              "its length penalty (fairseq's --lenpen goes with --beam-stop fairseq)")
+        try:
+            rule = stop_rule(self.cfg.beam_stop, self.cfg.gnmt_alpha is not None)
+        except ValueError as exc:
+            raise ConfigError(f"--beam-stop t2t needs --gnmt-alpha: {exc} (fairseq's --lenpen goes with "
+                              "--beam-stop fairseq)") from None
         if rule == "t2t":
             other = [flag for flag, on in [
                 ("--sampling", getattr(args, "sampling", False)),

@@ -4,7 +4,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
+from ... import options
 from ...cli import ArgumentParser, Number, UsageError, log, main_guard
+from ...planning.paper import PAPER_ALPHA, PAPER_BEAM
 from ..pairs import ARCH_ALIASES, MODELS, PAIRS, arch_size
 from ...fairseq_layer.fairseq_commands import PRECISIONS, batch_plan, used_precision
 from ...pipeline.lock import workdir_lock
@@ -17,27 +19,25 @@ from .run import inspect_data, prepare_bundled, run_generation, run_training
 from .stats import summarize, summarize_run
 
 
+HERE = dict(checked="here")  # no YAML: each range checked as the command line is parsed
+
 
 def parser() -> argparse.ArgumentParser:
     """The comparison's options: data and budget, model size, training, evaluation."""
     p = ArgumentParser(prog="scripts/compare_baselines.py", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", nargs="?", type=Path, help="binarized data directory (fairseq-preprocess --destdir)")
-    p.add_argument("--bundled", action="store_true", help="use the repo's bundled EN-DE data (prepared on first use)")
-    p.add_argument("--arch", default="base",
-                   help="base (attn_paper_base vs transformer_wmt_en_de) or big (attn_paper_big vs "
-                        "transformer_vaswani_wmt_en_de_big); default base")
+    options.add(p, "bundled", "its data prepared on first use")
+    options.add(p, "arch", "the pair compared: base (attn_paper_base vs transformer_wmt_en_de) or big "
+                           "(attn_paper_big vs transformer_vaswani_wmt_en_de_big), or either arch's name; default base",
+                default="base")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--max-update", type=Number(int, minimum=1), help="budget: train each model for N updates")
-    budget.add_argument("--train-minutes", type=Number(float, above=0),
-                        help="budget: each model trains M minutes (per seed; the two one after the other), "
-                             "as --train-minutes means for every training in the kit")
+    options.add(budget, "max_update", "the budget of each model", **HERE)
+    options.add(budget, "train_minutes", "the budget of each model, per seed; the two one after the other", **HERE)
     p.add_argument("--seeds", type=Number(int, minimum=0), nargs="+", default=[1],
                    help="one training of each model per seed; several seeds give mean +- sd and a noise "
                         "verdict (default: 1)")
-    p.add_argument("--workdir", type=Path,
-                   help="where runs and results go (default runs/compare_baselines/<data>_<arch>); "
-                        "earlier runs there are replaced")
+    options.add(p, "workdir", "default runs/compare_baselines/<data>_<arch>; earlier runs there are replaced")
     p.add_argument("--bundled-workdir", type=Path, default=REPO / "runs" / "wmt14_en_de_bundled",
                    help="--bundled: the bundled recipe's workdir holding data-bin (default, shared with "
                         "recipes/wmt14_en_de.sh --bundled: runs/wmt14_en_de_bundled)")
@@ -50,54 +50,41 @@ def parser() -> argparse.ArgumentParser:
 def add_model_options(p):
     g = p.add_argument_group("model size (applied to both models; default: the arch's, with --bundled the "
                              f"bundled recipe's small configuration: {SIZES['bundled'].describe()})")
-    g.add_argument("--layers", type=Number(int, minimum=1), help="N, encoder and decoder layers")
-    g.add_argument("--d-model", type=Number(int, minimum=1), help="d_model")
-    g.add_argument("--d-ff", type=Number(int, minimum=1), help="d_ff, FFN inner width")
-    g.add_argument("--h", type=Number(int, minimum=1), help="h, attention heads")
-    g.add_argument("--p-drop", type=Number(float, minimum=0, below=1),
-                   help="P_drop (default: the arch's, base 0.1, big 0.3)")
+    for name in ("layers", "d_model", "d_ff", "h"):
+        options.add(g, name, **HERE)
+    options.add(g, "p_drop", "default: the arch's, base 0.1, big 0.3", **HERE)
 
 
 def add_training_options(p):
     g = p.add_argument_group("training (identical for both)")
-    g.add_argument("--max-tokens", type=Number(int, minimum=1),
-                   help=f"tokens per device per batch (default {DEFAULT_TRAINING['max_tokens']}; "
-                        f"--bundled {BUNDLED_TRAINING['max_tokens']})")
-    g.add_argument("--update-freq", type=Number(int, minimum=1), help="batches per update (default 1)")
-    g.add_argument("--tokens-per-update", type=Number(int, minimum=1), metavar="N",
-                   help="padded tokens per update, as the recipes take it: sets --update-freq (and evens out "
-                        "--max-tokens) for the devices used, as the recipes do (attn_kit.fairseq_layer.fairseq_commands.batch_plan)")
-    g.add_argument("--warmup-updates", type=Number(int, minimum=1),
-                   help=f"warmup_steps of eq. 3 (default {DEFAULT_TRAINING['warmup_updates']}; "
-                        f"--bundled {BUNDLED_TRAINING['warmup_updates']})")
-    g.add_argument("--lr-scale", type=Number(float, above=0),
-                   help=f"multiplies eq. 3 (default {DEFAULT_TRAINING['lr_scale']:g}; "
-                        f"--bundled {BUNDLED_TRAINING['lr_scale']:g}, as the bundled recipe)")
+    options.add(g, "max_tokens", f"default {DEFAULT_TRAINING['max_tokens']}; --bundled "
+                                 f"{BUNDLED_TRAINING['max_tokens']}", **HERE)
+    options.add(g, "update_freq", "default 1", **HERE)
+    options.add(g, "tokens_per_update", "sets --update-freq (and evens out --max-tokens) for the devices used, as "
+                                        "the recipes do (attn_kit.fairseq_layer.fairseq_commands.batch_plan)", **HERE)
+    options.add(g, "warmup_updates", f"default {DEFAULT_TRAINING['warmup_updates']}; --bundled "
+                                     f"{BUNDLED_TRAINING['warmup_updates']}", **HERE)
+    options.add(g, "lr_scale", f"default {DEFAULT_TRAINING['lr_scale']:g}; --bundled "
+                               f"{BUNDLED_TRAINING['lr_scale']:g}, as the bundled recipe", **HERE)
     g.add_argument("--label-smoothing", type=Number(float, minimum=0, below=1), default=0.1,
                    help="eps_ls (default 0.1)")
     g.add_argument("--validate-every", type=Number(int, minimum=1),
                    help="validate every N updates (default: max-update/10; with --train-minutes 50)")
     g.add_argument("--log-every", type=Number(int, minimum=1), default=50,
                    help="log train stats every N updates (default 50)")
-    g.add_argument("--ngpus", type=Number(int, minimum=0), default=0,
-                   help="GPUs (0: CPU, the default; > 1: torchrun data parallel, --max-tokens per GPU)")
-    g.add_argument("--precision", default="auto", metavar="{" + ",".join(PRECISIONS) + "}",
-                   help="training precision: auto (the default) = bf16 on GPUs that support it, fp16 on older "
-                        "GPUs, fp32 on CPU; bf16 = bf16 autocast with fp32 weights and no loss scaling (attn_plugin's "
-                        "task, --bf16-autocast, for both models; also on CPU); fp16 = fairseq's fp16 mixed precision "
-                        "(fp32 on CPU); fp32")
-    g.add_argument("--threads", type=Number(int, minimum=1),
-                   help="CPU threads of each training and generation process (OMP_NUM_THREADS; default: "
-                        "torch's choice, all cores). On a machine other jobs share, 1 avoids oversubscription")
+    options.add(g, "ngpus", "default 0; > 1: torchrun data parallel, --max-tokens per GPU", default=0, **HERE)
+    options.add(g, "precision", "default auto; bf16 and fp16 apply to both models", default="auto",
+                metavar="{" + ",".join(PRECISIONS) + "}", choices=None)
+    options.add(g, "threads", "default: torch's choice, all cores; on a machine other jobs share, 1 avoids "
+                              "oversubscription", **HERE)
 
 
 def add_evaluation_options(p):
     g = p.add_argument_group("evaluation (identical for both)")
     g.add_argument("--gen-subset", default="test", help="split to translate for BLEU (default test; "
                                                         "valid if there is no test split)")
-    g.add_argument("--beam", type=Number(int, minimum=1), default=4, help="beam size (default 4)")
-    g.add_argument("--gnmt-alpha", type=Number(float, minimum=0), default=0.6,
-                   help="GNMT length penalty alpha (default 0.6)")
+    options.add(g, "beam", f"default {PAPER_BEAM}", default=PAPER_BEAM, **HERE)
+    options.add(g, "alpha", f"default {PAPER_ALPHA}", default=PAPER_ALPHA, **HERE)
     g.add_argument("--remove-bpe", default="subword_nmt",
                    help="fairseq-generate --remove-bpe for BLEU (default subword_nmt: '@@ ')")
     g.add_argument("--no-bleu", action="store_true", help="skip generation and BLEU")
@@ -133,7 +120,7 @@ class CompareSettings:
     threads: Optional[int]
     gen_subset: str
     beam: int
-    gnmt_alpha: float
+    alpha: float
     remove_bpe: str
     no_bleu: bool
     size: Optional[ModelSize]  # both models' size; None: the archs' own

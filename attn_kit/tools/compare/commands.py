@@ -13,6 +13,7 @@ from typing import List
 
 from ...fairseq_layer import fairseq_commands
 from ...checkout import PLUGIN_DIR, REPO
+from ...planning.paper import PAPER_MAX_LEN_B
 from ...fairseq_layer.fairseq_commands import launcher
 from ..pairs import arch_size
 from ..pairs import model_flags as pair_flags
@@ -85,7 +86,7 @@ def generate_command(args, data: Path, checkpoint: Path, subset: str) -> List[st
     whatever the training's precision."""
     return fairseq_commands.generate_command(
         data, checkpoint, subset=subset,
-        plan=fairseq_commands.DecodePlan(beam=args.beam, max_len_b=50, batch_size=128, alpha=args.gnmt_alpha),
+        plan=fairseq_commands.DecodePlan(beam=args.beam, max_len_b=PAPER_MAX_LEN_B, batch_size=128, alpha=args.alpha),
         gpus=args.ngpus, remove_bpe=args.remove_bpe,
         program=fairseq_commands.installed("fairseq-generate"))
 
