@@ -1,11 +1,10 @@
 """attn_kit: the library behind attn_plugin's recipes and scripts, all that a user's run needs. The
 project's own measuring and describing code (benchmarks, the GPU check, the generated tables) is the
-top-level package ``lab``, which imports the kit; nothing here imports it (tests/test_imports.py).
+top-level package ``lab`` (with the comparison with stock fairseq, scripts/compare_baselines.py), which
+imports the kit; nothing here imports it (tests/test_imports.py).
 
 Layers, each importing only the ones below it (tests/test_imports.py):
 
-- attn_kit.tools: a user's comparison with stock fairseq, which no recipe imports (compare, and pairs,
-  which the lab's benchmarks build too);
 - attn_kit.recipes and attn_kit.inference: the commands (the recipes, translate, attention);
 - the runtime under them: attn_kit.fairseq_layer (every fairseq command, log, checkpoint and data
   file the kit handles), attn_kit.planning (sizes, the paper's numbers, cost and time projections),

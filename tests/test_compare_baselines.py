@@ -1,4 +1,4 @@
-"""attn_kit.tools.compare (scripts/compare_baselines.py) and lab.bench (benchmarks/):
+"""lab.compare (scripts/compare_baselines.py) and lab.bench (benchmarks/):
 the plugin against stock fairseq.
 
 The schedule equivalence goes through fairseq's own scheduler classes, the
@@ -16,10 +16,10 @@ from conftest import REPO, assert_one_error_line, run, run_main
 from fairseq import options, tasks
 
 from attn_kit.cli import UsageError, UserError
-from attn_kit.tools.compare import commands
-from attn_kit.tools.compare.cli import main, parse_args
-from attn_kit.tools.compare.report import plot
-from attn_kit.tools.pairs import MODELS, PAIRS, arch_size
+from lab.compare import commands
+from lab.compare.cli import main, parse_args
+from lab.compare.report import plot
+from lab.pairs import MODELS, PAIRS, arch_size
 from attn_kit.planning.sizes import SIZES
 
 SCRIPT = REPO / "scripts" / "compare_baselines.py"
@@ -153,7 +153,7 @@ def test_precision_is_what_runs():
     # on GPUs (the count is checked against torch in parse_args, so set it afterwards): fp16 trains with
     # fairseq's fp16 mixed precision, bf16 (auto on bf16 GPUs) with the plugin task's bf16 autocast, and
     # the report says which; several GPUs run the worker under torchrun
-    from attn_kit.tools.compare.report import device_label
+    from lab.compare.report import device_label
     from attn_kit.fairseq_layer.fairseq_commands import used_precision
 
     args = replace(args, ngpus=8)  # the settings are frozen: a changed copy
@@ -201,7 +201,7 @@ def test_tiny_comparison_prints_the_table_and_writes_json_and_png(data_bin, tmp_
     plugin, stock = cmds["plugin-seed1"], cmds["stock-seed1"]
     for which, cmd in (("plugin", plugin), ("stock", stock)):  # fairseq-train through the worker module
         stats = tmp_path.resolve() / f"{which}-seed1" / "stats.json"
-        assert cmd[:4] == [sys.executable, "-m", "attn_kit.tools.compare.worker", str(stats)]
+        assert cmd[:4] == [sys.executable, "-m", "lab.compare.worker", str(stats)]
     for flag in ("--max-tokens", "--seed", "--max-update", "--warmup-updates", "--adam-betas", "--adam-eps",
                  "--label-smoothing", "--encoder-embed-dim", "--decoder-layers"):
         assert plugin[plugin.index(flag) + 1] == stock[stock.index(flag) + 1], flag

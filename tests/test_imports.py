@@ -21,31 +21,29 @@ def test_attn_kit_has_no_import_cycles():
 
 
 def layer(module: str) -> int:
-    """attn_kit's three layers: 2 a user's tools (attn_kit.tools: the comparison with stock fairseq and
-    its model pairs), which no recipe imports; 1 the commands (attn_kit.recipes, attn_kit.inference);
-    0 the runtime under them (the fairseq layer, planning, metrics, the stage engine, the top-level
-    modules). The benchmarks, README tables, the fault catalogue and code statistics are the lab's,
-    outside the kit (test_nothing_in_the_kit_or_the_plugin_imports_the_lab)."""
-    return 2 if module.startswith("attn_kit.tools") else \
-        1 if module.startswith(("attn_kit.recipes", "attn_kit.inference")) else 0
+    """attn_kit's two layers: 1 the commands (attn_kit.recipes, attn_kit.inference); 0 the runtime under
+    them (the fairseq layer, planning, metrics, the stage engine, the top-level modules). The comparison
+    with stock fairseq, the benchmarks, README tables, the fault catalogue and code statistics are the
+    lab's, outside the kit (test_nothing_in_the_kit_or_the_plugin_imports_the_lab)."""
+    return 1 if module.startswith(("attn_kit.recipes", "attn_kit.inference")) else 0
 
 
 def test_no_import_runs_back_up_from_the_kits_lower_layers():
     """Each layer imports only its own and the ones below it. scripts/training_cost.py's defaults, the
     one arrow that ran back up (training_cost -> recipes.config), are read by attn_kit.recipes.cost_report."""
     graph = import_graph(REPO)
-    assert [sum(layer(m) == n for m in graph) > least for n, least in ((0, 10), (1, 10), (2, 5))] == [True] * 3
+    assert [sum(layer(m) == n for m in graph) > least for n, least in ((0, 10), (1, 10))] == [True] * 2
     assert {m: sorted(d for d in graph[m] if layer(d) > layer(m)) for m in graph
             if any(layer(d) > layer(m) for d in graph[m])} == {}
 
 
 def test_the_kits_top_level_is_a_few_shared_modules_and_its_packages():
-    """The flat top level of 24 modules, grouped by what each is for: the fairseq layer, planning and the
-    tools are packages; at the top stay the modules every layer shares."""
+    """The flat top level of 24 modules, grouped by what each is for: the fairseq layer and planning are
+    packages; at the top stay the modules every layer shares."""
     top = sorted(p.name for p in (REPO / "attn_kit").glob("*.py"))
     assert top == ["__init__.py", "checkout.py", "cli.py", "options.py", "results.py", "textio.py"]
     packages = sorted(p.parent.name for p in (REPO / "attn_kit").glob("*/__init__.py"))
-    assert packages == ["fairseq_layer", "inference", "metrics", "pipeline", "planning", "recipes", "tools"]
+    assert packages == ["fairseq_layer", "inference", "metrics", "pipeline", "planning", "recipes"]
 
 
 def test_the_stage_engine_knows_nothing_of_fairseq():

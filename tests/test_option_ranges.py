@@ -23,7 +23,7 @@ def commands():
         if not called:
             continue
         name = called.group(1) or called.group(2)
-        imported = re.search(rf"^from (attn_kit[\w.]*) import .*\b{name}\b", text, re.M)
+        imported = re.search(rf"^from ((?:attn_kit|lab)[\w.]*) import .*\b{name}\b", text, re.M)
         if imported:
             module = importlib.import_module(imported.group(1))
         else:  # the script defines it
@@ -191,7 +191,7 @@ def test_every_command_shows_the_shared_names_only(monkeypatch):
 def test_a_renamed_option_is_refused_with_its_new_name():
     """The recipes' and the comparison's old names are no aliases: one line saying the new name."""
     from attn_kit.recipes import translation, wsj
-    from attn_kit.tools.compare import cli as compare
+    from lab.compare import cli as compare
 
     for main, argv, said in ((translation.main, ["--dry-run", "--alpha", "0.5"], "--alpha is now --gnmt-alpha"),
                              (wsj.main, ["--dry-run", "--smoke", "--dropout", "0.2"], "--dropout is now --p-drop"),

@@ -200,9 +200,9 @@ def test_fairseq_train_with_bf16_autocast_has_no_loss_scale(data_bin, tmp_path):
 
 # --------------------------------------------------------------------------- the comparison in bf16
 def test_comparison_trains_both_models_under_the_plugin_task_in_bf16():
-    from attn_kit.tools.compare import commands
-    from attn_kit.tools.compare.cli import parse_args
-    from attn_kit.tools.compare.report import device_label
+    from lab.compare import commands
+    from lab.compare.cli import parse_args
+    from lab.compare.report import device_label
 
     args = parse_args(["unused-data", "--max-update", "10", "--precision", "bf16"])
     assert args.precision == "bf16"  # asked for bf16 on CPU: bf16 autocast there too

@@ -170,7 +170,7 @@ def test_the_positions_checked_are_fairseqs_and_the_plugins():
 
 @pytest.mark.parametrize("module,argv", [
     ("attn_kit.inference.attention", ["run", "--sentence", "a", "--min-weight", "nan"]),
-    ("attn_kit.tools.compare.cli", ["--train-minutes", "inf"]),
+    ("lab.compare.cli", ["--train-minutes", "inf"]),
     ("attn_kit.recipes.cost_report", ["--mean-length", "nan"]),
     ("attn_kit.inference.translate", ["run", "--gnmt-alpha", "inf"]),
 ])

@@ -335,7 +335,7 @@ class TrainPlan:
 
 @dataclass(frozen=True)
 class ComparisonPlan:
-    """How one side of attn_kit.tools.compare trains: ``model`` (the side's model, criterion, schedule and
+    """How one side of lab.compare trains: ``model`` (the side's model, criterion, schedule and
     task flags), fairseq's Adam, the batch, a budget of ``max_update`` updates or ``train_minutes``,
     no checkpoints but the last (without the optimizer's state), validations every
     ``validate_every`` updates only, JSON logs every ``log_every``."""

@@ -3,7 +3,7 @@ one way to follow their output.
 
 :func:`stream` is the one subprocess streamer of attn_kit: the recipe stages
 (:meth:`attn_kit.pipeline.stages.Context.sh`) and the plugin-vs-stock
-comparison (:mod:`attn_kit.tools.compare`) both hand each output line of a command
+comparison (:mod:`lab.compare`) both hand each output line of a command
 to a function as it comes (to a log file, to the console, to a parser of
 fairseq's JSON log lines) and report a failure by its last line.
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from attn_kit.fairseq_layer.build import count_parameters, make_dictionary
 from attn_kit.cli import Number, UsageError, write_json_atomic
-from attn_kit.tools.pairs import MODELS
+from lab.pairs import MODELS
 from attn_kit.results import provenance
 from . import ctranslate2, ctranslate2_run, harness, measure
 from .models import SHAPES, build, make_sample

@@ -5,7 +5,7 @@ import time
 import weakref
 
 from attn_kit.planning.cost import Shape, Side, Utilization, batch_train_flops
-from attn_kit.tools.pairs import MODELS
+from lab.pairs import MODELS
 from .models import SHAPES
 
 

@@ -4,13 +4,13 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from attn_kit.fairseq_layer.build import build_model
-from attn_kit.tools.pairs import arch_size, model_flags
+from lab.pairs import arch_size, model_flags
 from attn_kit.planning.sizes import SIZES, ModelSize
 
 
 @dataclass(frozen=True)
 class Shape:
-    pair: str                         # attn_kit.tools.pairs.PAIRS: the plugin's arch and stock fairseq's
+    pair: str                         # lab.pairs.PAIRS: the plugin's arch and stock fairseq's
     vocab: int                        # the shared vocabulary of the synthetic batches
     size: Optional[ModelSize] = None  # None: the archs' own (Table 3's base / big)
 

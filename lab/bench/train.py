@@ -32,7 +32,7 @@ at --precision; the padded positions' share is recorded beside it.
 from attn_kit.fairseq_layer.build import count_parameters, make_dictionary
 from attn_kit.cli import Number
 from attn_kit.recipes.canary import matmul_rate
-from attn_kit.tools.pairs import MODELS
+from lab.pairs import MODELS
 from . import harness, measure
 from .models import SHAPES, build, make_sample
 

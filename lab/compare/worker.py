@@ -1,6 +1,6 @@
 """fairseq-train in this process, with the comparison's timing and memory counts.
 
-    python -m attn_kit.tools.compare.worker STATS_JSON FAIRSEQ_TRAIN_ARGS...
+    python -m lab.compare.worker STATS_JSON FAIRSEQ_TRAIN_ARGS...
 
 (or the same module under torchrun, one process per GPU). Runs fairseq-train
 exactly as its command line would, with three of fairseq's functions wrapped to
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from ...cli import write_json_atomic
+from attn_kit.cli import write_json_atomic
 
 WARMUP_STEPS = 5  # train steps left out of tokens/s (allocator, caches, kernel selection)
 
@@ -117,7 +117,7 @@ def fairseq_train(stats_file: str, fairseq_argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) < 2:
-        print("usage: python -m attn_kit.tools.compare.worker STATS_JSON FAIRSEQ_TRAIN_ARGS...", file=sys.stderr)
+        print("usage: python -m lab.compare.worker STATS_JSON FAIRSEQ_TRAIN_ARGS...", file=sys.stderr)
         sys.exit(2)
     fairseq_train(argv[0], argv[1:])
     # Training is over and its stats are written. Skip the interpreter's

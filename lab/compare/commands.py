@@ -1,8 +1,8 @@
 """The comparison's command lines: fairseq-train for each side of the pair (through
-the worker, :mod:`attn_kit.tools.compare.worker`) and fairseq-generate, the same for both.
+the worker, :mod:`lab.compare.worker`) and fairseq-generate, the same for both.
 
-Functions take the parsed command line of :func:`attn_kit.tools.compare.cli.parse_args`:
-``arch`` (a pair of :data:`attn_kit.tools.pairs.PAIRS`), ``size`` (a ModelSize, or None
+Functions take the parsed command line of :func:`lab.compare.cli.parse_args`:
+``arch`` (a pair of :data:`lab.pairs.PAIRS`), ``size`` (a ModelSize, or None
 for the archs' own), the budget, batch, schedule and evaluation settings, and
 ``precision`` (what is used: fp32, fp16 or bf16).
 """
@@ -11,15 +11,15 @@ import sys
 from pathlib import Path
 from typing import List
 
-from ...fairseq_layer import fairseq_commands
-from ...checkout import PLUGIN_DIR, REPO
-from ...planning.paper import PAPER_MAX_LEN_B
-from ...fairseq_layer.fairseq_commands import launcher
+from attn_kit.fairseq_layer import fairseq_commands
+from attn_kit.checkout import PLUGIN_DIR, REPO
+from attn_kit.planning.paper import PAPER_MAX_LEN_B
+from attn_kit.fairseq_layer.fairseq_commands import launcher
 from ..pairs import arch_size
 from ..pairs import model_flags as pair_flags
-from ...recipes.config import settings
+from attn_kit.recipes.config import settings
 
-WORKER = "attn_kit.tools.compare.worker"  # python -m WORKER STATS_JSON FAIRSEQ_TRAIN_ARGS...
+WORKER = "lab.compare.worker"  # python -m WORKER STATS_JSON FAIRSEQ_TRAIN_ARGS...
 
 def _recipe_training(mode=None) -> dict:
     """The WMT14 recipe's batch and schedule (recipes/configs/wmt14.yaml), in ``mode``."""
@@ -93,7 +93,7 @@ def generate_command(args, data: Path, checkpoint: Path, subset: str) -> List[st
 
 def child_env(args) -> dict:
     """The environment of every training and generation: this checkout's attn_kit
-    first on the path (the worker is ``python -m attn_kit.tools.compare.worker``), and
+    first on the path (the worker is ``python -m lab.compare.worker``), and
     --threads as OMP/MKL threads."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore", PYTHONPATH=os.pathsep.join(
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))

@@ -4,14 +4,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from ... import options
-from ...cli import ArgumentParser, Number, UsageError, log, main_guard
-from ...planning.paper import PAPER_ALPHA, PAPER_BEAM
+from attn_kit import options
+from attn_kit.cli import ArgumentParser, Number, UsageError, log, main_guard
+from attn_kit.planning.paper import PAPER_ALPHA, PAPER_BEAM
 from ..pairs import ARCH_ALIASES, MODELS, PAIRS, arch_size
-from ...fairseq_layer.fairseq_commands import PRECISIONS, batch_plan, used_precision
-from ...pipeline.lock import workdir_lock
-from ...checkout import REPO
-from ...planning.sizes import SIZES, ModelSize
+from attn_kit.fairseq_layer.fairseq_commands import PRECISIONS, batch_plan, used_precision
+from attn_kit.pipeline.lock import workdir_lock
+from attn_kit.checkout import REPO
+from attn_kit.planning.sizes import SIZES, ModelSize
 from . import __doc__ as DESCRIPTION
 from .commands import BUNDLED_TRAINING, DEFAULT_TRAINING, child_env, peak_lr, train_command, warmup_init_lr
 from .report import markdown, plot, write_comparison
@@ -97,7 +97,7 @@ class CompareSettings:
     DEFAULT_TRAINING), and the derived model size and the precision that runs."""
     data: Optional[Path]
     bundled: bool
-    arch: str  # a key of attn_kit.tools.pairs.PAIRS
+    arch: str  # a key of lab.pairs.PAIRS
     max_update: Optional[int]
     train_minutes: Optional[float]  # per model
     seeds: List[int]

@@ -8,11 +8,11 @@ import sys
 import time
 from pathlib import Path
 
-from ...cli import UserError, log
-from ...fairseq_layer.fairseq_log import read
-from ...metrics.scores import tokenized_score
-from ...pipeline.process import stream
-from ...results import command_line
+from attn_kit.cli import UserError, log
+from attn_kit.fairseq_layer.fairseq_log import read
+from attn_kit.metrics.scores import tokenized_score
+from attn_kit.pipeline.process import stream
+from attn_kit.results import command_line
 from .commands import generate_command
 from .worker import read_stats
 

@@ -1,5 +1,5 @@
 """The plugin's models and their stock fairseq counterparts, as pairs, for the comparison
-(:mod:`attn_kit.tools.compare`) and the benchmarks (:mod:`lab.bench`), which build each side from the
+(:mod:`lab.compare`) and the benchmarks (:mod:`lab.bench`), which build each side from the
 fairseq-train flags made here: ``base`` (``attn_paper_base`` vs ``transformer_wmt_en_de``) and
 ``big`` (``attn_paper_big`` vs ``transformer_vaswani_wmt_en_de_big``), each side with its own
 label-smoothed criterion and shared embeddings (Sec. 3.4).
@@ -7,9 +7,9 @@ label-smoothed criterion and shared embeddings (Sec. 3.4).
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
-from ..fairseq_layer.build import plugin_flags
-from ..planning.paper import TABLE3
-from ..planning.sizes import ModelSize
+from attn_kit.fairseq_layer.build import plugin_flags
+from attn_kit.planning.paper import TABLE3
+from attn_kit.planning.sizes import ModelSize
 
 
 @dataclass(frozen=True)

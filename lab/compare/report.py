@@ -3,9 +3,9 @@ number with its provenance (comparison.json) and the validation curves (comparis
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 
-from ...cli import UserError, atomic_output, write_json_atomic, write_text_atomic
+from attn_kit.cli import UserError, atomic_output, write_json_atomic, write_text_atomic
 from ..pairs import LABEL, PAIRS
-from ...results import provenance
+from attn_kit.results import provenance
 from .commands import peak_lr, warmup_init_lr
 
 
@@ -81,7 +81,7 @@ def markdown(summary, args, runs) -> str:
 
 
 def settings(args) -> dict:
-    """The comparison's settings (attn_kit.tools.compare.cli.CompareSettings) as JSON values (paths as
+    """The comparison's settings (lab.compare.cli.CompareSettings) as JSON values (paths as
     text, the model size as its fields)."""
     return {f.name: _json(getattr(args, f.name)) for f in fields(args)}
 
