@@ -254,6 +254,7 @@ CATALOGUE = (
     Option("--note", "a sentence saying what the numbers are, stored with them"),
 )
 OPTIONS = {o.name: o for o in CATALOGUE}
+SBATCH_ONLY = tuple(o.name for o in CATALOGUE if o.help.startswith(_SLURM))  # refused with --launcher torchrun
 
 
 def add(group, name: str, note: str = "", checked: str = "settings", **kwargs) -> argparse.Action:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from ..options import AUTO, GPU_TASK_CPUS, PREP_CPUS, PREP_MEM, SIGNAL_SECONDS, TRAIN_MEM
+from ..options import AUTO, GPU_TASK_CPUS, OPTIONS, PREP_CPUS, PREP_MEM, SBATCH_ONLY, SIGNAL_SECONDS, TRAIN_MEM
 from ..planning import cost, step_model, training_cost
 from ..cli import UsageError, log
 from ..planning.cost import gpu
@@ -54,11 +54,6 @@ REFUSED = {
 # ---------------------------------------------------------------------------------------------- options
 # AUTO (--max-tokens-per-gpu, --save-interval-updates): sized for the GPU (size_forward, size_save_interval);
 # still AUTO in the settings where the GPU is not known yet (a dry run, a Slurm submission): the job sizes it
-# the options that only mean something to sbatch (dest: the option), refused with --launcher torchrun
-SBATCH_OPTIONS = {"partition": "--partition", "time_limit": "--time", "account": "--account", "mem": "--mem",
-                  "cpus_per_task": "--cpus-per-task", "signal_seconds": "--signal-seconds",
-                  "prepare_here": "--prepare-here", "prep_partition": "--prep-partition", "prep_time": "--prep-time",
-                  "prep_mem": "--prep-mem", "prep_cpus": "--prep-cpus"}
 
 
 def check(s):
@@ -67,9 +62,9 @@ def check(s):
         raise UsageError("--nnodes > 1 needs --master-addr (the address of node 0) with torchrun; or use "
                          "--launcher slurm")
     if s.launcher == "torchrun":
-        for name, option in SBATCH_OPTIONS.items():
+        for name in SBATCH_ONLY:
             if getattr(s, name) not in (None, False):
-                raise UsageError(f"{option} is an sbatch option: it needs --launcher slurm")
+                raise UsageError(f"{OPTIONS[name].flag} is an sbatch option: it needs --launcher slurm")
     for option, size in (("--mem", s.mem), ("--prep-mem", s.prep_mem)):
         if size is not None and not re.fullmatch(r"\d+[KMGT]?", size, re.I):
             raise UsageError(f"{option} {size}: give a size as sbatch takes it: 64G, 64000M, or 0 (all of a node's "

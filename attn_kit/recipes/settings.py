@@ -211,10 +211,9 @@ def add_device_options(g, cpu_modes: str = "--smoke and --bundled",
     options.add(g, "clip_norm", "default 0", default=0.0)
     options.add(g, "threads", "default: the mode's, see the config; GPU runs: torch's choice")
     options.add(g, "train_minutes", minutes)
-    for name in ("launcher", "partition", "time_limit", "account", "mem", "cpus_per_task", "signal_seconds",
-                 "prepare_here", "prep_partition", "prep_time", "prep_mem", "prep_cpus", "gpu", "gpu_tflops",
-                 "interconnect_gb_per_s", "utilization"):
-        options.add(g, name, **({"default": "torchrun"} if name == "launcher" else {}))
+    options.add(g, "launcher", default="torchrun")
+    for name in (*options.SBATCH_ONLY, "gpu", "gpu_tflops", "interconnect_gb_per_s", "utilization"):
+        options.add(g, name)
     options.add(g, "canary")
     options.add(g, "canary_minutes", default=options.CANARY_MINUTES)
     for name in ("canary_min_utilization", "canary_min_tokens_per_second", "canary_epoch_pairs"):
