@@ -42,7 +42,8 @@ class Option:
     """One setting: ``flag``; ``kind`` (int, float, str, Path, bool for a switch, count_or_auto, or
     "bool?" for --x/--no-x); its range (``minimum`` <= v, ``above`` < v, v <= ``maximum``, v < ``below``;
     ``why``: said after a value out of it); ``makes``: the stage kind whose output it shapes (data, bpe,
-    train, average, decode; a change makes that stage start again), "" for none."""
+    train, average, decode; a change makes that stage start again), "" for none: how an update's tokens
+    are split into forwards (--max-tokens-per-gpu, --ngpus) is not, so that a run resumes on other GPUs."""
     flag: str
     help: str
     kind: object = str
@@ -204,10 +205,9 @@ CATALOGUE = (
                                    "--tokens-per-update. auto: the largest forward a GPU's memory holds (--gpu "
                                    "NAME's, else the GPU here; a Slurm job decides on its own), at most its share "
                                    "of an update (attn_kit.planning.step_model, sized from the GPU check's "
-                                   "measured memory)", count_or_auto, minimum=1, metavar="N", makes="train"),
-    Option("--max-tokens", "fairseq's --max-tokens: padded tokens per device per batch", int, minimum=1,
-           makes="train"),
-    Option("--update-freq", "fairseq's --update-freq: batches per update", int, minimum=1, makes="train"),
+                                   "measured memory)", count_or_auto, minimum=1, metavar="N"),
+    Option("--max-tokens", "fairseq's --max-tokens: padded tokens per device per batch", int, minimum=1),
+    Option("--update-freq", "fairseq's --update-freq: batches per update", int, minimum=1),
     Option("--max-update", "updates", int, minimum=1, makes="train"),
     Option("--warmup-updates", "eq. 3's warmup_steps", int, minimum=1, makes="train"),
     Option("--lr-scale", "multiplies eq. 3's learning rate", float, above=0, makes="train"),
@@ -218,8 +218,7 @@ CATALOGUE = (
            count_or_auto, minimum=1, metavar="N", makes="train"),
     Option("--validate-interval-updates", "also validate every N updates (default: at each epoch's end); fairseq "
                                           "validates at every checkpoint it saves as well, so the validations come "
-                                          "every --save-interval-updates at least", int, minimum=1, metavar="N",
-           makes="train"),
+                                          "every --save-interval-updates at least", int, minimum=1, metavar="N"),
     Option("--log-interval", "a training log line (loss, learning rate, tokens) every N updates", int, minimum=1,
            metavar="N"),
     Option("--average", "average the last N checkpoints (Sec. 6.1)", int, minimum=1, metavar="N", makes="average"),

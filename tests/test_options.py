@@ -3,6 +3,7 @@ it shapes are one entry of attn_kit.options.CATALOGUE, from which every parser t
 the paper's decoding constants are named once."""
 import ast
 import importlib
+from pathlib import Path
 
 import pytest
 import yaml
@@ -18,7 +19,8 @@ COUNTS = "pair counts of the bundled data's split: scripts/make_bundled_data.py,
 OTHER_MEANING = {("--src", "attn_kit/planning/tokens_per_update.py"): ON_RECORD,
                  ("--tgt", "attn_kit/planning/tokens_per_update.py"): ON_RECORD,
                  **{(f"--{split}", "attn_kit/recipes/bundled_data.py"): COUNTS for split in ("train", "valid", "test")},
-                 ("--lang", "attn_kit/recipes/bundled_data.py"): "the file names' language: data/tatoeba-en-fr-sample/ABOUT.md"}
+                 ("--lang", "attn_kit/recipes/bundled_data.py"): "the file names' language, as "
+                                                                 "data/tatoeba-en-fr-sample/ABOUT.md's command"}
 
 
 def literal_declarations():
@@ -105,3 +107,37 @@ def test_the_kit_reads_the_plugins_beam_stop_rule():
                 continue
             assert beam_stop(s) == want
     assert (plugin.stop_rule(None, True), plugin.stop_rule(None, False)) == ("t2t", "fairseq")
+
+
+STAGE_OF = {"bpe": "bpe", "train": "train", "average": "average", "decode": "generate"}
+
+
+def test_an_option_changes_the_recorded_options_of_the_stage_it_declares():
+    """``makes``: a changed value of an option changes the recorded options (a change of which starts
+    the stage again) of exactly the stage it declares, and of none where it declares none; through the
+    translation recipe's own settings and stages (--smoke --dry-run)."""
+    from attn_kit.recipes import translation
+
+    def recorded(*argv):
+        s = translation.build(["--smoke", "--dry-run", "--workdir", "/tmp/attn-options-test", *argv])
+        return s, {stage.name: stage.options for stage in translation.stages(s)}
+
+    s, before = recorded()
+    checked = []
+    for action in translation.parser()._actions:
+        o = options.OPTIONS.get(action.dest)
+        if o is None or o.kind in (bool, str, Path) or (o.kind == "bool?") or o.name in options.SBATCH_ONLY \
+                or o.name in ("ngpus", "nnodes", "node_rank", "lenpen", "canary_min_utilization", "utilization"):
+            continue  # switches and names; values that need other options (GPUs, Slurm, fairseq's penalty)
+        value = getattr(s, o.name, None) if o.name not in translation.SIZE_OPTIONS else getattr(s.size, o.name)
+        if o.choices:
+            given = next(c for c in o.choices if c != value and c != "auto")
+        elif o.kind is float:
+            given = (value or 0.5) / 2 if o.below or o.maximum else (value or 1.0) * 2
+        else:  # a forward's cap is above the update's 1000 tokens already: smaller
+            given = value // 2 if o.name == "max_tokens_per_gpu" else (value or 1) * 2
+        after = recorded(o.flag, str(given))[1]
+        changed = sorted(name for name in after if after[name] != before.get(name))
+        assert changed == ([STAGE_OF[o.makes]] if o.makes else []), (o.flag, given, changed)
+        checked.append(o.flag)
+    assert {"--seed", "--beam", "--average", "--bpe-merges", "--threads", "--log-interval"} <= set(checked)
