@@ -1,10 +1,9 @@
 """The package's calibration table (attn_kit/planning/calibration.json), made from the results files.
 
 The recipes plan with numbers measured elsewhere: the step time and memory of the GPU check's runs
-(attn_kit.planning.step_model). They read them from the table the package owns, never from
-``benchmarks/results``, so what a recipe does cannot depend on which results files a checkout holds.
-This module fits the table from the files and writes it; ``--check`` (and tests/test_calibration.py)
-says whether the table is what the files give.
+(attn_kit.planning.step_model). They read them from the table the package owns, never from ``benchmarks/results``,
+so what a recipe does cannot depend on which results files a checkout holds. This module fits the table from the
+files and writes it; ``--check`` (and tests/test_calibration.py) says whether the table is what the files give.
 
     python -m lab.calibration            # rewrite attn_kit/planning/calibration.json
     python -m lab.calibration --check    # exit 1 when it differs from what the results files give
@@ -37,9 +36,8 @@ def _least_squares(xs: List[float], ys: List[float]) -> Tuple[float, float]:
 
 
 def padded_tflops(run: dict) -> float:
-    """The FLOP/s a GPU check run computed, padded positions counted as work (what the time model
-    fits: the GPU does that arithmetic). Files before the real tokens were counted apart name it
-    ``model_tflops_per_second``."""
+    """The FLOP/s a GPU check run computed, padded positions counted as work (what the time model fits: the GPU does
+    that arithmetic). Files before the real tokens were counted apart name it ``model_tflops_per_second``."""
     return run.get("padded_position_tflops_per_second") or run["model_tflops_per_second"]
 
 

@@ -1,9 +1,8 @@
 """How the code is built, measured from its source (``python scripts/code_stats.py``).
 
-Lines per folder, the longest functions, how many functions take a whole ``args``
-Namespace, ``setattr`` calls, the share of docstring lines and the import cycles
-between attn_kit's modules (function-level imports included): the numbers issue 28
-asks for before and after a restructuring. Nothing is imported or run; only parsed.
+Lines per folder, the longest functions, how many functions take a whole ``args`` Namespace, ``setattr`` calls, the
+share of docstring lines and the import cycles between attn_kit's modules (function-level imports included): the
+numbers issue 28 asks for before and after a restructuring. Nothing is imported or run; only parsed.
 """
 import ast
 from collections import Counter
@@ -120,10 +119,9 @@ def cycles(graph: Dict[str, set]) -> List[List[str]]:
     return out
 
 
-def args_reads(tree: ast.AST) -> Counter:
-    """``args.NAME`` attribute reads in ``tree``."""
-    return Counter(node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
-                   and isinstance(node.value, ast.Name) and node.value.id == "args")
+def is_args_attribute(node) -> bool:
+    """Whether ``node`` is ``args.NAME``."""
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "args"
 
 
 PROJECT = ("attn_kit", "attn_plugin")
@@ -169,26 +167,18 @@ def measure(root: Path) -> dict:
                 kit_trees[path] = tree
                 deferred += function_imports(tree, text.splitlines(), str(rel))
                 all_functions += [(f"{rel}:{name}", n, nested) for name, n, nested in functions(tree)]
-    graph = import_graph(root, kit_trees)
-    takes_args = sum(1 for t in kit_trees.values() for node in ast.walk(t)
-                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                     and any(a.arg == "args" for a in node.args.args + node.args.kwonlyargs))
-    recipe_reads = Counter()
-    for p, t in kit_trees.items():
-        if "recipes" in p.parts:
-            recipe_reads.update(args_reads(t))
-    writes = sum(1 for t in kit_trees.values() for node in ast.walk(t)
-                 if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+    nodes = [(p, node) for p, t in kit_trees.items() for node in ast.walk(t)]
+    defs = [(p, node) for p, node in nodes if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    takes_args = sum(1 for _, f in defs if any(a.arg == "args" for a in f.args.args + f.args.kwonlyargs))
+    recipe_reads = {node.attr for p, node in nodes if "recipes" in p.parts and is_args_attribute(node)}
+    writes = sum(1 for _, node in nodes if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
                  for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
-                 for leaf in ast.walk(target) if isinstance(leaf, ast.Attribute)
-                 and isinstance(leaf.value, ast.Name) and leaf.value.id == "args")
-    setattrs = sum(1 for t in kit_trees.values() for node in ast.walk(t) if isinstance(node, ast.Call)
+                 for leaf in ast.walk(target) if is_args_attribute(leaf))
+    setattrs = sum(1 for _, node in nodes if isinstance(node, ast.Call)
                    and isinstance(node.func, ast.Name) and node.func.id == "setattr")
-    long_docs = sorted((docstring_len, str(p.relative_to(root))) for p, t in kit_trees.items()
-                       for docstring_len in [_module_doc_lines(t)] if docstring_len >= 30)
-    many = sorted(f"{p.relative_to(root)}:{node.name} ({parameter_count(node)})" for p, t in kit_trees.items()
-                  for node in ast.walk(t) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                  and parameter_count(node) > MAX_PARAMETERS)
+    long_docs = sorted((n, str(p.relative_to(root))) for p, t in kit_trees.items() if (n := _module_doc_lines(t)) >= 30)
+    many = sorted(f"{p.relative_to(root)}:{f.name} ({parameter_count(f)})" for p, f in defs
+                  if parameter_count(f) > MAX_PARAMETERS)
     readme = root / "README.md"
     return {
         "lines": dict(sorted(lines.items())),
@@ -202,7 +192,7 @@ def measure(root: Path) -> dict:
         "args_attribute_writes": writes,
         "docstring_share": {k: round(docs[k] / code[k], 3) for k in docs if code[k]},
         "module_docstrings_30_lines_or_more": long_docs,
-        "import_cycles": cycles(graph),
+        "import_cycles": cycles(import_graph(root, kit_trees)),
         "readme_lines": len(readme.read_text(encoding="utf-8").splitlines()) if readme.exists() else None,
     }
 
@@ -232,7 +222,6 @@ def report(stats: dict) -> str:
     out.append("import cycles in attn_kit: " + ("; ".join(" <-> ".join(c) for c in stats["import_cycles"]) or "none"))
     out.append(f"README.md lines: {stats['readme_lines']}")
     return "\n".join(out)
-
 
 
 def main(argv=None):

@@ -1,19 +1,17 @@
-"""Several fairseq commands for about the price of one import of what fairseq imports (seconds of
-CPU a process: torch, and the scientific libraries fairseq's task registry pulls in).
+"""Several fairseq commands for about the price of one import of what fairseq imports (seconds of CPU a process:
+torch, and the scientific libraries fairseq's task registry pulls in).
 
-One interpreter imports those libraries (:data:`PRELOAD`, none of which configures anything as it
-is imported), then forks a child for each command it is sent: a fairseq console script (run as its
-entry point, fairseq-train's cli_main for fairseq-train), ``python SCRIPT.py ...`` or ``python -m
-MODULE ...`` (run as ``__main__``). The child imports fairseq and the command itself, as the fresh
-command would (fairseq's modules set up logging as they are imported, each command its own way),
-reads and writes the files it is given as its stdin, stdout and stderr, runs in the given folder
-and environment, and ends as the interpreter would (its non-daemon threads joined, its exit handlers
-run: attn_plugin.run_stats writes its record), with the command's exit status (an uncaught
-exception: its traceback and 1). Nothing runs in the parent but the imports, so CUDA starts in each
-child, as in a fresh command. What differs is only what an interpreter reads when it starts (the
-``PYTHON*`` variables, the preloaded C libraries, the thread counts): a command whose environment
-differs from the runner's there needs a process of its own (:meth:`ForkedCommands.fits`). Used by
-the GPU check (lab.bench.gpu_check) and by the tests (tests/conftest.py)."""
+One interpreter imports those libraries (:data:`PRELOAD`, none of which configures anything as it is imported), then
+forks a child for each command it is sent: a fairseq console script (run as its entry point, fairseq-train's
+cli_main for fairseq-train), ``python SCRIPT.py ...`` or ``python -m MODULE ...`` (run as ``__main__``). The child
+imports fairseq and the command itself, as the fresh command would (fairseq's modules set up logging as they are
+imported, each command its own way), reads and writes the files it is given as its stdin, stdout and stderr, runs in
+the given folder and environment, and ends as the interpreter would (its non-daemon threads joined, its exit
+handlers run: attn_plugin.run_stats writes its record), with the command's exit status (an uncaught exception: its
+traceback and 1). Nothing runs in the parent but the imports, so CUDA starts in each child, as in a fresh command.
+What differs is only what an interpreter reads when it starts (the ``PYTHON*`` variables, the preloaded C libraries,
+the thread counts): a command whose environment differs from the runner's there needs a process of its own
+(:meth:`ForkedCommands.fits`). Used by the GPU check (lab.bench.gpu_check) and by the tests (tests/conftest.py)."""
 import json
 import os
 import select

@@ -1,8 +1,7 @@
-"""What happens when things go wrong: each case the fault-injection suite
-(tests/test_faults.py) runs, what must come out of it, and the test that checks
-it. docs/faults.md's table "The fault cases, each with its test" is made from this list
-(``python scripts/readme_tables.py``), and a test checks that every case names
-a test of the suite, so the table says only what is tested.
+"""What happens when things go wrong: each case the fault-injection suite (tests/test_faults.py) runs, what must
+come out of it, and the test that checks it. docs/faults.md's table "The fault cases, each with its test" is made
+from this list (``python scripts/readme_tables.py``), and a test checks that every case names a test of the suite,
+so the table says only what is tested.
 """
 from dataclasses import dataclass
 

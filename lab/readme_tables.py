@@ -25,6 +25,7 @@ from attn_kit.recipes import config
 from attn_kit.recipes.table3 import markdown
 from attn_kit.recipes.wmt14_data import PAIRS, TRAIN_TO_NEWSTEST_BYTES
 from attn_kit.checkout import REPO
+from .bench.harness import markdown_table as table
 from .calibration import fits_of
 from .faults import CASES
 
@@ -38,17 +39,10 @@ def load(path: Path) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
-def filed(path: Path):
-    """(the results file, its result) if ``path`` is filed, else None."""
-    if not path.exists():
-        return None
-    run = load(path)
-    return run, run["result"]
-
-
-def table(header, rows) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+def loaded(folder: Path, pattern: str):
+    """(the paths, the results files) of ``pattern`` in ``folder``, by name."""
+    paths = sorted(glob.glob(str(folder / pattern)))
+    return paths, [load(p) for p in paths]
 
 
 def source(*paths) -> str:
@@ -69,9 +63,8 @@ def minutes(seconds) -> str:
 
 # ---------------------------------------------------------------------------------------------- the bundled run
 def t2t_scores(r: dict):
-    """(BLEU by t2t's get_ende_bleu.sh of 2017, the paper's; by its 2018 form) of a results.json;
-    None where a run was not scored that way. Runs scored before both were kept had only
-    ``bleu_t2t``, by the 2018 script (their protocol text names replace-unicode-punctuation first)."""
+    """(BLEU by t2t's get_ende_bleu.sh of 2017, the paper's; of 2018) of a results.json, None where not
+    scored so. Runs from before both were kept have only ``bleu_t2t``, whose protocol may name the 2018 one."""
     if "bleu_t2t_2018" in r:
         return r.get("bleu_t2t"), r["bleu_t2t_2018"]
     if r.get("bleu_t2t_protocol", "").startswith("tensor2tensor get_ende_bleu.sh: replace-unicode"):
@@ -80,10 +73,8 @@ def t2t_scores(r: dict):
 
 
 def t2t_2018_head(results) -> str:
-    """The 2018 script's column heading for ``results`` (results.json dicts): it says so when any of
-    them was scored before the kit normalized the translations only, as the script does (their
-    protocol text does not say so): their reference was normalized too."""
-
+    """The 2018 script's column heading for ``results`` (results.json dicts), saying so when any was
+    scored before the kit normalized only the translations, as the script does."""
     old = any(t2t_scores(r)[1] is not None and T2T_2018_NORMALIZES not in r.get("bleu_t2t_protocol", "")
               for r in results)
     return "t2t's 2018 script" + (" (scored with the reference normalized too; the script normalizes only the "
@@ -96,10 +87,9 @@ def fmt(value) -> str:
 
 def bundled() -> str:
     """The main job, `--bundled`, over seeds: BLEU every way, updates, time per stage."""
-    paths = sorted(glob.glob(str(RECIPES / "bundled_seed*.json")))
+    paths, runs = loaded(RECIPES, "bundled_seed*.json")
     if not paths:
         return "(no bundled results filed yet)"
-    runs = [load(p) for p in paths]
     rescored = sorted(glob.glob(str(RECIPES / "bundled_rescored_seed*.json")))
     for path in rescored:  # the same run made again and scored by both t2t scripts: its 2017 score fills in
         again = load(path)["result"]
@@ -126,18 +116,16 @@ def bundled() -> str:
     first = runs[0]
     note = (f"\n\nMachine: {first['machine']}; {first['result'].get('threads')} threads; "
             f"date {first['date']}, commit {first['commit'][:12]}.")
-    timings = sorted(glob.glob(str(RECIPES / "bundled_timing_*.json")))
-    for path in timings:  # the same amount of work timed on another machine class
-        t = load(path)
+    timings, timed = loaded(RECIPES, "bundled_timing_*.json")
+    for t in timed:  # the same amount of work timed on another machine class
         r = t["result"]
         size = r.get("model_size") or {}
         note += (f" The same {r['updates']} updates on {t['machine']} ({r.get('threads')} threads, commit "
                  f"{t['commit'][:7]}, P_drop {size.get('p_drop')}): train {minutes(r['stage_seconds']['train'])}, "
                  f"all stages {minutes(r['total_seconds'])}.")
-    machines = sorted(glob.glob(str(RECIPES / "bundled_machine_*.json")))
+    machines, others = loaded(RECIPES, "bundled_machine_*.json")
     groups = {}  # the same command and seed on another CPU type: what "the same number" covers
-    for path in machines:  # one sentence per CPU name, seed and thread count, its runs oldest first
-        m = load(path)
+    for m in others:  # one sentence per CPU name, seed and thread count, its runs oldest first
         key = (m["machine"].split(", Linux")[0], m["result"]["seed"], m["result"].get("threads"))
         groups.setdefault(key, []).append(m)
     for (machine, seed, threads), group in groups.items():
@@ -160,10 +148,9 @@ def bundled() -> str:
 
 def bundled_sweep() -> str:
     """The sweep that chose the bundled settings: valid BLEU by configuration and update."""
-    paths = sorted(glob.glob(str(RECIPES / "bundled_sweep.*.json")))
+    paths, runs = loaded(RECIPES, "bundled_sweep.*.json")
     if not paths:
         return "(no sweep filed yet)"
-    runs = [load(p) for p in paths]
     updates = sorted({int(u) for run in runs for u in run["result"]["valid_bleu_avg5_by_update"]})
     rows = []
     for run in runs:
@@ -177,9 +164,9 @@ def bundled_sweep() -> str:
             *(f"valid BLEU @{u}" for u in updates)]
     columns = sorted({k for run in runs for k in run["result"]["valid_bleu_final"]})
     dec = [[f"`{run['name']}`", *(run["result"]["valid_bleu_final"].get(k, "-") for k in columns)] for run in runs]
-    dec_head = ["config", *columns]
     return (table(head, rows) + "\n\nAt the last update, by checkpoint (avg5/avg10 = average of the last 5/10, "
-            "every 100 updates; last = the final model) and decoding (valid sacreBLEU):\n\n" + table(dec_head, dec)
+            "every 100 updates; last = the final model) and decoding (valid sacreBLEU):\n\n"
+            + table(["config", *columns], dec)
             + source(*paths))
 
 
@@ -192,9 +179,8 @@ def recipe_options(command: str) -> str:
     """A recipes/parallel.sh command line without the script and the corpus options."""
     import shlex
 
-    words, out = shlex.split(command), []
+    words, out, skip = shlex.split(command), [], False
     words = words[words.index("recipes/parallel.sh") + 1:] if "recipes/parallel.sh" in words else words
-    skip = False
     for word in words:
         if skip:
             skip = False
@@ -333,27 +319,23 @@ GPU_CHECK_THIRD_B = BENCH / "h200_gpu_check_4.json"
 
 
 def real_share(run: dict) -> float:
-    """The real (non-padding) share of the positions a GPU check run computed on: the file's own
-    ``padding_share``; in files from before it was recorded, from the run's own tokens/s: real target
-    tokens over the mean of the padded source and target positions (the source taken as padded as
-    the target), at most 1 (a German target a little longer than its English source, in batches of
-    little padding, puts it above)."""
+    """The real (non-padding) share of the positions a GPU check run computed on: 1 - its ``padding_share``; in
+    older files its real target tokens over the mean of its padded source and target positions, per second, at
+    most 1 (a German target a little longer than its source can put it above)."""
     if "padding_share" in run:
         return 1 - run["padding_share"]
     return min(1.0, run["target_tokens_per_second"] / run["padded_tokens_per_second"])
 
 
 def real_mfu(run: dict) -> float:
-    """A GPU check run's model FLOP utilization on real tokens against the matmul rate measured in
-    the same run: the file's own ``mfu``, or the older files' padded-position figure times
-    :func:`real_share` (their raw records unchanged)."""
+    """A GPU check run's model FLOP utilization on real tokens: its ``mfu``, or the older files' padded figure
+    times :func:`real_share`."""
     return run["mfu"] if "mfu" in run else run["mfu_vs_measured_matmul"] * real_share(run)
 
 
 def bench_mfu(r: dict, engine: str) -> float:
-    """benchmarks/train_throughput.py's utilization of ``engine`` (plugin, stock) on real tokens: the
-    file's own ``mfu``, or the older files' padded figure times the batch's real target tokens over
-    its padded target positions (sources are padded alike, by construction)."""
+    """benchmarks/train_throughput.py's utilization of ``engine`` (plugin, stock) on real tokens: its ``mfu``,
+    or the older files' padded figure times the batch's real share of target positions (sources alike)."""
     if "mfu" in r[engine]:
         return r[engine]["mfu"]
     b = r["batch"]
@@ -375,14 +357,10 @@ MFU_NOTE = ("model FLOP utilization: the model FLOPs of the real (non-padding) s
 
 
 def _gpu_canaries(r: dict) -> str:
-    parts = []
-    for model, entry in r["canary"].items():
-        c = entry["canary"]
-        p = c["predicted_seconds"]
-        parts.append(f"{model}: {c['seconds_per_update']:.3f} s per update over {c['updates']} updates, training "
-                     f"{c['plan']['max_update']} updates predicted {p['training'] / 3600:.1f} h (the whole run "
-                     f"{p['total'] / 3600:.1f} h)")
-    return "; ".join(parts)
+    canaries = {model: entry["canary"] for model, entry in r["canary"].items()}
+    return "; ".join(f"{model}: {c['seconds_per_update']:.3f} s per update over {c['updates']} updates, training "
+                     f"{c['plan']['max_update']} updates predicted {c['predicted_seconds']['training'] / 3600:.1f} h "
+                     f"(the whole run {c['predicted_seconds']['total'] / 3600:.1f} h)" for model, c in canaries.items())
 
 
 def gpu_check_summary() -> str:
@@ -416,7 +394,6 @@ def gpu_check() -> str:
 
     def speedup(a, b):  # in target tokens per second (updates differ a little in their tokens)
         return f"{runs[b]['target_tokens_per_second'] / runs[a]['target_tokens_per_second']:.1f}x"
-
 
     fits = {f.model: f for f in fits_of(GPU_CHECK)}
     findings = (
@@ -533,7 +510,6 @@ def gpu_check_third() -> str:
 def gpu_planning() -> str:
     """docs/scaling.md: base and big on one GPU and on eight, from attn_kit.planning.training_cost (the step
     model's fits of the GPU check; the all-reduce of eight estimated): a projection, not a measurement."""
-
     rows = []
     for arch in ("attn_paper_base", "attn_paper_big"):
         shape, updates = model_shape(arch), paper_updates(arch)
@@ -563,9 +539,9 @@ def hf_export() -> str:
     """docs/using-a-model.md: the bundled run exported to transformers (scripts/export_hf.py
     --compare-test-set), against the run itself on its whole test set."""
     path = RECIPES / "bundled_hf_export_amd_epyc.json"
-    if not filed(path):
+    if not path.exists():
         return "(not measured yet)"
-    _, r = filed(path)
+    r = load(path)["result"]
     n, g, b = r["sentences"], r["greedy_differing"], r["sacrebleu"]
     ids_off = n - r["token_ids_identical"]
     goal = r["greedy_identical_to_translate_beam1"] / n
@@ -593,9 +569,10 @@ def hf_export() -> str:
 def decode_rules() -> str:
     """The paper's and fairseq's beam-search stopping rules on the bundled model (benchmarks/decode_rules.py)."""
     path = BENCH / "cpu2core_decode_rules_bundled_seed1.json"
-    if not filed(path):
+    if not path.exists():
         return "(not measured yet)"
-    run, r = filed(path)
+    run = load(path)
+    r = run["result"]
     rows, notes = [], []
     for name, t in r["test_sets"].items():
         for decoding, d in t["decodings"].items():
@@ -629,9 +606,10 @@ def decode_rules() -> str:
 
 def parsing_rules() -> str:
     """The WSJ smoke run decoded with each stopping rule (recipes/results/wsj_smoke_beam_stop.json)."""
-    if not filed(RECIPES / "wsj_smoke_beam_stop.json"):
+    path = RECIPES / "wsj_smoke_beam_stop.json"
+    if not path.exists():
         return ""
-    _, r = filed(RECIPES / "wsj_smoke_beam_stop.json")
+    r = load(path)["result"]
     return (f" The WSJ parsing smoke run (beam {r['t2t']['decoding']['beam']}, GNMT alpha 0.3): dev/test F1 "
             f"{r['t2t']['dev_f1']:.2f}/{r['t2t']['test_f1']:.2f} with the paper's rule, "
             f"{r['fairseq']['dev_f1']:.2f}/{r['fairseq']['test_f1']:.2f} with fairseq's, the same parses of the "
@@ -641,7 +619,6 @@ def parsing_rules() -> str:
 def training_cost() -> str:
     """Table 2's cost recomputed from its footnote, beside the analytic count (attn_kit.planning.cost): computed
     from the paper's numbers, not measured, and kept here so that the docs say what the code computes."""
-
     gpus = table(["GPU", "bf16", "fp16", "fp32 (dense TFLOPS)"],
                  [(name, g.bf16 or "-", g.fp16, g.fp32) for name, g in GPUS.items()])
     return ("\n".join(describe_table2()) + "\n\nComputed by `python scripts/training_cost.py --table2` from the paper's "
@@ -665,11 +642,11 @@ def translate_consistency() -> str:
 # ---------------------------------------------------------------------------------------------- Table 3
 def table3() -> str:
     """Table 3 at bundled scale (recipes/table3.sh --bundled), beside the paper's rows."""
-
     path = RECIPES / "table3_bundled.json"
-    if not filed(path):
+    if not path.exists():
         return "(not filed yet)"
-    run, r = filed(path)
+    run = load(path)
+    r = run["result"]
     base = r["base"]
     scripts = {row.get("bleu_script", "2018") for row in r["rows"]}  # rows scored before 2017's was kept
     return (markdown(r) + f"\n\nBase of this scale: N={base['N']}, d_model={base['d_model']}, d_ff={base['d_ff']}, "
@@ -693,13 +670,11 @@ def cpu_name(run: dict) -> str:
 
 
 def ctranslate2() -> str:
-    """Beam-search throughput of CTranslate2 exports against the plugin under fairseq's generator,
-    synthetic batch, one column pair per CPU filed (benchmarks/generate_throughput.py --ctranslate2,
-    lab.bench.ctranslate2)."""
-    paths = sorted(glob.glob(str(BENCH / "cpu2core*_ctranslate2_fp32_int8.json")))
+    """Beam-search throughput of CTranslate2 exports against the plugin under fairseq's generator, synthetic batch,
+    one column pair per CPU filed (benchmarks/generate_throughput.py --ctranslate2, lab.bench.ctranslate2)."""
+    paths, runs = loaded(BENCH, "cpu2core*_ctranslate2_fp32_int8.json")
     if not paths:
         return "(not filed yet)"
-    runs = [load(p) for p in paths]
     first = runs[0]
     header = ["shape", "engine"]
     for run in runs:
@@ -716,8 +691,8 @@ def ctranslate2() -> str:
             same = sorted({run["results"][shape]["engines"][name].get("same_best_hypothesis", "") for run in runs})
             row += [", ".join(same), f"{e['model_bytes'] / 2 ** 20:.0f} MiB" if "model_bytes" in e else ""]
             rows.append(row)
-    b = next(iter(first["results"].values()))["batch"]
-    threads = next(iter(first["results"].values()))["threads"]
+    shape = next(iter(first["results"].values()))
+    b, threads = shape["batch"], shape["threads"]
     machines = "; ".join(f"{cpu_name(run)}: {run['machine']}, date {run['date']}, commit {run['commit'][:7]}, "
                          f"CTranslate2 {run['environment'].get('ctranslate2')}, torch {run['environment']['torch']}"
                          for run in runs)
@@ -842,11 +817,10 @@ def data_prep() -> str:
 def bpe_sample_effect() -> str:
     """BLEU of the bundled run with BPE learned on a sample (the share --bpe-learn-pairs is of WMT14 EN-DE)
     beside the committed seeds learned on every pair (recipes/results/bundled_bpe_learn_*.json)."""
-    paths = sorted(glob.glob(str(RECIPES / "bundled_bpe_learn_*.json")))
+    paths, runs = loaded(RECIPES, "bundled_bpe_learn_*.json")
     if not paths:
         return ""
-    seeds = [load(p) for p in sorted(glob.glob(str(RECIPES / "bundled_seed*.json")))]
-    runs = [load(p) for p in paths]
+    seeds = loaded(RECIPES, "bundled_seed*.json")[1]
     first = runs[0]["bpe_learn"]
     rows = [[f"every pair (the {len(seeds)} committed seeds, mean ± sd)", "50", mean_sd(
         [s["result"]["sacrebleu"] for s in seeds]), mean_sd([s["result"].get("bleu_compound_split") for s in seeds]),
@@ -893,8 +867,7 @@ def bpe_sample_summary() -> str:
     paths = [p for p in sorted(glob.glob(str(RECIPES / "bundled_bpe_learn_*.json")))
              if load(p)["bpe_learn"].get("label") == "the recipe now"]  # the sample as the recipe runs it
     now = [load(p) for p in paths]
-    seed_paths = sorted(glob.glob(str(RECIPES / "bundled_seed*.json")))
-    seeds = [load(p) for p in seed_paths]
+    seed_paths, seeds = loaded(RECIPES, "bundled_seed*.json")
     learn, _, _, diffs = en_fr_pairs()
     de = statistics.mean(r["result"]["sacrebleu"] for r in now) - statistics.mean(r["result"]["sacrebleu"] for r in seeds)
     de_sd, fr_mean, fr_sd = statistics.stdev(r["result"]["sacrebleu"] for r in seeds), statistics.mean(diffs), \
@@ -956,14 +929,13 @@ def canary_check() -> str:
     """The canary's prediction of a whole run beside that run's measured stage times on one machine
     (the canary first, then the run in the same work directory): attn_kit.recipes.canary; one
     column pair per results file recipes/results/canary_check_*.json (the bundled run, the smoke run)."""
-    paths = sorted(glob.glob(str(RECIPES / "canary_check_*.json")))
+    paths, checks = loaded(RECIPES, "canary_check_*.json")
     if not paths:
         return "(not filed yet: recipes/results/canary_check_*.json)"
     parts = ("data preparation", "training, validations, checkpoint writes", "averaging", "generation and scoring",
              "total")
     columns, notes = [], []
-    for path in paths:
-        r = load(path)
+    for r in checks:
         c, seconds = r["result"]["canary"], r["result"]["full_run"]["stage_seconds"]
         data = sum(seconds.get(s, 0.0) for s in ("download", "extract", "tokenize", "bpe", "binarize"))
         measured = [data, seconds["train"], seconds["average"], seconds["generate"] + seconds["score"]]
@@ -990,20 +962,14 @@ def canary_check() -> str:
 
 def faults() -> str:
     """What happens when things go wrong: the cases of lab.faults, each with its test."""
-
     rows = [(c.fault, c.outcome, f"`{c.test}`") for c in CASES]
     return table(["what goes wrong", "what happens", "test (tests/test_faults.py unless named)"], rows)
 
 
-TABLES = {"bundled": bundled, "bundled_sweep": bundled_sweep, "parallel_presets": parallel_presets,
-          "tokens_per_update": tokens_per_update,
-          "cpu_benchmarks": cpu_benchmarks, "gpu_benchmarks": gpu_benchmarks, "training_cost": training_cost,
-          "faults": faults, "gpu_recipe_path": gpu_recipe_path, "decode_rules": decode_rules, "table3": table3, "translate_consistency": translate_consistency,
-          "ctranslate2": ctranslate2, "ctranslate2_run": ctranslate2_run, "canary_check": canary_check,
-          "data_prep": data_prep, "gpu_check": gpu_check, "gpu_check_summary": gpu_check_summary,
-          "gpu_check_repeat": gpu_check_repeat, "gpu_check_third": gpu_check_third,
-          "bpe_sample_summary": bpe_sample_summary,
-          "gpu_planning": gpu_planning, "hf_export": hf_export}
+TABLES = {f.__name__: f for f in (  # each document names its tables by these names
+    bundled, bundled_sweep, parallel_presets, tokens_per_update, cpu_benchmarks, gpu_benchmarks, training_cost, faults,
+    gpu_recipe_path, decode_rules, table3, translate_consistency, ctranslate2, ctranslate2_run, canary_check, data_prep,
+    gpu_check, gpu_check_summary, gpu_check_repeat, gpu_check_third, bpe_sample_summary, gpu_planning, hf_export)}
 
 
 def documents() -> list:
@@ -1024,13 +990,9 @@ def render(text: str, name: str = "README.md") -> str:
 
 def stale() -> dict:
     """{document: its text with fresh tables} for every document whose tables differ from the files."""
-    out = {}
-    for path in documents():
-        text = path.read_text(encoding="utf-8")
-        new = render(text, str(path.relative_to(REPO)))
-        if new != text:
-            out[path] = new
-    return out
+    texts = {path: path.read_text(encoding="utf-8") for path in documents()}
+    fresh = {path: render(text, str(path.relative_to(REPO))) for path, text in texts.items()}
+    return {path: new for path, new in fresh.items() if new != texts[path]}
 
 
 def main(argv=None):

@@ -1,7 +1,18 @@
-"""The sweep that chose the bundled run's settings (scripts/bundled_sweep.py; ``bundled`` in
-recipes/configs/wmt14.yaml): each configuration is the bundled recipe with some options changed,
-trained a fixed number of updates and scored on the bundled valid split, several decodings and
-averages each; one results file per configuration. DESCRIPTION is --help's.
+"""The sweep that chose the bundled run's settings (``bundled`` in recipes/configs/wmt14.yaml).
+
+Each configuration is the bundled recipe with some options changed (``NAME=--flag value ...``); each trains a fixed
+number of updates with the paper's optimizer, schedule and criterion. Selection is on the bundled *validation* split
+(1000 pairs), decoded several ways from the averaged and from the final checkpoint; the test split is scored once
+per configuration by the recipe itself (what ``results.json`` reports). Data preparation is shared between
+configurations with the same BPE size.
+
+    python scripts/bundled_sweep.py                       # the default table below
+    python scripts/bundled_sweep.py --config lr1.2="--lr-scale 1.2" --config bpe4k="--bpe-merges 4000"
+
+Writes one file per configuration, ``recipes/results/bundled_sweep.NAME.json``: the command, git commit, machine,
+date, its options, train seconds, updates, valid sacreBLEU of the 5-checkpoint average every 100 updates from
+half-way (the curve that says how many updates are worth their time), and at the end per decoding and averaging.
+Runs go under ``--root`` (default runs/bundled_sweep).
 """
 import argparse
 import dataclasses
@@ -22,26 +33,6 @@ from attn_kit.fairseq_layer.fairseq_commands import DecodePlan
 from attn_kit.metrics.scores import detokenize, sacrebleu_score
 from attn_kit.recipes.common import generate_command, read_hypotheses
 
-DESCRIPTION = """\
-The sweep that chose the bundled run's settings (``bundled`` in recipes/configs/wmt14.yaml).
-
-Each configuration is the bundled recipe with some options changed
-(``NAME=--flag value ...``); each trains a fixed number of updates with the
-paper's optimizer, schedule and criterion. Selection is on the bundled
-*validation* split (1000 pairs), decoded several ways from the averaged and
-from the final checkpoint; the test split is scored once per configuration by
-the recipe itself (what ``results.json`` reports). Data preparation is shared
-between configurations with the same BPE size.
-
-    python scripts/bundled_sweep.py                       # the default table below
-    python scripts/bundled_sweep.py --config lr1.2="--lr-scale 1.2" --config bpe4k="--bpe-merges 4000"
-
-Writes one file per configuration, ``recipes/results/bundled_sweep.NAME.json``:
-the command, git commit, machine, date, its options, train seconds, updates,
-valid sacreBLEU of the 5-checkpoint average every 100 updates from half-way
-(the curve that says how many updates are worth their time), and at the end
-per decoding and averaging. Runs go under ``--root`` (default runs/bundled_sweep).
-"""
 STAGES_OF_THE_DATA = ("download", "extract", "tokenize", "bpe", "binarize")
 
 DEFAULT_CONFIGS = {
@@ -98,7 +89,7 @@ class SweepSettings:
 
 
 def build(argv=None) -> SweepSettings:
-    p = ArgumentParser(description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", action="append", default=[], metavar="NAME=FLAGS",
                    help="a configuration: recipe options on top of --bundled (repeatable; default: the table)")
     p.add_argument("--root", type=Path, default=REPO / "runs" / "bundled_sweep")

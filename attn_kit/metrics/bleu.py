@@ -21,10 +21,8 @@ from attn_kit.textio import add_errors_option, iter_lines
 
 MAX_ORDER = 4
 
-# perl's \s on the (byte) strings multi-bleu.perl reads: ASCII whitespace only.
-_PERL_SPACE = re.compile(r"[ \t\n\r\f\v]+")
-# On bytes, as perl -ple reads them: \S is any byte but [ \t\n\r\f\v], and a
-# non-ASCII character is several bytes ("\xc3\xa8" for "è").
+_PERL_SPACE = re.compile(r"[ \t\n\r\f\v]+")  # perl's \s on the bytes multi-bleu.perl reads: ASCII only
+# On bytes, as perl -ple reads them: \S is any byte but [ \t\n\r\f\v]; "è" is two ("\xc3\xa8").
 _COMPOUND = re.compile(rb"(\S)-(\S)")
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
@@ -36,11 +34,9 @@ class ScoreError(UserError, ValueError):
 def compound_split(line: str) -> str:
     """Split hyphenated compounds the way the paper / t2t / fairseq do for EN-DE.
 
-    Works on the UTF-8 bytes like the perl one-liner, so "a-b-c" gives
-    "a ##AT##-##AT## b-c" but "é-è-ê" gives "é ##AT##-##AT## è ##AT##-##AT## ê"
-    (the first match consumes only the first byte of "è"). Spaces are only
-    inserted next to the ASCII "-", never inside a character.
-    """
+    On the UTF-8 bytes like the perl one-liner: "a-b-c" gives "a ##AT##-##AT## b-c" but "é-è-ê" gives
+    "é ##AT##-##AT## è ##AT##-##AT## ê" (the first match consumes only the first byte of "è"). Spaces are only
+    inserted next to the ASCII "-", never inside a character."""
     data = _COMPOUND.sub(rb"\1 ##AT##-##AT## \2", line.encode("utf-8", "surrogateescape"))
     return data.decode("utf-8", "surrogateescape")
 
@@ -54,13 +50,9 @@ def words(line: str, lowercase: bool = False) -> List[str]:
 
 @dataclass(frozen=True)
 class MultiBleuResult:
-    """Corpus statistics and the numbers multi-bleu.perl derives from them.
-
-    The derived numbers repeat multi-bleu.perl's floating-point operations
-    rather than taking sacreBLEU's: sacreBLEU computes 100 * c / t where perl
-    computes 100 * (c / t), and the last bit can change a printed digit
-    (23/80: perl prints 28.7, 100 * 23 / 80 = 28.75 prints 28.8).
-    """
+    """Corpus statistics and the numbers multi-bleu.perl derives from them, by its floating-point operations,
+    not sacreBLEU's: perl computes 100 * (c / t), sacreBLEU 100 * c / t, and the last bit can change a printed
+    digit (23/80: perl prints 28.7, 100 * 23 / 80 = 28.75 prints 28.8)."""
 
     counts: Tuple[int, ...]  # clipped n-gram matches, n = 1..4
     totals: Tuple[int, ...]  # hypothesis n-grams, n = 1..4
@@ -112,11 +104,8 @@ def _as_streams(refs) -> List[Sequence[str]]:
 
 def multi_bleu(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence[str]]],
                lowercase: bool = False) -> MultiBleuResult:
-    """Corpus BLEU of ``hyps`` against ``refs`` as multi-bleu.perl [-lc] computes it.
-
-    ``refs`` is one reference line per hypothesis, or a list of such streams
-    for several references. Lines may keep their trailing newline.
-    """
+    """Corpus BLEU of ``hyps`` against ``refs`` as multi-bleu.perl [-lc] computes it. ``refs``: one reference
+    line per hypothesis, or a list of such streams for several references; lines may keep their newline."""
     from sacrebleu.metrics import BLEU
 
     streams = _as_streams(refs)
@@ -127,9 +116,8 @@ def multi_bleu(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence
     ref_words = [[words(r, lowercase) for r in stream] for stream in streams]
     hyp_text = [" ".join(w) for w in hyp_words]
     ref_text = [[" ".join(w) for w in stream] for stream in ref_words]
-    # sacreBLEU splits with str.split(), which also breaks at non-ASCII spaces
-    # (no-break space, U+2009, ...) that are part of a word for multi-bleu.perl.
-    # Should a word hold one, give sacreBLEU word ids instead (same n-gram counts).
+    # sacreBLEU's str.split() also breaks at non-ASCII spaces (no-break space, U+2009, ...), part of a word for
+    # multi-bleu.perl: should a word hold one, sacreBLEU gets word ids instead (the same n-gram counts).
     if any(t.split() != w for t, w in zip(hyp_text, hyp_words)) or any(
             t.split() != w for s_t, s_w in zip(ref_text, ref_words) for t, w in zip(s_t, s_w)):
         ids = {}
@@ -150,25 +138,17 @@ def multi_bleu(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence
                            int(ref_len))
 
 
-# ---------------------------------------------------------------------------
-# The paper's protocol: tensor2tensor's get_ende_bleu.sh
-# ---------------------------------------------------------------------------
-# get_ende_bleu.sh of the paper's time (2017: tokenizer.perl, compound split, multi-bleu.perl) and
-# of 2018-04-05 on (replace-unicode-punctuation.perl first), by the year: T2T_VERSIONS.
+# ------------------------------------------------------------------- the paper's protocol: t2t's get_ende_bleu.sh
+# get_ende_bleu.sh of the paper's time (2017: tokenizer.perl, compound split, multi-bleu.perl) and of 2018-04-05
+# on (replace-unicode-punctuation.perl first). Its Moses scripts as of that day (Moses ae7aa6a9d); not followed:
+# tokenizer.perl's "split final dots unconditionally" (2018-11-07, 9fc964da7; sacremoses has the older rule too)
+# and replace-unicode-punctuation.perl's "１" -> "1" (2019-10-14, 5d3331b92; before it "１" became '"').
 T2T_VERSIONS = ("2017", "2018")
 T2T_PROTOCOLS = {"t2t": "2017", "t2t-2018": "2018"}  # score_bleu.py --protocol
-# The Moses scripts are taken as they were when get_ende_bleu.sh got its final
-# form (t2t 2018-04-05, which added the replace-unicode-punctuation step; Moses
-# master of that day, ae7aa6a9d). Two later Moses changes are NOT followed:
-# tokenizer.perl's "split final dots unconditionally" (2018-11-07, 9fc964da7;
-# sacremoses has the older rule too) and replace-unicode-punctuation.perl's
-# "１" -> "1" (2019-10-14, 5d3331b92; before it "１" became '"').
 T2T_LANGS = ("de", "fr")
 
-# replace-unicode-punctuation.perl's substitutions, in its order. The script
-# reads bytes (its binmode lines are commented out) and never looks at its
-# arguments (get_ende_bleu.sh's "-l de" is shifted off and ignored); each
-# pattern is a whole UTF-8 sequence, so on text it is the same replacement.
+# replace-unicode-punctuation.perl's substitutions, in its order. It reads bytes and ignores its arguments
+# (get_ende_bleu.sh's "-l de"); each pattern is a whole UTF-8 sequence, so on text it is the same replacement.
 # "。 *" and "． *" also swallow the ASCII spaces after the full stop.
 _UNICODE_PUNCT = [
     ("，", ","), ("。 *", ". "), ("、", ","), ("”", '"'), ("“", '"'), ("∶", ":"), ("：", ":"), ("？", "?"),
@@ -180,18 +160,16 @@ _UNICODE_PUNCT = [
 ]
 _UNICODE_PUNCT_RE = [(re.compile(pattern), repl) for pattern, repl in _UNICODE_PUNCT]
 
-# tokenizer.perl reads UTF-8 (binmode :utf8), so its \s is perl's Unicode \s.
-# Python's \s (which sacremoses uses) has four more: the ASCII separators
-# \x1c-\x1f, which perl leaves to its "ASCII junk" rule and deletes.
+# tokenizer.perl reads UTF-8, so its \s is perl's Unicode \s; Python's \s (sacremoses') has four more, the
+# ASCII separators \x1c-\x1f, which perl's "ASCII junk" rule deletes.
 _PERL_USPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 _PERL_BLANK_LINE = re.compile(f"[{_PERL_USPACE}]*")
 _PY_ONLY_SPACE = re.compile("[\x1c-\x1f]")
 
 
 def replace_unicode_punctuation(line: str) -> str:
-    """Moses' replace-unicode-punctuation.perl on one line. It maps full-width and CJK
-    punctuation, the curly double quotes “ ” and ’ to ASCII; it leaves „ ‚ ‘ « » – —
-    alone (the tokenizer then treats them as symbols of their own)."""
+    """Moses' replace-unicode-punctuation.perl on one line: full-width and CJK punctuation, the curly double quotes
+    “ ” and ’ to ASCII; „ ‚ ‘ « » – — stay (the tokenizer then treats them as symbols of their own)."""
     for pattern, repl in _UNICODE_PUNCT_RE:
         line = pattern.sub(repl, line)
     return line
@@ -210,11 +188,8 @@ def _moses_tokenizer(lang: str):
     from sacremoses.indic import NUKTAS, VIRAMAS
 
     class PerlMosesTokenizer(MosesTokenizer):
-        # sacremoses 0.2 rewrote the multi-dot rule as one pass; perl's loop
-        #   s/\.([\.]+)/ DOTMULTI$1/g; while (/DOTMULTI\./) { s/DOTMULTI\.([^\.])/DOTDOTMULTI $1/g;
-        #   s/DOTMULTI\./DOTDOTMULTI/g }   ...   while (/DOTDOTMULTI/) { s/DOTDOTMULTI/DOTMULTI./g } s/DOTMULTI/./g
-        # gives the same text except where the input itself holds "DOTMULTI"
-        # ("DOTMULTI.x": perl ".. x", sacremoses "..x"). Perl's loop it is.
+        # sacremoses 0.2 rewrote perl's multi-dot loop as one pass, which differs where the input itself holds
+        # "DOTMULTI" ("DOTMULTI.x": perl ".. x", sacremoses "..x"). Perl's loop it is.
         def replace_multidots(self, text):
             text = re.sub(r"\.([\.]+)", r" DOTMULTI\1", text)
             while "DOTMULTI." in text:
@@ -228,9 +203,8 @@ def _moses_tokenizer(lang: str):
             return text.replace("DOTMULTI", ".")
 
     tok = PerlMosesTokenizer(lang=lang)
-    # sacremoses counts Indic viramas and nuktas as alphanumeric (so "क्ष" stays one
-    # word); perl's \p{IsAlnum} does not, and tokenizer.perl pads them as symbols
-    # ("क ् ष"). Padding them beforehand gives perl's result.
+    # sacremoses counts Indic viramas and nuktas as alphanumeric ("क्ष" stays one word); perl's \p{IsAlnum} does
+    # not and pads them as symbols ("क ् ष"): padding them beforehand gives perl's result.
     alnum = set(Perluniprops().chars("IsAlnum"))
     marks = "".join(sorted(set(VIRAMAS + NUKTAS) - alnum))
     tok.perl_pad_marks = re.compile(f"[{re.escape(marks)}]") if marks else None
@@ -239,22 +213,16 @@ def _moses_tokenizer(lang: str):
 
 
 def t2t_tokenize(line: str, lang: str = "de", version: str = "2017") -> str:
-    """(``version`` "2018": replace-unicode-punctuation.perl, then) tokenizer.perl -l ``lang`` with its
-    defaults: escaping on (& < > ' " | [ ] become &amp; &lt; &gt; &apos; &quot;
-    &#124; &#91; &#93;), no -a (a hyphen between letters stays inside the word),
-    the final-dot rule of 2018 (a word ending in "." keeps it when it is a
+    """(``version`` "2018": replace-unicode-punctuation.perl, then) tokenizer.perl -l ``lang`` with its defaults:
+    escaping on (& < > ' " | [ ] become &amp; &lt; &gt; &apos; &quot; &#124; &#91; &#93;), no -a (a hyphen between
+    letters stays inside the word), the final-dot rule of 2018 (a word ending in "." keeps it when it is a
     nonbreaking prefix, e.g. German "24." or "Mio.", even at the end of a line).
 
-    The tokenizer is sacremoses' port of tokenizer.perl, patched where it differs
-    from the perl: a line that is empty or only (Unicode) whitespace comes back
-    unchanged, as tokenizer.perl prints such lines untouched (/^\\s*$/), so a
-    no-break space alone stays a word for multi-bleu.perl; \\x1c-\\x1f are deleted
-    (perl's ASCII-junk rule), not turned into spaces; Indic viramas/nuktas are
-    split off; text holding "DOTMULTI" follows perl's multi-dot loop. Checked 1:1
-    against the perl scripts on newstest2013/2014 de and fr (tests/test_score_bleu.py).
-    Languages other than de and fr are refused: tokenizer.perl has rules of its
-    own for some (fi, sv, ga, ...) that sacremoses lacks, and nothing else was checked.
-    """
+    sacremoses' port of tokenizer.perl, patched where it differs from the perl: a line empty or only (Unicode)
+    whitespace comes back unchanged (/^\\s*$/: a no-break space alone stays a word for multi-bleu.perl);
+    \\x1c-\\x1f are deleted, not spaces; Indic viramas/nuktas are split off; "DOTMULTI" follows perl's loop.
+    Checked 1:1 against the perl scripts on newstest2013/2014 de and fr (tests/test_score_bleu.py); other
+    languages are refused (tokenizer.perl has rules of its own for some, fi, sv, ga, ..., that sacremoses lacks)."""
     if lang not in T2T_LANGS:
         raise ScoreError(f"--protocol t2t supports -l {' or '.join(T2T_LANGS)}, not {lang!r}")
     try:
@@ -289,12 +257,11 @@ class SideError(ScoreError):
 
 def t2t_sides(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence[str]]], lang: str = "de",
               compound_split: Union[bool, None] = None, version: str = "2017") -> Tuple[List[str], List[List[str]]]:
-    """Raw ``hyps`` and ``refs`` (as for :func:`multi_bleu`) as tensor2tensor's get_ende_bleu.sh hands
-    them to multi-bleu.perl: through :func:`t2t_tokenize`, then the compound split (``compound_split``:
-    None = on for German only). ``version`` "2018" runs replace-unicode-punctuation.perl on the
-    hypotheses only: that script reads its reference already tokenized (newstest2013.tok.de, made
-    without the step) and normalizes only the decodes, so a reference keeps its curly quotes. The one
-    rule for the recipes and score_bleu.py; a SideError names the side it is about."""
+    """Raw ``hyps`` and ``refs`` (as for :func:`multi_bleu`) as tensor2tensor's get_ende_bleu.sh hands them to
+    multi-bleu.perl: :func:`t2t_tokenize`, then the compound split (``compound_split``: None = German only).
+    ``version`` "2018" normalizes the hypotheses only: the script reads its reference already tokenized
+    (newstest2013.tok.de, made without the step). The one rule for the recipes and score_bleu.py; a SideError
+    names the side it is about."""
     if version not in T2T_VERSIONS:
         raise ScoreError(f"get_ende_bleu.sh versions: {', '.join(T2T_VERSIONS)}, not {version!r}")
     if compound_split is None:
@@ -312,10 +279,8 @@ def t2t_sides(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence[
 
 def t2t_bleu(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence[str]]], lang: str = "de",
              compound_split: Union[bool, None] = None, version: str = "2017") -> MultiBleuResult:
-    """BLEU of raw (detokenized) ``hyps`` against raw ``refs`` as tensor2tensor's
-    get_ende_bleu.sh computes it (``version`` "2017": the paper's Table 2 for EN-DE; "2018":
-    with replace-unicode-punctuation.perl first, on the hypotheses only): :func:`t2t_sides`, then
-    multi-bleu.perl. ``refs`` as for :func:`multi_bleu`.
+    """BLEU of raw ``hyps`` against raw ``refs`` as tensor2tensor's get_ende_bleu.sh computes it (``version``
+    "2017": the paper's Table 2 for EN-DE; "2018": normalized hypotheses): :func:`t2t_sides`, then multi-bleu.perl.
     Returns multi_bleu's result: ``.score``, ``.format()`` = multi-bleu.perl's line."""
     return multi_bleu(*t2t_sides(hyps, refs, lang, compound_split, version))
 
@@ -324,9 +289,8 @@ _split_compounds = compound_split  # t2t_bleu's argument of that name hides the 
 
 
 def read_lines(path: str, errors: str = "strict") -> List[str]:
-    """The lines of ``path`` ("-": stdin) under attn_kit.textio's policy (``errors``: its
-    --errors): ending at LF, CRLF or CR only (not at the other separators str.splitlines()
-    knows); an OSError if the file cannot be opened."""
+    """The lines of ``path`` ("-": stdin) under attn_kit.textio's policy (``errors``: its --errors): ending at LF,
+    CRLF or CR only; an OSError if the file cannot be opened."""
     if path == "-":
         return list(iter_lines(sys.stdin.buffer, "stdin", errors))
     with open(path, "rb") as f:

@@ -8,12 +8,14 @@ from EVALB's documented behaviour (its README), none of its code used; where EVA
 overflows or loops, this does something defined. The semantics and the differences: docs/wsj.md.
 """
 import os
+import re
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
+from attn_kit import options
 from attn_kit.cli import ArgumentParser, Number, UserError
 from attn_kit.textio import add_errors_option, read_lines
 
@@ -74,16 +76,12 @@ def parse_params(text: str, name: str = "parameter file") -> Params:
         if key in ("DEBUG",):
             continue  # per-sentence debugging output is not reproduced
         try:
-            if key == "MAX_ERROR":
-                params.max_error = int(value)
-            elif key == "CUTOFF_LEN":
-                params.cutoff_len = int(value)
+            if key in ("MAX_ERROR", "CUTOFF_LEN"):
+                setattr(params, key.lower(), int(value))
             elif key == "LABELED":
                 params.labeled = int(value) != 0
-            elif key == "DELETE_LABEL":
-                params.delete_labels.append(value)
-            elif key == "DELETE_LABEL_FOR_LENGTH":
-                params.delete_for_length.append(value)
+            elif key in ("DELETE_LABEL", "DELETE_LABEL_FOR_LENGTH"):
+                (params.delete_labels if key == "DELETE_LABEL" else params.delete_for_length).append(value)
             elif key in ("EQ_LABEL", "EQ_WORD"):
                 pair = value.split()
                 if len(pair) != 2:
@@ -163,10 +161,7 @@ def read_tree(line: str, params: Params) -> Sentence:
 
 def _bare_label(label: str) -> str:
     """Cut function tags: everything from the first '-' or '=' (as EVALB does, even at position 0)."""
-    for k, ch in enumerate(label):
-        if ch in "-=":
-            return label[:k]
-    return label
+    return re.split("[-=]", label, maxsplit=1)[0]
 
 
 def _scored(sentence: Sentence, params: Params) -> List[Tuple[int, int, str]]:
@@ -329,10 +324,9 @@ HEADER = ("  Sent.                        Matched  Bracket   Cross        Correc
 
 
 def evaluate(gold_lines: List[str], test_lines: List[str], params: Params = COLLINS, out=None, err=None):
-    """Score ``test_lines`` against ``gold_lines``; write EVALB's report to ``out``
-    and its error messages to ``err`` (text streams, or None); return
-    ``(all_totals, short_totals, per_sentence_results)``. Raises TooManyErrors
-    where EVALB gives up (after MAX_ERROR + 1 errors)."""
+    """Score ``test_lines`` against ``gold_lines``; write EVALB's report to ``out`` and its error messages to
+    ``err`` (text streams, or None); return ``(all_totals, short_totals, per_sentence_results)``. Raises
+    TooManyErrors where EVALB gives up (after MAX_ERROR + 1 errors)."""
     count = [0]
 
     def report(line, message):
@@ -451,12 +445,10 @@ def main(argv=None) -> int:
     p.add_argument("test", help="parser output, one tree per line, in the same order")
     p.add_argument("-p", dest="prm", help="EVALB parameter file (default: COLLINS.prm's settings)")
     p.add_argument("-e", dest="max_error", type=Number(int, minimum=0),
-                   help="number of errors to give up at (default: the "
-                                                          "parameter file's MAX_ERROR, 10 in COLLINS.prm)")
+                   help="number of errors to give up at (default: the parameter file's MAX_ERROR, 10 in COLLINS.prm)")
     p.add_argument("-c", dest="cutoff", type=Number(int, minimum=1),
                    help="length cut-off of the second section (default 40)")
-    p.add_argument("--evalb", metavar="PATH", help="run the official EVALB binary at PATH with the same "
-                                                   "parameters instead")
+    options.add(p, "evalb", "with the same parameters, instead of this module", type=str)
     add_errors_option(p)
     args = p.parse_args(argv)
     gold, test = _read_lines(args.gold, "gold", args.errors), _read_lines(args.test, "test", args.errors)

@@ -50,11 +50,11 @@ def tokenized_score(hyps: Sequence[str], refs: Sequence[str]) -> float:
 
 def translation_scores(hyps_tok: Sequence[str], refs: Sequence[str], tgt: str,
                        tok_refs: Optional[Sequence[str]] = None) -> dict:
-    """BLEU of fairseq-generate's hypotheses (Moses -a tokens, BPE removed) against the raw references
-    every way the paper and fairseq report it: the paper's protocol (tensor2tensor's get_ende_bleu.sh
-    of 2017, and of 2018; for German and French targets, the languages it is checked for), sacreBLEU with its signature, multi-bleu.perl on the tokens and, for German,
-    with fairseq's compound split. ``tok_refs``: the references as the recipe tokenized them (default:
-    tokenized here the same way). ``detokenized``: the hypotheses as raw text."""
+    """BLEU of fairseq-generate's hypotheses (Moses -a tokens, BPE removed) against the raw references every way
+    the paper and fairseq report it: the paper's protocol (tensor2tensor's get_ende_bleu.sh of 2017, and of 2018;
+    for German and French targets, the languages it is checked for), sacreBLEU with its signature, multi-bleu.perl
+    on the tokens and, for German, with fairseq's compound split. ``tok_refs``: the references as the recipe
+    tokenized them (default: tokenized here the same way). ``detokenized``: the hypotheses as raw text."""
     if tok_refs is None:
         tok_refs = [_moses_line(tgt, r) for r in refs]
     hyps = detokenize(hyps_tok, tgt)

@@ -7,6 +7,7 @@ which repairs what the model got wrong and counts each repair (:data:`REPAIRS`):
     -> (S (NP XX )NP (VP XX (NP XX XX )NP )VP XX )S          (pos_tags="xx")
     -> (S (NP NNP )NP (VP VBZ (NP DT NN )NP )VP . )S         (pos_tags="keep")
 """
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
@@ -19,8 +20,7 @@ class TreeError(ValueError):
 
 
 class Tree:
-    """A constituent: ``label`` and ``children`` (Trees), or a preterminal whose
-    only child is its word (a str)."""
+    """A constituent: ``label`` and ``children`` (Trees), or a preterminal whose only child is its word (a str)."""
 
     __slots__ = ("label", "children")
 
@@ -156,13 +156,8 @@ def read_tree_lines(path: Path) -> Iterator[Tree]:
 
 # --------------------------------------------------------------------------- preprocessing
 def bare_label(label: str) -> str:
-    """A constituent label without function tags or indices: NP-SBJ-1 -> NP, NP=2 -> NP."""
-    if label.startswith("-"):
-        return label
-    for k, ch in enumerate(label):
-        if ch in "-=":
-            return label[:k]
-    return label
+    """A constituent label without function tags or indices: NP-SBJ-1 -> NP, NP=2 -> NP (-NONE- stays)."""
+    return label if label.startswith("-") else re.split("[-=]", label, maxsplit=1)[0]
 
 
 def _strip(node: Tree) -> Optional[Tree]:
@@ -196,9 +191,8 @@ XX = "XX"
 
 
 def linearize(tree: Tree, pos_tags: str = "xx") -> List[str]:
-    """Vinyals et al.'s depth-first bracket sequence of a (stripped) tree; the
-    TOP root is not part of it. ``pos_tags``: "xx" writes every word as XX,
-    "keep" writes its POS tag."""
+    """Vinyals et al.'s depth-first bracket sequence of a (stripped) tree; the TOP root is not part of it.
+    ``pos_tags``: "xx" writes every word as XX, "keep" writes its POS tag."""
     if pos_tags not in ("xx", "keep"):
         raise ValueError(f"pos_tags must be 'xx' or 'keep', not {pos_tags!r}")
     out: List[str] = []
@@ -222,13 +216,12 @@ REPAIRS = ("extra_close", "label_mismatch", "unclosed", "extra_leaves", "missing
 
 def delinearize(tokens: Sequence[str], words: Sequence[str], tags: Optional[Sequence[str]] = None
                 ) -> Tuple[Tree, Counter]:
-    """A tree over ``words`` from a predicted bracket sequence, and the repairs it
-    needed (a Counter over :data:`REPAIRS`; empty for a well-formed sequence).
+    """A tree over ``words`` from a predicted bracket sequence, and the repairs it needed (a Counter over
+    :data:`REPAIRS`; empty for a well-formed sequence).
 
-    Tokens ``(L`` open a bracket, ``)L`` (or ``)``) close one, anything else is a
-    word's leaf. The word's tag is ``tags[i]`` when given (the recipe passes the
-    gold tags when the model predicts XX, so that EVALB deletes the same
-    punctuation on both sides), else the leaf token itself."""
+    Tokens ``(L`` open a bracket, ``)L`` (or ``)``) close one, anything else is a word's leaf. The word's tag is
+    ``tags[i]`` when given (the recipe passes the gold tags when the model predicts XX, so that EVALB deletes the
+    same punctuation on both sides), else the leaf token itself."""
     repairs: Counter = Counter()
     root = Tree("TOP", [])
     stack = [root]

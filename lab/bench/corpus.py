@@ -3,6 +3,7 @@ benchmark (lab.bench.data_prep): real sentence shapes with words drawn from word
 Zipfian lists (:func:`generate`), and the type/token check that says how alike it is to real
 text (:func:`type_growth`, :func:`heaps_fit`: Heaps' law, V = K * n^beta, in the results file);
 a corpus of repeated sentences would make BPE learning cheap."""
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from attn_kit.cli import UserError
+from attn_kit.planning.prep_cost import fit_power
 
 # a chunk: leading punctuation, the word, trailing punctuation
 _CHUNK = re.compile(r"^(\W*)(.*?)(\W*)$", re.S)
@@ -65,11 +67,12 @@ def wordfreq_vocabulary(lang: str) -> Vocabulary:
                       burstiness=BURSTINESS.get(lang, 0.0))
 
 
-def wordfreq_version() -> Optional[str]:
-    try:
-        from importlib.metadata import version
+def version_of(package: str) -> Optional[str]:
+    """The installed version of ``package``, or None."""
+    from importlib.metadata import version
 
-        return version("wordfreq")
+    try:
+        return version(package)
     except Exception:
         return None
 
@@ -126,38 +129,26 @@ def generate(shapes: Sequence[Tuple[Shape, Shape]], vocab: Tuple[Vocabulary, Voc
              seed: int, long_share: float = 0.0, noise: float = 0.0) -> Iterator[Tuple[str, str]]:
     """``n`` synthetic (source, target) sentences; deterministic in ``seed``. Each pair:
 
-    1. **Shape.** A real sentence pair is drawn (uniformly, with replacement) from the shape text:
-       newstest2013 + newstest2014 EN-DE (6003 pairs of news; ``--shapes``). Each side keeps its
-       real whitespace chunks, so the pair keeps its real lengths, length ratio, punctuation,
-       capitals and numbers; only the words change.
-    2. **Words.** Every chunk that holds a letter has its word (the chunk without leading and
-       trailing punctuation) replaced by a word drawn from that language's Zipfian unigram
-       distribution: wordfreq's ``large`` list (en 321K, de 635K words, frequencies >= 1e-8; only
-       the words made of letters, with inner ``'`` or ``-``, are kept, at their own frequency).
-       The replaced word takes the original's case pattern (Title, UPPER or lower).
-    3. **The tail below the list.** wordfreq's lists stop at frequency 1e-8; the mass below
-       (1 - the list's total) is where real text keeps making new types
-       (names, compounds, rare forms). With that probability a word is instead a compound of two
-       words drawn from the same distribution (``haus`` + ``tür`` -> ``haustür``), so new types
-       keep appearing at every corpus size, at a rate set by the distribution, not by a counter.
-    4. **Topics.** Real text repeats its own words (a story's names and subject): consecutive
-       groups of 16 sentence pairs are "documents", and with a language's probability (en 0.6,
-       de 0.45, :data:`BURSTINESS`) a word is instead a word of an earlier sentence of its
-       document (same side), chosen uniformly. The two values are the ones that give the corpus
-       as many types as the real newstest2013+2014 text after as many tokens (see the results file).
-    5. **Numbers.** Every digit of a chunk is replaced by a random digit (numbers make types too).
-    6. **Crawled text** (``long_share``, ``noise``; 0 leaves the corpus as it was). Web-crawled
-       corpora hold long lines (paragraphs the sentence splitter left whole) and noise (URLs, codes,
-       misspellings). With probability ``long_share`` a pair's shape is two drawn pairs joined, side
-       by side; in such a long pair, each word with probability ``noise`` is a random string of 4 to
-       12 letters and digits that no list holds (:func:`noise_word`).
+    1. **Shape.** A real sentence pair drawn (uniformly, with replacement) from the shape text (newstest2013+2014
+       EN-DE, 6003 pairs; ``--shapes``) keeps its whitespace chunks: lengths, punctuation, capitals and numbers.
+    2. **Words.** Each chunk's word (without its punctuation) is replaced by a word drawn from the language's
+       Zipfian unigram distribution, wordfreq's ``large`` list (en 321K, de 635K words, frequencies >= 1e-8; only
+       words of letters with inner ``'`` or ``-`` kept), in the original's case pattern (Title, UPPER, lower).
+    3. **The tail below the list.** With the mass below the list's cut-off (1 - its total), where real text keeps
+       making new types, a word is a compound of two drawn words (``haus`` + ``tür`` -> ``haustür``), so new
+       types keep appearing at every size, at a rate the distribution sets.
+    4. **Topics.** In "documents" of 16 consecutive pairs, with a language's probability (:data:`BURSTINESS`) a
+       word repeats a word of an earlier sentence of its document (same side), chosen uniformly; the values give
+       as many types as newstest2013+2014 after as many tokens (see the results file).
+    5. **Numbers.** Every digit is replaced by a random digit (numbers make types too).
+    6. **Crawled text** (``long_share``, ``noise``; 0 leaves the corpus as it was): with probability
+       ``long_share`` a pair is two drawn pairs joined (a paragraph the sentence splitter left whole); in such a
+       pair each word is, with probability ``noise``, a random string no list holds (:func:`noise_word`).
 
-    The source and target words are drawn independently: nothing is a translation of anything,
-    which none of the data stages looks at (clean-corpus-n reads only lengths, which are real).
-    Everything comes from one ``numpy.random.default_rng(seed)`` stream, read in a fixed order,
-    so the same seed, shape text and wordfreq version give the same corpus byte for byte; the
-    first N pairs of a longer corpus are the corpus of N pairs.
-    """
+    Source and target are drawn independently (no data stage looks at meaning; clean-corpus-n reads only the
+    real lengths). One ``numpy.random.default_rng(seed)`` stream, read in a fixed order, makes the same corpus
+    byte for byte from the same seed, shapes and wordfreq version; the first N pairs of a longer corpus are the
+    corpus of N pairs."""
     rng = np.random.default_rng(seed)
     done = 0
     while done < n:  # whole batches, the last one cut: a corpus of N pairs is the first N of a longer one
@@ -228,23 +219,17 @@ def _add_noise(words: List[str], counts: List[int], joined: List[bool], rng: np.
 def write_corpus(pairs: Iterable[Tuple[str, str]], src: Path, tgt: Path) -> int:
     n = 0
     with open(src, "w", encoding="utf-8") as fs, open(tgt, "w", encoding="utf-8") as ft:
-        for s, t in pairs:
+        for n, (s, t) in enumerate(pairs, 1):
             fs.write(s + "\n")
             ft.write(t + "\n")
-            n += 1
     return n
 
 
 # ---------------------------------------------------------------------------------------------- type growth
 def checkpoints(start: int = 1000, stop: int = 10 ** 9, per_decade: int = 4) -> List[int]:
     """Token counts at which types are counted: ``per_decade`` log-spaced points per decade."""
-    points, k = [], 0
-    while True:
-        n = int(round(start * 10 ** (k / per_decade)))
-        if n > stop:
-            return points
-        points.append(n)
-        k += 1
+    points = (int(round(start * 10 ** (k / per_decade))) for k in itertools.count())
+    return list(itertools.takewhile(lambda n: n <= stop, points))
 
 
 def type_growth(lines: Iterable[str], points: Optional[Sequence[int]] = None) -> List[Tuple[int, int]]:
@@ -265,23 +250,10 @@ def type_growth(lines: Iterable[str], points: Optional[Sequence[int]] = None) ->
 
 
 def heaps_fit(growth: Sequence[Tuple[int, int]], min_tokens: int = 1000) -> Dict[str, float]:
-    """Heaps' law V = K * n^beta fitted by least squares to log V against log n (points from
-    ``min_tokens`` on): ``{"K", "beta"}``."""
-    pts = [(math.log(n), math.log(v)) for n, v in growth if n >= min_tokens and v > 0]
-    if len(pts) < 2:
-        raise ValueError("a Heaps fit needs two points")
-    a, b = least_squares(pts)
-    return {"K": math.exp(a), "beta": b}
-
-
-def least_squares(pts: Sequence[Tuple[float, float]]) -> Tuple[float, float]:
-    """Intercept and slope of the least-squares line through ``pts``."""
-    n = len(pts)
-    mx = sum(x for x, _ in pts) / n
-    my = sum(y for _, y in pts) / n
-    sxx = sum((x - mx) ** 2 for x, _ in pts)
-    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
-    return my - slope * mx, slope
+    """Heaps' law V = K * n^beta fitted by least squares to log V against log n (points from ``min_tokens`` on):
+    ``{"K", "beta"}``."""
+    fit = fit_power([(n, v) for n, v in growth if n >= min_tokens])
+    return {"K": fit["a"], "beta": fit["b"]}
 
 
 def types_at(growth: Sequence[Tuple[int, int]], tokens: int) -> Optional[float]:

@@ -1,45 +1,29 @@
-"""Beam-search generation throughput: the plugin under fairseq's generator against CTranslate2
-exports of the same weights (``benchmarks/generate_throughput.py --ctranslate2``).
+"""Beam-search generation throughput: the plugin under fairseq's generator against CTranslate2 exports of the
+same weights (``benchmarks/generate_throughput.py --ctranslate2``).
 
     python benchmarks/generate_throughput.py --ctranslate2 --shapes small,base     # CPU: float32, int8
     python benchmarks/generate_throughput.py --ctranslate2 --ngpus 1 --precision fp16   # GPU: float16, int8_float16
 
-The plugin's Transformer (``attn_paper_base`` at the shape's sizes, the paper's
-sinusoids, weights from ``--seed``) decodes a synthetic batch with fairseq's own
-``SequenceGenerator`` (what fairseq-generate and scripts/translate.py run);
-CTranslate2 decodes the same sentences with the same weights, exported by
-:func:`attn_kit.inference.ctranslate2.build_spec` (float32 and int8 weights; on
-CUDA the ``--precision``'s type and its int8 variant), with the same beam. Default
-batch on CPU: 64 sentences (scripts/translate.py's default batch) of up to 24
-tokens.
+The plugin's Transformer (``attn_paper_base`` at the shape's sizes, the paper's sinusoids, weights from ``--seed``)
+decodes a synthetic batch with fairseq's ``SequenceGenerator`` (what fairseq-generate and scripts/translate.py
+run); CTranslate2 decodes the same sentences with the same weights and beam, exported by
+:func:`attn_kit.inference.ctranslate2.build_spec` (float32 and int8; on CUDA the ``--precision``'s type and its int8
+variant). Default batch on CPU: 64 sentences (scripts/translate.py's default) of up to 24 tokens.
 
-Engines and threads (T = torch's threads, ``--threads``):
+Engines (T = torch's threads, ``--threads``): ``plugin``, one process on T threads (as scripts/translate.py runs);
+``plugin, T procs``, T one-thread processes each decoding 1/T of the batch, timed together (CPU, T > 1: the
+plugin's best use of T cores); ``ct2 <type>``, one batch on ``intra_threads`` = T; ``ct2 <type>, T x 1 thread``,
+``inter_threads`` = T, the batch cut in T (CPU, T > 1: CTranslate2's throughput set-up, which scripts/translate.py's
+engine does not use). Ratios are to ``plugin``; compare with ``plugin, T procs`` too.
 
-- ``plugin``: one process, T intra-op threads (how scripts/translate.py runs);
-- ``plugin, T procs``: T processes of 1 thread, each decoding 1/T of the batch,
-  timed together (CPU, T > 1): the plugin's best use of T cores for throughput;
-- ``ct2 <type>``: one batch, ``intra_threads`` = T (like ``plugin``);
-- ``ct2 <type>, T x 1 thread``: ``inter_threads`` = T, ``intra_threads`` = 1, the
-  batch cut in T (CPU, T > 1): CTranslate2's throughput set-up, which
-  scripts/translate.py's engine does not use (it decodes batch after batch).
-
-Ratios are to ``plugin``; compare with ``plugin, T procs`` too.
-
-What makes the comparison honest: with random weights, where a model ends its
-hypotheses is arbitrary and would differ between float32 and int8 (and between
-the engines' roundings), so no engine may end early: every hypothesis of every
-sentence is exactly ``length`` tokens plus ``</s>`` (fairseq: ``min_len = max_len =
-length``, so ``</s>`` is forbidden until the limit and then forced; CTranslate2:
-``min_decoding_length = max_decoding_length = length + 1``). Each engine runs
-``length + 1`` decoder steps over ``beam`` hypotheses of every sentence, encoder
-included, from token ids (fairseq) or token strings (CTranslate2) to the best
-hypotheses; the rates are sentences/s and output tokens/s (the same tokens in every
-engine). Each trial runs every engine once, the order rotating; the table gives
-medians and the medians of the per-trial ratios. "same output": best hypotheses
-whose first ``length`` tokens equal the plugin's (float32 agrees but for near-ties:
-CTranslate2 masks ``</s>`` before its softmax, fairseq after, which moves all
-scores a little; int8 changes the numbers). A trained model's outputs end on their
-own and are shorter; the work per token is the same.
+With random weights where a hypothesis ends is arbitrary (and would differ between float32 and int8 and between
+the engines' roundings), so no engine may end early: every hypothesis is exactly ``length`` tokens plus ``</s>``
+(fairseq: ``min_len = max_len = length``; CTranslate2: ``min_decoding_length = max_decoding_length = length + 1``),
+and each engine runs ``length + 1`` decoder steps over ``beam`` hypotheses, encoder included, from token ids
+(fairseq) or strings (CTranslate2) to the best hypotheses. Each trial runs every engine once, the order rotating;
+medians, and medians of the per-trial ratios. "same output": best hypotheses whose first ``length`` tokens equal the
+plugin's (float32 agrees but for near-ties: CTranslate2 masks ``</s>`` before its softmax, fairseq after; int8
+changes the numbers). A trained model's outputs are shorter; the work per token is the same.
 """
 import math
 import tempfile
@@ -151,8 +135,7 @@ def bench_shape(shape, args, log):
     dictionary, sample, model, generator = _setup(shape, args, sentences, length, threads)
     src = sources(sample, dictionary)
     parallel = args.device == "cpu" and threads > 1
-    runs, sizes = {}, {}
-    outputs = {}
+    runs, sizes, outputs = {}, {}, {}
 
     def plugin():
         torch.set_num_threads(threads)  # CTranslate2 sets OpenMP's thread count for the process (1 for inter_threads)
@@ -171,7 +154,7 @@ def bench_shape(shape, args, log):
                                                  max_decoding_length=length + 1, min_decoding_length=length + 1,
                                                  max_batch_size=batch)
             outputs[name] = [[dictionary.index(t) for t in r.hypotheses[0][:length]] for r in results]
-        return run
+        runs[name] = run
 
     cpu_model = model.float().cpu() if args.device == "cuda" or args.dtype != "fp32" else model
     with tempfile.TemporaryDirectory() as tmp:
@@ -179,13 +162,12 @@ def bench_shape(shape, args, log):
             out = Path(tmp) / ctype
             save_spec(build_spec(cpu_model, dictionary, dictionary), out, ctype)
             sizes[ctype] = (out / "model.bin").stat().st_size
-            one = ct2.Translator(str(out), device=args.device, intra_threads=threads, compute_type=ctype)
-            runs[f"ct2 {ctype}"] = ct2_run(f"ct2 {ctype}", one, 0)
+            ct2_run(f"ct2 {ctype}", ct2.Translator(str(out), device=args.device, intra_threads=threads,
+                                                   compute_type=ctype), 0)
             if parallel:
                 many = ct2.Translator(str(out), device=args.device, intra_threads=1, inter_threads=threads,
                                       compute_type=ctype)
-                runs[f"ct2 {ctype}, {threads} x 1 thread"] = ct2_run(f"ct2 {ctype}, {threads} x 1 thread", many,
-                                                                     math.ceil(sentences / threads))
+                ct2_run(f"ct2 {ctype}, {threads} x 1 thread", many, math.ceil(sentences / threads))
     if cpu_model is not model:
         model.to(device=args.device, dtype=measure.torch_dtype(args.dtype))
     names = list(runs)

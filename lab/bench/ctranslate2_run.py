@@ -1,32 +1,25 @@
-"""A trained run's test set: the recipe's own ``fairseq-generate`` against CTranslate2 exports
-of the model it evaluated (``benchmarks/generate_throughput.py --ctranslate2 --run RUN_DIR``).
+"""A trained run's test set: the recipe's own ``fairseq-generate`` against CTranslate2 exports of the model it
+evaluated (``benchmarks/generate_throughput.py --ctranslate2 --run RUN_DIR``).
 
     bash recipes/wmt14_en_de.sh --bundled --workdir runs/bundled
     python benchmarks/generate_throughput.py --ctranslate2 --run runs/bundled
 
-The synthetic rows (lab.bench.ctranslate2) force every hypothesis to one length with
-random weights; this measures what a user of a trained model gets:
+Where lab.bench.ctranslate2 forces random weights to one output length, this measures what a user of a trained
+model gets:
 
-- ``fairseq-generate``: the command the recipe's generate stage ran (the run's checkpoint,
-  beam, length penalty, length limit and ``--batch-size``; RUN_DIR/inference.json), with
-  ``OMP_NUM_THREADS`` = T; the benchmark's ``--batch-size`` sets both engines' batch size.
-  Its rate is fairseq's own: the "Translated N sentences ... (S sentences/s)" line, which
-  times only the beam searches (not start-up, data loading or printing), so fairseq's side
-  gets the benefit of the doubt.
+- ``fairseq-generate``: the command the recipe's generate stage ran (RUN_DIR/inference.json: checkpoint, beam,
+  length penalty and limit), with ``OMP_NUM_THREADS`` = T and the benchmark's ``--batch-size`` (both engines').
+  Its rate is fairseq's own "Translated N sentences ... (S sentences/s)" line, which times only the beam searches.
 - ``ct2 <type>`` and ``ct2 <type>, T x 1 thread``: the run's model exported by
-  :func:`attn_kit.inference.ctranslate2.export` (float32 and int8), decoding the same
-  source sentences (the binarized test split, token for token) with the engine of
-  ``scripts/translate.py --engine ctranslate2`` (:class:`CT2Translator`: the run's beam,
-  length limit and penalty, fairseq's scores, fairseq's batches of that size sorted by
-  length): ``ct2 <type>``, one translator decoding batch after batch on T threads;
-  ``ct2 <type>, T x 1 thread``, T calls at once on one thread each, every batch cut into
-  calls of at most :data:`attn_kit.inference.ctranslate2.PARALLEL_CALL` sentences with the batch's length limit (what
-  scripts/translate.py does with more sentences than that). Timed from the token lists
-  to the best hypotheses, rescoring included.
+  :func:`attn_kit.inference.ctranslate2.export` (float32 and int8), decoding the same source tokens (the binarized
+  test split) with ``scripts/translate.py --engine ctranslate2``'s engine (:class:`CT2Translator`: the run's beam,
+  length limit and penalty, fairseq's scores and batches): one translator batch after batch on T threads; or T
+  calls at once on one thread each, every batch cut into calls of at most
+  :data:`attn_kit.inference.ctranslate2.PARALLEL_CALL` sentences. Timed from the token lists to the best
+  hypotheses, rescoring included.
 
-Each trial runs every engine once, the order rotating; medians. Also reported: the lines
-equal to fairseq-generate's (after BPE removal) and sacreBLEU of the detokenized output of
-each engine against the run's test reference (fairseq-generate's is the run's own result).
+Each trial runs every engine once, the order rotating; medians. Also reported: the lines equal to
+fairseq-generate's (after BPE removal) and each engine's sacreBLEU against the run's test reference.
 """
 import dataclasses
 import os
@@ -36,19 +29,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from attn_kit.cli import UserError, write_json_atomic
-from attn_kit.fairseq_layer.fairseq_commands import DecodePlan
+from attn_kit.cli import UserError
+from attn_kit.fairseq_layer.fairseq_commands import DecodePlan, thread_env
 from attn_kit.fairseq_layer.fairseq_commands import generate_command as generate_command_of
-from attn_kit.fairseq_layer.fairseq_commands import thread_env
 from attn_kit.inference.ctranslate2 import CT2Translator, export, fairseq_batches
 from attn_kit.metrics.scores import sacrebleu_score
 from attn_kit.pipeline.process import console_script
 from attn_kit.fairseq_layer.plugin import load
 from attn_kit.recipes.common import read_hypotheses
-from attn_kit.results import provenance
 from . import measure
 from .ctranslate2 import engines
-from .harness import markdown_table, progress
+from .harness import markdown_table, progress, publish
 
 TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in [\d.]+s \(([\d.]+) sentences/s")
 FAIRSEQ = "fairseq-generate"
@@ -78,9 +69,8 @@ def _card(run_dir: Path):
 def generate_command(run_dir: Path, info: dict, gpu: bool, batch_size: int, beam_stop=None,
                      plan: "DecodePlan | None" = None) -> list:
     """The recipe's fairseq-generate command for the run's test split (attn_kit.fairseq_layer.fairseq_commands),
-    ``batch_size`` sentences a batch; ``beam_stop``: another stopping rule than the run's (with the
-    GNMT penalty; CTranslate2's own search stops as fairseq's rule does); ``plan``: another decoding
-    than the run card's."""
+    ``batch_size`` sentences a batch; ``beam_stop``: another stopping rule than the run's (with the GNMT penalty;
+    CTranslate2's own search stops as fairseq's rule does); ``plan``: another decoding than the run card's."""
     plan = plan or DecodePlan.from_card(info, batch_size)
     if beam_stop and plan.alpha is not None:
         plan = dataclasses.replace(plan, beam_stop=beam_stop)
@@ -159,7 +149,7 @@ def bench_run(run_dir: Path, info: dict, args, log) -> dict:
                     out[i] = tokens
             outputs[name] = out
             return len(sources) / seconds
-        return run
+        runs[name] = run
 
     with tempfile.TemporaryDirectory() as tmp:
         for ctype in engines(args):
@@ -169,10 +159,9 @@ def bench_run(run_dir: Path, info: dict, args, log) -> dict:
             # one CT2Translator per set-up: each keeps one CTranslate2 translator loaded
             one = CT2Translator(out, threads=threads, gpu=gpu)
             translator = translator or one
-            runs[f"ct2 {ctype}"] = ct2(f"ct2 {ctype}", one, False)
+            ct2(f"ct2 {ctype}", one, False)
             if not gpu and threads > 1:
-                many = CT2Translator(out, threads=threads)
-                runs[f"ct2 {ctype}, {threads} x 1 thread"] = ct2(f"ct2 {ctype}, {threads} x 1 thread", many, True)
+                ct2(f"ct2 {ctype}, {threads} x 1 thread", CT2Translator(out, threads=threads), True)
         names, sps, ratios = trials(runs, args.repeats, log)
 
     refs = Path(results["test_reference"]).read_text(encoding="utf-8").split("\n")[:len(sources)] \
@@ -222,13 +211,10 @@ def main(args, env):
     info = _card(run_dir)  # a run that cannot be timed is one line before anything starts
     progress(f"{run_dir}: the recipe's fairseq-generate and CTranslate2 on its test set, {args.repeats} trials ...")
     result = bench_run(run_dir, info, args, progress)
-    text = markdown_table(*table(result))
-    print(f"beam-{result['beam']} translation of {result['sentences']} test sentences of {args.run} (batches of "
-          f"{result['batch_size']}), fairseq-generate vs CTranslate2 ({args.device}, {result['threads']} threads, "
-          f"median of {args.repeats} trials)\n")
-    print(text)
+    title = (f"beam-{result['beam']} translation of {result['sentences']} test sentences of {args.run} (batches of "
+             f"{result['batch_size']}), fairseq-generate vs CTranslate2 ({args.device}, {result['threads']} threads, "
+             f"median of {args.repeats} trials)")
     settings = {"run": str(args.run), "repeats": args.repeats, "compute_types": [
         e["compute_type"] for e in result["engines"].values() if "compute_type" in e]}
-    write_json_atomic(args.out, {"benchmark": "generate_throughput_ctranslate2_run", **provenance(),
-                                 "environment": env, "settings": settings, "results": result, "table": text})
-    print(f"\nwrote {args.out}")
+    publish("generate_throughput_ctranslate2_run", args.out, env, title, markdown_table(*table(result)), settings,
+            result)

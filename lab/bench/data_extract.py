@@ -1,19 +1,16 @@
-"""The WMT14 recipes' extract stage and the size of its text, measured on this machine: how fast an
-archive is checked (sha256) and unpacked and its text joined, and how much Moses tokenization grows a
-pair's text. The recipes' --dry-run projects extraction time and disk from these rates
-(attn_kit.planning.prep_cost reads the results file).
+"""The WMT14 recipes' extract stage and the size of its text, measured on this machine: how fast an archive is
+checked (sha256) and unpacked and its text joined, and how much Moses tokenization grows a pair's text. The recipes'
+--dry-run projects extraction time and disk from these rates (attn_kit.planning.prep_cost reads the results file).
 
-Archives are built here in WMT14's two layouts from real news text (newstest2013+2014 of EN-DE and
-EN-FR, one sentence a line, repeated to --mb): a .tgz whose wanted pair is a third of its text, the
-rest other languages, as in Europarl's, Common Crawl's, News Commentary's and the UN corpus's
-archives; and a plain .tar of two gzipped members, as giga-fren's. Each is hashed as the extract
-stage checks it (attn_kit.pipeline.download.sha256_of) and unpacked by the stage's own function
-(attn_kit.pipeline.text.extract_members), and the text joined as the stage joins it
-(attn_kit.pipeline.text.concatenate), --repeats times. The rates are MB (2^20 bytes) per CPU second of
-this process (other work on a shared machine changes them less than wall time; the wall seconds are
-recorded too), the medians of the repeats. The archives are read from the page cache: a cold disk
-adds its read time. The tokenization is the recipe's (attn_kit.pipeline.text.moses_tokenize) on the
-same news text, both sides of each pair.
+Archives are built here in WMT14's two layouts from real news text (newstest2013+2014 of EN-DE and EN-FR, one
+sentence a line, repeated to --mb): a .tgz whose wanted pair is a third of its text, the rest other languages, as in
+Europarl's, Common Crawl's, News Commentary's and the UN corpus's archives; and a plain .tar of two gzipped members,
+as giga-fren's. Each is hashed as the extract stage checks it (attn_kit.pipeline.download.sha256_of) and unpacked by
+the stage's own function (attn_kit.pipeline.text.extract_members), and the text joined as the stage joins it
+(attn_kit.pipeline.text.concatenate), --repeats times. The rates are MB (2^20 bytes) per CPU second of this process
+(other work on a shared machine changes them less than wall time; the wall seconds are recorded too), the medians of
+the repeats. The archives are read from the page cache: a cold disk adds its read time. The tokenization is the
+recipe's (attn_kit.pipeline.text.moses_tokenize) on the same news text, both sides of each pair.
 """
 import argparse
 import gzip

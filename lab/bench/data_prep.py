@@ -1,49 +1,38 @@
-"""The WMT14 recipes' data stages at growing corpus sizes: time and peak memory of every part,
-fits of how each grows, and projections for WMT14 EN-DE and EN-FR.
+"""The WMT14 recipes' data stages at growing corpus sizes: time and peak memory of every part, fits of how each
+grows, and projections for WMT14 EN-DE and EN-FR.
 
     python benchmarks/data_prep.py                          # 30K, 100K, 300K, 1M pairs; --workers = CPUs
     python benchmarks/data_prep.py --sizes 2000,5000 --bpe-merges 2000 --output /tmp/small.json
 
-What runs is the recipe's own code (attn_kit.recipes.translation's stages, built by
-recipes/parallel.sh's argument parser on the benchmark's corpus), each stage in a fresh Python
-process: ``tokenize`` (sacremoses normalization and tokenization, --workers processes),
-``bpe`` (subword-nmt learn-joint-bpe-and-vocab, apply-bpe on every split, clean-corpus-n) and
-``binarize`` (fairseq-preprocess --joined-dictionary), with the recipe's settings (35000
-merges by default, --workers = CPUs, BPE learned on every pair: --bpe-learn-pairs 0); and
-``sample``, the --bpe-learn-pairs pass (a quarter of the pairs drawn). A context around the
-recipe's steps measures each part (tokenize, learn_bpe, apply_bpe, clean, binarize, sample):
+What runs is the recipe's own code (attn_kit.recipes.translation's stages, built by recipes/parallel.sh's parser),
+each stage in a fresh process with the recipe's settings (35000 merges by default, --workers = CPUs, BPE learned on
+every pair: --bpe-learn-pairs 0): ``tokenize`` (sacremoses, --workers processes), ``bpe`` (subword-nmt
+learn-joint-bpe-and-vocab, apply-bpe on every split, clean-corpus-n), ``binarize`` (fairseq-preprocess
+--joined-dictionary), and ``sample``, the --bpe-learn-pairs pass (a quarter of the pairs drawn). Each part
+(tokenize, learn_bpe, apply_bpe, clean, binarize, sample) is measured in:
 
 - wall seconds;
-- CPU seconds of all its processes (getrusage of the stage's process and of the children it
-  waited for, which include theirs) and of its main process (the stage's process itself for
-  the steps it runs in Python; for a command, also the command's own process, read from
-  /proc every 0.2 s): the rest is the workers'. The projections use CPU seconds, so that
-  other work on a shared machine, which stretches wall time, does not enter them;
-- peak memory: a thread reads /proc every 0.2 s and sums the proportional set size (PSS:
-  shared pages split between the processes that share them) of the process and all its
-  descendants (pool workers, subword-nmt, fairseq-preprocess), split into the main processes
-  and the workers at the largest sum; ``maxrss_mb`` is getrusage's peak of the largest single
-  process of the stage.
+- CPU seconds of all its processes (getrusage of the stage's process and of the children it waited for) and of its
+  main process (for a command, also the command's own process, read from /proc every 0.2 s): the rest is the
+  workers'. The projections use CPU seconds, so that other work on a shared machine does not enter them;
+- peak memory: the proportional set size (PSS: shared pages split between their processes) of the process and all
+  its descendants, read from /proc every 0.2 s, split into the main processes and the workers at the largest sum;
+  ``maxrss_mb`` is getrusage's peak of the largest single process of the stage.
 
-The corpus is synthetic (lab.bench.corpus: real newstest sentence shapes of --pair, words
-from wordfreq's Zipfian lists, ``pip install wordfreq``), generated once with --seed into --scratch
-(not the repository); its type/token growth is compared with the real newstest2013+2014 and
-Tatoeba text of the pair (../shared/data) in the results file. ``--long-share`` and ``--noise`` add
-crawled text (corpus.generate, step 6): by default as many long pairs as make the corpus's words
-per pair the WMT14 training text's (attn_kit.recipes.wmt14_data: its bytes per pair against
-newstest2014's), and an assumed 2% of their words noise (no crawl sample is at hand to measure
-it). The first N pairs of the largest size are the corpus of size N. Every stage's load average
-(``os.getloadavg``) before and after is recorded, and ``uptime`` at the start and the end.
+The corpus is synthetic (lab.bench.corpus: real newstest sentence shapes of --pair, words from wordfreq's Zipfian
+lists, ``pip install wordfreq``), generated once with --seed into --scratch; its type/token growth is compared with
+the real newstest2013+2014 and Tatoeba text of the pair (../shared/data) in the results file. ``--long-share`` and
+``--noise`` add crawled text (corpus.generate, step 6): by default as many long pairs as give the WMT14 training
+text's words per pair (attn_kit.recipes.wmt14_data), and an assumed 2% of their words noise (no crawl sample is at
+hand to measure it). The first N pairs of the largest size are the corpus of size N. Every stage's load average
+before and after is recorded, and ``uptime`` at the start and the end.
 
-Fits and projections: attn_kit.planning.prep_cost (serial and parallel CPU seconds and the main and the
-workers' memory each ``a * pairs^b``; on w workers serial + parallel / w), fitted from the
-second size on when there are three or more (the smallest is measured and shown, but start-up
-costs that do not grow, fairseq-preprocess importing torch, dominate it); ``--refit FILE`` fits
-a filed run's measurements again. Projections for WMT14 EN-DE (4.5M pairs) and EN-FR (36M) on
-2 and 16 cores, before the recipe's speed-ups (BPE learned on every pair in one process,
-apply-bpe in one process) and after (--num-workers for both, BPE learned on --bpe-learn-pairs
-pairs); beside them, the projection for --workers at each measured size against its measured
-wall time, which says how much the machine's other work stretched the measurements.
+Fits and projections: attn_kit.planning.prep_cost (on w workers serial + parallel / w), fitted from the second size
+on when there are three or more (start-up costs that do not grow, fairseq-preprocess importing torch, dominate the
+smallest); ``--refit FILE`` fits a filed run's measurements again. Projections for WMT14 EN-DE (4.5M pairs) and
+EN-FR (36M) on 2 and 16 cores, before the recipe's speed-ups (BPE learned on every pair, apply-bpe, in one process)
+and after; beside them, the projection for --workers at each measured size against its measured wall time, which
+says how much the machine's other work stretched the measurements.
 """
 import argparse
 import json
@@ -200,9 +189,8 @@ def _memory(pid: int):
 
 
 class Sampler(threading.Thread):
-    """Every ``interval`` seconds, the memory of this process and its descendants during the running
-    part (:meth:`begin`), split into the part's main process (this one, and for a command the command's
-    own process) and its workers (the rest); and the CPU ticks of a command's own process."""
+    """Every ``interval`` seconds, the memory of this process and its descendants, by part (:meth:`begin`):
+    the main process (this one; for a command, its own process too) and the workers; a command's CPU ticks."""
 
     def __init__(self, interval: float = 0.2):
         super().__init__(daemon=True)
@@ -278,9 +266,8 @@ def _cpu(who) -> float:
 
 
 def timing_context(workdir: Path, stage: str, sampler: Sampler):
-    """The recipe's :class:`attn_kit.pipeline.stages.Context`, measuring each command and step by part:
-    wall seconds, CPU seconds of all its processes (getrusage of this process and of the children it
-    waited for, which count their own waited-for children) and of its main process."""
+    """The recipe's :class:`attn_kit.pipeline.stages.Context`, measuring each command and step by part: wall
+    seconds, CPU seconds of all its processes and of its main process (see the module's docstring)."""
     class Timing(Context):
         def timed(self, part: str, command: bool, fn, *args, **kwargs):
             sampler.begin(part, command)
@@ -307,16 +294,14 @@ def timing_context(workdir: Path, stage: str, sampler: Sampler):
 
 
 def run_child(spec_path: Path):
-    """One measurement, in this (fresh) process: ``spec["what"]`` is a stage of the recipe
-    (tokenize, bpe, binarize) or ``sample``."""
+    """One measurement, in this (fresh) process: ``spec["what"]``, a stage of the recipe or ``sample``."""
     spec = json.loads(spec_path.read_text())
     args = parallel.parse_args(spec["argv"])
     stages = {s.name: s for s in translation.stages(args)}
-    sampler = Sampler()
+    sampler, what = Sampler(), spec["what"]
     sampler.start()
-    ctx = timing_context(args.workdir, spec["what"], sampler)
+    ctx = timing_context(args.workdir, what, sampler)
     t0 = time.perf_counter()
-    what = spec["what"]
     if what in stages:
         stages[what].run(ctx)
     elif what == "sample":
@@ -350,9 +335,8 @@ def uptime() -> str:
 
 
 def words_per_pair(prefix: Path, sizes, tgt: str = "de") -> dict:
-    """{N: whitespace words per pair, both sides, of the first N pairs of PREFIX.en/.TGT}: the
-    corpus's size in the unit the projections scale by (attn_kit.planning.prep_cost: the token-bound
-    stages' work is per token)."""
+    """{N: whitespace words per pair, both sides, of the first N pairs of PREFIX.en/.TGT}: the corpus's size
+    in the unit the projections scale by (the token-bound stages' work is per token)."""
     out, words, pairs = {}, 0, 0
     with open(f"{prefix}.en", encoding="utf-8") as en, open(f"{prefix}.{tgt}", encoding="utf-8") as other:
         for a, b in zip(en, other):
@@ -365,10 +349,9 @@ def words_per_pair(prefix: Path, sizes, tgt: str = "de") -> dict:
 
 def make_corpus(folder: Path, shape_files: List[Path], sizes: List[int], pair: str = "en-de", seed: int = 1,
                 long_share: Optional[float] = None, noise: float = NOISE) -> dict:
-    """The synthetic corpus of ``pair`` (train: the largest of ``sizes``; valid, test: HELD_OUT pairs
-    each) with the sentence shapes of ``shape_files`` (EN, OTHER, or EN, EN, OTHER, OTHER), and its
-    check. ``long_share``: pairs joined as crawled long lines (None: as many as give WMT14's words per
-    pair)."""
+    """The synthetic corpus of ``pair`` (train: the largest of ``sizes``; valid, test: HELD_OUT pairs each) with
+    the sentence shapes of ``shape_files`` (EN, OTHER, or EN, EN, OTHER, OTHER), and what it is. ``long_share``:
+    pairs joined as crawled long lines (None: as many as give WMT14's words per pair)."""
     shapes = C.read_shapes(shape_files[0], shape_files[2]) + C.read_shapes(shape_files[1], shape_files[3]) \
         if len(shape_files) == 4 else C.read_shapes(*shape_files)
     tgt = pair.split("-")[1]
@@ -387,7 +370,7 @@ def make_corpus(folder: Path, shape_files: List[Path], sizes: List[int], pair: s
             "long_share": long_share, "noise": noise if long_share else 0.0,
             "long_share_from": "given" if given is not None else
             "the WMT14 training text's words per pair (attn_kit.recipes.wmt14_data) over the shapes' own",
-            "wordfreq": C.wordfreq_version(), "burstiness": {k: C.BURSTINESS[k] for k in ("en", tgt)},
+            "wordfreq": C.version_of("wordfreq"), "burstiness": {k: C.BURSTINESS[k] for k in ("en", tgt)},
             "document_sentences": C.DOCUMENT,
             "tail": {"en": round(vocab[0].tail, 5), tgt: round(vocab[1].tail, 5)},
             "list_words": {"en": len(vocab[0].words), tgt: len(vocab[1].words)},
@@ -482,10 +465,9 @@ def measure(args, corpus: Path, workdir: Path, what: str, workers: int, n: int, 
 
 
 def fits_of(args, runs: List[dict]) -> dict:
-    """prep_cost's fits from the measurements (see attn_kit.planning.prep_cost): per part, serial and parallel
-    CPU seconds (``c + k * pairs``, c >= 0, for the per-token parts; ``a * pairs^b`` for learning BPE)
-    and the main processes' and the workers' peak MB (``a * pairs^b``), from the second size on when
-    there are three or more."""
+    """prep_cost's fits from the measurements: per part, serial and parallel CPU seconds (``c + k * pairs``,
+    c >= 0, for the per-token parts; ``a * pairs^b`` for learning BPE) and the main processes' and the workers'
+    peak MB (``a * pairs^b``), from the second size on when there are three or more."""
     fitted, W = (args.sizes[1] if len(args.sizes) > 2 else args.sizes[0]), args.workers
     fits = {"workers": W, "fitted_from_pairs": fitted, "cpu_serial": {}, "cpu_parallel": {},
             "memory_main": {}, "memory_workers": {}, "memory_workers_per_doubling": {}, "main_chunk_share": {}}
@@ -515,7 +497,6 @@ def fits_of(args, runs: List[dict]) -> dict:
         # the main process's own chunk c: main(w) = S + c / w, measured on W and on more workers at one size
         if part not in prep_cost.MAIN_CHUNK_PARTS:
             continue
-        base = {r["pairs"]: r["parts"][part] for r in runs if r["workers"] == W and part in r["parts"]}
         for r in runs:
             if r["workers"] > W and part in r["parts"] and r["pairs"] in base:
                 one, more = base[r["pairs"]], r["parts"][part]
@@ -646,15 +627,9 @@ def report(args, out: dict) -> int:
 
 def environment() -> dict:
     import platform
-    from importlib.metadata import version
 
-    env = {"python": platform.python_version(), "cpu_count": os.cpu_count()}
-    for name in ("sacremoses", "subword-nmt", "fairseq-fixed", "wordfreq"):
-        try:
-            env[name] = version(name)
-        except Exception:
-            env[name] = None
-    return env
+    return {"python": platform.python_version(), "cpu_count": os.cpu_count(),
+            **{name: C.version_of(name) for name in ("sacremoses", "subword-nmt", "fairseq-fixed", "wordfreq")}}
 
 
 if __name__ == "__main__":

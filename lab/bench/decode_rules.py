@@ -1,16 +1,15 @@
-"""Decoding as the paper's code did, measured: a trained run's test set (and any other test set
-given, e.g. newstest2014) translated with each beam-search stopping rule, tensor2tensor's
-(the paper's, attn_plugin/beam_search.py) and fairseq's, under the paper's decoding (beam 4,
-GNMT alpha 0.6, input + 50), plus the run's own decoding; BLEU every way the recipes report
-it, fairseq's own sentences/s, and how many translations the two rules share; then the cost of
-``--print-alignment`` (the same decoding, alignments printed) as a ratio.
+"""Decoding as the paper's code did, measured: a trained run's test set (and any other test set given, e.g.
+newstest2014) translated with each beam-search stopping rule, tensor2tensor's (the paper's,
+attn_plugin/beam_search.py) and fairseq's, under the paper's decoding (beam 4, GNMT alpha 0.6, input + 50), plus the
+run's own decoding; BLEU every way the recipes report it, fairseq's own sentences/s, and how many translations the
+two rules share; then the cost of ``--print-alignment`` (the same decoding, alignments printed) as a ratio.
 
     python benchmarks/decode_rules.py --run runs/wmt14_en_de_bundled \\
         --test-set newstest2014 ../shared/data/wmt14/plain/newstest2014.en ../shared/data/wmt14/plain/newstest2014.de
 
-A test set besides the run's own goes through the run's pre-processing (Moses tokenization, its
-BPE codes and vocabulary, its dictionaries; attn_kit.recipes.translation). Trials alternate the
-decodings; sentences/s is the median of the trials (fairseq's timer covers the searches only).
+A test set besides the run's own goes through the run's pre-processing (Moses tokenization, its BPE codes and
+vocabulary, its dictionaries; attn_kit.recipes.translation). Trials alternate the decodings; sentences/s is the
+median of the trials (fairseq's timer covers the searches only).
 """
 import argparse
 import dataclasses
@@ -96,7 +95,7 @@ def main(argv=None) -> int:
                 raise UserError(f"--test-set {name}: {path} is not a file")
     run_dir = args.run.resolve()
     info = _card(run_dir)
-    src, tgt = info["args"]["source_lang"], info["args"]["target_lang"]
+    tgt = info["args"]["target_lang"]
     own = dict(info["generation"], gnmt_alpha=info["args"].get("gnmt_alpha"), beam_stop=info["args"].get("beam_stop"))
     own_plan = DecodePlan.from_card(info, info["batch_size"])
     every = {"the run's own": generate_command(run_dir, info, gpu=False, batch_size=info["batch_size"]),
@@ -136,12 +135,9 @@ def main(argv=None) -> int:
                 rows[decoding] = row
             entry = result["test_sets"][name] = {"sentences": len(refs), "reference": str(reference),
                                                  "decodings": rows}
-            if {NAMES["t2t"], NAMES["fairseq"]} <= set(outputs):
-                entry["same_output_t2t_vs_fairseq_stop"] = sum(
-                    a == b for a, b in zip(outputs[NAMES["t2t"]], outputs[NAMES["fairseq"]]))
-            if {NAMES["t2t"], NAMES["min0"]} <= set(outputs):
-                entry["same_output_min_len_1_vs_0"] = sum(
-                    a == b for a, b in zip(outputs[NAMES["t2t"]], outputs[NAMES["min0"]]))
+            for key, other in (("same_output_t2t_vs_fairseq_stop", "fairseq"), ("same_output_min_len_1_vs_0", "min0")):
+                if {NAMES["t2t"], NAMES[other]} <= set(outputs):
+                    entry[key] = sum(a == b for a, b in zip(outputs[NAMES["t2t"]], outputs[NAMES[other]]))
             if {NAMES["t2t"], NAMES["alignment"]} <= set(rows):
                 entry["print_alignment_time_ratio"] = (rows[NAMES["t2t"]]["sentences_per_s"]
                                                        / rows[NAMES["alignment"]]["sentences_per_s"])

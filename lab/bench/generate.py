@@ -3,36 +3,30 @@
     python benchmarks/generate_throughput.py                           # CPU, shapes small and base
     python benchmarks/generate_throughput.py --ngpus 1 --precision bf16    # GPU, shapes base and big
 
-Both models decode the same batch of synthetic source sentences with fairseq's
-own ``SequenceGenerator`` (what fairseq-generate runs): beam 4, incremental
-decoding with cached keys and values, output length up to the source length.
-So that both do exactly the same search, the plugin runs with
-``--sinusoid-layout fairseq`` and the stock model's weights
-(``convert_fairseq_transformer_state_dict``): the two compute the same
-log-probabilities, so they pick the same hypotheses and decode the same number
-of steps; the table checks that their outputs agree. Each trial decodes the
-batch with one model, then with the other, alternating which goes first; the
-table gives medians over the trials and the median of the per-trial ratios
-plugin/stock of sentences per second (> 1: the plugin is faster). bf16/fp16
-convert both models to that precision, as fairseq-generate --fp16 does for fp16
-(fairseq 0.12's generate has no bf16 of its own).
+Both models decode the same batch of synthetic source sentences with fairseq's own ``SequenceGenerator`` (what
+fairseq-generate runs): beam 4, incremental decoding with cached keys and values, output length up to the source
+length. So that both do exactly the same search, the plugin runs with ``--sinusoid-layout fairseq`` and the stock
+model's weights (``convert_fairseq_transformer_state_dict``): the two compute the same log-probabilities, so they
+pick the same hypotheses and decode the same number of steps; the table checks that their outputs agree. Each trial
+decodes the batch with one model, then with the other, alternating which goes first; the table gives medians over
+the trials and the median of the per-trial ratios plugin/stock of sentences per second (> 1: the plugin is faster).
+bf16/fp16 convert both models to that precision, as fairseq-generate --fp16 does for fp16 (fairseq 0.12's generate
+has no bf16 of its own).
 
-Peak memory: the most bytes one model's generation held (parameters plus
-everything beam search allocated); see lab.bench.measure.
+Peak memory: the most bytes one model's generation held (parameters plus everything beam search allocated); see
+lab.bench.measure.
 
-``--ctranslate2`` compares the plugin with CTranslate2 exports of its weights
-instead (float32 and int8 on CPU), every hypothesis decoded to the same length
-in both engines; lab.bench.ctranslate2 says how and why. ``--ctranslate2 --run
-RUN_DIR`` times a trained run instead: the recipe's own fairseq-generate on its test set
-against CTranslate2 exports of the model it evaluated (lab.bench.ctranslate2_run).
+``--ctranslate2`` compares the plugin with CTranslate2 exports of its weights instead (float32 and int8 on CPU),
+every hypothesis decoded to the same length in both engines (lab.bench.ctranslate2). ``--ctranslate2 --run
+RUN_DIR`` times a trained run instead: the recipe's own fairseq-generate on its test set against CTranslate2 exports
+of the model it evaluated (lab.bench.ctranslate2_run).
 """
 
 from pathlib import Path
 
 from attn_kit.fairseq_layer.build import count_parameters, make_dictionary
-from attn_kit.cli import Number, UsageError, write_json_atomic
+from attn_kit.cli import Number, UsageError
 from lab.pairs import MODELS
-from attn_kit.results import provenance
 from . import ctranslate2, ctranslate2_run, harness, measure
 from .models import SHAPES, build, make_sample
 
@@ -46,11 +40,10 @@ def parse_args(argv=None):
     p = harness.base_parser(__doc__, "runs/benchmarks/generate_throughput_<device>_<dtype>.json")
     p.add_argument("--beam", type=Number(int, minimum=1), default=4, help="beam size (default 4, the paper's)")
     p.add_argument("--sentences", type=Number(int, minimum=1),
-                   help="sentences per batch (default per shape: CPU 16/8/4 for "
-                                                 "small/base/big, CUDA 128; with --ctranslate2: CPU 64)")
+                   help="sentences per batch (default per shape: CPU 16/8/4 for small/base/big, CUDA 128; "
+                        "with --ctranslate2: CPU 64)")
     p.add_argument("--length", type=Number(int, minimum=1),
-                   help="longest source sentence; outputs stop at the source length "
-                                              "(default CPU 24, CUDA 32)")
+                   help="longest source sentence; outputs stop at the source length (default CPU 24, CUDA 32)")
     p.add_argument("--warmup", type=Number(int, minimum=0), default=1,
                    help="untimed generations per model first (default 1)")
     p.add_argument("--ctranslate2", action="store_true",
@@ -159,13 +152,10 @@ def main_ctranslate2(args, env):
     if args.run:
         return ctranslate2_run.main(args, env)
     results = harness.run_shapes(args, ctranslate2.bench_shape, f"beam-{args.beam} generation, plugin and CTranslate2")
-    table = harness.markdown_table(*ctranslate2.table(results, args))
-    print(f"beam-{args.beam} generation throughput, plugin (fairseq's generator) vs CTranslate2 ({args.device}, "
-          f"{args.dtype}, {env['threads']} threads, median of {args.repeats} trials, every hypothesis "
-          f"{results[args.shapes[0]]['batch']['output_tokens_per_sentence']} tokens)\n")
-    print(table)
+    title = (f"beam-{args.beam} generation throughput, plugin (fairseq's generator) vs CTranslate2 ({args.device}, "
+             f"{args.dtype}, {env['threads']} threads, median of {args.repeats} trials, every hypothesis "
+             f"{results[args.shapes[0]]['batch']['output_tokens_per_sentence']} tokens)")
     settings = {"beam": args.beam, "warmup": args.warmup, "repeats": args.repeats, "seed": args.seed,
                 "shapes": args.shapes, "fixed_output_length": True, "compute_types": list(ctranslate2.engines(args))}
-    write_json_atomic(args.out, {"benchmark": "generate_throughput_ctranslate2", **provenance(), "environment": env,
-                                 "settings": settings, "results": results, "table": table})
-    print(f"\nwrote {args.out}")
+    harness.publish("generate_throughput_ctranslate2", args.out, env, title,
+                    harness.markdown_table(*ctranslate2.table(results, args)), settings, results)

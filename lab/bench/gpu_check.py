@@ -1,25 +1,20 @@
 """The prepared GPU check (benchmarks/gpu_check.sh): what one call on a lent GPU machine measures,
 built here and dry-run on CPU first, so that a rare GPU hour is not spent on a typo.
 
-``prepare`` (here, with internet and ../shared): the WMT-shaped synthetic corpus (newstest's
-sentence shapes, :mod:`lab.bench.corpus`) through the recipe's own data stages
-(``recipes/parallel.sh --stop-stage binarize``), and the part of its data folder the GPU needs
+``prepare`` (here, with internet and ../shared): the WMT-shaped synthetic corpus (:mod:`lab.bench.corpus`)
+through the recipe's data stages (``recipes/parallel.sh --stop-stage binarize``); what the GPU needs of it
 (data-bin, the BPE'd test text, the stamps) copied to ``.gpu_check/data``.
 
-``run`` (there; ``--dry-run`` here prints and checks every command): the measured bf16 matmul
-rate; the recipe's own fairseq-train command at the paper's base and big sizes and tokens per
-update, as it is and with each change of the lean step turned off (or on) one at a time, at other
-forward sizes, with ``--compile-layers``, with fairseq's Adam; a profile of a few updates; the
-recipe's ``--canary``; the bundled run trained on the GPU, averaged, decoded and scored, then the
-paper's base size on the bundled corpus (:func:`plan` says the order). Each step is checked against
-a deadline, and the results file is rewritten after each, so a run cut short keeps what it measured.
+``run`` (there; ``--dry-run`` here prints and checks every command): the measured bf16 matmul rate; the
+recipe's own fairseq-train command at the paper's sizes and tokens per update, as it is and changed one way
+at a time (the lean step's changes, forward sizes, ``--compile-layers``, fairseq's Adam); a profile; the
+recipe's ``--canary``; the bundled run trained on the GPU and scored, then the paper's base size on it
+(:func:`plan` says the order). Nothing starts past the deadline, and the results file is rewritten after
+each step, so a run cut short keeps what it measured.
 
-``rehearse`` (here, on a CPU, and in the tests): ``prepare`` on a small corpus shaped as the bundled
-data's sentences, then ``run --rehearse`` on it: the run's own code on the plan's first trainings
-(the profiled one among them) with a model small enough for a CPU, so that what runs after the
-install on the GPU machine (the forked trainings, the profile, the rates read from the runs'
-records, the bundled run through the recipe, the results file) has run before a GPU session spends
-its minutes on it.
+``rehearse`` (here, on a CPU, and in the tests): ``prepare`` on a small corpus shaped as the bundled data,
+then ``run --rehearse``: the run's own code (forked trainings, profile, rates, the bundled run, the results
+file) on the plan's first trainings with a model small enough for a CPU, before a GPU session spends on it.
 """
 import argparse
 import json
@@ -57,25 +52,21 @@ def recipe_data_argv(corpus: Path, data_workdir: Path, workdir: Path, workers: i
 
 
 def prepare(args) -> int:
-    """The data-preparation benchmark's synthetic corpus (its make_corpus: train, valid and test with
-    newstest's shapes, no joined long pairs: the corpus every GPU check on file trained on), then the
-    recipe's data stages on it, and the part the GPU needs copied aside."""
+    """The data-preparation benchmark's corpus (no joined long pairs: what every GPU check on file trained on),
+    the recipe's data stages on it, and the part the GPU needs copied aside."""
     corpus, prep, data = args.dir / "corpus", args.dir / "prep", args.dir / "data"
-    shapes = [SHARED / "wmt14" / "plain" / f"newstest{y}.en-de.{lang}" for lang in ("en", "de") for y in (2013, 2014)]
-    if args.shapes:
-        shapes = list(args.shapes)
+    shapes = list(args.shapes or (SHARED / "wmt14" / "plain" / f"newstest{y}.en-de.{lang}"
+                                  for lang in ("en", "de") for y in (2013, 2014)))
     for path in shapes:
         if not Path(path).exists():
             raise UserError(f"{path}: no such file (newstest's sentence shapes; give --shapes EN DE)")
     if not (corpus / "test.de").exists():
         make_corpus(corpus, shapes, [args.pairs], long_share=0.0)
-    parallel.main([*recipe_data_argv(corpus, prep, args.dir / "prep-run", args.workers), "--ngpus", "0",
-                   "--stop-stage", "binarize"])
-    s = parallel.build(recipe_data_argv(corpus, prep, args.dir / "prep-run", args.workers))
-    lay = Layout.of(s)
+    argv = recipe_data_argv(corpus, prep, args.dir / "prep-run", args.workers)
+    parallel.main([*argv, "--ngpus", "0", "--stop-stage", "binarize"])
+    lay = Layout.of(parallel.build(argv))
     shutil.rmtree(data, ignore_errors=True)
-    keep = [lay.data_bin, *(lay.binarize_from / f"test.{lang}" for lang in ("en", "de")), prep / ".stages"]
-    for path in keep:
+    for path in [lay.data_bin, *(lay.binarize_from / f"test.{lang}" for lang in ("en", "de")), prep / ".stages"]:
         target = data / path.relative_to(prep)
         target.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if path.is_dir() else shutil.copy2)(path, target)
@@ -85,8 +76,8 @@ def prepare(args) -> int:
 
 
 def rehearse(args) -> int:
-    """``prepare`` in ``args.dir`` on a corpus of 1000 pairs shaped as the bundled valid split's first
-    300, then ``run --rehearse`` on it (see the module's docstring)."""
+    """``prepare`` in ``args.dir`` on 1000 pairs shaped as the bundled valid split's first 300, then
+    ``run --rehearse`` on it."""
     shapes = [args.dir / "shapes.en", args.dir / "shapes.de"]
     args.dir.mkdir(parents=True, exist_ok=True)
     pairs = read_sample("de", "valid", 300)
@@ -101,8 +92,7 @@ def rehearse(args) -> int:
 MODELS = {"base": "attn_paper_base", "big": "attn_paper_big"}
 CANARY_MINUTES = 0.3
 SWEEP_SECONDS = 12  # of training per sweep run (fairseq's --stop-time-hours; start-up comes on top)
-COMPILE_SECONDS = 60  # --compile-layers compiles in its first updates (and again for new shapes: 30 s was
-# all compilation on the H200)
+COMPILE_SECONDS = 60  # --compile-layers compiles in its first updates, and for new shapes (30 s was all compiling)
 STARTUP_SECONDS = 12  # a sweep run's start (CUDA, data, model) and end, for the deadline
 CANARY_OVERHEAD_SECONDS = 75  # recipe start, fairseq-train start, validation, checkpoint, averaging, generation
 PROFILE_STEPS = (12, 17)  # trainer.train_step calls profiled: [start, stop)
@@ -141,13 +131,11 @@ class Variant:
 
 
 def plan() -> List[object]:
-    """What runs, the changes not yet measured on a GPU first, as the deadline may cut the list short:
-    the recipe's training as it is now (one 28K-token forward, attn_adam, the lean step) profiled and
-    timed at base size, each change of the lean step turned off (or on, where it is an option) one at
-    a time, big; the bundled run trained on the GPU and scored (``bundled:gpu``); the canaries; the
-    compiled layers; one forward size more per model for the time model's fits; the paper's base size
-    on the bundled corpus for the minutes that remain (``bundled:base``, last); then what earlier
-    checks measured already (fairseq's Adam, the paper's 4K forwards)."""
+    """What runs, what no GPU measured yet first (the deadline may cut the list): the recipe's training as it
+    is (one 28K-token forward, attn_adam, the lean step) profiled and timed at base size, each change of the
+    lean step off (or on) alone, big; ``bundled:gpu``; the canaries; the compiled layers; one more forward
+    size per model for the time model's fits; ``bundled:base`` for the minutes left; then what earlier
+    checks measured (fairseq's Adam, the paper's 4K forwards)."""
     out: List[object] = [Variant("base_28k_profile", "base", profile=True, seconds=10), Variant("base_28k", "base"),
                          Variant("base_28k_sync_every_update", "base", sync_every_update=True),
                          Variant("base_28k_whole_loss", "base", whole_loss=True),
@@ -157,9 +145,8 @@ def plan() -> List[object]:
                          "bundled:gpu", "canary:base"]
     out += [Variant(f"{model}_28k_compile", model, compile_layers=True, seconds=COMPILE_SECONDS)
             for model in ("big", "base")]
-    # where the time goes once the layers are compiled (the compiled runs before it leave their kernels in
-    # the compiler's cache on disk, so it compiles in seconds; run without them, as with --only, it compiles
-    # from nothing: it stops at its updates, the budget only a cap)
+    # where the time goes once the layers are compiled (the runs before it leave their kernels in the compiler's
+    # cache; run without them, as with --only, it compiles from nothing: it stops at its updates, the budget a cap)
     out += [Variant("base_28k_compile_profile", "base", compile_layers=True, profile=True, seconds=COMPILE_SECONDS,
                     updates=PROFILE_STEPS[1] + 6)]
     out += ["canary:big", *(Variant(f"{model}_8k", model, 8192) for model in ("base", "big")), "bundled:base"]
@@ -188,9 +175,8 @@ def item_name(item) -> str:
 
 def recipe_argv(data: Path, model: str, workdir: Path, max_tokens_per_gpu: int = 28000,
                 extra: List[str] = ()) -> List[str]:
-    """recipes/parallel.sh on the prepared data folder, from the canary stage (the data stages ran
-    at ``prepare``; their raw text stays here): the paper's model, tokens per update and schedule,
-    one GPU, bf16."""
+    """recipes/parallel.sh on the prepared data folder (the data stages ran at ``prepare``): the paper's model,
+    tokens per update and schedule, one GPU, bf16."""
     argv = [*recipe_data_argv(data.parent / "corpus", data, workdir, 4), "--arch", MODELS[model],
             "--ngpus", "1", "--precision", "bf16", "--tokens-per-update", str(TOKENS_PER_UPDATE),
             "--max-tokens-per-gpu", str(max_tokens_per_gpu)]
@@ -198,8 +184,7 @@ def recipe_argv(data: Path, model: str, workdir: Path, max_tokens_per_gpu: int =
 
 
 def wmt14_epoch_pairs() -> int:
-    """WMT14 EN-DE's epoch in pairs of the synthetic corpus's shape (newstest's): its 4.5M training
-    pairs hold as many bytes as this many newstest-shaped ones (attn_kit.recipes.wmt14_data), so the
+    """WMT14 EN-DE's epoch in newstest-shaped pairs (as many bytes as its 4.5M training pairs), so that the
     canaries predict the paper's run with WMT14's epochs, not the synthetic corpus's short ones."""
     return round(PAIRS["en-de"].train_pairs * TRAIN_TO_NEWSTEST_BYTES["de"])
 
@@ -237,8 +222,8 @@ def check_parses(cmd: List[str]):
 
 # ---------------------------------------------------------------------------------------------- running
 def profile_steps(path: str, steps=PROFILE_STEPS):
-    """In a fairseq-train child: profile trainer.train_step calls ``steps`` (torch.profiler, CPU
-    and CUDA) and write where their time went to ``path``."""
+    """In a fairseq-train child: profile trainer.train_step calls ``steps`` (torch.profiler, CPU and CUDA) and
+    write where their time went to ``path``."""
     import torch
     from fairseq.trainer import Trainer
 
@@ -270,8 +255,7 @@ def profile_steps(path: str, steps=PROFILE_STEPS):
 
 
 def profile_summary(prof, seconds: float, steps: int) -> dict:
-    """Wall time per update, GPU kernel time, launches and host waits for the GPU per update, and the top
-    CPU and GPU entries."""
+    """Wall time, GPU kernel time, launches and host waits for the GPU per update; the top CPU and GPU entries."""
     rows = prof.key_averages()
 
     def device_self(e):
@@ -279,8 +263,8 @@ def profile_summary(prof, seconds: float, steps: int) -> dict:
 
     from torch.autograd import DeviceType
 
-    # the kernels themselves: CPU-side rows (an aten op, a user annotation) carry their kernels' time too
-    # (a CPU-side annotation such as "forward" also has a GPU-side row of the same name: not a kernel)
+    # the kernels: CPU-side rows (an aten op, an annotation) carry their kernels' time too, and an annotation
+    # such as "forward" also has a GPU-side row of its name, not a kernel
     cpu_keys = {e.key for e in rows if e.device_type == DeviceType.CPU}
     kernels = [e for e in rows if e.device_type == DeviceType.CUDA and e.key not in cpu_keys]
     gpu_us = sum(device_self(e) for e in kernels)
@@ -305,8 +289,8 @@ def profile_summary(prof, seconds: float, steps: int) -> dict:
 
 
 def timed_updates(ends: dict):
-    """(first, last): the updates whose span is timed, the first 30% (at least 3) left out: start-up,
-    allocator growth, compilation. ``ends``: {update: when it ended} (canary.update_times)."""
+    """(first, last): the updates whose span is timed, the first 30% (at least 3: start-up, allocator growth,
+    compilation) left out. ``ends``: {update: when it ended} (canary.update_times)."""
     import math
 
     updates = list(ends)
@@ -314,9 +298,8 @@ def timed_updates(ends: dict):
 
 
 def sweep_result(v: Variant, cmd: List[str], folder: Path, rc: int, matmul: Optional[float]) -> dict:
-    """What one sweep run did: updates, seconds per update, target and padded tokens/s, model FLOP
-    utilization of the real tokens against the measured matmul rate (``mfu``) and the datasheet's
-    dense peak, the padding's share, peak memory."""
+    """What one sweep run did: updates, seconds per update, target and padded tokens/s, model FLOP utilization
+    of the real tokens (against the measured matmul rate: ``mfu``; and the datasheet's), padding, peak memory."""
     import math
 
     out = {"name": v.name, "model": v.model, "max_tokens": int(cmd[cmd.index("--max-tokens") + 1]),
@@ -360,9 +343,8 @@ def sweep_result(v: Variant, cmd: List[str], folder: Path, rc: int, matmul: Opti
 
 
 def smi_utilization(smi: Path, start: float, end: float) -> Optional[float]:
-    """The median of nvidia-smi's utilization.gpu samples (gpu_check.sh writes them to ``smi``,
-    "2026/11/27 15:15:48.820, 37 %, ...", the machine's local time) from ``start`` to ``end``
-    (time.time()s): the share of time a kernel was running, not of the GPU's arithmetic."""
+    """The median of nvidia-smi's utilization.gpu samples in ``smi`` ("2026/11/27 15:15:48.820, 37 %, ...",
+    local time; gpu_check.sh writes them) from ``start`` to ``end``: the share of time a kernel ran."""
     import datetime
     import statistics
 
@@ -384,8 +366,7 @@ def smi_utilization(smi: Path, start: float, end: float) -> Optional[float]:
 
 
 def add_utilization(entry: dict, folder: Path, smi: Path):
-    """``entry["gpu_utilization_percent_median"]``: from ``smi`` over the timed updates of the run
-    in ``folder`` (their span read from its step records)."""
+    """``entry["gpu_utilization_percent_median"]``: from ``smi`` over the timed updates of the run in ``folder``."""
     records = canary.read_stats(folder / "stats")
     ends = canary.update_times(records[0]) if records else {}
     if len(ends) >= 6:
@@ -415,18 +396,16 @@ def environment() -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- the bundled run
-BUNDLED_SECONDS = 210  # bundled:gpu, for the deadline: the data stages on the GPU machine's CPUs, 1000 updates,
-# averaging, decoding and scoring
+BUNDLED_SECONDS = 210  # bundled:gpu, for the deadline: its data stages, 1000 updates, averaging, decoding, scoring
 BASE_MIN_MINUTES = 2  # bundled:base trains at least this long, or is skipped
 BASE_OVERHEAD_SECONDS = 100  # bundled:base beside its training: starting, averaging, decoding the test set, scoring
 PAPER_BASE = ["--layers", "6", "--d-model", "512", "--d-ff", "2048", "--h", "8", "--p-drop", "0.1"]  # Table 3
 
 
 def bundled_argv(kind: str, runs: Path, rehearse: bool, minutes: float = BASE_MIN_MINUTES) -> List[str]:
-    """recipes/wmt14_en_de.sh's options for ``bundled:gpu``: the bundled run's own settings (its 1000
-    updates) on one GPU in bf16, scored as on the CPU (does the model the GPU trained translate?); and
-    ``bundled:base``: the paper's base size on the same prepared data for ``minutes``. Rehearsed on the
-    CPU with --smoke's data and model (the same stages, seconds instead of minutes)."""
+    """recipes/wmt14_en_de.sh's options for ``bundled:gpu``, the bundled run's settings on one GPU in bf16 (does
+    the model the GPU trained translate?), and ``bundled:base``, the paper's base size on its data for ``minutes``;
+    rehearsed on the CPU with --smoke's data and model."""
     argv = ["--smoke", "--ngpus", "0"] if rehearse else ["--bundled", "--ngpus", "1", "--precision", "bf16"]
     argv += ["--workdir", str(runs / f"bundled_{kind}"), "--data-workdir", str(runs / "bundled_data")]
     if kind == "base":  # a checkpoint (730 MB at the paper's base size) and a validation every 500 updates
@@ -435,14 +414,12 @@ def bundled_argv(kind: str, runs: Path, rehearse: bool, minutes: float = BASE_MI
     return argv
 
 
-def bundled_result(argv: List[str], proc, seconds: float) -> dict:
-    """What a bundled run did: its exit, time and last lines, and its results.json (the scores, the loss
-    curve, the stages' times)."""
-    entry = {"command": "bash recipes/wmt14_en_de.sh " + " ".join(argv), "exit_status": proc.returncode,
-             "seconds": round(seconds, 1), "output_tail": (proc.stdout + proc.stderr).splitlines()[-25:]}
-    results = Path(argv[argv.index("--workdir") + 1]) / "results.json"
-    if results.exists():
-        entry["results"] = json.loads(results.read_text())
+def outcome(status, t0: float, output: str, written: Path, key: str) -> dict:
+    """What a command did: its exit status, seconds since ``t0``, last 25 lines of output, and the JSON file
+    it wrote (a bundled run's results.json, a canary's canary.json), if any, under ``key``."""
+    entry = {"exit_status": status, "seconds": round(time.time() - t0, 1), "output_tail": output.splitlines()[-25:]}
+    if written.exists():
+        entry[key] = json.loads(written.read_text())
     return entry
 
 
@@ -501,10 +478,12 @@ class Check:
         self.result["seconds"] = round(time.time() - self.start, 1)
         write_json_atomic(self.args.out, self.result)
 
-    def recipe(self, script: str, argv: List[str]):
+    def recipe(self, script: str, argv: List[str], written: Path, key: str) -> dict:
         import subprocess
 
-        return subprocess.run(["bash", str(REPO / "recipes" / script), *argv], capture_output=True, text=True)
+        t0 = time.time()
+        proc = subprocess.run(["bash", str(REPO / "recipes" / script), *argv], capture_output=True, text=True)
+        return outcome(proc.returncode, t0, proc.stdout + proc.stderr, written, key)
 
     def bench(self, model: str, cmd: List[str]):
         import subprocess
@@ -515,33 +494,23 @@ class Check:
             status, output = proc.returncode, proc.stdout + proc.stderr
         except subprocess.TimeoutExpired as exc:
             status, output = "timeout", str(exc.stdout or "") + str(exc.stderr or "")
-        entry = {"command": " ".join(cmd[1:]), "exit_status": status, "seconds": round(time.time() - t0, 1),
-                 "output_tail": output.splitlines()[-25:]}
-        written = Path(cmd[cmd.index("--output") + 1])
-        if written.exists():
-            entry["result"] = json.loads(written.read_text())
+        entry = {"command": " ".join(cmd[1:]), **outcome(status, t0, output, Path(cmd[cmd.index("--output") + 1]),
+                                                           "result")}
         self.result.setdefault("bench", {})[model] = entry
         log(f"bench:{model}: exit {status} in {entry['seconds']} s")
 
     def canary(self, model: str, cmd: List[str]):
-        t0 = time.time()
-        proc = self.recipe("parallel.sh", cmd)
-        folder = self.runs / f"canary_{model}" / "canary"
-        entry = {"exit_status": proc.returncode, "seconds": round(time.time() - t0, 1),
-                 "output_tail": (proc.stdout + proc.stderr).splitlines()[-25:]}
-        if (folder / "canary.json").exists():
-            entry["canary"] = json.loads((folder / "canary.json").read_text())
-        self.result["canary"][model] = entry
-        log(f"canary {model}: exit {proc.returncode} in {entry['seconds']} s")
+        written = self.runs / f"canary_{model}" / "canary" / "canary.json"
+        entry = self.result["canary"][model] = self.recipe("parallel.sh", cmd, written, "canary")
+        log(f"canary {model}: exit {entry['exit_status']} in {entry['seconds']} s")
 
     def bundled(self, kind: str):
-        minutes = max(BASE_MIN_MINUTES, (self.deadline - time.time() - BASE_OVERHEAD_SECONDS) / 60)
-        if self.args.rehearse:
-            minutes = REHEARSAL_MINUTES
+        minutes = REHEARSAL_MINUTES if self.args.rehearse else max(
+            BASE_MIN_MINUTES, (self.deadline - time.time() - BASE_OVERHEAD_SECONDS) / 60)
         argv = self.command(f"bundled:{kind}", minutes)
-        t0 = time.time()
-        entry = bundled_result(argv, self.recipe("wmt14_en_de.sh", argv), time.time() - t0)
-        self.result["bundled"][kind] = entry
+        results = Path(argv[argv.index("--workdir") + 1]) / "results.json"
+        entry = self.result["bundled"][kind] = {"command": "bash recipes/wmt14_en_de.sh " + " ".join(argv),
+                                                **self.recipe("wmt14_en_de.sh", argv, results, "results")}
         log(f"bundled:{kind}: exit {entry['exit_status']} in {entry['seconds']} s, sacreBLEU "
             f"{entry.get('results', {}).get('sacrebleu')}")
 

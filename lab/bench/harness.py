@@ -33,9 +33,8 @@ def base_parser(description: str, default_out: str) -> argparse.ArgumentParser:
     p.add_argument("--device", choices=["cpu", "cuda"], help=argparse.SUPPRESS)
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help=argparse.SUPPRESS)
     p.add_argument("--repeats", type=Number(int, minimum=1),
-                   help="alternating plugin/stock trials per shape; medians are "
-                                               "reported (default 7 on CUDA; on CPU 5 for training, 9 for "
-                                               "generation, whose short trials vary more)")
+                   help="alternating plugin/stock trials per shape; medians are reported (default 7 on CUDA; "
+                        "on CPU 5 for training, 9 for generation, whose short trials vary more)")
     p.add_argument("--threads", type=Number(int, minimum=1), help="torch CPU threads (default: torch's choice)")
     p.add_argument("--seed", type=Number(int, minimum=0), default=1,
                    help="seed for weights and the synthetic batch (default 1)")
@@ -112,14 +111,18 @@ def run_shapes(args, bench_shape, what: str) -> dict:
 
 def report(name: str, args, env: dict, title: str, header, rows, settings: dict, results: dict):
     """Print ``title`` and the markdown table; write everything to ``args.out`` as JSON."""
-    table = markdown_table(header, rows)
-    print(f"{title}, plugin vs stock fairseq ({args.device}, {args.dtype}, {env['threads']} threads, "
-          f"median of {args.repeats} alternating trials)\n")
+    publish(name, args.out, env, f"{title}, plugin vs stock fairseq ({args.device}, {args.dtype}, {env['threads']} "
+            f"threads, median of {args.repeats} alternating trials)", markdown_table(header, rows),
+            {**settings, "repeats": args.repeats, "seed": args.seed, "shapes": args.shapes}, results)
+
+
+def publish(name: str, out: Path, env: dict, title: str, table: str, settings: dict, results: dict):
+    """Print ``title`` and ``table``; write them, the settings and results to ``out`` as JSON, with provenance."""
+    print(f"{title}\n")
     print(table)
-    settings = {**settings, "repeats": args.repeats, "seed": args.seed, "shapes": args.shapes}
-    write_json_atomic(args.out, {"benchmark": name, **provenance(), "environment": env, "settings": settings,
-                                 "results": results, "table": table})
-    print(f"\nwrote {args.out}")
+    write_json_atomic(out, {"benchmark": name, **provenance(), "environment": env, "settings": settings,
+                            "results": results, "table": table})
+    print(f"\nwrote {out}")
 
 
 def progress(message: str):

@@ -57,13 +57,10 @@ def resident_tensors(model, optimizer=None):
 
 
 class PeakMemory:
-    """Peak bytes of live tensor storages while ops run (for CPU, where torch
-    keeps no allocator statistics). Use as a context manager; ``track`` the
-    tensors that exist already (parameters, optimizer state) first. Every
-    storage an op returns is counted until it is freed, so views and in-place
-    results cost nothing; the count is taken after each op. It slows ops
-    down, so timings never run under it.
-    """
+    """Peak bytes of live tensor storages while ops run (for CPU, where torch keeps no allocator statistics). Use as
+    a context manager; ``track`` the tensors that exist already (parameters, optimizer state) first. Every storage
+    an op returns is counted until it is freed, so views and in-place results cost nothing; the count is taken after
+    each op. It slows ops down, so timings never run under it."""
 
     def __init__(self):
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -137,11 +134,10 @@ def time_calls(device: str, fn, n: int) -> float:
 
 def train_utilization(shape: str, sample, steps_per_second: float, matmul: float):
     """Model FLOP utilization of training steps on ``sample`` at ``steps_per_second``
-    (:class:`attn_kit.planning.cost.Utilization`): the model FLOPs of the sample's real source and
-    target tokens (:func:`attn_kit.planning.cost.batch_train_flops`: every matmul against weights,
-    the output layer over the vocabulary and eq. 1's scores and values, causal self-attention counted
-    half, as the fused kernels skip the masked half) over the ``matmul`` FLOP/s measured on the
-    device; the padded positions' count beside it."""
+    (:class:`attn_kit.planning.cost.Utilization`): the model FLOPs of the sample's real source and target tokens
+    (:func:`attn_kit.planning.cost.batch_train_flops`: every matmul against weights, the output layer over the
+    vocabulary and eq. 1's scores and values, causal self-attention counted half, as the fused kernels skip the
+    masked half) over the ``matmul`` FLOP/s measured on the device; the padded positions' count beside it."""
     dims, V = SHAPES[shape].dims, SHAPES[shape].vocab
     net = sample["net_input"]
     B, S = net["src_tokens"].shape
@@ -165,9 +161,8 @@ def alternating(repeats: int):
 
 
 def rotating_trials(names, rate, repeats: int, log, label: str = ""):
-    """(sentences/s of each engine in each trial, each trial's ratio to the first engine's):
-    ``repeats`` trials that run every engine of ``names`` once (``rate(name)``: its sentences/s),
-    the engine that goes first rotating."""
+    """(sentences/s of each engine in each trial, each trial's ratio to the first engine's): ``repeats`` trials that
+    run every engine of ``names`` once (``rate(name)``: its sentences/s), the engine that goes first rotating."""
     sps = {name: [] for name in names}
     ratios = {name: [] for name in names[1:]}
     for r in range(repeats):

@@ -47,9 +47,8 @@ def build(which: str, shape: str, dictionary, seed: int, sinusoid_layout: str = 
 
 
 def make_sample(dictionary, n_sentences: int, src_len: int, tgt_len: int, seed: int, device):
-    """A fairseq translation batch: left-padded sources with lengths between
-    70% and 100% of ``src_len``, right-padded targets likewise (as fairseq
-    batches them), random tokens."""
+    """A fairseq translation batch: left-padded sources with lengths between 70% and 100% of ``src_len``,
+    right-padded targets likewise (as fairseq batches them), random tokens."""
     import torch
 
     g = torch.Generator().manual_seed(seed)

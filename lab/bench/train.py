@@ -3,30 +3,22 @@
     python benchmarks/train_throughput.py                          # CPU, shapes small and base
     python benchmarks/train_throughput.py --ngpus 1 --precision bf16   # GPU, shapes base and big
 
-One training step = forward + label-smoothed loss (each model with its own
-criterion, as fairseq-train runs it) + backward + Adam step, on the same
-synthetic batch (left-padded sources, right-padded targets, lengths 70-100% of
-the batch length). Both models are built by fairseq from the command-line
-flags fairseq-train would get (plugin: attn_paper_base/big; stock:
-transformer_wmt_en_de / transformer_vaswani_wmt_en_de_big, --share-all-embeddings)
-with the same sizes, and live in the same process. Each trial times a few
-steps of one model, then of the other, alternating which goes first; the
-table gives medians over the trials and the median of the per-trial ratios
-plugin/stock (> 1: the plugin is faster).
+One training step = forward + label-smoothed loss (each model with its own criterion, as fairseq-train runs it) +
+backward + Adam step, on the same synthetic batch (left-padded sources, right-padded targets, lengths 70-100% of the
+batch length). Both models are built by fairseq from the flags fairseq-train would get (plugin: attn_paper_base/big;
+stock: transformer_wmt_en_de / transformer_vaswani_wmt_en_de_big, --share-all-embeddings) with the same sizes, in
+one process. Each trial times a few steps of one model, then of the other, alternating which goes first; the table
+gives medians over the trials and the median of the per-trial ratios plugin/stock (> 1: the plugin is faster).
 
-bf16/fp16 run the way fairseq's mixed precision does (``--mixed fairseq``, the
-default; ``fairseq-train --fp16``, and ``--bf16`` on the hardware fairseq 0.12
-allows it on, TPUs): the model's weights are in half precision, Adam
-updates an fp32 master copy, and the half-precision gradients are copied into
-it after each backward pass (fairseq's FP16Optimizer; fp16 with fairseq's
-initial loss scale of 128). ``--mixed autocast`` instead keeps fp32 weights
-and runs forward under torch.autocast (``fairseq-train --amp``).
+bf16/fp16 run as fairseq's mixed precision does (``--mixed fairseq``, the default; ``fairseq-train --fp16``, and
+``--bf16`` where fairseq 0.12 allows it, TPUs): half-precision weights, Adam on an fp32 master copy that takes the
+half-precision gradients after each backward pass (fairseq's FP16Optimizer; fp16 with its initial loss scale of
+128). ``--mixed autocast`` keeps fp32 weights and runs forward under torch.autocast (``fairseq-train --amp``).
 
-Peak memory: the most bytes one model's training step held (parameters,
-gradients, Adam state, activations); see lab.bench.measure. On CUDA the
-table adds model FLOP utilization: the model FLOPs of the batch's real (non-padding) tokens per
-second (lab.bench.measure, ``train_utilization``) over the matmul rate measured on this GPU
-at --precision; the padded positions' share is recorded beside it.
+Peak memory: the most bytes one model's training step held (parameters, gradients, Adam state, activations); see
+lab.bench.measure. On CUDA the table adds model FLOP utilization: the model FLOPs of the batch's real tokens per
+second (``measure.train_utilization``) over the matmul rate measured on this GPU at --precision; the padded
+positions' share is recorded beside it.
 """
 
 from attn_kit.fairseq_layer.build import count_parameters, make_dictionary
@@ -56,11 +48,9 @@ def parser():
     p.add_argument("--steps", type=Number(int, minimum=1),
                    help="timed steps per model per trial (default 3 on CPU, 10 on CUDA)")
     p.add_argument("--warmup", type=Number(int, minimum=0),
-                   help="untimed steps before each model's first trial (default 1 on CPU, "
-                                              "3 on CUDA)")
+                   help="untimed steps before each model's first trial (default 1 on CPU, 3 on CUDA)")
     p.add_argument("--sentences", type=Number(int, minimum=1),
-                   help="sentences per batch (default per shape: CPU 32/16/8 for "
-                                                 "small/base/big, CUDA 128)")
+                   help="sentences per batch (default per shape: CPU 32/16/8 for small/base/big, CUDA 128)")
     p.add_argument("--length", type=Number(int, minimum=1),
                    help="longest source and target in the batch (default CPU 32, CUDA 64)")
     p.add_argument("--compile-layers", action="store_true",
@@ -152,10 +142,7 @@ def bench_shape(shape, args, log):
         ratios.append(trial["plugin"] / trial["stock"])
         log(f"  {shape} trial {r + 1}/{args.repeats}: plugin {trial['plugin']:.0f} tok/s, "
             f"stock {trial['stock']:.0f} tok/s, ratio {ratios[-1]:.3f}")
-    peak = {}
-    for w, m in models.items():
-        peak[w] = measure.measure_peak(args.device, m.resident(),
-                                      lambda: m.step(sample))
+    peak = {w: measure.measure_peak(args.device, m.resident(), lambda: m.step(sample)) for w, m in models.items()}
     result = {"batch": {"sentences": sentences, "max_length": length, "target_tokens": tokens},
               "ratio_tokens_per_s": measure.median(ratios), "trial_ratios": ratios,
               "ratio_peak_bytes": peak["plugin"] / peak["stock"]}
