@@ -1,8 +1,10 @@
-"""What a training run computes: analytic FLOPs from the model's shape (Sec. 3), the paper's own
-Table 2 arithmetic (time x GPUs x sustained TFLOPS, footnote of Table 2), the GPUs a run can be
-planned for (dense peaks, memory) and the disk its checkpoints take. The count also gives the
-benchmarks' and the canary's model FLOP utilization; attn_kit.planning.step_model turns it into time on a GPU
-and attn_kit.planning.training_cost prints a run's cost (scripts/training_cost.py, the recipes' --dry-run)."""
+"""What a training run computes: analytic FLOPs from the model's shape (Sec. 3; also the benchmarks' and the
+canary's model FLOP utilization), Table 2's own arithmetic (its footnote: time x GPUs x sustained TFLOPS) and
+the GPUs a run can be planned for (dense peaks, memory). step_model turns the count into time on a GPU,
+training_cost prints a run's cost."""
+import contextlib
+import dataclasses
+import io
 import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
@@ -12,10 +14,9 @@ from ..cli import UsageError
 from .paper import EN_DE_VOCAB, P100_SUSTAINED_TFLOPS, TABLE2_FLOPS, TABLE2_TRAINING, TABLE3
 from .sizes import ARCH_SIZES
 
-# The length of a sentence in tokens, for the attention terms (about WMT14's BPE sentences); the
-# matmuls against weights dominate, so the total depends little on it.
+# A sentence's tokens, for the attention terms (about WMT14's BPE sentences); the matmuls against weights
+# dominate, so the total depends little on it.
 MEAN_LENGTH = 30
-
 
 # Table 2's arch for the archs the recipes train (big EN-FR is the big model with another dropout).
 TABLE2_ARCH = {"attn_paper_base": "attn_paper_base", "attn_paper_big": "attn_paper_big",
@@ -25,7 +26,6 @@ TABLE2_ARCH = {"attn_paper_base": "attn_paper_base", "attn_paper_big": "attn_pap
 @dataclass(frozen=True)
 class Side:
     """One stack of the model: N layers of width d_model, FFN d_ff, h heads of d_k / d_v."""
-
     layers: int
     d_model: int
     d_ff: int
@@ -49,10 +49,9 @@ class Shape:
         return text + f", vocabulary {self.vocab}"
 
     def parameters(self) -> int:
-        """Trainable parameters of attn_plugin's model of this shape: one shared embedding and
-        pre-softmax matrix (Sec. 3.4; sinusoidal positions have none), per layer the attentions'
-        W^Q, W^K, W^V, W^O with biases, the FFN's two linear maps with biases (eq. 2) and a layer
-        norm (gain and bias) after each sub-layer (Sec. 3.1)."""
+        """Trainable parameters of attn_plugin's model: one shared embedding and pre-softmax matrix (Sec. 3.4;
+        sinusoidal positions have none), per layer the attentions' W^Q, W^K, W^V, W^O and the FFN's two maps
+        (eq. 2) with biases, and a layer norm (gain and bias) after each sub-layer (Sec. 3.1)."""
         e, d = self.encoder, self.decoder
 
         def attention(s: Side, width_kv: int) -> int:
@@ -67,11 +66,10 @@ class Shape:
 
 
 def forward_flops(shape: Shape, src_tokens: float, tgt_tokens: float, src_len: float, tgt_len: float) -> float:
-    """Forward FLOPs (a multiply-add is 2) for ``src_tokens`` source and ``tgt_tokens`` target
-    positions in sentences of ``src_len`` / ``tgt_len`` positions: per layer W^Q, W^K, W^V, W^O
-    (Sec. 3.2.2), the attention of eq. 1 (decoder self-attention over half the positions: the causal
-    mask), the FFN of eq. 2; the encoder output's W^K, W^V once per decoder layer; the pre-softmax
-    linear map (Sec. 3.4). Embeddings, softmax, norms and Adam are O(d) per position, left out."""
+    """Forward FLOPs (a multiply-add is 2) of ``src_tokens`` / ``tgt_tokens`` positions in sentences of
+    ``src_len`` / ``tgt_len``: per layer W^Q, W^K, W^V, W^O (Sec. 3.2.2), eq. 1's attention (decoder
+    self-attention over half the positions: the causal mask), eq. 2's FFN; the encoder output's W^K, W^V
+    per decoder layer; the pre-softmax map (Sec. 3.4). O(d) work per position is left out."""
     e, d = shape.encoder, shape.decoder
 
     def projections(s: Side, width_in: int) -> float:  # W^Q, W^K, W^V, W^O of one attention
@@ -91,16 +89,13 @@ def forward_flops(shape: Shape, src_tokens: float, tgt_tokens: float, src_len: f
 
 
 def train_flops_per_update(shape: Shape, tokens_per_update: float, mean_length: float = MEAN_LENGTH) -> float:
-    """Forward + backward (3 x forward) of an update of ``tokens_per_update`` source and as many
-    target positions, in sentences of ``mean_length``."""
+    """Forward + backward (3 x forward) of ``tokens_per_update`` source and as many target positions."""
     return 3.0 * forward_flops(shape, tokens_per_update, tokens_per_update, mean_length, mean_length)
 
 
 def batch_train_flops(shape: Shape, src_tokens: float, tgt_tokens: float, sentences: float) -> float:
-    """Forward + backward (3 x forward) of a batch of ``sentences`` holding ``src_tokens`` source and
-    ``tgt_tokens`` target positions, eq. 1's terms at the batch's mean lengths. Given the real
-    (non-padding) tokens it is the model FLOPs of the batch; given the padded positions, the
-    arithmetic the GPU did."""
+    """Forward + backward of a batch of ``sentences``, eq. 1's terms at its mean lengths: of its real
+    tokens, the model FLOPs; of its padded positions, the arithmetic the GPU did."""
     if not sentences:
         return 0.0
     return 3.0 * forward_flops(shape, src_tokens, tgt_tokens, src_tokens / sentences, tgt_tokens / sentences)
@@ -108,10 +103,8 @@ def batch_train_flops(shape: Shape, src_tokens: float, tgt_tokens: float, senten
 
 @dataclass(frozen=True)
 class Utilization:
-    """Model FLOP utilization as it is usually counted: the model FLOPs of the real (non-padding)
-    tokens trained per second over the matmul rate measured in the same run (``mfu``), with the
-    padding's share of the positions computed beside it; against a datasheet peak only where it
-    says so (``mfu_of_datasheet_peak``)."""
+    """Model FLOP utilization as usually counted: model FLOPs of the real tokens per second over the matmul
+    rate measured in the same run (``mfu``); the padding's share beside it; a datasheet peak where it says so."""
     real_tflops_per_second: float    # model FLOPs of the real tokens
     padded_tflops_per_second: float  # the arithmetic done: padded positions counted as work
     padding_share: float             # of the source and target positions computed on
@@ -126,18 +119,14 @@ class Utilization:
                    real / matmul_flops if matmul_flops else None, real / peak_flops if peak_flops else None)
 
     def fields(self) -> dict:
-        """As a results file records them."""
-        def r(x):  # four significant digits (a CPU's TFLOP/s are small)
-            return None if x is None else float(f"{x:.4g}")
-
-        return {"real_token_tflops_per_second": r(self.real_tflops_per_second),
-                "padded_position_tflops_per_second": r(self.padded_tflops_per_second),
-                "padding_share": r(self.padding_share), "mfu": r(self.mfu),
-                "mfu_of_datasheet_peak": r(self.mfu_of_datasheet_peak)}
+        """As a results file records them, to four significant digits (a CPU's TFLOP/s are small)."""
+        names = ("real_token_tflops_per_second", "padded_position_tflops_per_second", "padding_share", "mfu",
+                 "mfu_of_datasheet_peak")  # the fields' own order
+        return {k: None if v is None else float(f"{v:.4g}") for k, v in zip(names, dataclasses.astuple(self))}
 
 
 # ---------------------------------------------------------------------------------------------- shapes
-# fairseq-train flags that change the shape of attn_plugin's archs: (side or None for both, field).
+# fairseq-train flags that change the shape of attn_plugin's archs: (side or None for both, field)
 SHAPE_FLAGS = {
     "--encoder-layers": ("encoder", "layers"), "--decoder-layers": ("decoder", "layers"),
     "--encoder-embed-dim": ("encoder", "d_model"), "--decoder-embed-dim": ("decoder", "d_model"),
@@ -158,10 +147,10 @@ def _flag_values(flags: Sequence[str]) -> Dict[str, str]:
 
 
 def model_shape(arch: str, flags: Sequence[str] = (), vocab: int = EN_DE_VOCAB) -> Shape:
-    """The shape fairseq-train builds from ``--arch arch`` plus ``flags``. attn_plugin's archs come from
-    :data:`attn_kit.planning.sizes.ARCH_SIZES` with :data:`SHAPE_FLAGS` applied as the plugin applies them (the
-    decoder takes the encoder's value unless its own flag is given; d_k = d_v = d_model / h unless
-    given); any other arch is parsed by fairseq (which takes a few seconds to import)."""
+    """The shape fairseq-train builds from ``--arch arch`` plus ``flags``: attn_plugin's archs from
+    :data:`.sizes.ARCH_SIZES` with :data:`SHAPE_FLAGS` applied as the plugin does (the decoder takes the
+    encoder's values unless given its own; d_k = d_v = d_model / h unless given); any other arch parsed by
+    fairseq (a few seconds to import)."""
     if arch not in ARCH_SIZES:
         return _fairseq_shape(arch, flags, vocab)
     base, given = ARCH_SIZES[arch], _flag_values(flags)
@@ -175,17 +164,11 @@ def model_shape(arch: str, flags: Sequence[str] = (), vocab: int = EN_DE_VOCAB) 
 
     enc = {k: value("encoder", k, getattr(base, k)) for k in ("layers", "d_model", "d_ff", "h")}
     dec = {k: value("decoder", k, enc[k]) for k in ("layers", "d_model", "d_ff", "h")}
-    sides = []
-    for s in (enc, dec):
-        d_k = value(None, "d_k", s["d_model"] // s["h"])
-        sides.append(Side(**s, d_k=d_k, d_v=value(None, "d_v", s["d_model"] // s["h"])))
-    return Shape(sides[0], sides[1], vocab)
+    return Shape(*(Side(**s, **{k: value(None, k, s["d_model"] // s["h"]) for k in ("d_k", "d_v")})
+                   for s in (enc, dec)), vocab)
 
 
 def _fairseq_shape(arch: str, flags: Sequence[str], vocab: int) -> Shape:
-    import contextlib
-    import io
-
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said):  # fairseq's parser prints its whole usage before its error
@@ -197,9 +180,8 @@ def _fairseq_shape(arch: str, flags: Sequence[str], vocab: int) -> Shape:
 
     def side(prefix: str) -> Side:
         d, h = getattr(a, f"{prefix}_embed_dim"), getattr(a, f"{prefix}_attention_heads")
-        d_k = getattr(a, "attention_key_dim", None) or d // h
-        d_v = getattr(a, "attention_value_dim", None) or d // h
-        return Side(getattr(a, f"{prefix}_layers"), d, getattr(a, f"{prefix}_ffn_embed_dim"), h, d_k, d_v)
+        return Side(getattr(a, f"{prefix}_layers"), d, getattr(a, f"{prefix}_ffn_embed_dim"), h,
+                    getattr(a, "attention_key_dim", None) or d // h, getattr(a, "attention_value_dim", None) or d // h)
 
     try:
         return Shape(side("encoder"), side("decoder"), vocab)
@@ -226,12 +208,10 @@ def describe_table2(mean_length: float = MEAN_LENGTH) -> List[str]:
     rows = ["| model | training | Table 2's arithmetic | Table 2 | analytic model FLOPs | analytic / Table 2 |",
             "|---|---|---|---|---|---|"]
     for arch, printed in TABLE2_FLOPS.items():
-        t = TABLE2_TRAINING[arch]
-        hardware = table2_arithmetic(arch)
-        updates = paper_updates(arch)
+        t, updates = TABLE2_TRAINING[arch], paper_updates(arch)
         analytic = train_flops_per_update(model_shape(arch, (), EN_DE_VOCAB), 25000, mean_length) * updates
         rows.append(f"| {arch} | {t['time']} x {t['gpus']} {t['gpu']} x {P100_SUSTAINED_TFLOPS:g} TFLOPS | "
-                    f"{hardware:.2e} | {printed:.1e} | {analytic:.2e} ({updates} updates) | "
+                    f"{table2_arithmetic(arch):.2e} | {printed:.1e} | {analytic:.2e} ({updates} updates) | "
                     f"{analytic / printed:.0%} |")
     return rows
 
@@ -241,7 +221,6 @@ def describe_table2(mean_length: float = MEAN_LENGTH) -> List[str]:
 class GPU:
     """Dense peak TFLOPS (NVIDIA datasheets, without sparsity): bf16 and fp16 tensor cores, fp32
     without TF32 (PyTorch's default for fp32 matmuls); None where the GPU has no such unit."""
-
     bf16: Optional[float]
     fp16: float
     fp32: float
@@ -294,19 +273,3 @@ def hours_text(seconds: float) -> str:
     if hours < 1:
         return f"{seconds / 60:.0f} min"
     return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} days"
-
-
-# Bytes a parameter takes in a fairseq checkpoint: fp32 weights and Adam's two fp32 moments (exp_avg,
-# exp_avg_sq); an averaged checkpoint keeps the weights only.
-CHECKPOINT_BYTES_PER_PARAMETER, AVERAGED_BYTES_PER_PARAMETER = 12, 4
-
-
-def checkpoint_lines(shape: Shape, average: int) -> List[str]:
-    """The disk the run's checkpoints take: ``average`` interval checkpoints, checkpoint_last.pt,
-    checkpoint_best.pt, and the average."""
-    n = shape.parameters()
-    each, avg = n * CHECKPOINT_BYTES_PER_PARAMETER, n * AVERAGED_BYTES_PER_PARAMETER
-    kept = (average + 2) * each + avg
-    return [f"checkpoints: {each / 1e9:.2f} GB each ({n / 1e6:.1f}M parameters x {CHECKPOINT_BYTES_PER_PARAMETER} "
-            f"bytes: fp32 weights and Adam's two moments); the run keeps {average + 2} (--average {average}, "
-            f"checkpoint_last.pt, checkpoint_best.pt) and the average ({avg / 1e9:.2f} GB): {kept / 1e9:.1f} GB"]

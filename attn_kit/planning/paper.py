@@ -1,10 +1,6 @@
-"""The paper's numbers (Vaswani et al., 2017), each written down once.
-
-Table 2 (newstest2014 BLEU), Table 3 (variations of the base model on
-newstest2013) and Table 4 (WSJ section 23 F1), as data the recipes, scripts
-and tests read. Table 3's rows also carry the fairseq-train flags that turn
-``--arch attn_paper_base`` into each variation.
-"""
+"""The paper's numbers (Vaswani et al., 2017), each written down once: Table 2 (newstest2014 BLEU), Table 3
+(variations of the base model on newstest2013, with the fairseq-train flags that turn ``--arch
+attn_paper_base`` into each) and Table 4 (WSJ section 23 F1), as data the recipes, scripts and tests read."""
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -48,6 +44,7 @@ _FLAGS = {
     "d_v": ("--attention-value-dim",),
     "P_drop": ("--dropout",),
     "eps_ls": ("--label-smoothing",),  # a criterion flag
+    "positional_encoding": ("--positional-encoding",),
 }
 
 
@@ -55,7 +52,6 @@ _FLAGS = {
 class Table3Row:
     """One line of Table 3: what changes from base, and what the paper measured
     (dev perplexity per word piece, dev BLEU, parameters x 10^6; None where blank)."""
-
     group: str                     # base, A, B, C, D, E, big
     name: str                      # a short id: base, A1..A4, B1, ..., big
     change: Dict[str, object]      # settings that differ from BASE (d_k/d_v follow d_model/h unless given)
@@ -86,22 +82,15 @@ class Table3Row:
         for key, value in self.change.items():
             if key in ("d_k", "d_v") and value == settings["d_model"] // settings["h"]:
                 continue  # the model's default, d_model / h
-            if key == "positional_encoding":
-                flags += ["--positional-encoding", str(value)]
-            else:
-                flags += [x for flag in _FLAGS[key] for x in (flag, f"{value:g}" if isinstance(value, float)
-                                                               else str(value))]
+            text = f"{value:g}" if isinstance(value, float) else str(value)
+            flags += [x for flag in _FLAGS[key] for x in (flag, text)]
         return flags
 
     def describe(self) -> str:
-        if self.label:
-            return self.label
-        return ", ".join(f"{k}={v}" for k, v in self.change.items())
+        return self.label or ", ".join(f"{k}={v}" for k, v in self.change.items())
 
 
-def _row(group, name, change, ppl, bleu, params=None, **kw):
-    return Table3Row(group, name, change, ppl, bleu, params, **kw)
-
+_row = Table3Row
 
 TABLE3 = [
     _row("base", "base", {}, 4.92, 25.8, 65, label="N=6 d_model=512 d_ff=2048 h=8 d_k=d_v=64"),

@@ -1,26 +1,10 @@
-"""How long the WMT14 recipes' data stages take and how much memory they hold, projected from
-the fits benchmarks/data_prep.py files (:data:`RESULTS`; the package's calibration table holds what is
-read of them, attn_kit.planning.step_model.calibration); the recipes' ``--dry-run``, docs/scaling.md's
-planning table and the benchmark all project through :func:`project`, so every projection comes
-from the one file.
-
-Per part (tokenize, sample, learn_bpe, apply_bpe, clean, binarize), CPU seconds (not wall time,
-which other work on a shared machine changes) of the main process (serial) and of its workers
-(parallel); on w workers ``serial + parallel / w`` (see :func:`part_seconds` for
-fairseq-preprocess's main chunk). The parts that do the same work for every token (every part but
-learning BPE, whose cost follows the sample's word types) are fitted as ``c + k * pairs`` with
-c >= 0 (:data:`PER_TOKEN`): a power law fitted over 0.1-1M pairs gave them exponents as low as 0.37
-and, for binarize on 16 cores, a negative serial term, far below their cost at WMT's millions of
-pairs. Learning BPE and the memory peaks are fitted as ``a * pairs^b``. The pairs are the benchmark
-corpus's, of newstest's lengths (:func:`fitted_words_per_pair` words each): a corpus of longer pairs
-is projected as that many more of them (``words_scale``), as a range from the benchmark's length to
-the corpus's estimated one until its size is known (:func:`recipe_lines`). The model in full:
-docs/scaling.md.
-
-Before those parts the recipe downloads and extracts the archives (:class:`Fetch`): download time is
-their sizes at a rate (measured by earlier downloads in the data folder, else assumed), extraction
-time their sizes and their text's at the rates benchmarks/data_extract.py files
-(:data:`EXTRACT_RESULTS`); and the disk every stage's output takes (:func:`disk_bytes`).
+"""How long the WMT14 recipes' data stages take and how much memory they hold, projected from the fits
+benchmarks/data_prep.py files (:data:`RESULTS`; the calibration table holds what is read of them); the
+recipes' --dry-run, docs/scaling.md's planning table and the benchmark all project through :func:`project`.
+Per part, CPU seconds (not wall time, which other work on a shared machine changes) of the main process
+(serial) and of its workers (parallel), per pair of the benchmark corpus (a corpus of longer pairs counts as
+that many more: ``words_scale``); before them the download and extraction (:class:`Fetch`), and the disk
+every stage's output takes (:func:`disk_bytes`). The model in full: docs/scaling.md.
 """
 import json
 import math
@@ -30,26 +14,26 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .step_model import calibration
 
-# The results files the projections read, by name: the calibration table holds what is read of them
-# (its "data_prep" and "data_extract"), a path to a file of that kind is read itself (a benchmark's own)
+# The results files the projections read: by name, what the calibration table holds of them ("data_prep",
+# "data_extract"); a path is read itself (a benchmark's own)
 RESULTS = Path("cpu2core_data_prep.json")  # measured on the EN-DE-shaped corpus
 PARTS = ("tokenize", "sample", "learn_bpe", "apply_bpe", "clean", "binarize")
-# the parts that run in one process whatever --workers is (learn-joint-bpe-and-vocab's merges are
-# one loop, but its reading and its pass over the text use --num-workers: measured, not assumed)
+# the parts that run in one process whatever --workers is (learn-joint-bpe-and-vocab's reading and its pass
+# over the text use --num-workers: measured, not assumed)
 SERIAL = ("sample", "clean")
-# the parts whose tool does a worker's share in its main process (fairseq-preprocess 0.12: the first
-# chunk of every file, after its pool); the other tools' main processes only read, hand out and merge,
-# and what the main process's CPU seemed to lose with more workers there was the noise of CPU time on
-# a shared machine, not a share of the work
+# the parts whose tool does a worker's share in its main process (fairseq-preprocess 0.12: the first chunk
+# of every file, after its pool); the other tools' main processes only read, hand out and merge
 MAIN_CHUNK_PARTS = ("binarize",)
-# the parts whose CPU time is per token: fitted linear with a floor (fit_linear), never sublinear
+# the parts whose CPU time is per token: fitted c + k * pairs with c >= 0 (fit_linear), never sublinear (a
+# power law over 0.1-1M pairs gave them exponents as low as 0.37, far below their cost at WMT's millions of
+# pairs); learning BPE (its cost follows the sample's word types) and the memory peaks: a * pairs^b (fit_power)
 PER_TOKEN = ("tokenize", "sample", "apply_bpe", "clean", "binarize")
 
 # ---- download, extraction and disk
 EXTRACT_RESULTS = Path("cpu2core_amd_data_extract.json")  # benchmarks/data_extract.py
 MB = 1 << 20  # rates are in MB of 2^20 bytes, as the download's own log counts them; disk in GB of 10^9
-# The download rate assumed until a download has been measured in the data folder: an assumption (no
-# WMT14 download has run where this was written), about what one HTTP stream from statmt.org gives
+# Until a download has been measured in the data folder: an assumption (no WMT14 download has run where this
+# was written), about what one HTTP stream from statmt.org gives
 ASSUMED_DOWNLOAD_MB_S = 10.0
 MIN_MEASURED_BYTES = 64 * MB  # less measured than this is mostly connection set-up: the assumption stands
 # BPE tokens per Moses token of WMT14's text under the recipe's joint BPE (30000-35000 merges learned
@@ -61,8 +45,8 @@ INDEX_BYTES = 12  # fairseq's mmap index per sentence and side: its size (int32)
 
 
 def fit_linear(points: Sequence[Tuple[float, float]]) -> Dict[str, float]:
-    """``y = c + k * x`` through ``points`` (x, y) by least squares with c >= 0 and k >= 0 (through
-    the origin when the free fit's c would be negative): ``{"c", "k"}``."""
+    """``y = c + k * x`` by least squares with c >= 0 and k >= 0 (through the origin when the free fit's c
+    would be negative): ``{"c", "k"}``."""
     pts = [(x, y) for x, y in points if x > 0]
     if len({x for x, _ in pts}) < 2:
         raise ValueError("a linear fit needs two different x")
@@ -76,7 +60,7 @@ def fit_linear(points: Sequence[Tuple[float, float]]) -> Dict[str, float]:
 
 
 def fit_power(points: Sequence[Tuple[float, float]]) -> Dict[str, float]:
-    """``y = a * x^b`` through ``points`` (x, y), least squares in log space: ``{"a", "b"}``."""
+    """``y = a * x^b``, least squares in log space: ``{"a", "b"}``."""
     pts = [(math.log(x), math.log(y)) for x, y in points if x > 0 and y > 0]
     if len(pts) < 2:
         raise ValueError("a power-law fit needs two points with x, y > 0")
@@ -90,18 +74,16 @@ def fit_power(points: Sequence[Tuple[float, float]]) -> Dict[str, float]:
 
 
 def power(fit: Optional[Dict[str, float]], x: float) -> float:
-    """``fit`` at ``x``: ``c + k * x`` (:func:`fit_linear`) or ``a * x^b`` (:func:`fit_power`); 0 for
-    no fit (a part with no such share)."""
+    """``fit`` at ``x`` (:func:`fit_linear` or :func:`fit_power`); 0 for no fit (a part with no such share)."""
     if not fit:
         return 0.0
     return fit["c"] + fit["k"] * x if "k" in fit else fit["a"] * x ** fit["b"]
 
 
 def part_seconds(fits: dict, part: str, pairs: float, workers: int) -> float:
-    """Seconds of ``part`` on ``pairs`` pairs with ``workers`` workers, a core each: serial +
-    parallel / w, except that fairseq-preprocess binarizes the first of its w chunks in its main
-    process after its pool, so that chunk (c / w, c = main_chunk_share x the part's CPU) counts
-    twice on the critical path."""
+    """Seconds of ``part`` on ``workers`` workers, a core each: serial + parallel / w, except that
+    fairseq-preprocess binarizes the first of its w chunks in its main process after its pool, so that
+    chunk (c / w, c = main_chunk_share x the part's CPU) counts twice on the critical path."""
     serial, parallel = power(fits["cpu_serial"].get(part), pairs), power(fits["cpu_parallel"].get(part), pairs)
     if workers == 1:
         return serial + parallel
@@ -111,10 +93,9 @@ def part_seconds(fits: dict, part: str, pairs: float, workers: int) -> float:
 
 
 def part_peak_mb(fits: dict, part: str, pairs: float, workers: int) -> float:
-    """Peak MB (PSS) of ``part``'s processes on ``pairs`` pairs with ``workers`` workers: the main
-    process's, and the workers' as measured on the benchmark's workers, grown by the factor measured
-    per doubling of the workers (``memory_workers_per_doubling``: their pages are shared in part, PSS
-    counts each shared page once), else in proportion to the workers (the upper bound)."""
+    """Peak MB (PSS) of ``part``'s processes: the main process's, and the workers' grown by the factor
+    measured per doubling of the workers (``memory_workers_per_doubling``: their pages are shared in part),
+    else in proportion to the workers (the upper bound)."""
     growth = fits.get("memory_workers_per_doubling", {}).get(part)
     scale = workers / fits["workers"] if growth is None else growth ** math.log2(workers / fits["workers"])
     return power(fits["memory_main"].get(part), pairs) + power(fits["memory_workers"].get(part), pairs) * scale
@@ -122,13 +103,10 @@ def part_peak_mb(fits: dict, part: str, pairs: float, workers: int) -> float:
 
 def project(fits: dict, pairs: int, workers: int, bpe_learn_pairs: Optional[int] = None,
             legacy: bool = False, words_scale: float = 1.0) -> dict:
-    """Seconds and peak MB of each part for ``pairs`` training pairs on ``workers`` workers, from
-    ``fits`` (the results file's ``fits``): ``{"seconds": {part: s}, "peak_mb": {part: MB},
-    "total_seconds", "peak_mb_max", "learn_pairs"}``. ``bpe_learn_pairs``: 0 or None learns on
-    every pair. ``legacy``: the recipe before --bpe-learn-pairs (BPE learned on every pair, learn and
-    apply-bpe in one process). ``words_scale``: the corpus's words per pair over the benchmark
-    corpus's (:func:`fitted_words_per_pair`): the parts work per word (and learning BPE on the words
-    of its sample), so a corpus of longer pairs counts as that many more of the benchmark's pairs."""
+    """``{"seconds": {part: s}, "peak_mb": {part: MB}, "total_seconds", "peak_mb_max", "learn_pairs"}`` for
+    ``pairs`` training pairs on ``workers`` workers; ``bpe_learn_pairs`` 0 or None learns on every pair;
+    ``legacy``: the recipe before --bpe-learn-pairs (BPE learned on every pair, learn and apply-bpe in one
+    process); ``words_scale``: the corpus's words per pair over the benchmark corpus's."""
     learn_pairs = pairs if legacy or not bpe_learn_pairs else min(pairs, bpe_learn_pairs)
     seconds, peak = {}, {}
     for part in PARTS:
@@ -145,14 +123,12 @@ def project(fits: dict, pairs: int, workers: int, bpe_learn_pairs: Optional[int]
 
 def planning_table(fits: dict, pairs: dict, bpe_learn_pairs: int, cores=(2, 16),
                    fitted_words: Optional[float] = None, own: Optional[Dict[str, tuple]] = None) -> str:
-    """The projections for ``pairs`` (name -> attn_kit.recipes.wmt14_data.Pair) on ``cores`` (workers =
-    cores), the recipe before its speed-ups and now, as a markdown table (docs/scaling.md's, the benchmark's).
-    ``fitted_words``: the benchmark corpus's words per pair; then each cell is a range, from the
-    benchmark corpus's words per pair to the pair's (``Pair.words_per_pair``). ``own``: name ->
-    (fits, fitted_words) of the pairs measured on a corpus of their own, used instead of ``fits``."""
-    parts = ("tokenize", "sample", "learn_bpe", "apply_bpe", "clean", "binarize")
-    lines = ["| pair | training pairs | cores | recipe | " + " | ".join(p.replace("_", " ") for p in parts)
-             + " | all data stages | peak memory |", "|" + "---|" * (len(parts) + 6)]
+    """The projections for ``pairs`` (name -> wmt14_data.Pair) on ``cores`` (workers = cores), the recipe
+    before its speed-ups and now, as docs/scaling.md's markdown table. ``fitted_words``: the benchmark
+    corpus's words per pair; then each cell is a range, from it to the pair's. ``own``: name -> (fits,
+    fitted_words) of the pairs measured on a corpus of their own, used instead of ``fits``."""
+    lines = ["| pair | training pairs | cores | recipe | " + " | ".join(p.replace("_", " ") for p in PARTS)
+             + " | all data stages | peak memory |", "|" + "---|" * (len(PARTS) + 6)]
     for name, pair in pairs.items():
         fit, words = (own or {}).get(name, (fits, fitted_words))
         scales = (1.0, pair.words_per_pair / words) if words else (1.0,)
@@ -162,11 +138,9 @@ def planning_table(fits: dict, pairs: dict, bpe_learn_pairs: int, cores=(2, 16),
                       for x in sorted(scales)]  # low to high: a corpus may have longer pairs than the pair's
                 recipe = ("before: BPE learned on every pair; learn and apply in one process" if legacy else
                           f"now: BPE learned on {ps[0]['learn_pairs'] / 1e6:g}M sampled pairs; --workers {n}")
-                cells = [span([minutes_text(p["seconds"][k]) for p in ps]) if k in ps[0]["seconds"] else "-"
-                         for k in parts]
-                lines.append(f"| {name.upper()} | {pair.train_pairs / 1e6:g}M | {n} | {recipe} | " + " | ".join(cells)
-                             + f" | **{span([minutes_text(p['total_seconds']) for p in ps])}** | "
-                             + span([f"{p['peak_mb_max'] / 1024:.1f}" for p in ps]) + " GB |")
+                parts, total, memory = _spans(ps)
+                lines.append(f"| {name.upper()} | {pair.train_pairs / 1e6:g}M | {n} | {recipe} | "
+                             + " | ".join(parts.get(k, "-") for k in PARTS) + f" | **{total}** | {memory} GB |")
     return "\n".join(lines)
 
 
@@ -175,15 +149,17 @@ def span(texts: Sequence[str]) -> str:
     return texts[0] if len(set(texts)) == 1 else " to ".join(texts)
 
 
+def _spans(ps: Sequence[dict], before: float = 0.0) -> Tuple[Dict[str, str], str, str]:
+    """Over projections ``ps`` (low to high), as :func:`span`: each part's time, the total's (with ``before``
+    seconds added) and the peak memory's, in GB."""
+    return ({part: span([minutes_text(p["seconds"][part]) for p in ps]) for part in ps[0]["seconds"]},
+            span([minutes_text(p["total_seconds"] + before) for p in ps]),
+            span([f"{p['peak_mb_max'] / 1024:.1f}" for p in ps]))
+
+
 def results_path(pair: str) -> Path:
     """The results file measured on ``pair``'s corpus shape (benchmarks/data_prep.py --pair)."""
     return RESULTS if pair == "en-de" else RESULTS.with_name(f"cpu2core_data_prep_{pair.replace('-', '_')}.json")
-
-
-def results_for(pair: str) -> Path:
-    """The file ``pair``'s projections read: its own corpus's where filed, else the EN-DE corpus's."""
-    own = results_path(pair)
-    return own if load(own) is not None else RESULTS
 
 
 def load(path: Optional[Path] = None) -> Optional[dict]:
@@ -199,9 +175,11 @@ def load(path: Optional[Path] = None) -> Optional[dict]:
         return None
 
 
-def source_of(path: Path, results: Optional[dict]) -> str:
-    """How the dry run names a results file: the path it was filed at, as the calibration table says."""
-    return (results or {}).get("source") or str(path)
+def _read(path: Path) -> Tuple[Optional[dict], str]:
+    """A results file (:func:`load`) and how the dry run names it: the path it was filed at, as the
+    calibration table says."""
+    results = load(path)
+    return results, (results or {}).get("source") or str(path)
 
 
 def minutes_text(seconds: float) -> str:
@@ -213,16 +191,15 @@ def minutes_text(seconds: float) -> str:
 
 
 def fitted_words_per_pair(results: dict) -> Optional[float]:
-    """Whitespace words per pair (both sides) of the benchmark's corpus at its largest size: the unit
-    its fits are in (the corpus has newstest2013+2014 EN-DE's sentence lengths); None where the file
-    does not record it."""
+    """Whitespace words per pair (both sides) of the benchmark's corpus at its largest size, the unit its
+    fits are in; None where the file does not record it."""
     counted = results["result"].get("corpus", {}).get("words_per_pair") or {}
     return counted.get(str(max(results["result"]["settings"]["sizes"])))
 
 
 def machine_of(results: dict) -> str:
-    """The machine a results file was measured on, with its CPU's clock and family/model/stepping
-    where the file recorded them (/proc/cpuinfo), so that a user can place their own."""
+    """The machine a results file was measured on, with its CPU's clock and family/model/stepping where
+    recorded (/proc/cpuinfo), so that a user can place their own."""
     cpu = results.get("cpu") or {}
     return results["machine"] + (f" at {cpu['mhz']:.0f} MHz" if cpu.get("mhz") else "") + (
         f" (family/model/stepping {cpu['family_model_stepping']})" if cpu.get("family_model_stepping") else "")
@@ -232,15 +209,12 @@ def recipe_lines(pair: str, train_pairs: int, workers: int, bpe_learn_pairs: Opt
                  path: Optional[Path] = None, words_per_pair: Optional[Tuple[float, str]] = None,
                  counted: bool = False, fetch: Optional["Fetch"] = None,
                  extract_path: Optional[Path] = None) -> List[str]:
-    """The recipe's --dry-run lines: the data stages of ``pair`` (``train_pairs`` training pairs)
-    projected on this run's --workers and --bpe-learn-pairs. ``words_per_pair``: (words per pair of
-    the corpus, where that number comes from). A range: from the benchmark corpus's own (news-shaped)
-    words per pair, the low end, to ``words_per_pair``, the high end; ``counted``: the corpus's size is
-    known, one projection at it. ``fetch``: the download and extraction before them, added to the time
-    (:func:`fetch_lines`, with ``extract_path``'s rates), and the disk every stage takes."""
-    path = Path(path or results_for(pair))
-    results = load(path)
-    name = source_of(path, results)
+    """The recipe's --dry-run lines: the data stages of ``pair`` projected on this run's --workers and
+    --bpe-learn-pairs; a range from the benchmark corpus's words per pair to ``words_per_pair`` (that
+    number, where it comes from), or one projection at it where the corpus is ``counted``. ``fetch``: the
+    download and extraction before them, added to the time (:func:`fetch_lines`), and the disk."""
+    own = results_path(pair)  # read where filed, else the EN-DE corpus's
+    results, name = _read(Path(path or (own if load(own) is not None else RESULTS)))
     before, more = fetch_lines(fetch, bpe_learn_pairs or 0, extract_path) if fetch else ({}, [])
     if results is None:
         return [f"data preparation: no projection ({name} is not filed; benchmarks/data_prep.py makes it)", *more]
@@ -256,13 +230,10 @@ def recipe_lines(pair: str, train_pairs: int, workers: int, bpe_learn_pairs: Opt
     projections = [(project(fits, train_pairs, workers, bpe_learn_pairs, words_scale=scale), why)
                    for scale, why in sorted(ends, key=lambda end: end[0])]  # low to high
     first = projections[0][0]
-    learn = ("every pair" if first["learn_pairs"] >= train_pairs else f"{first['learn_pairs']} sampled pairs")
-    total = span([minutes_text(p["total_seconds"] + sum(before.values())) for p, _ in projections])
-    parts = ", ".join([f"{part} {minutes_text(s)}" for part, s in before.items()] + [
-        f"{part.replace('_', ' ')} " + span([minutes_text(p["seconds"][part]) for p, _ in projections])
-        for part in first["seconds"]])
-    memory = span([f"{p['peak_mb_max'] / 1024:.1f}" for p, _ in projections])
-    machine = machine_of(results)
+    learn = "every pair" if first["learn_pairs"] >= train_pairs else f"{first['learn_pairs']} sampled pairs"
+    each, total, memory = _spans([p for p, _ in projections], sum(before.values()))
+    parts = ", ".join([f"{part} {minutes_text(s)}" for part, s in before.items()]
+                      + [f"{part.replace('_', ' ')} {text}" for part, text in each.items()])
     left = ("" if "extract" in before else "extraction not included; ") if fetch else \
         "download and extraction not included; "
     return [f"data preparation, projected for WMT14 {pair} (~{train_pairs / 1e6:g}M pairs) on --workers {workers}, "
@@ -270,27 +241,23 @@ def recipe_lines(pair: str, train_pairs: int, workers: int, bpe_learn_pairs: Opt
             "  (" + "; ".join(("at " if len(projections) == 1 else ("low end at ", "high end at ")[i]) + why
                               for i, (_, why) in enumerate(projections)) + ")",
             f"  ({left}fits of {name}, measured up to {max(results['result']['settings']['sizes']) / 1e6:g}M pairs on "
-            f"{machine}, per word; another CPU differs)", *("  " + line for line in more)]
+            f"{machine_of(results)}, per word; another CPU differs)", *("  " + line for line in more)]
 
 
 # ---------------------------------------------------------------------------------------------- fetch and disk
 @dataclass
 class Fetch:
-    """What the download and extract stages handle for ``pair``, for their projection: ``archives``
-    (name, bytes, layout: "tgz" or "tar_of_gz", how the size is known: "" when published, else the
-    estimate's basis); the training text they unpack to (``text_bytes``, ``text_pairs``, ``text_basis``:
-    where the size comes from); the download rate (``mb_s``, ``mb_s_basis``); whether the bpe stage
-    keeps a cleaned copy (``clean``); the data folder (``folder``) and the bytes its files take now
-    (``on_disk``)."""
+    """What the download and extract stages handle for ``pair``, for their projection."""
     pair: str
+    # (name, bytes, layout: "tgz" or "tar_of_gz", how the size is known: "" when published, else the basis)
     archives: List[Tuple[str, int, str, str]]
-    text_bytes: float
+    text_bytes: float  # the training text they unpack to, and where its size comes from (text_basis)
     text_pairs: int
     text_basis: str
-    mb_s: float
+    mb_s: float  # the download rate, and where it comes from
     mb_s_basis: str
-    clean: bool = True
-    folder: str = ""
+    clean: bool = True  # the bpe stage keeps a cleaned copy
+    folder: str = ""  # the data folder and the bytes its files take now
     on_disk: int = 0
 
     @property
@@ -299,8 +266,8 @@ class Fetch:
 
 
 def download_rate(measured: Optional[Tuple[int, float, List[str]]], where: str = "the data folder") -> Tuple[float, str]:
-    """(MB/s, why) for the download time: ``measured`` ((bytes, seconds, hosts) of earlier downloads, used
-    from :data:`MIN_MEASURED_BYTES` on), else :data:`ASSUMED_DOWNLOAD_MB_S`."""
+    """(MB/s, why): ``measured`` ((bytes, seconds, hosts) of earlier downloads) from :data:`MIN_MEASURED_BYTES`
+    on, else :data:`ASSUMED_DOWNLOAD_MB_S`."""
     if measured and measured[0] >= MIN_MEASURED_BYTES and measured[1] > 0:
         return (measured[0] / MB / measured[1],
                 f"measured: {measured[0] / 1e9:.2f} GB downloaded from {', '.join(measured[2])} into {where}")
@@ -309,22 +276,17 @@ def download_rate(measured: Optional[Tuple[int, float, List[str]]], where: str =
 
 
 def extract_seconds(rates: Dict[str, float], fetch: Fetch) -> float:
-    """CPU seconds of the extract stage: each archive hashed (its check) and unpacked at the rate of its
-    layout, per MB of archive, then the training text joined, per MB of text (``rates``: MB per CPU second,
-    the results file's ``rates_mb_per_cpu_s``)."""
+    """CPU seconds of the extract stage: each archive hashed and unpacked at its layout's rate, then the
+    training text joined (``rates``: MB per CPU second)."""
     unpack = sum(size / MB * (1 / rates["sha256"] + 1 / rates[f"extract_{layout}"])
                  for _, size, layout, _ in fetch.archives)
     return unpack + fetch.text_bytes / MB / rates["concatenate"]
 
 
 def disk_bytes(fetch: Fetch, tokenized: Dict[str, float], learn_pairs: int) -> Dict[str, Tuple[float, float]]:
-    """Bytes each stage's output takes, (low, high): the archives; their text twice (the members as
-    unpacked in orig/, joined in raw/); tokenized, grown by ``tokenized["growth"]`` in
-    ``tokenized["bytes_per_token"]`` bytes a token (both measured on newstest); BPE, with
-    :data:`BPE_SPLIT_BYTES` per added piece at :data:`BPE_TOKENS_PER_TOKEN` and the learning sample's
-    ``learn_pairs`` pairs of tokenized text (0: none, BPE learned on every pair); clean-corpus-n's copy,
-    at most the BPE text; and fairseq's binarized data, :data:`TOKEN_BYTES` a token (and a sentence's
-    end) and :data:`INDEX_BYTES` a sentence and side."""
+    """Bytes each stage's output takes, (low, high): the archives; their text twice (orig/, raw/);
+    tokenized (``tokenized``'s growth and bytes per token, measured on newstest); BPE, with the learning
+    sample of ``learn_pairs`` (0: none); clean-corpus-n's copy, at most the BPE text; binarized data."""
     pairs = fetch.text_pairs
     tok = fetch.text_bytes * tokenized["growth"]
     tokens = tok / tokenized["bytes_per_token"]  # Moses tokens, both sides, each with its space or line end
@@ -334,8 +296,8 @@ def disk_bytes(fetch: Fetch, tokenized: Dict[str, float], learn_pairs: int) -> D
     out = {"downloads": (fetch.archive_bytes,) * 2, "extracted text (orig/, raw/)": (2 * fetch.text_bytes,) * 2,
            "tokenized (tok/)": (tok, tok), "BPE (bpe/, with its learning sample)": (bpe[0] + sample, bpe[1] + sample)}
     if fetch.clean:
-        out["cleaned copy (prep/)"] = (bpe[0], bpe[1])
-    out["binarized (data-bin/)"] = (binarized[0], binarized[1])
+        out["cleaned copy (prep/)"] = tuple(bpe)
+    out["binarized (data-bin/)"] = tuple(binarized)
     return out
 
 
@@ -344,11 +306,9 @@ def gb_text(low: float, high: float) -> str:
 
 
 def fetch_lines(fetch: Fetch, learn_pairs: int, path: Optional[Path] = None) -> Tuple[Dict[str, float], List[str]]:
-    """({"download": s, "extract": s} of those projected, the dry run's lines on download, extraction
-    and disk). Extraction and disk read the rates of ``path`` (:data:`EXTRACT_RESULTS`)."""
-    path = Path(path or EXTRACT_RESULTS)
-    results = load(path)
-    name = source_of(path, results)
+    """({"download": s, "extract": s} of those projected, the dry run's lines on download, extraction and
+    disk); extraction and disk read the rates of ``path`` (:data:`EXTRACT_RESULTS`)."""
+    results, name = _read(Path(path or EXTRACT_RESULTS))
     estimated = [f"{n} ~{size / 1e6:.0f} MB ({why})" for n, size, _, why in fetch.archives if why]
     seconds = {"download": fetch.archive_bytes / MB / fetch.mb_s}
     lines = [f"download: {fetch.archive_bytes / 1e9:.2f} GB, {len(fetch.archives)} archives (sizes as published"

@@ -1,22 +1,10 @@
-"""Named model sizes: the small configurations of the paper's model that the
-recipes, benchmarks and tests run, each defined here once.
-
-The paper's own sizes (base, big, the parsing model) are fairseq
-architectures registered by the plugin (``--arch attn_paper_base`` etc., in
-``attn_plugin/models/attn_transformer.py``); a size below is a set of flags on
-top of such an arch: N layers in encoder and decoder, d_model, d_ff, h heads
-(Sec. 3), and P_drop where the size fixes it.
-"""
+"""Named model sizes: the small configurations of the paper's model that the recipes, benchmarks and tests
+run, each defined here once, as flags on top of an arch the plugin registers (attn_plugin/models/
+attn_transformer.py): N layers in encoder and decoder, d_model, d_ff, h heads (Sec. 3), and P_drop where the
+size fixes it."""
+import dataclasses
 from dataclasses import dataclass
 from typing import List, Optional
-
-from ..cli import UsageError
-
-
-# The architectures attn_plugin registers (and the model's own name, which fairseq lists as one too),
-# known here without importing fairseq, so that a recipe checks --arch at once.
-# tests/test_registration.py checks this list against fairseq's registry.
-PLUGIN_ARCHS = ("attn_paper_base", "attn_paper_big", "attn_paper_big_en_fr", "attn_paper_parse", "attn_transformer")
 
 
 @dataclass(frozen=True)
@@ -29,17 +17,13 @@ class ModelSize:
 
     def flags(self) -> List[str]:
         """fairseq-train flags that resize ``--arch attn_paper_base`` (or a stock transformer arch)."""
-        flags = []
-        for side in ("encoder", "decoder"):
-            flags += [f"--{side}-layers", self.layers, f"--{side}-embed-dim", self.d_model,
-                      f"--{side}-ffn-embed-dim", self.d_ff, f"--{side}-attention-heads", self.h]
-        flags = [str(f) for f in flags]
+        flags = [str(f) for side in ("encoder", "decoder")
+                 for f in (f"--{side}-layers", self.layers, f"--{side}-embed-dim", self.d_model,
+                           f"--{side}-ffn-embed-dim", self.d_ff, f"--{side}-attention-heads", self.h)]
         return flags + (["--dropout", f"{self.p_drop:g}"] if self.p_drop is not None else [])
 
     def replace(self, **changes) -> "ModelSize":
-        from dataclasses import replace
-
-        return replace(self, **changes)
+        return dataclasses.replace(self, **changes)
 
     def describe(self) -> str:
         text = f"{self.layers}+{self.layers} layers, d_model {self.d_model}, d_ff {self.d_ff}, h {self.h}"
@@ -62,19 +46,15 @@ SIZES = {
 
 
 # The paper's models as attn_plugin registers them (attn_plugin/models/attn_transformer.py: Table 3's
-# base and big rows, big with P_drop 0.1 for EN-FR, Sec. 6.3's parsing model), known here without
-# importing fairseq; tests/test_cost.py checks them against fairseq's own parser.
+# base and big rows, big with P_drop 0.1 for EN-FR, Sec. 6.3's parsing model, and the model's own name,
+# which fairseq lists as an arch too), known here without importing fairseq, so that a recipe checks --arch
+# at once; tests/test_cost.py checks them against fairseq's own parser, tests/test_recipe_bundled.py the
+# names against its registry.
 ARCH_SIZES = {
     "attn_paper_base": ModelSize(layers=6, d_model=512, d_ff=2048, h=8, p_drop=0.1),
-    "attn_transformer": ModelSize(layers=6, d_model=512, d_ff=2048, h=8, p_drop=0.1),
     "attn_paper_big": ModelSize(layers=6, d_model=1024, d_ff=4096, h=16, p_drop=0.3),
     "attn_paper_big_en_fr": ModelSize(layers=6, d_model=1024, d_ff=4096, h=16, p_drop=0.1),
     "attn_paper_parse": ModelSize(layers=4, d_model=1024, d_ff=2048, h=8, p_drop=0.1),
+    "attn_transformer": ModelSize(layers=6, d_model=512, d_ff=2048, h=8, p_drop=0.1),
 }
-
-
-def size(name: str) -> ModelSize:
-    try:
-        return SIZES[name]
-    except KeyError:
-        raise UsageError(f"unknown model size {name!r}; known: {', '.join(SIZES)}") from None
+PLUGIN_ARCHS = tuple(ARCH_SIZES)  # the architectures attn_plugin registers

@@ -1,31 +1,9 @@
-"""How long a training update takes and how much GPU memory a forward needs, fitted to what ran on
-a GPU (the GPU check: the recipe's own training command at several forward sizes), so that --dry-run,
-scripts/training_cost.py and the recipes' batch sizing read the same numbers. The fits are data the
-package owns (calibration.json beside this module, :func:`fits`): the lab fits them from the GPU
-check's results files (``python -m lab.calibration``; a test checks the table against the files), so
-what a recipe does never depends on which measurement files a checkout holds.
-
-**Time.** One forward + backward of F model FLOPs on a GPU takes
-
-    seconds = c + F / R
-
-c, the fixed cost of a forward (the host launching about a thousand kernels, fairseq's own work per
-step: it does not shrink with the batch), and R, the rate at which the GPU does the arithmetic once
-it is busy. An update is ``--update-freq`` of them. c and R are fitted per measured model (least
-squares over the runs' seconds per forward against FLOPs per forward); R is kept as a share e of the
-matmul rate measured in the same run, so that another GPU is that GPU's dense peak x (measured /
-datasheet matmul rate of the measured GPU) x e. c is scaled by the layers (it counts kernel
-launches) and kept as measured on another GPU: it is the host's, and a slower host makes it larger.
-
-**The paper's GPUs.** For the paper's own run (8 P100s, fp32) the paper gives the step time itself
-(Sec. 5.2: base 0.4 s, big 1.0 s): :func:`paper_utilization` is the model FLOP utilization those
-imply, a second calibration for GPUs with no measurement, and the check that the model above
-(measured on an H200 in bf16) predicts the paper's own hardware.
-
-**Memory.** A forward of t tokens holds 16 bytes per parameter (fp32 weights and gradients, Adam's
-two moments) + a fixed part + t x m bytes of activations; m is fitted per measured model from the
-allocator's reserved peak, interpolated in d_model for other widths, and doubled for fp32 training
-(not measured: activations are twice as wide).
+"""How long a training update takes and how much GPU memory a forward needs, fitted to what ran on a GPU
+(the GPU check: the recipe's own training command at several forward sizes); --dry-run,
+scripts/training_cost.py and the recipes' batch sizing read the same numbers. The fits are data the package
+owns (calibration.json, :func:`fits`; ``python -m lab.calibration`` fits them from the results files), so
+what a recipe does never depends on which measurement files a checkout holds. The model in full:
+docs/scaling.md.
 """
 import functools
 import json
@@ -84,10 +62,11 @@ class Estimate:
 
 def update_seconds(shape, tokens_per_forward: float, forwards: int, gpu_name: str, precision: str,
                    mean_length: float) -> List[Estimate]:
-    """Seconds per update on one of ``gpu_name`` (data parallel: each device's share) by each fit,
-    and by the paper's step times for GPUs with no measurement."""
-    g = GPUS[gpu_name]
-    peak = g.peak(precision)
+    """Seconds per update on one of ``gpu_name`` (data parallel: each device's share): a forward + backward
+    of F model FLOPs takes ``c + F / R``, c the fixed cost of a forward (the host's, scaled by the layers),
+    R a share of the matmul rate measured in the same run (scaled to another GPU's dense peak); by each fit,
+    and for GPUs with no measurement by the rate the paper's step times imply (Sec. 5.2)."""
+    peak = GPUS[gpu_name].peak(precision)
     if peak is None:
         return []
     flops = train_flops_per_update(shape, tokens_per_forward, mean_length)
@@ -103,7 +82,7 @@ def update_seconds(shape, tokens_per_forward: float, forwards: int, gpu_name: st
                             f"{c * 1e3:.0f} ms fixed per forward + the arithmetic at {f.efficiency:.0%} of the "
                             f"measured matmul rate{scaled}", "measured" if measured else "scaled", f.model))
     if not measured:
-        host = min(fits(), key=lambda f: abs(f.d_model - shape.encoder.d_model), default=None)
+        host = _nearest(shape)
         c = host.forward_seconds * layers / host.layers if host else 0.0
         for arch, u in paper_utilization(mean_length).items():
             out.append(Estimate(forwards * (c + flops / (peak * 1e12 * u)),
@@ -111,6 +90,16 @@ def update_seconds(shape, tokens_per_forward: float, forwards: int, gpu_name: st
                                 f"5.2: {u:.0%} of the dense peak) + {c * 1e3:.0f} ms fixed per forward (measured"
                                 f"{f' on an {host.gpu}' if host else ''})", "paper", arch))
     return out
+
+
+def _nearest(shape) -> Optional[Fit]:
+    """The fit of the measured model nearer in width."""
+    return min(fits(), key=lambda f: abs(f.d_model - shape.encoder.d_model), default=None)
+
+
+def paper_arch(shape) -> str:
+    """The paper's model nearer in width (base below d_model 1024)."""
+    return "attn_paper_big" if shape.encoder.d_model >= 1024 else "attn_paper_base"
 
 
 def _same_chip(gpu_name: str, device: str) -> bool:
@@ -123,18 +112,15 @@ def _same_chip(gpu_name: str, device: str) -> bool:
 def paper_utilization(mean_length: float) -> dict:
     """{arch: model FLOP utilization of the paper's P100s}: our FLOP count of an update of the
     paper's ~25000 + 25000 tokens, over 8 P100s' fp32 dense peak x the step time of Sec. 5.2."""
-    out = {}
-    for arch, seconds in PAPER_STEP_SECONDS.items():
-        t = TABLE2_TRAINING[arch]
-        flops = train_flops_per_update(model_shape(arch), 25000, mean_length)
-        out[arch] = flops / (t["gpus"] * GPUS[t["gpu"]].fp32 * 1e12 * seconds)
-    return out
+    return {arch: train_flops_per_update(model_shape(arch), 25000, mean_length)
+            / (TABLE2_TRAINING[arch]["gpus"] * GPUS[TABLE2_TRAINING[arch]["gpu"]].fp32 * 1e12 * seconds)
+            for arch, seconds in PAPER_STEP_SECONDS.items()}
 
 
 # ---------------------------------------------------------------------------------------------- memory
 def forward_bytes(shape, tokens: float, precision: str) -> Optional[float]:
-    """GPU memory a training process holds at forwards of ``tokens`` (the largest fit's GPU
-    sizes, interpolated in d_model); None without a fit."""
+    """GPU memory a training process holds at forwards of ``tokens``: 16 bytes per parameter, a fixed part,
+    activations per token fitted per model, interpolated in d_model, doubled for fp32; None without a fit."""
     all_fits = fits()
     if not all_fits:
         return None
@@ -145,23 +131,8 @@ def forward_bytes(shape, tokens: float, precision: str) -> Optional[float]:
     else:  # linear in d_model through the two widths measured, at least half the narrower one's
         w = (d - lo.d_model) / (hi.d_model - lo.d_model)
         per_token = max(0.5 * lo.bytes_per_token, lo.bytes_per_token + w * (hi.bytes_per_token - lo.bytes_per_token))
-    fixed = max(f.fixed_bytes for f in all_fits)
-    layers = (shape.encoder.layers + shape.decoder.layers) / 12
-    per_token *= layers * (FP32_ACTIVATIONS if precision == "fp32" else 1)
-    return BYTES_PER_PARAMETER * shape.parameters() + fixed + tokens * per_token
-
-
-def max_tokens_for(shape, memory_gib: float, precision: str, cap: int, floor: int = 1024) -> Optional[int]:
-    """The largest forward (tokens, a multiple of 128, at most ``cap``) whose memory is within
-    :data:`MEMORY_SHARE` of ``memory_gib``; None without a fit."""
-    one = forward_bytes(shape, 1, precision)
-    if one is None:
-        return None
-    fixed = forward_bytes(shape, 0, precision)
-    per_token = one - fixed
-    budget = MEMORY_SHARE * memory_gib * 2 ** 30 - fixed
-    tokens = int(budget / per_token) // 128 * 128 if per_token > 0 else cap
-    return max(floor, min(cap, tokens))
+    per_token *= (shape.encoder.layers + shape.decoder.layers) / 12 * (FP32_ACTIVATIONS if precision == "fp32" else 1)
+    return BYTES_PER_PARAMETER * shape.parameters() + max(f.fixed_bytes for f in all_fits) + tokens * per_token
 
 
 # ---------------------------------------------------------------------------------------------- a run
@@ -176,19 +147,15 @@ class Prediction:
 def predict(shape, tokens_per_forward: float, forwards: int, gpu_name: str, precision: str,
             mean_length: float) -> Optional[Prediction]:
     """The estimate for ``gpu_name``: on a measured GPU (or its chip), the fit of the measured model
-    nearer in width; elsewhere the paper's step time of its model nearer in width (base below
-    d_model 1024); the range: every estimate :func:`update_seconds` makes."""
+    nearer in width; elsewhere the paper's step time of its model nearer in width (:func:`paper_arch`);
+    the range: every estimate :func:`update_seconds` makes."""
     estimates = update_seconds(shape, tokens_per_forward, forwards, gpu_name, precision, mean_length)
     if not estimates:
         return None
-    wide = shape.encoder.d_model >= 1024
-    all_fits = fits()
-    if any(_same_chip(gpu_name, f.gpu) for f in all_fits):
-        nearest = min(all_fits, key=lambda f: abs(f.d_model - shape.encoder.d_model))
-        primary = next(e for e in estimates if e.calibration == "measured" and e.model == nearest.model)
-    else:
-        arch = "attn_paper_big" if wide else "attn_paper_base"
-        primary = next(e for e in estimates if e.calibration == "paper" and e.model == arch)
+    # update_seconds puts the fits first, "measured" where one is of this GPU's chip
+    want = ("measured", _nearest(shape).model) if estimates[0].calibration == "measured" else \
+        ("paper", paper_arch(shape))
+    primary = next(e for e in estimates if (e.calibration, e.model) == want)
     return Prediction(primary, min(estimates, key=lambda e: e.seconds_per_update),
                       max(estimates, key=lambda e: e.seconds_per_update))
 
@@ -208,11 +175,13 @@ PAPER_MAX_TOKENS = 4096  # per GPU: the paper's batch on its 8 GPUs; where nothi
 
 
 def size_forward(shape, tokens_per_update: int, devices: int, memory_gib: Optional[float], precision: str) -> int:
-    """``--max-tokens-per-gpu auto``: the largest forward a device of ``memory_gib`` holds
-    (:func:`max_tokens_for`), at most its share of an update (one forward per update);
-    :data:`PAPER_MAX_TOKENS` where the memory is unknown (the CPU, no GPU visible and no --gpu)."""
+    """``--max-tokens-per-gpu auto``: the largest forward (a multiple of 128, at least 1024) whose memory is
+    within :data:`MEMORY_SHARE` of a device of ``memory_gib``, at most its share of an update (one forward per
+    update); :data:`PAPER_MAX_TOKENS` where the memory is unknown (the CPU, no GPU visible and no --gpu)."""
     share = math.ceil(tokens_per_update / max(1, devices))
-    if not memory_gib:
+    fixed = forward_bytes(shape, 0, precision) if memory_gib else None
+    if fixed is None:  # no memory known, or no fit
         return min(share, PAPER_MAX_TOKENS)
-    found = max_tokens_for(shape, memory_gib, precision, cap=share)
-    return found if found else min(share, PAPER_MAX_TOKENS)
+    per_token = forward_bytes(shape, 1, precision) - fixed
+    tokens = int((MEMORY_SHARE * memory_gib * 2 ** 30 - fixed) / per_token) // 128 * 128 if per_token > 0 else share
+    return max(1024, min(share, tokens))

@@ -9,7 +9,9 @@ batches sentence lengths exactly as fairseq-train does (``batch_by_size``, shuff
     python scripts/tokens_per_update.py --src test.bpe.en --tgt test.bpe.de --max-tokens 3125 --devices 8
 """
 import argparse
+import glob
 import json
+import os
 import numpy as np
 
 from .. import options
@@ -46,9 +48,6 @@ def batch_stats(src_sizes, tgt_sizes, max_tokens: int, batches_per_update: int =
 
 def sizes_from_data_bin(data_bin: str, split: str):
     """Source and target lengths (</s> included) of a fairseq-preprocess'ed split."""
-    import glob
-    import os
-
     from fairseq.data import data_utils
 
     found = sorted(glob.glob(os.path.join(data_bin, f"{split}.*-*.*.idx")))

@@ -1,40 +1,26 @@
-"""What a training run costs, before it starts, as scripts/training_cost.py
-(:mod:`attn_kit.recipes.cost_report`) and the recipes' --dry-run print it (:func:`describe_run`): the
-analytic FLOPs and the paper's Table 2 arithmetic (:mod:`attn_kit.planning.cost`), the training's wall time
-and GPU-hours on a GPU from the step time fitted to what ran (:mod:`attn_kit.planning.step_model`: an
-estimate and a range, each end with its source), with several GPUs the gradients' all-reduce (an
-estimate: no multi-GPU run measured) and the node's layouts compared (:func:`layout_lines`), the
-checkpoint interval as the paper's 10 minutes of the run's updates (:func:`save_interval`), its writes,
-and the disk the kept checkpoints take."""
+"""What a training run costs before it starts, as scripts/training_cost.py (:mod:`attn_kit.recipes.cost_report`)
+and the recipes' --dry-run print it (:func:`describe_run`): the analytic FLOPs and Table 2's arithmetic
+(:mod:`.cost`), wall time and GPU-hours from the fitted step time (:mod:`.step_model`: an estimate and a range,
+each end with its source), with several GPUs the all-reduce (an estimate: no multi-GPU run measured) and the
+node's layouts, the checkpoint interval as the paper's 10 minutes of updates, its writes and their disk."""
 import math
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from . import step_model
-from .cost import (CHECKPOINT_BYTES_PER_PARAMETER, GPUS, MEAN_LENGTH, NETWORK_GB_PER_S, TABLE2_ARCH, Shape,
-                   checkpoint_lines, gpu, hours_text, train_flops_per_update)
+from .cost import GPUS, MEAN_LENGTH, NETWORK_GB_PER_S, TABLE2_ARCH, Shape, gpu, hours_text, train_flops_per_update
 from .paper import (CHECKPOINT_INTERVAL_SECONDS, P100_SUSTAINED_TFLOPS, PAPER_STEP_SECONDS, TABLE2_FLOPS,
                     TABLE2_TRAINING)
 
 
-def paper_share(shape: Shape) -> float:
-    """The model FLOP utilization the paper's step times imply on its P100s, of its model nearer in
-    width (attn_kit.planning.step_model.paper_utilization)."""
-    shares = step_model.paper_utilization(MEAN_LENGTH)
-    return shares["attn_paper_big" if shape.encoder.d_model >= 1024 else "attn_paper_base"]
-
-
 def forward_for(shape: Shape, tokens_per_update: int, devices: int, gpu_name: str, precision: str) -> Tuple[int, int]:
-    """(tokens per forward, forwards per update) on ``devices`` x ``gpu_name`` as ``--max-tokens-per-gpu
-    auto`` sizes them (attn_kit.planning.step_model.size_forward), spread evenly over the forwards; on the
-    paper's own 8 P100s the paper's split, one forward each (Sec. 5.1-5.2: the memory model's fp32
-    activations are assumed, and the paper's run held its ~3100 tokens per GPU)."""
+    """(tokens per forward, forwards per update) as ``--max-tokens-per-gpu auto`` sizes them
+    (step_model.size_forward), spread evenly over the forwards; on the paper's own 8 P100s the paper's
+    split, one forward each (Sec. 5.1-5.2: its run held its ~3100 tokens per GPU)."""
     paper = TABLE2_TRAINING["attn_paper_base"]
     share = math.ceil(tokens_per_update / max(1, devices))
-    if gpu_name == paper["gpu"] and devices == paper["gpus"]:
-        cap = share
-    else:
-        cap = step_model.size_forward(shape, tokens_per_update, devices, GPUS[gpu_name].memory_gib, precision)
+    cap = share if (gpu_name, devices) == (paper["gpu"], paper["gpus"]) else \
+        step_model.size_forward(shape, tokens_per_update, devices, GPUS[gpu_name].memory_gib, precision)
     forwards = math.ceil(share / cap)
     return math.ceil(share / forwards), forwards
 
@@ -52,31 +38,29 @@ GRADIENT_BYTES = {"fp16": 2, "bf16": 4, "fp32": 4}  # fairseq keeps fp32 gradien
 
 @dataclass(frozen=True)
 class Link:
-    """How ``gpus`` GPUs on ``nodes`` nodes exchange gradients: ``gb_per_s`` per GPU and direction on
-    the slowest hop, ``what`` in words."""
+    """How ``gpus`` GPUs exchange gradients: ``gb_per_s`` per GPU and direction on the slowest hop, ``what``
+    in words."""
     gpus: int
-    nodes: int
     gb_per_s: float
     what: str
 
 
 def link_of(gpu_name: str, gpus: int, nodes: int, gb_per_s: Optional[float] = None) -> Link:
-    """The link of ``gpus`` x ``gpu_name`` on ``nodes`` nodes: ``gb_per_s`` (--interconnect-gb-per-s)
-    where given, else the GPU's own link within a node (attn_kit.planning.cost.GPUS) and the assumed
-    network (:data:`~attn_kit.planning.cost.NETWORK_GB_PER_S` per node) between nodes."""
+    """``gb_per_s`` (--interconnect-gb-per-s) where given, else the GPU's own link within a node
+    (cost.GPUS) and :data:`~.cost.NETWORK_GB_PER_S` per node between nodes."""
     g = GPUS[gpu_name]
     if gb_per_s:
-        return Link(gpus, nodes, gb_per_s, f"--interconnect-gb-per-s {gb_per_s:g}")
+        return Link(gpus, gb_per_s, f"--interconnect-gb-per-s {gb_per_s:g}")
     if nodes > 1:
-        return Link(gpus, nodes, min(g.link_gb_per_s, NETWORK_GB_PER_S),
+        return Link(gpus, min(g.link_gb_per_s, NETWORK_GB_PER_S),
                     f"the network between {nodes} nodes ({NETWORK_GB_PER_S:g} GB/s per node assumed, 200 Gb/s "
                     "InfiniBand; --interconnect-gb-per-s for yours)")
-    return Link(gpus, nodes, g.link_gb_per_s, f"{g.link} ({g.link_gb_per_s:g} GB/s per GPU, datasheet)")
+    return Link(gpus, g.link_gb_per_s, f"{g.link} ({g.link_gb_per_s:g} GB/s per GPU, datasheet)")
 
 
 def allreduce_seconds(shape: Shape, link: Link, precision: str) -> Tuple[float, float]:
     """(fast, slow) seconds of one ring all-reduce of the gradients: each GPU sends and receives
-    2 (n - 1) / n of their bytes over ``link``, at each end of :data:`ALLREDUCE_EFFICIENCY`."""
+    2 (n - 1) / n of their bytes, at each end of :data:`ALLREDUCE_EFFICIENCY`."""
     if link.gpus <= 1:
         return 0.0, 0.0
     moved = 2 * (link.gpus - 1) / link.gpus * shape.parameters() * GRADIENT_BYTES[precision]
@@ -85,9 +69,9 @@ def allreduce_seconds(shape: Shape, link: Link, precision: str) -> Tuple[float, 
 
 @dataclass(frozen=True)
 class UpdateTime:
-    """Seconds per update of one run, with the all-reduce: the estimate adds it whole at the fast end
-    (fairseq's DDP overlaps it with the backward pass only in part); the low end hides it behind the
-    backward pass (2/3 of the compute); the high end adds it whole at the slow end."""
+    """Seconds per update with the all-reduce: the estimate adds it whole at the fast end (DDP overlaps
+    it with the backward pass only in part); the low end hides it behind the backward pass (2/3 of the
+    compute); the high end adds it whole at the slow end."""
     estimate: float
     low: float
     high: float
@@ -106,67 +90,53 @@ class UpdateTime:
                    p.high.seconds_per_update + slow, fast, p)
 
 
-def allreduce_line(shape: Shape, link: Link, precision: str, t: UpdateTime) -> str:
-    fast, slow = allreduce_seconds(shape, link, precision)
-    lo, hi = ALLREDUCE_EFFICIENCY
-    return (f"all-reduce of the gradients per update: {shape.parameters() * GRADIENT_BYTES[precision] / 1e9:.2f} GB "
-            f"over {link.what} at {lo:.0%}-{hi:.0%} of it: {fast * 1e3:.1f}-{slow * 1e3:.1f} ms, "
-            f"{t.allreduce / t.estimate:.0%} of the estimate's update (no multi-GPU run measured: the range spans "
-            "it hidden behind the backward pass to it added whole)")
-
-
-def wall_time_lines(shape: Shape, updates: int, devices: int, gpu_name: str, precision: str, per_forward: int,
-                    forwards: int, mean_length: float = MEAN_LENGTH, link: Optional[Link] = None) -> List[str]:
-    """The training's wall time on ``devices`` x ``gpu_name`` from attn_kit.planning.step_model and, for
-    several GPUs, the all-reduce over ``link``: the estimate and the range, each end with its source,
-    hours and GPU-hours."""
-    link = link or link_of(gpu_name, devices, 1)
-    t = UpdateTime.of(shape, (per_forward, forwards), gpu_name, precision, link, mean_length)
-    if t is None:
-        return [f"no estimate for {gpu_name} in {precision}"]
+def wall_time_lines(shape: Shape, updates: int, devices: int, gpu_name: str, precision: str,
+                    forward: Tuple[int, int], link: Link, t: UpdateTime, mean_length: float) -> List[str]:
+    """The training's wall time on ``devices`` x ``gpu_name`` (``t``): the estimate and the range, each
+    end with its source, hours and GPU-hours; with several GPUs, the all-reduce over ``link``."""
     peak = GPUS[gpu_name].peak(precision)
-    flops = forwards * train_flops_per_update(shape, per_forward, mean_length)
+    flops = forward[1] * train_flops_per_update(shape, forward[0], mean_length)
 
     def one(seconds, e):
         return f"{hours_text(updates * seconds)}, {gpu_hours_text(updates * seconds, devices)} ({seconds:.3f} s " \
                f"per update, {flops / seconds / (peak * 1e12):.0%} of the dense peak), from {e.source}"
 
     p = t.prediction
-    lines = [f"training wall time on {devices} x {gpu_name} ({per_forward}-token forwards, {forwards} per update, "
+    lines = [f"training wall time on {devices} x {gpu_name} ({forward[0]}-token forwards, {forward[1]} per update, "
              f"{precision}): {one(t.estimate, p.estimate)}",
              f"  range: {one(t.low, p.low)}", f"  to {one(t.high, p.high)}"]
     if devices > 1:
-        lines.append(allreduce_line(shape, link, precision, t))
+        fast, slow = allreduce_seconds(shape, link, precision)
+        lo, hi = ALLREDUCE_EFFICIENCY
+        gb = shape.parameters() * GRADIENT_BYTES[precision] / 1e9
+        lines.append(f"all-reduce of the gradients per update: {gb:.2f} GB over {link.what} at {lo:.0%}-{hi:.0%} of "
+                     f"it: {fast * 1e3:.1f}-{slow * 1e3:.1f} ms, {t.allreduce / t.estimate:.0%} of the estimate's "
+                     "update (no multi-GPU run measured: the range spans it hidden behind the backward pass to it "
+                     "added whole)")
     return lines
 
 
 def gpu_seconds(shape: Shape, updates: int, forward: Optional[Tuple[int, int]], precision: str,
                 mean_length: float = MEAN_LENGTH, tokens_per_update: int = 0, devices: int = 1) -> dict:
-    """{GPU name: the estimated training seconds of ``updates`` updates} (attn_kit.planning.step_model), for
-    every GPU of attn_kit.planning.cost.GPUS that computes in ``precision``; ``forward``: (tokens per
-    forward, forwards per update), None: as each GPU's memory sizes it for ``tokens_per_update`` over
-    ``devices`` (:func:`forward_for`)."""
+    """{GPU name: estimated training seconds of ``updates`` updates} for every GPU that computes in
+    ``precision``; ``forward`` None: as each GPU's memory sizes it (:func:`forward_for`)."""
     out = {}
     for name, g in GPUS.items():
-        if not g.peak(precision):
-            continue
-        f = forward or forward_for(shape, tokens_per_update, devices, name, precision)
-        p = step_model.predict(shape, *f, name, precision, mean_length)
-        if p:
+        if g.peak(precision):
+            f = forward or forward_for(shape, tokens_per_update, devices, name, precision)
+            p = step_model.predict(shape, *f, name, precision, mean_length)
             out[name] = updates * p.estimate.seconds_per_update
     return out
 
 
-def paper_update_time(shape: Shape, tokens_per_update: int, mean_length: float = MEAN_LENGTH) -> "UpdateTime":
-    """An update on the paper's 8 P100s in fp32 (its batch split over them, :func:`forward_for`; their
-    all-reduce)."""
+def paper_update_time(shape: Shape, tokens_per_update: int, mean_length: float = MEAN_LENGTH) -> UpdateTime:
+    """An update on the paper's 8 P100s in fp32 (its batch split over them; their all-reduce)."""
     t = TABLE2_TRAINING["attn_paper_base"]  # base and big trained on the same 8 P100s
     forward = forward_for(shape, tokens_per_update, t["gpus"], t["gpu"], "fp32")
     return UpdateTime.of(shape, forward, t["gpu"], "fp32", link_of(t["gpu"], t["gpus"], 1), mean_length)
 
 
 def paper_gpu_seconds(shape: Shape, tokens_per_update: int, updates: int, mean_length: float = MEAN_LENGTH) -> float:
-    """The estimated training seconds on the paper's 8 P100s in fp32 (:func:`paper_update_time`)."""
     return updates * paper_update_time(shape, tokens_per_update, mean_length).estimate
 
 
@@ -182,31 +152,26 @@ class Layout:
 
 def layouts(shape: Shape, tokens_per_update: int, gpus_per_node: int, nodes: int, gpu_name: str, precision: str,
             gb_per_s: Optional[float] = None, mean_length: float = MEAN_LENGTH) -> List[Layout]:
-    """Ways to spend the nodes' GPUs on runs of this model at ``tokens_per_update`` per update: one
-    data-parallel job on all of them, then halving the GPUs per run (fuller forwards, fewer
-    all-reduces, more runs side by side) down to one GPU per run."""
-    total, out, k = gpus_per_node * nodes, [], gpus_per_node * nodes
+    """Ways to spend the nodes' GPUs: one data-parallel job on all of them, then halving the GPUs per
+    run (fuller forwards, fewer all-reduces, more runs side by side) down to one GPU per run."""
+    total = k = gpus_per_node * nodes
+    out = []
     while k >= 1:
         if total % k == 0:
-            k_nodes = math.ceil(k / gpus_per_node)
             forward = forward_for(shape, tokens_per_update, k, gpu_name, precision)
-            t = UpdateTime.of(shape, forward, gpu_name, precision, link_of(gpu_name, k, k_nodes, gb_per_s),
-                              mean_length)
+            link = link_of(gpu_name, k, math.ceil(k / gpus_per_node), gb_per_s)
+            t = UpdateTime.of(shape, forward, gpu_name, precision, link, mean_length)
             if t is None:
                 return []
             out.append(Layout(k, total // k, forward, t))
         k //= 2
-    if out and out[-1].gpus != 1:
-        forward = forward_for(shape, tokens_per_update, 1, gpu_name, precision)
-        out.append(Layout(1, total, forward, UpdateTime.of(shape, forward, gpu_name, precision,
-                                                            link_of(gpu_name, 1, 1), mean_length)))
     return out
 
 
 def layout_lines(shape: Shape, tokens_per_update: int, updates: int, gpus_per_node: int, nodes: int, gpu_name: str,
                  precision: str, gb_per_s: Optional[float] = None, mean_length: float = MEAN_LENGTH) -> List[str]:
-    """The layouts of :func:`layouts` with their hours and GPU-hours per run, the one that spends the
-    fewest GPU-hours named (and the fastest for one run, where it differs)."""
+    """The :func:`layouts` with hours and GPU-hours per run, naming the one that spends the fewest
+    GPU-hours (and the fastest for one run, where it differs)."""
     found = layouts(shape, tokens_per_update, gpus_per_node, nodes, gpu_name, precision, gb_per_s, mean_length)
     if len(found) < 2:
         return []
@@ -237,19 +202,21 @@ def layout_lines(shape: Shape, tokens_per_update: int, updates: int, gpus_per_no
 
 # ---------------------------------------------------------------------------------------------- checkpoints
 CHECKPOINT_WRITE_GB_PER_S = 1.0  # where no canary timed a write: an assumed disk rate
+# Bytes a parameter takes in a fairseq checkpoint: fp32 weights and Adam's two fp32 moments (exp_avg,
+# exp_avg_sq); an averaged checkpoint keeps the weights only.
+CHECKPOINT_BYTES_PER_PARAMETER, AVERAGED_BYTES_PER_PARAMETER = 12, 4
 
 
 def save_interval(seconds_per_update: float) -> int:
-    """``--save-interval-updates auto``: the paper's 10-minute checkpoint interval (Sec. 6.1) in updates
-    of ``seconds_per_update``, a multiple of 100 (at least 100), so that averaging the last 5 or 20
-    averages the paper's last 50 or 200 minutes."""
+    """``--save-interval-updates auto``: the paper's 10-minute checkpoint interval (Sec. 6.1) in updates,
+    a multiple of 100 (at least 100), so that averaging the last 5 or 20 averages the paper's last 50 or
+    200 minutes."""
     return max(100, round(CHECKPOINT_INTERVAL_SECONDS / seconds_per_update / 100) * 100)
 
 
 def estimated_save_interval(shape: Shape, forward: Tuple[int, int], gpu_name: Optional[str], precision: str,
                             link: Optional[Link]) -> Optional[Tuple[int, float]]:
-    """(--save-interval-updates auto, the seconds per update it is sized at) from the estimate for
-    ``gpu_name`` (:class:`UpdateTime`); None where there is none."""
+    """(the auto interval, the seconds per update it is sized at) from ``gpu_name``'s estimate; None without."""
     t = UpdateTime.of(shape, forward, gpu_name, precision, link) if gpu_name and link else None
     return (save_interval(t.estimate), t.estimate) if t else None
 
@@ -261,9 +228,8 @@ def paper_save_interval(arch: str) -> int:
 
 def checkpoint_write_lines(shape: Shape, updates: int, interval: int, seconds_per_update: Optional[float],
                            write_seconds: Optional[float] = None) -> List[str]:
-    """How often the run saves and what writing costs: the interval in minutes at ``seconds_per_update``,
-    the writes, their bytes and their time (``write_seconds``: one write as the canary timed it, else
-    at :data:`CHECKPOINT_WRITE_GB_PER_S`)."""
+    """The interval in time, the writes, their bytes and time (``write_seconds``: one write as the canary
+    timed it, else at :data:`CHECKPOINT_WRITE_GB_PER_S`)."""
     each = shape.parameters() * CHECKPOINT_BYTES_PER_PARAMETER
     writes = updates // interval + 1  # fairseq also saves at the last update
     one = write_seconds if write_seconds is not None else each / (CHECKPOINT_WRITE_GB_PER_S * 1e9)
@@ -275,11 +241,21 @@ def checkpoint_write_lines(shape: Shape, updates: int, interval: int, seconds_pe
             f"{writes * each / 1e12:.2f} TB written, {hours_text(writes * one)} of writing ({one:.1f} s each, {source})"]
 
 
+def checkpoint_lines(shape: Shape, average: int) -> List[str]:
+    """The disk the kept checkpoints take: ``average`` of the interval's, the last, the best, the average."""
+    n = shape.parameters()
+    each, avg = n * CHECKPOINT_BYTES_PER_PARAMETER, n * AVERAGED_BYTES_PER_PARAMETER
+    kept = (average + 2) * each + avg
+    return [f"checkpoints: {each / 1e9:.2f} GB each ({n / 1e6:.1f}M parameters x {CHECKPOINT_BYTES_PER_PARAMETER} "
+            f"bytes: fp32 weights and Adam's two moments); the run keeps {average + 2} (--average {average}, "
+            f"checkpoint_last.pt, checkpoint_best.pt) and the average ({avg / 1e9:.2f} GB): {kept / 1e9:.1f} GB"]
+
+
+# ---------------------------------------------------------------------------------------------- a run
 @dataclass(frozen=True)
 class Devices:
-    """What a run trains on, for :func:`describe_run`: ``gpus`` in all (0: CPU) on ``nodes`` nodes in
-    ``precision``; ``name`` (a GPU of attn_kit.planning.cost.GPUS) or the user's own ``tflops`` peak and
-    ``utilization`` of it; ``gb_per_s``: the interconnect's bandwidth per GPU where the user gave it."""
+    """What a run trains on: ``gpus`` in all (0: CPU) on ``nodes`` nodes; ``name`` (a GPU of cost.GPUS)
+    or the user's own ``tflops`` peak and ``utilization`` of it; ``gb_per_s``: the user's interconnect."""
     gpus: int
     precision: str
     name: Optional[str] = None
@@ -291,8 +267,8 @@ class Devices:
 
 @dataclass(frozen=True)
 class Checkpoints:
-    """The run's checkpoints, for :func:`describe_run`: ``average`` averaged, one every ``interval``
-    updates (None: sized at the job's start), ``write_seconds`` as a canary timed one write."""
+    """``average`` averaged, one every ``interval`` updates (None: sized at the job's start),
+    ``write_seconds`` as a canary timed one write."""
     average: Optional[int] = None
     interval: Optional[int] = None
     write_seconds: Optional[float] = None
@@ -300,17 +276,15 @@ class Checkpoints:
 
 def per_kind_lines(shape: Shape, tokens_per_update: int, updates: int, gpus: int, precision: str,
                    mean_length: float) -> List[str]:
-    """With no GPU known where the plan is made: the forward each GPU kind would get at the job's start
-    (:func:`forward_for`) and the training's hours and GPU-hours on it."""
+    """No GPU known where the plan is made: per GPU kind, the forward the job would size at its start
+    and the training's hours and GPU-hours."""
     parts = []
     for name, g in GPUS.items():
-        if not g.peak(precision) or name == "P100":
-            continue
-        forward = forward_for(shape, tokens_per_update, gpus, name, precision)
-        t = UpdateTime.of(shape, forward, name, precision, link_of(name, gpus, 1), mean_length)
-        if t:
-            parts.append(f"{name} ({g.memory_gib:g} GiB) {forward[0]} x {forward[1]}: {hours_text(updates * t.estimate)}, "
-                         f"{gpu_hours_text(updates * t.estimate, gpus)}")
+        if g.peak(precision) and name != "P100":
+            forward = forward_for(shape, tokens_per_update, gpus, name, precision)
+            s = updates * UpdateTime.of(shape, forward, name, precision, link_of(name, gpus, 1), mean_length).estimate
+            parts.append(f"{name} ({g.memory_gib:g} GiB) {forward[0]} x {forward[1]}: {hours_text(s)}, "
+                         f"{gpu_hours_text(s, gpus)}")
     return [f"training wall time on {gpus} GPU{'s' if gpus > 1 else ''} ({precision}): no GPU is known here, so the "
             "job sizes the forward for its own GPU at its start (--gpu NAME plans it here, with the range, the "
             "all-reduce and the layouts); per GPU kind, tokens per forward x forwards per update "
@@ -320,12 +294,9 @@ def per_kind_lines(shape: Shape, tokens_per_update: int, updates: int, gpus: int
 def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, hw: Devices, *,
                  vocab_note: str = "", mean_length: float = MEAN_LENGTH, checkpoints: Checkpoints = Checkpoints(),
                  forward: Optional[Tuple[int, int]] = None) -> List[str]:
-    """The cost lines of a run, the same for scripts/training_cost.py and a recipe's --dry-run:
-    analytic FLOPs, the paper's Table 2 cost, the wall time and GPU-hours (with several GPUs, the
-    all-reduce and the layouts compared), the checkpoints' writes and disk, and where the whole run's
-    time comes from (the canary). ``tokens_per_update``: padded positions per update, fairseq's
-    --max-tokens x devices x --update-freq, the recipes' --tokens-per-update; ``forward``: (tokens per
-    device and forward, forwards per update), None where the job sizes it at its start."""
+    """The cost lines of a run, the same for scripts/training_cost.py and a recipe's --dry-run.
+    ``tokens_per_update``: padded positions per update (--max-tokens x devices x --update-freq);
+    ``forward``: (tokens per device and forward, forwards per update), None where the job sizes it."""
     gpus, precision, gpu_name = hw.gpus, hw.precision, hw.name
     per_update = train_flops_per_update(shape, tokens_per_update, mean_length)
     total = per_update * updates
@@ -333,19 +304,20 @@ def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, 
              f"3 x forward; {shape.describe()}{vocab_note}; {tokens_per_update} source and {tokens_per_update} "
              f"target positions per update, padding included, in sentences of ~{mean_length:g} tokens) x "
              f"{updates} updates = {total:.2e} FLOPs"]
-    paper = TABLE2_ARCH.get(arch)
-    if paper:
-        t = TABLE2_TRAINING[paper]
-        lines.append(f"the paper's Table 2 for {paper}: {TABLE2_FLOPS[paper]:.1e} FLOPs = {t['time']} x {t['gpus']} "
+    table2 = TABLE2_ARCH.get(arch)
+    if table2:
+        t = TABLE2_TRAINING[table2]
+        lines.append(f"the paper's Table 2 for {table2}: {TABLE2_FLOPS[table2]:.1e} FLOPs = {t['time']} x {t['gpus']} "
                      f"{t['gpu']} x {P100_SUSTAINED_TFLOPS:g} TFLOPS (hardware time at the single-precision rate, not "
-                     f"model FLOPs; this run's analytic count is {total / TABLE2_FLOPS[paper]:.0%} of it)")
+                     f"model FLOPs; this run's analytic count is {total / TABLE2_FLOPS[table2]:.0%} of it)")
     else:
         lines.append(f"the paper's Table 2 gives no cost for {arch}")
     devices = gpus or (1 if hw.tflops or gpu_name else 0)
     seconds = None  # the estimated seconds per update, for the checkpoint interval's minutes
     if hw.utilization or hw.tflops:  # the user's own assumption: the arithmetic alone at that utilization
         peak = hw.tflops or gpu(gpu_name).peak(precision)
-        u = hw.utilization or paper_share(shape)
+        # else the utilization the paper's step times imply on its P100s, of its model nearer in width
+        u = hw.utilization or step_model.paper_utilization(MEAN_LENGTH)[step_model.paper_arch(shape)]
         if peak:
             source = "--utilization" if hw.utilization else "the paper's own step time (Sec. 5.2) on its P100s"
             seconds = total / updates / (devices * peak * 1e12 * u)
@@ -357,8 +329,9 @@ def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, 
     elif gpu_name:
         forward = forward or forward_for(shape, tokens_per_update, devices, gpu_name, precision)
         link = link_of(gpu_name, devices, hw.nodes, hw.gb_per_s)
-        lines += wall_time_lines(shape, updates, devices, gpu_name, precision, *forward, mean_length, link)
-        seconds = UpdateTime.of(shape, forward, gpu_name, precision, link, mean_length).estimate
+        t = UpdateTime.of(shape, forward, gpu_name, precision, link, mean_length)
+        seconds = t.estimate
+        lines += wall_time_lines(shape, updates, devices, gpu_name, precision, forward, link, t, mean_length)
         if devices > 1:
             lines += layout_lines(shape, tokens_per_update, updates, devices // hw.nodes, hw.nodes, gpu_name,
                                   precision, hw.gb_per_s, mean_length)
@@ -370,7 +343,7 @@ def describe_run(shape: Shape, arch: str, tokens_per_update: int, updates: int, 
         lines.append(f"training wall time on {gpus} GPU{'s' if gpus > 1 else ''} ({forward[0]}-token forwards, "
                      f"{forward[1]} per update, {precision}; attn_kit.planning.step_model, --gpu NAME for the range, "
                      f"its sources, the all-reduce and the layouts): {', '.join(times)}")
-    paper = TABLE2_TRAINING.get(TABLE2_ARCH.get(arch, ""))
+    paper = TABLE2_TRAINING.get(table2)
     if paper and not (gpu_name == paper["gpu"] and precision == "fp32" and devices == paper["gpus"]):
         p = paper_update_time(shape, tokens_per_update, mean_length)
         lines.append(f"on the paper's {paper['gpus']} {paper['gpu']}s (fp32) the same model predicts "
