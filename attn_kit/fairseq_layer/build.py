@@ -1,13 +1,8 @@
-"""Models built exactly as ``fairseq-train`` builds them from its command line.
-
-Used to count Table 3's parameters (``scripts/param_table.py``), by the
-benchmarks (the plugin and stock fairseq built from the flags fairseq-train
-would get) and by the tests. Everything here imports fairseq, so it is
-imported only where a model is built.
+"""Models built exactly as ``fairseq-train`` builds them from its command line (Table 3's parameter counts, the
+benchmarks, the tests). Everything here imports fairseq, so it is imported only where a model is built.
 """
 from typing import Sequence
 from ..checkout import PLUGIN_DIR
-
 
 
 def make_dictionary(vocab_size: int):
@@ -29,8 +24,8 @@ def parse_train_args(flags: Sequence[str]):
 
 
 def build_model(flags: Sequence[str], dictionary=None, vocab_size: int = 37000, criterion: bool = False):
-    """The model (and with ``criterion``, ``(model, criterion)``) that fairseq-train builds
-    from ``flags``, with one shared dictionary (``dictionary`` or ``vocab_size`` symbols)."""
+    """The model (with ``criterion``: ``(model, criterion)``) fairseq-train builds from ``flags``, with one
+    shared dictionary (``dictionary`` or ``vocab_size`` symbols)."""
     from fairseq.tasks.translation import TranslationTask
 
     args = parse_train_args(flags)

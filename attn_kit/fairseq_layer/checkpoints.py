@@ -26,19 +26,14 @@ from .plugin import load
 UPDATE_CHECKPOINT = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")  # fairseq's checkpoint_{epoch}_{update}.pt
 
 
-def _plugin_checkpoint():
-    """:mod:`attn_plugin.checkpoint`, imported when first needed and quietly (:func:`attn_kit.fairseq_layer.plugin.load`)."""
-    return load("attn_plugin.checkpoint")
-
-
 def load_checkpoint(path, mmap: bool = False) -> dict:
-    """:func:`attn_plugin.checkpoint.load_checkpoint`."""
-    return _plugin_checkpoint().load_checkpoint(path, mmap=mmap)
+    """:func:`attn_plugin.checkpoint.load_checkpoint`, the plugin imported when first needed."""
+    return load("attn_plugin.checkpoint").load_checkpoint(path, mmap=mmap)
 
 
 def _numbered(directory, pattern, upper_bound=None):
-    """[(number, path)] of the files in ``directory`` whose name ``pattern`` matches
-    in full (the number is its last group), ascending."""
+    """[(number, path)] of the files in ``directory`` whose name ``pattern`` matches in full (the number is its
+    last group, at most ``upper_bound``), ascending."""
     found = []
     for name in os.listdir(directory):
         m = pattern.fullmatch(name)
@@ -59,8 +54,7 @@ def epoch_checkpoints(directory, n, upper_bound=None):
 
 
 def checkpoint_update(path):
-    """The number of updates the model in checkpoint ``path`` has had
-    (fairseq records it in ``optimizer_history[-1]["num_updates"]``)."""
+    """The number of updates the model in checkpoint ``path`` has had (``optimizer_history[-1]["num_updates"]``)."""
     state = load_checkpoint(path, mmap=True)
     try:
         return int(state["optimizer_history"][-1]["num_updates"])
@@ -70,11 +64,9 @@ def checkpoint_update(path):
 
 
 def update_checkpoints(directory, n, upper_bound=None, or_fewer=False, first: Optional[int] = None):
-    """The ``n`` update checkpoints to average, as [(update, path)] ascending,
-    ending at the final update of the run in ``directory`` (see
-    :func:`update_candidates`); ``or_fewer``: all there are when fewer exist (at least one).
-    ``first``: leave out the checkpoints before this update (a warm-up's: a model still warming up
-    drags the average down), the final model always kept, alone if need be."""
+    """The ``n`` update checkpoints to average, [(update, path)] ascending, ending at the run's final update
+    (:func:`update_candidates`); ``or_fewer``: all there are when fewer exist (at least one); ``first``: none
+    before this update (a warm-up's, which drags the average down), the final model always kept."""
     if n < 1:
         raise UsageError(f"--num-update-checkpoints must be >= 1 (got {n})")
     found = update_candidates(directory, upper_bound)
@@ -109,9 +101,9 @@ def save_interval_updates(path) -> Optional[int]:
 
 
 def check_evenly_spaced(directory, picked) -> None:
-    """The paper averages checkpoints written at equal intervals (Sec. 6.1): refuse, in one line,
-    ``picked`` ([(update, path)] ascending) unless they are the last multiples of the run's
-    ``--save-interval-updates`` (read from the final checkpoint) and the final update."""
+    """The paper averages checkpoints written at equal intervals (Sec. 6.1): refuse, in one line, ``picked``
+    ([(update, path)] ascending) unless they are the last multiples of the run's ``--save-interval-updates``
+    (read from the final checkpoint) and the final update."""
     interval = save_interval_updates(picked[-1][1])
     if not interval:
         return
@@ -128,17 +120,9 @@ def check_evenly_spaced(directory, picked) -> None:
 
 
 def update_candidates(directory, upper_bound=None):
-    """Every update checkpoint of the run in ``directory`` as [(update, path)]
-    ascending, the last being the final model.
-
-    The final model is ``checkpoint_last.pt`` (fairseq saves it when training
-    stops, whatever the update count). When it is newer than the newest
-    ``checkpoint_E_U.pt`` (the run did not end on a multiple of
-    ``--save-interval-updates``), it takes the last place; when it holds the
-    same update as an interval checkpoint, that file stands for it. With
-    ``upper_bound`` only updates <= upper_bound count, checkpoint_last.pt
-    included.
-    """
+    """Every update checkpoint of the run in ``directory`` as [(update, path)] ascending, the last the final
+    model: ``checkpoint_last.pt`` (saved when training stops) when it is newer than the newest
+    ``checkpoint_E_U.pt``, else the interval checkpoint of its update. Only updates <= ``upper_bound`` count."""
     found = _numbered(directory, UPDATE_CHECKPOINT, upper_bound)
     last = os.path.join(directory, "checkpoint_last.pt")
     if os.path.exists(last):
@@ -149,8 +133,8 @@ def update_candidates(directory, upper_bound=None):
 
 
 def check_inputs(paths) -> None:
-    """Raise UserError unless every one of ``paths`` loads as a fairseq checkpoint whose
-    ``model`` holds only tensors, with the same names and shapes as the first's."""
+    """Raise UserError unless every one of ``paths`` loads as a fairseq checkpoint whose ``model`` holds only
+    tensors, with the same names and shapes as the first's."""
     import torch
 
     first = None
@@ -180,9 +164,8 @@ def check_inputs(paths) -> None:
 
 
 def average_checkpoints(paths):
-    """Element-wise mean of the ``model`` tensors of ``paths`` (in float64, then
-    the original dtype; integer tensors must agree); metadata from the first path.
-    Call :func:`check_inputs` first."""
+    """Element-wise mean of the ``model`` tensors of ``paths`` (in float64, then the original dtype; integer
+    tensors must agree); metadata from the first path. Call :func:`check_inputs` first."""
     import torch
 
     total, newest = collections.OrderedDict(), None
@@ -238,8 +221,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
-    """``scripts/average_checkpoints.py``; run it under :func:`attn_kit.cli.main_guard`,
-    which reports the errors raised here as one ``error:`` line, exit status 1 (2 for usage)."""
+    """``scripts/average_checkpoints.py``, run under :func:`attn_kit.cli.main_guard` (one ``error:`` line)."""
     args = parse_args(argv)
     check_output(args.output, "--output", args.force, inputs=args.inputs)
     if args.info_json:
@@ -278,8 +260,7 @@ def main(argv=None) -> int:
 
 
 def save(state: dict, output):
-    """``torch.save`` to ``output`` atomically, through a Python file, so that a failed write
-    (a full disk included: :func:`attn_kit.cli.atomic_output`) is one line and leaves nothing."""
+    """``torch.save`` to ``output`` atomically: a failed write (a full disk too) is one line and leaves nothing."""
     import torch
 
     try:
@@ -301,16 +282,15 @@ def _aside(path: str) -> str:
 
 
 def recover_last(directory) -> None:
-    """Before fairseq-train resumes in ``directory``: if ``checkpoint_last.pt`` is damaged
-    (:func:`attn_plugin.checkpoint.damaged`; moved aside as ``checkpoint_last.pt.bad``) or
-    missing while interval checkpoints are there, copy the newest intact ``checkpoint_E_U.pt``
-    to ``checkpoint_last.pt``, which fairseq resumes from; say what was done in one line."""
+    """Before fairseq-train resumes in ``directory``: if ``checkpoint_last.pt`` is damaged (moved aside as
+    ``checkpoint_last.pt.bad``) or missing while interval checkpoints are there, copy the newest intact
+    ``checkpoint_E_U.pt`` there; say what was done in one line."""
     directory = str(directory)
     last = os.path.join(directory, "checkpoint_last.pt")
     interval = _numbered(directory, UPDATE_CHECKPOINT)[::-1] if os.path.isdir(directory) else []  # newest first
     if not interval and not os.path.exists(last):
         return  # a first start
-    damaged = _plugin_checkpoint().damaged
+    damaged = load("attn_plugin.checkpoint").damaged
     if os.path.exists(last):
         why = damaged(last)
         if why is None:

@@ -1,12 +1,9 @@
-"""Training curves from fairseq-train's log (read by :mod:`attn_kit.fairseq_layer.fairseq_log`):
-the loss curve results.json keeps (:func:`loss_curve`), ``curves.csv`` (split train/valid, update, hours of training summed over a resumed
-training's runs, loss and nll_loss in bits, ppl, lr, tokens_per_s (fairseq's wps), bleu
-where --eval-bleu logs it) and ``curves.png`` (loss, learning rate and tokens/s against
-updates and hours; needs matplotlib). A resumed training repeats the updates after its
-last checkpoint: the points a killed run logged past it are dropped, so each update
-appears once. :class:`CurveWriter` refreshes both at every validation of a recipe's training.
+"""Training curves from fairseq-train's log: the loss curve results.json keeps (:func:`loss_curve`),
+``curves.csv`` (:data:`COLUMNS`: hours summed over a resumed training's runs, losses in bits, tokens_per_s is
+fairseq's wps) and ``curves.png`` (needs matplotlib), refreshed at every validation (:class:`CurveWriter`).
+Each update appears once (a resumed training's repeated updates replace the killed run's).
 
-    python -m attn_kit.fairseq_layer.curves LOG [OUT_DIR]    # the same for any fairseq-train --log-format json log
+    python -m attn_kit.fairseq_layer.curves LOG [OUT_DIR]    # for any fairseq-train --log-format json log
 """
 import csv
 import io
@@ -23,11 +20,8 @@ _SPLITS = {"train_inner": "train", "valid": "valid"}
 
 
 def parse(lines: Iterable[str]) -> List[dict]:
-    """The train (``train_inner``) and valid points of a fairseq-train log, in update
-    order, each update once (see the module docstring).
-
-    A line starting with ``$ `` (a command the recipe started) begins a new run;
-    ``hours`` adds up each run's time from its first to its last time-stamped line."""
+    """The train (``train_inner``) and valid points of a fairseq-train log, each update once; a ``$ `` line
+    begins a new run, and ``hours`` adds up each run's time from its first to its last time-stamped line."""
     points, offset, run_start, last_stamp = [], 0.0, None, None
     for line in lines:
         entry = read(line)
@@ -56,9 +50,8 @@ def parse(lines: Iterable[str]) -> List[dict]:
 
 
 def loss_curve(log_path: Path) -> dict:
-    """The loss in bits of a fairseq-train log, as results.json keeps it beside the score (so runs on
-    other machines compare curve for curve): ``{"train": [[update, loss], ...], "valid": [[update, loss,
-    nll_loss], ...]}``, each train point fairseq's mean over its --log-interval; empty for no log."""
+    """The loss in bits of a fairseq-train log as results.json keeps it: ``{"train": [[update, loss], ...],
+    "valid": [[update, loss, nll_loss], ...]}`` (train: the mean over --log-interval); empty for no log."""
     try:
         points = parse(Path(log_path).read_text(encoding="utf-8", errors="replace").splitlines())
     except OSError:
@@ -112,8 +105,8 @@ def plot(points: List[dict], path: Path, title: str = ""):
 
 
 def write(log_path: Path, out_dir: Path, title: str = "") -> Optional[List[dict]]:
-    """``out_dir/curves.csv`` and ``out_dir/curves.png`` from the fairseq-train log
-    ``log_path`` (the PNG only where matplotlib imports); None if the log has no point yet."""
+    """``out_dir/curves.csv`` and ``curves.png`` (where matplotlib imports) from the fairseq-train log
+    ``log_path``; None if it has no point yet."""
     try:
         with open(log_path, encoding="utf-8", errors="replace") as f:
             points = parse(f)
@@ -131,16 +124,10 @@ def write(log_path: Path, out_dir: Path, title: str = "") -> Optional[List[dict]
 
 
 class CurveWriter:
-    """A ``tail`` filter for :meth:`Context.sh` wrapped around another (``tail``, e.g.
-    :class:`attn_kit.fairseq_layer.fairseq_log.TrainProgress`): at every validation line it
-    rewrites the curves from ``log_path`` into ``out_dir``; :meth:`finish` writes them
-    once more when training has ended.
-
-    As a context manager around the training (``final``: False with --dry-run), it calls
-    :meth:`finish` when the block ends, also when training failed (the curves up to the
-    failure show how it went), but not after Ctrl-C or SIGTERM: a signal means stop now, and
-    one that cut short a refresh's ``import matplotlib`` would have it imported again half-loaded
-    (tracebacks instead of one line). The rerun writes the curves."""
+    """A ``tail`` filter for :meth:`Context.sh` around another (``tail``): at every validation line it rewrites
+    the curves from ``log_path`` into ``out_dir``. As a context manager around the training (``final``: False
+    with --dry-run) it writes them once more when the block ends, also when training failed, but not after
+    Ctrl-C or SIGTERM (a signal that cut short ``import matplotlib`` would leave it half-loaded)."""
 
     def __init__(self, log_path: Path, out_dir: Path, tail, title: str = "", final: bool = True):
         self.log_path, self.out_dir, self.tail, self.title = Path(log_path), Path(out_dir), tail, title

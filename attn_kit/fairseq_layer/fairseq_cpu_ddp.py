@@ -1,10 +1,7 @@
-"""CPU data parallel for fairseq-train (``python -m attn_kit.fairseq_layer.fairseq_cpu_ddp --nprocs N -- fairseq-train ...``).
-
-fairseq's torchrun path assumes CUDA (it fails with a modulo by zero on CPU) and its
-default DDP wrapper rejects CPU modules, so this starts N fairseq-train processes itself
-with gloo, legacy_ddp and an explicit rank, world size and rendezvous each: they are one
-job by construction. :func:`attn_kit.fairseq_layer.fairseq_commands.launcher` puts it in front of the
-recipes' training command.
+"""CPU data parallel for fairseq-train: ``python -m attn_kit.fairseq_layer.fairseq_cpu_ddp --nprocs N --
+fairseq-train ...`` (:func:`attn_kit.fairseq_layer.fairseq_commands.launcher`). fairseq's torchrun path assumes
+CUDA and its default DDP wrapper rejects CPU modules, so this starts N fairseq-train processes itself with gloo,
+legacy_ddp and an explicit rank, world size and rendezvous each.
 """
 import argparse
 import os
@@ -26,7 +23,8 @@ def cpu_ddp_main(argv=None) -> int:
     """Run ``CMD`` as N gloo data-parallel CPU workers; rank 0's output is ours,
     the others' go to ``<save-dir>/worker<R>.log``-style files next to it.
     If one worker fails the others are stopped; the exit status is the first failure's."""
-    p = argparse.ArgumentParser(prog="python -m attn_kit.fairseq_layer.fairseq_cpu_ddp", description=cpu_ddp_main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m attn_kit.fairseq_layer.fairseq_cpu_ddp",
+                                description=cpu_ddp_main.__doc__)
     p.add_argument("--nprocs", type=int, required=True, help="number of CPU worker processes")
     p.add_argument("--port", type=int, default=0, help="TCP port for the rendezvous (default: a free one)")
     p.add_argument("--log-dir", default=".", help="where workers 1..N-1 write their logs")

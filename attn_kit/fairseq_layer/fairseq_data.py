@@ -1,6 +1,5 @@
-"""fairseq's binarized data read back: the check a binarize stage's output passes before it is
-trusted (fairseq-preprocess's mmap format; :func:`binarized`), raising
-:class:`attn_kit.cli.UserError` naming the file and what is wrong."""
+"""fairseq's binarized data read back: the check a binarize stage's output passes before it is trusted
+(:func:`binarized`), a UserError naming the file and what is wrong."""
 import struct
 from pathlib import Path
 from typing import Iterable
@@ -15,11 +14,8 @@ _ITEMSIZE = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 8, 7: 8, 8: 2, 9: 4, 10: 8}
 
 def fairseq_dataset(prefix: Path) -> int:
     """The number of sentences in ``prefix.idx`` / ``prefix.bin`` after checking that the two agree.
-
-    fairseq-preprocess's default ``mmap`` format (``fairseq.data.indexed_dataset.MMapIndexedDataset``):
-    each ``.idx`` file is the header (9-byte magic ``MMIDIDX\0\0``, version 1 as ``<Q``, a dtype
-    code as ``<B``, the number of sentences N as ``<Q``), N int32 sentence sizes and N int64 byte
-    offsets; its ``.bin`` holds exactly sum(sizes) tokens of that dtype, sentence i at offset i."""
+    fairseq-preprocess's ``mmap`` format: the ``.idx`` holds the header (magic, version 1 ``<Q``, dtype code
+    ``<B``, N ``<Q``), N int32 sizes and N int64 byte offsets; the ``.bin`` exactly sum(sizes) tokens."""
     import numpy as np
 
     idx, bin_ = Path(f"{prefix}.idx"), Path(f"{prefix}.bin")
@@ -29,7 +25,8 @@ def fairseq_dataset(prefix: Path) -> int:
     with open(idx, "rb") as f:
         header = f.read(_HEADER)
     if len(header) < _HEADER or header[:len(MMAP_MAGIC)] != MMAP_MAGIC:
-        raise UserError(f"{idx} is not a fairseq index (mmap format): {'too short' if len(header) < _HEADER else 'no MMIDIDX header'}")
+        what = "too short" if len(header) < _HEADER else "no MMIDIDX header"
+        raise UserError(f"{idx} is not a fairseq index (mmap format): {what}")
     version, code, n = struct.unpack("<QBQ", header[len(MMAP_MAGIC):])
     if version != 1 or code not in _ITEMSIZE:
         raise UserError(f"{idx}: unknown index version {version} or dtype code {code}")
@@ -50,8 +47,7 @@ def fairseq_dataset(prefix: Path) -> int:
 
 
 def binarized(data_bin: Path, src: str, tgt: str, splits: Iterable[str]):
-    """Every split's two sides are consistent datasets with the same number of sentences,
-    and both dictionaries are there."""
+    """Both dictionaries are there, and every split's two sides are consistent datasets of as many sentences."""
     for lang in (src, tgt):
         if not (Path(data_bin) / f"dict.{lang}.txt").is_file():
             raise UserError(f"{Path(data_bin) / f'dict.{lang}.txt'} is missing")

@@ -1,10 +1,7 @@
-"""fairseq-train's log read back, in one place: the kit trains with ``--log-format json``
-(:func:`attn_kit.fairseq_layer.fairseq_commands.log_flags`), so each stats line is
-``STAMP | INFO | TAG | {...}`` (TAG: train_inner, valid, train). :func:`read` parses one
-line; the curves (:mod:`attn_kit.fairseq_layer.curves`), the progress shown while training
-(:class:`TrainProgress`) and a run's summary (:func:`train_log_summary`) use it. Lines of
-fairseq's ``simple`` format (logs from before the switch) carry no stats for it: such a
-log gives no curves and no tokens per update, and nothing fails.
+"""fairseq-train's log read back, in one place: the kit trains with ``--log-format json``, so each stats line is
+``STAMP | INFO | TAG | {...}`` (TAG: train_inner, valid, train); :func:`read` parses one line for the curves,
+:class:`TrainProgress` and :func:`train_log_summary`. A log in fairseq's ``simple`` format (older runs) gives no
+curves and no tokens per update, and nothing fails.
 """
 import json
 import re
@@ -26,17 +23,15 @@ PROGRESS = ("| train_inner |", "| valid |", "| train |", "Translated", "BLEU", "
 
 
 def progress_line(line: str) -> bool:
-    """Whether ``line`` of a fairseq command's output shows its progress or its result (a ``tail``
-    for :meth:`attn_kit.pipeline.stages.Context.sh`)."""
+    """Whether ``line`` of a fairseq command's output shows its progress or result (a ``tail`` for Context.sh)."""
     return any(word in line for word in PROGRESS)
 
 
 @dataclass
 class Entry:
-    """One line of a training log: ``command`` (a ``$ `` line the recipe wrote: a new run
-    starts), ``stamp`` (fairseq's time stamp), ``loaded`` (the update training goes on from:
-    0 when no checkpoint was found), ``tag`` and ``stats`` (a JSON stats line; the keys without
-    fairseq's ``TAG_`` prefix, the values as fairseq wrote them, mostly strings)."""
+    """One line of a training log: ``command`` (a ``$ `` line the recipe wrote: a new run starts), ``stamp``,
+    ``loaded`` (the update training goes on from: 0 without a checkpoint), ``tag`` and ``stats`` (a JSON stats
+    line, keys without fairseq's ``TAG_`` prefix, values as fairseq wrote them)."""
     command: bool = False
     stamp: Optional[datetime] = None
     loaded: Optional[int] = None
@@ -82,8 +77,8 @@ def stats_lines(lines: Iterable[str], tag: str) -> Iterator[dict]:
 
 
 def simple_form(entry: Entry) -> str:
-    """A stats line as fairseq's ``simple`` format words it (what the recipes echo), without
-    its time stamp; train_inner lines without the batch's position in the epoch."""
+    """A stats line as fairseq's ``simple`` format words it (what the recipes echo), without its time stamp or
+    a train_inner line's position in the epoch."""
     stats = dict(entry.stats)
     epoch = stats.pop("epoch", None)
     stats.pop("update", None)
@@ -96,8 +91,7 @@ def simple_form(entry: Entry) -> str:
 
 
 def echo_text(line: str) -> str:
-    """``line`` as the recipes echo it: a stats line in :func:`simple_form` after fairseq's
-    ``STAMP | INFO | TAG |`` head, any other line as it is."""
+    """``line`` as the recipes echo it: a stats line in :func:`simple_form` after its head, others as they are."""
     entry = read(line)
     if entry.stats is None:
         return line
@@ -106,16 +100,11 @@ def echo_text(line: str) -> str:
 
 
 class TrainProgress:
-    """A ``tail`` filter for :meth:`attn_kit.pipeline.stages.Context.sh` on fairseq-train:
-    echoes validation and end-of-training lines, and for each train_inner line
-    ``updates done/total, s/update, ETA`` from the update rate measured since the
-    first such line this run printed (so a resumed run is timed on its own).
-
-    With a time budget (``minutes``, the recipes' --train-minutes: fairseq's --stop-time-hours)
-    the ETA counts to whichever ends first, the budget or ``total`` updates, from this run's start
-    (its first updates timed at the measured rate). As soon as the rate shows that the budget ends
-    inside the ``warmup`` (eq. 3's warm-up: the learning rate still rising), one warning line says
-    where it ends and what to change."""
+    """A ``tail`` filter for :meth:`attn_kit.pipeline.stages.Context.sh` on fairseq-train: echoes validation
+    and end-of-training lines, and for each train_inner line ``updates done/total, s/update, ETA`` from the rate
+    since this run's first such line. With a time budget (``minutes``, --train-minutes) the ETA counts to
+    whichever ends first; a budget that ends inside eq. 3's ``warmup`` gets one warning line as soon as the rate
+    shows it."""
 
     def __init__(self, total: int, clock: Callable[[], float] = time.time, minutes: Optional[float] = None,
                  warmup: Optional[int] = None):
@@ -156,10 +145,9 @@ class TrainProgress:
 
 
 def train_log_summary(train_log: Path) -> dict:
-    """From a fairseq-train log: ``updates`` (the last update the run reached) and
-    ``tokens_per_update``: the mean real (unpadded) target tokens (fairseq's ``wpb``) and
-    source tokens (the plugin criterion's ``src_wpb``) per update, each train_inner line
-    weighted by the updates it covers (absent for a log without JSON stats lines)."""
+    """From a fairseq-train log: ``updates`` (the last one reached) and ``tokens_per_update``, the mean real
+    target (``wpb``) and source (``src_wpb``) tokens per update, each train_inner line weighted by the updates
+    it covers (absent without JSON stats lines)."""
     try:
         text = Path(train_log).read_text(encoding="utf-8", errors="replace")
     except OSError:

@@ -1,12 +1,7 @@
-"""``python scripts/plot_attention.py RUN_DIR --sentence "..." --output fig.png``:
-what the paper's Figures 3-5 show, for any sentence and any run.
-
-The sentence is pre-processed and translated as scripts/translate.py does; then one forward pass
-with the model's ``need_head_weights`` gives every layer's encoder self-attention and
-encoder-decoder attention. The figure draws one layer's self-attention in the line style of
-Fig. 3 (``--query WORD`` as Figs. 3-4), as heatmaps per head, and the encoder-decoder attention;
-``--dump weights.npz`` writes every layer's weights and the tokens. Both outputs are checked before
-any work and written whole or not at all.
+"""``python scripts/plot_attention.py RUN_DIR --sentence "..." --output fig.png``: the paper's Figures 3-5 for any
+sentence and run. The sentence is translated as scripts/translate.py does, then one forward pass with
+``need_head_weights`` gives every layer's encoder self-attention and encoder-decoder attention: drawn as Fig. 3's
+lines (``--query WORD`` as Figs. 3-4) and per-head heatmaps, or written whole with ``--dump weights.npz``.
 """
 import sys
 from pathlib import Path
@@ -19,8 +14,8 @@ from .translate import Translator
 
 def parse_args(argv=None):
     p = ArgumentParser(prog="python scripts/plot_attention.py",
-                                description="The paper's Figures 3-5 for a sentence: attention weights of a run's "
-                                            "model (encoder self-attention, encoder-decoder attention).")
+                       description="The paper's Figures 3-5 for a sentence: attention weights of a run's "
+                                   "model (encoder self-attention, encoder-decoder attention).")
     p.add_argument("run_dir", type=Path, help="a recipe's --workdir (holds inference.json)")
     p.add_argument("--sentence", required=True, help="a raw source sentence")
     add_output_option(p, "the figure (PNG, PDF or SVG by its suffix)")
@@ -58,8 +53,7 @@ def parse_heads(spec: Optional[str], h: int) -> List[int]:
         heads = [int(x) - 1 for x in spec.split(",") if x.strip()]
     except ValueError:
         raise UsageError(f"--heads {spec!r}: give head numbers like 1,3") from None
-    bad = [x + 1 for x in heads if not 0 <= x < h]
-    if bad or not heads:
+    if not heads or any(not 0 <= x < h for x in heads):
         raise UsageError(f"--heads {spec!r}: the model has heads 1..{h}")
     return heads
 
@@ -165,9 +159,8 @@ def draw(weights: dict, layer: int, heads: List[int], style: str, min_weight: fl
 def dump(weights: dict, path: Path):
     import numpy as np
 
-    with atomic_output(path) as tmp:
-        with open(tmp, "wb") as f:
-            np.savez(f, **{k: np.asarray(v) for k, v in weights.items()})
+    with atomic_output(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **{k: np.asarray(v) for k, v in weights.items()})
 
 
 def main(argv=None):

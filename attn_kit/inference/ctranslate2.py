@@ -1,13 +1,10 @@
-"""A trained run as a CTranslate2 model: export (``scripts/export_ctranslate2.py RUN_DIR OUT_DIR``)
-and decoding (``scripts/translate.py --engine ctranslate2 OUT_DIR``) with the run's own pre- and
-post-processing.
+"""A trained run as a CTranslate2 model: export (``scripts/export_ctranslate2.py RUN_DIR OUT_DIR``) and decoding
+(``scripts/translate.py --engine ctranslate2 OUT_DIR``) with the run's own pre- and post-processing.
 
-:func:`export` builds CTranslate2's ``TransformerSpec`` from the plugin's weights (post-norm, one
-shared embedding, the plugin's position table); what it cannot represent (d_k != d_v) is one error
-line. :class:`CT2Translator` decodes with CTranslate2's beam search and scores as fairseq-generate
-``--beam-stop fairseq`` does: it reranks the finished hypotheses on fairseq's score (the GNMT
-penalty included) and repairs the two places where CTranslate2 scores differently (``</s>`` at the
-first step, the length limit). The full account is in docs/using-a-model.md (CTranslate2).
+:func:`export` builds CTranslate2's ``TransformerSpec`` from the plugin's weights; :class:`CT2Translator`
+decodes with CTranslate2's beam search and scores as fairseq-generate ``--beam-stop fairseq`` does (the finished
+hypotheses reranked on fairseq's score, GNMT penalty included; ``</s>`` at the first step and the length limit
+repaired). The full account is in docs/using-a-model.md (CTranslate2).
 """
 import json
 import math
@@ -28,9 +25,8 @@ QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat
 INSTALL = "CTranslate2 is not installed: pip install attn_plugin[ct2] (or pip install ctranslate2)"
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which the plugin's AddNorm keeps
 PAD_NAME = "<blank>"  # CTranslate2's converters' name for the padding token
-# Sentences per CTranslate2 call when several calls run at once on one thread each (CPU): smaller
-# calls waste less on padding and on finished sentences (the size was chosen by timing call sizes
-# on the bundled model: docs/using-a-model.md, CTranslate2).
+# Sentences per CTranslate2 call when several calls run at once on one thread each (CPU): smaller calls waste
+# less on padding and finished sentences (timed on the bundled model: docs/using-a-model.md, CTranslate2).
 PARALLEL_CALL = 32
 
 
@@ -44,9 +40,35 @@ def require_ctranslate2():
 
 
 # --------------------------------------------------------------------------------------------- export
+def load_run(run_dir: Path, checkpoint: Optional[str], ignore_changed_files: bool, **options):
+    """(the run's card, its resolved args, fairseq's hub of its model in eval mode; ``options`` for
+    from_pretrained): the card and every file it names checked before anything loads. Also hf_export's."""
+    quiet_inference()
+    run_cards = load("attn_plugin.run_cards")
+    info = run_cards.read_run_card(run_dir, not ignore_changed_files)
+    AttnTransformerModel = load("attn_plugin.models.attn_transformer").AttnTransformerModel
+    hub = AttnTransformerModel.from_pretrained(str(run_dir), checkpoint_file=checkpoint,
+                                               ignore_changed_files=ignore_changed_files, **options)
+    hub.eval()
+    return info, run_cards.resolved_args(run_dir, info), hub
+
+
+def plugin_positions(embed, rows: int):
+    """The plugin's positional encodings of positions 0 .. rows-1 (Sec. 3.5) as its Embedding adds them: the
+    sinusoid table in the run's layout, or the learned one (zeros past its end, which the plugin never reaches)."""
+    import torch
+
+    pe = embed.positions
+    if pe.weight is not None:
+        table = pe.weight.detach()[pe.offset:pe.offset + rows].float()
+        return torch.cat([table, table.new_zeros(rows - table.size(0), table.size(1))])
+    sinusoidal_encoding = load("attn_plugin.models.attn_transformer").sinusoidal_encoding
+    return sinusoidal_encoding(torch.arange(rows + pe.offset), pe.d_model, pe.layout)[pe.offset:]
+
+
 def unsupported(model) -> List[str]:
-    """What CTranslate2's Transformer cannot represent in the plugin ``model`` (one phrase per
-    problem, naming the option that made it); empty if it can be exported."""
+    """What CTranslate2's Transformer cannot represent in the plugin ``model``, one phrase per problem naming
+    the option that made it; empty if it can be exported."""
     AttnTransformerModel = load("attn_plugin.models.attn_transformer").AttnTransformerModel
     if not isinstance(model, AttnTransformerModel):
         return [f"the model is {type(model).__name__}, not attn_plugin's attn_transformer (stock fairseq "
@@ -66,13 +88,6 @@ def unsupported(model) -> List[str]:
     return problems
 
 
-def check_supported(model):
-    """A one-line UserError naming what CTranslate2 cannot represent in ``model``, if anything."""
-    problems = unsupported(model)
-    if problems:
-        raise UserError("CTranslate2 cannot represent this model: " + "; ".join(problems))
-
-
 def _np(tensor):
     return tensor.detach().float().cpu().numpy().copy()
 
@@ -88,36 +103,15 @@ def _norm(spec, module):
     spec.beta = _np(module.bias)
 
 
-def _positions(embed) -> "object":
-    """The rows of the plugin's position table that CTranslate2's positions 0, 1, ... read."""
-    import torch
-
-    pe = embed.positions
-    n = pe.max_positions
-    if pe.weight is not None:  # learned
-        table = pe.weight
-    else:
-        sinusoidal_encoding = load("attn_plugin.models.attn_transformer").sinusoidal_encoding
-        table = sinusoidal_encoding(torch.arange(n + pe.offset), pe.d_model, pe.layout)
-    return _np(table[pe.offset:pe.offset + n])
-
-
-def _attention(spec, module, self_attention: bool):
-    if self_attention:
-        _linear(spec.linear[0], module.w_qkv)  # [W^Q | W^K | W^V]: CTranslate2's fused order
-        _linear(spec.linear[1], module.w_o)
-    else:
-        _linear(spec.linear[0], module.w_q)
-        _linear(spec.linear[1], module.w_kv)  # [W^K | W^V]
-        _linear(spec.linear[2], module.w_o)
+def _attention(spec, module, norm):
+    """Fused projections one to one: self-attention's [W^Q | W^K | W^V] and W^O as linear[0..1] (CTranslate2's
+    fused order), cross-attention's W^Q, [W^K | W^V] and W^O as linear[0..2]; then the sub-layer's norm."""
     import numpy as np
 
+    parts = (module.w_qkv, module.w_o) if module.self_attention else (module.w_q, module.w_kv, module.w_o)
+    for linear, part in zip(spec.linear, parts):
+        _linear(linear, part)
     spec.queries_scale = np.float32(1.0 / math.sqrt(module.d_k))  # softmax(QK^T / sqrt(d_k)), eq. 1
-
-
-def _ffn(spec, module, norm):
-    _linear(spec.linear_0, module.w_1)
-    _linear(spec.linear_1, module.w_2)
     _norm(spec.layer_norm, norm)
 
 
@@ -127,13 +121,12 @@ def vocabulary(dictionary) -> List[str]:
 
 
 def build_spec(model, src_dict, tgt_dict):
-    """CTranslate2's ``TransformerSpec`` holding the weights of the plugin ``model`` (eval mode,
-    any device and dtype), validated. Post-norm layers (``pre_norm=False``); fused projections map
-    one to one (self-attention ``w_qkv`` -> ``linear_0``, ``w_o`` -> ``linear_1``; cross-attention
-    ``w_q``, ``w_kv``, ``w_o`` -> ``linear_0..2``); one embedding matrix for both inputs and the
-    pre-softmax projection (Sec. 3.4), scaled by sqrt(d_model); the plugin's own position table as
-    explicit ``position_encodings``."""
-    check_supported(model)
+    """CTranslate2's ``TransformerSpec`` holding the weights of the plugin ``model`` (eval mode, any device and
+    dtype), validated: post-norm layers, one embedding matrix for both inputs and the pre-softmax projection
+    (Sec. 3.4) scaled by sqrt(d_model), the plugin's own position table as explicit ``position_encodings``."""
+    problems = unsupported(model)
+    if problems:
+        raise UserError("CTranslate2 cannot represent this model: " + "; ".join(problems))
     ct2 = require_ctranslate2()
     from ctranslate2.specs import common_spec, transformer_spec
 
@@ -148,25 +141,20 @@ def build_spec(model, src_dict, tgt_dict):
 
     spec = transformer_spec.TransformerSpec(side(enc.layers, transformer_spec.TransformerEncoderSpec),
                                             side(dec.layers, transformer_spec.TransformerDecoderSpec))
-    e = spec.encoder
+    e, d = spec.encoder, spec.decoder
     e.embeddings[0].weight = _np(enc.embed.embed_tokens.weight)
-    e.scale_embeddings = True  # x sqrt(d_model)
-    e.position_encodings.encodings = _positions(enc.embed)
-    for layer_spec, layer in zip(e.layer, enc.layers):
-        _attention(layer_spec.self_attention, layer.self_attn, True)
-        _norm(layer_spec.self_attention.layer_norm, layer.self_attn_norm)
-        _ffn(layer_spec.ffn, layer.ffn, layer.ffn_norm)
-    d = spec.decoder
     d.embeddings.weight = _np(dec.embed.embed_tokens.weight)
-    d.scale_embeddings = True
-    d.position_encodings.encodings = _positions(dec.embed)
     d.projection.weight = _np(dec.embed.embed_tokens.weight)  # tied pre-softmax matrix, no bias
-    for layer_spec, layer in zip(d.layer, dec.layers):
-        _attention(layer_spec.self_attention, layer.self_attn, True)
-        _norm(layer_spec.self_attention.layer_norm, layer.self_attn_norm)
-        _attention(layer_spec.attention, layer.cross_attn, False)
-        _norm(layer_spec.attention.layer_norm, layer.cross_attn_norm)
-        _ffn(layer_spec.ffn, layer.ffn, layer.ffn_norm)
+    for side_spec, stack in ((e, enc), (d, dec)):
+        side_spec.scale_embeddings = True  # x sqrt(d_model)
+        side_spec.position_encodings.encodings = _np(plugin_positions(stack.embed, stack.embed.positions.max_positions))
+        for layer_spec, layer in zip(side_spec.layer, stack.layers):
+            _attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_norm)
+            if stack is dec:
+                _attention(layer_spec.attention, layer.cross_attn, layer.cross_attn_norm)
+            _linear(layer_spec.ffn.linear_0, layer.ffn.w_1)
+            _linear(layer_spec.ffn.linear_1, layer.ffn.w_2)
+            _norm(layer_spec.ffn.layer_norm, layer.ffn_norm)
     spec.register_source_vocabulary(vocabulary(src_dict))
     spec.register_target_vocabulary(vocabulary(tgt_dict))
     config = spec.config
@@ -192,57 +180,43 @@ def save_spec(spec, out_dir: Path, quantization: Optional[str] = None):
     spec.save(str(out_dir))
 
 
-_ENCODER_OPTIONS = {  # card args that belong to the tokenizer / BPE / decoding, kept in the export's card
-    "source_lang", "target_lang", "tokenizer", "bpe", "gnmt_alpha",
-}
+# card args that belong to the tokenizer / BPE / decoding, kept in the export's card
+_ENCODER_OPTIONS = {"source_lang", "target_lang", "tokenizer", "bpe", "gnmt_alpha"}
 
 
 def export(run_dir, out_dir, quantization: Optional[str] = None, checkpoint: Optional[str] = None,
            ignore_changed_files: bool = False) -> dict:
-    """Export RUN_DIR's evaluated model (or ``checkpoint``) to ``out_dir`` (replaced whole, atomically)
-    as a CTranslate2 model with the run's BPE files and :data:`CARD`; returns the card.
-    ``ignore_changed_files``: export a run whose dictionaries or BPE files changed since it made them."""
+    """Export RUN_DIR's evaluated model (or ``checkpoint``) to ``out_dir`` (replaced whole, atomically) as a
+    CTranslate2 model with the run's BPE files and :data:`CARD`; returns the card. ``ignore_changed_files``:
+    export a run whose dictionaries or BPE files changed since it made them."""
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise UsageError(f"--quantization {quantization}: choose from {', '.join(QUANTIZATIONS)}")
     ct2 = require_ctranslate2()
-    quiet_inference()
-    run_cards = load("attn_plugin.run_cards")
     run_dir = Path(run_dir)
-    info = run_cards.read_run_card(run_dir, not ignore_changed_files)  # checked before anything loads
-    AttnTransformerModel = load("attn_plugin.models.attn_transformer").AttnTransformerModel
-    hub = AttnTransformerModel.from_pretrained(str(run_dir), checkpoint_file=checkpoint,
-                                               ignore_changed_files=ignore_changed_files)
+    info, args, hub = load_run(run_dir, checkpoint, ignore_changed_files)
     model = hub.models[0]
-    model.eval()  # (fairseq's models return None from eval())
     cfg = hub.cfg.model
     spec = build_spec(model, hub.task.source_dictionary, hub.task.target_dictionary)
-
-    args = run_cards.resolved_args(run_dir, info)
     for kind in ("tokenizer", "bpe"):  # one the engine cannot run is refused now, not at translation time
         _encoder(kind, args.get(kind), args)
     files = {}
     kept = {"tokenizer": None, "bpe": None}  # always in the card (null: none), so that none is ever lost
     for name, value in args.items():
-        if name in run_cards.PATH_ARGS:
+        if name in load("attn_plugin.run_cards").PATH_ARGS:
             if value:
                 files[name] = Path(value)  # in RUN_DIR and of the right kind: read_run_card checked
         elif name in _ENCODER_OPTIONS or name.startswith(("moses_", "bpe_", "subword_", "sentencepiece_")):
             kept[name] = value
-    card = {
-        "engine": "ctranslate2", "ctranslate2": ct2.__version__, "kind": info["kind"],
-        "exported_from": str(run_dir.resolve()),
-        "checkpoint": str(checkpoint or info["checkpoint"]),
-        "quantization": quantization or "float32",
-        "args": kept, "paths": sorted(files),
-        "generation": dict(info["generation"]),
-        "batch_size": info["batch_size"],
-        "max_source_positions": int(model.encoder.max_positions()),
-        "max_target_positions": int(model.decoder.max_positions()),
-        "model": {"d_model": cfg.encoder_embed_dim, "heads": cfg.encoder_attention_heads,
-                  "d_k": model.encoder.layers[0].self_attn.d_k,
-                  "encoder_layers": len(model.encoder.layers), "decoder_layers": len(model.decoder.layers),
-                  "positional_encoding": cfg.positional_encoding, "sinusoid_layout": cfg.sinusoid_layout},
-    }
+    card = {"engine": "ctranslate2", "ctranslate2": ct2.__version__, "kind": info["kind"],
+            "exported_from": str(run_dir.resolve()), "checkpoint": str(checkpoint or info["checkpoint"]),
+            "quantization": quantization or "float32", "args": kept, "paths": sorted(files),
+            "generation": dict(info["generation"]), "batch_size": info["batch_size"],
+            "max_source_positions": int(model.encoder.max_positions()),
+            "max_target_positions": int(model.decoder.max_positions()),
+            "model": {"d_model": cfg.encoder_embed_dim, "heads": cfg.encoder_attention_heads,
+                      "d_k": model.encoder.layers[0].self_attn.d_k,
+                      "encoder_layers": len(model.encoder.layers), "decoder_layers": len(model.decoder.layers),
+                      "positional_encoding": cfg.positional_encoding, "sinusoid_layout": cfg.sinusoid_layout}}
     with atomic_output(out_dir) as tmp:
         save_spec(spec, tmp, quantization)
         for name, path in files.items():
@@ -266,21 +240,22 @@ def read_card(out_dir) -> dict:
     return load("attn_plugin.run_cards").read_ct2_card(card)  # its schema; every file it names in OUT_DIR
 
 
+_ENCODERS = {("tokenizer", "attn_moses"): ("attn_plugin.encoders.attn_moses", "AttnMosesTokenizer", "AttnMosesConfig"),
+             ("tokenizer", "attn_treebank"): ("attn_plugin.encoders.attn_treebank", "AttnTreebankTokenizer",
+                                              "AttnTreebankConfig"),
+             ("bpe", "attn_subword_nmt"): ("attn_plugin.encoders.attn_subword_nmt", "AttnSubwordNMTBPE",
+                                           "AttnSubwordNMTConfig")}
+
+
 def _encoder(kind: str, name: Optional[str], args: dict):
-    """The plugin's registered tokenizer or BPE ``name``, built from its dataclass config with the
-    card's options of the same names (as fairseq fills it from the command line); None if ``name`` is None."""
+    """The plugin's registered tokenizer or BPE ``name`` (None: none), built from its dataclass config with the
+    card's options of the same names, as fairseq fills it from the command line."""
     if not name:
         return None
-    modules = {("tokenizer", "attn_moses"): ("attn_plugin.encoders.attn_moses", "AttnMosesTokenizer",
-                                             "AttnMosesConfig"),
-               ("tokenizer", "attn_treebank"): ("attn_plugin.encoders.attn_treebank", "AttnTreebankTokenizer",
-                                                "AttnTreebankConfig"),
-               ("bpe", "attn_subword_nmt"): ("attn_plugin.encoders.attn_subword_nmt", "AttnSubwordNMTBPE",
-                                             "AttnSubwordNMTConfig")}
-    if (kind, name) not in modules:
+    if (kind, name) not in _ENCODERS:
         raise UserError(f"--{kind} {name}: the CTranslate2 engine knows the plugin's "
-                        f"{', '.join(n for k, n in modules if k == kind)}")
-    module, cls, config = modules[(kind, name)]
+                        f"{', '.join(n for k, n in _ENCODERS if k == kind)}")
+    module, cls, config = _ENCODERS[(kind, name)]
     module = load(module)
     Config = getattr(module, config)
     options = {f: args[f] for f in Config.__dataclass_fields__ if f in args and args[f] is not None}
@@ -288,10 +263,9 @@ def _encoder(kind: str, name: Optional[str], args: dict):
 
 
 def fairseq_batches(lengths: Sequence[int], batch_size: int) -> List[List[int]]:
-    """The batches (sets of indices) fairseq's hub makes of sentences of ``lengths`` with
-    ``batch_size`` sentences a batch: LanguagePairDataset's order (a permutation drawn with
-    NumPy seed 2, get_batch_iterator's seed 1 + epoch 1, then a stable sort by length), cut
-    into consecutive batches. The batch decides fairseq's length limit (its longest source)."""
+    """The batches (lists of indices) fairseq's hub makes of sentences of ``lengths``: LanguagePairDataset's
+    order (a permutation drawn with NumPy seed 2, get_batch_iterator's seed 1 + epoch 1, then a stable sort by
+    length), cut into consecutive batches. The batch decides fairseq's length limit (its longest source)."""
     import numpy as np
 
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -301,9 +275,9 @@ def fairseq_batches(lengths: Sequence[int], batch_size: int) -> List[List[int]]:
 
 
 class CT2Translator:
-    """An exported run (OUT_DIR of :func:`export`) with the run's pre- and post-processing,
-    decoding on CTranslate2. ``options`` are scripts/translate.py's overrides (beam, gnmt_alpha,
-    lenpen, max_len_b, tokenizer=None for --tokenized)."""
+    """An exported run (OUT_DIR of :func:`export`) with the run's pre- and post-processing, decoding on
+    CTranslate2. ``options``: scripts/translate.py's overrides (beam, gnmt_alpha, lenpen, max_len_b,
+    tokenizer=None for --tokenized)."""
 
     def __init__(self, out_dir, options: Optional[dict] = None, threads: Optional[int] = None,
                  gpu: bool = False):
@@ -344,9 +318,8 @@ class CT2Translator:
         self._load(parallel=False)  # a model CTranslate2 cannot load is reported now
 
     def _load(self, parallel: bool):
-        """CTranslate2's translator: ``parallel`` (CPU, several batches to do): ``threads`` batches at
-        once, one thread each (CTranslate2's throughput set-up); else one batch on all threads.
-        One is kept at a time (each holds the model)."""
+        """CTranslate2's translator, one at a time (each holds the model): ``parallel`` (CPU, several batches to
+        do): ``threads`` batches at once, one thread each; else one batch on all threads."""
         if parallel not in self._translators:
             self._translators.clear()
             ct2 = require_ctranslate2()
@@ -365,22 +338,18 @@ class CT2Translator:
     def encode(self, line: str) -> List[str]:
         """The source tokens (BPE units; CTranslate2 appends </s>)."""
         text = self.tokenizer.encode(line) if self.tokenizer else line
-        if self.bpe:
-            text = self.bpe.encode(text)
-        return text.split()
+        return (self.bpe.encode(text) if self.bpe else text).split()
 
     def decode(self, line: str, tokens: List[str]) -> str:
         text = " ".join(t for t in tokens if t not in ("</s>", "<s>"))  # fairseq's Dictionary.string drops them
         if self.bpe:
             text = self.bpe.decode(text)
         if self.parsing:
-            tree, _ = delinearize(text.split(), self.words(line))
-            return str(tree)
+            return str(delinearize(text.split(), self.words(line))[0])
         return self.tokenizer.decode(text) if self.tokenizer else text
 
     def max_length(self, source_tokens: int) -> int:
-        """fairseq's longest output, before </s>, for a batch whose longest source has
-        ``source_tokens`` tokens (</s> included)."""
+        """fairseq's longest output before </s> for a batch whose longest source has ``source_tokens`` (with </s>)."""
         return min(int(self.max_len_a * source_tokens + self.max_len_b), self.max_target - 1)
 
     def penalty(self, n: int) -> float:
@@ -390,11 +359,10 @@ class CT2Translator:
         return float(n) ** self.lenpen
 
     def search_penalty(self, batch: List[List[str]]) -> float:
-        """CTranslate2's ``length_penalty`` for the search: fairseq's lenpen itself; for GNMT the
-        exponent p with |Y|^p closest to ((5 + |Y|) / 6)^alpha around the batch's mean source length
-        (it only decides which hypotheses CTranslate2 keeps when more than ``beam`` finish at once;
-        the engine ranks them by the run's penalty). Never 0: that would switch CTranslate2 to
-        stopping when the best beam finishes."""
+        """CTranslate2's ``length_penalty`` for the search: fairseq's lenpen itself; for GNMT the exponent p with
+        |Y|^p closest to ((5 + |Y|) / 6)^alpha around the batch's mean source length (it only decides which
+        hypotheses CTranslate2 keeps when more than ``beam`` finish at once; the engine ranks them by the run's
+        penalty). Never 0: that would switch CTranslate2 to stopping when the best beam finishes."""
         if self.gnmt_alpha is None:
             p = self.lenpen
         else:
@@ -409,17 +377,15 @@ class CT2Translator:
             asynchronous=asynchronous)
 
     def search(self, batch: List[List[str]]) -> List[Tuple[List[str], float]]:
-        """The best hypothesis (target tokens, no </s>) for each source of ``batch`` under the run's
-        beam, length limit and length penalty, with its score as fairseq computes it
-        (log P(Y|X) / penalty(|Y|), natural log)."""
+        """The best hypothesis (target tokens, no </s>) for each source of ``batch`` under the run's beam, length
+        limit and length penalty, with fairseq's score (log P(Y|X) / penalty(|Y|), natural log)."""
         return self.search_batches([batch])[0]
 
     def search_batches(self, batches: List[List[List[str]]], parallel: bool = False
                        ) -> List[List[Tuple[List[str], float]]]:
-        """:meth:`search` for each of ``batches``, all submitted to CTranslate2 at once (``parallel``:
-        to a translator that decodes ``threads`` calls at the same time, each batch cut into calls of
-        at most :data:`PARALLEL_CALL` sentences that keep the batch's length limit and penalty, so
-        the hypotheses are those of the whole batch)."""
+        """:meth:`search` for each of ``batches``, all submitted to CTranslate2 at once (``parallel``: to a
+        translator that decodes ``threads`` calls at the same time, each batch cut into calls of at most
+        :data:`PARALLEL_CALL` sentences that keep the batch's length limit and penalty)."""
         translator = self._load(parallel)
         plans = []
         for batch in batches:
@@ -443,8 +409,7 @@ class CT2Translator:
         redo = [i for i, h in enumerate(hyps) if any(not words and done for words, _, done in h)]
         if redo:
             again = self._translate([batch[i] for i in redo], max_len, p, 1, translator)
-            first_eos = translator.score_batch([batch[i] for i in redo], [[] for _ in redo],
-                                                    max_input_length=0)
+            first_eos = translator.score_batch([batch[i] for i in redo], [[] for _ in redo], max_input_length=0)
             for i, r, s in zip(redo, again, first_eos):
                 shift = math.log1p(-math.exp(min(s.log_probs[0], -1e-12)))
                 hyps[i] = [(w, raw + shift if done else None, done) for w, raw, done in self._hypotheses(r, p)]
@@ -452,7 +417,7 @@ class CT2Translator:
         limit = [(i, k) for i, h in enumerate(hyps) for k, (_, _, done) in enumerate(h) if not done]
         if limit:
             scored = translator.score_batch([batch[i] for i, _ in limit], [hyps[i][k][0] for i, k in limit],
-                                                 max_input_length=0)
+                                            max_input_length=0)
             for (i, k), s in zip(limit, scored):
                 hyps[i][k] = (hyps[i][k][0], float(sum(s.log_probs)), True)
         scored = [[(words, raw / self.penalty(len(words) + 1)) for words, raw, _ in h] for h in hyps]
@@ -460,8 +425,7 @@ class CT2Translator:
 
     @staticmethod
     def _hypotheses(result, penalty: float):
-        """(tokens without </s>, log P(Y|X) or None, finished with </s>) of a CTranslate2 result whose
-        scores are log P / |Y|^penalty."""
+        """(tokens without </s>, log P(Y|X) or None, ended by </s>) of a result scored log P / |Y|^penalty."""
         out = []
         for tokens, score in zip(result.hypotheses, result.scores):
             tokens = list(tokens)
@@ -478,7 +442,6 @@ class CT2Translator:
             if self.max_source and n > self.max_source:
                 raise UserError(f"line {i + 1} is {n} tokens long after BPE; the model reads at most "
                                 f"{self.max_source} (its max_source_positions): split it into shorter sentences")
-        done = 0
         chunk = batch_size * 8  # as the fairseq engine hands lines to the hub, which batches them
         for start in range(0, len(todo), chunk):
             part = todo[start:start + chunk]
@@ -489,15 +452,23 @@ class CT2Translator:
                 for k, (tokens, _) in zip(batch, results):
                     i = part[k][0]
                     out[i] = self.decode(lines[i], tokens)
-            done += len(part)
             if progress:
-                progress.update(done)
+                progress.update(start + len(part))
         return out
 
 
 # --------------------------------------------------------------------------------------------- command line
-def parse_args(argv=None):
+def check_export_folder(out: Path, card: str, option: str, force: bool, inputs: Sequence):
+    """Before any work: ``out`` must be new, empty or an earlier export (holding ``card``), which the export
+    replaces (:func:`attn_kit.cli.check_output`). Also hf_export's."""
+    empty = out.is_dir() and not out.is_symlink() and not any(out.iterdir())
+    if (out.exists() or out.is_symlink()) and not (empty or (out.is_dir() and (out / card).is_file())):
+        raise UsageError(f"{out} exists and is not an earlier export (no {card}), which the export would replace: "
+                         "give a new folder")
+    check_output(out, option, force=force or empty, folder=True, inputs=inputs)
 
+
+def parse_args(argv=None):
     p = ArgumentParser(
         prog="python scripts/export_ctranslate2.py",
         description="Export a recipe run's evaluated model to CTranslate2 (then: python scripts/translate.py "
@@ -515,13 +486,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.out_dir.resolve() == args.run_dir.resolve():
         raise UsageError("OUT_DIR must differ from RUN_DIR")
-    out = args.out_dir
-    empty = out.is_dir() and not out.is_symlink() and not any(out.iterdir())
-    if (out.exists() or out.is_symlink()) and not (empty or (out.is_dir() and (out / CARD).is_file())):
-        raise UsageError(f"{out} exists and is not an earlier export (no {CARD}), which the export would replace: "
-                         "give a new folder")
-    check_output(out, "OUT_DIR", force=args.force or empty, folder=True,  # before any work
-                 inputs=[args.run_dir, args.checkpoint])
+    check_export_folder(args.out_dir, CARD, "OUT_DIR", args.force, [args.run_dir, args.checkpoint])
     return args
 
 

@@ -1,50 +1,15 @@
-"""A trained run as a Hugging Face transformers model: ``scripts/export_hf.py RUN_DIR --output DIR``
-writes a folder that ``AutoModelForSeq2SeqLM.from_pretrained(DIR)`` and
-``AutoTokenizer.from_pretrained(DIR)`` load with transformers' own classes (no remote code).
+"""A trained run as a Hugging Face transformers model: ``scripts/export_hf.py RUN_DIR --output DIR`` writes a
+folder that transformers' own ``AutoModelForSeq2SeqLM`` and ``AutoTokenizer`` load (no remote code).
 
-**Why FSMT.** transformers ships two classes that hold this architecture, ``FSMTForConditionalGeneration``
-(fairseq's WMT19 Transformer) and ``MarianMTModel``; both are post-norm (LayerNorm(x + Sublayer(x)),
-Sec. 3.1), scale the embeddings by sqrt(d_model) (Sec. 3.4) and use ReLU feed-forward layers (eq. 2).
-FSMT is chosen because it needs the least surgery to be exact:
+**Why FSMT** (not ``MarianMTModel``; both are post-norm, Sec. 3.1, with sqrt(d_model)-scaled embeddings, Sec.
+3.4, and ReLU feed-forward layers, eq. 2): FSMT loads its position table as saved, so the plugin's own (Sec.
+3.5) is written in bit for bit, where Marian recomputes a [sin | cos] table on every load (every weight on the
+residual stream would need d_model permuted, and its float64 sinusoids differ in the last bits); and
+FSMTTokenizer runs Moses (``-a``) and subword-nmt BPE, as the run did. FSMT's head size is d_model / h.
 
-- FSMT saves its position table with the weights and loads it as saved, so the plugin's own table (the
-  paper's interleaved sin/cos of Sec. 3.5, fairseq's layout or learned positions) is written in row by
-  row, bit for bit. Marian recomputes its [sin | cos] table on every load: the export would have to
-  permute d_model in every weight that reads or writes the residual stream, and Marian's float64
-  sinusoids still differ from the plugin's float32 ones in the last bits.
-- FSMT's tokenizer (``FSMTTokenizer``) runs the run's own pre-processing: Moses punctuation
-  normalization and tokenization (sacremoses, ``-a``) and subword-nmt BPE codes (version 0.2, ``</w>``);
-  Marian's tokenizer is SentencePiece.
-- The weights map one to one but for the plugin's fused projections (``w_qkv`` = [W^Q | W^K | W^V],
-  ``w_kv`` = [W^K | W^V]), which are split into FSMT's q/k/v projections; FSMT's head size is
-  d_model / h, so a run with another ``--attention-key-dim``/``--attention-value-dim`` is refused.
-
-**What the tokenizer cannot do exactly.** FSMTTokenizer escapes ``& | < > ' " [ ]`` as XML entities,
-which the recipes' tokenizer does not: the exported vocabulary and merges are written in the escaped
-spelling (and merges that build each entity first), which gives the same segmentation. It also
-replaces some Unicode punctuation and drops control characters before Moses (a line holding them can be
-tokenized differently). And it has no vocabulary filter: the recipes apply BPE with apply-bpe's
-``--vocabulary-threshold``, which undoes a merge whose result is rare in the training text, depending on
-what the whole word became; a merge list cannot express that (a merge applies wherever its pair meets).
-The export keeps the merges whose result the filter keeps and those that build one of those
-(:func:`kept_merges`), which gives the run's segmentation for most words but not all. How many test
-lines get the run's exact token ids is measured by ``--compare-test-set`` (docs/using-a-model.md,
-Hugging Face transformers).
-
-**Decoding.** The exported ``generation_config.json`` is fairseq's search: the decoder starts from
-``</s>``, ``<pad>`` is never produced, no empty output (fairseq's ``--min-len 1``). For a run that decodes
-with fairseq's ``--lenpen`` it is the run's beam search: ``num_beams`` the run's beam, ``length_penalty``
-its lenpen (transformers divides log P by |Y|^p with |Y| counting ``</s>``, as fairseq does) and
-``early_stopping=True`` (a sentence ends once ``num_beams`` hypotheses have finished, fairseq's rule);
-``num_beams=1`` is fairseq's greedy search. The paper's beam search (Sec. 6.1: GNMT's penalty
-((5 + |Y|) / 6)^alpha, which is not a power of |Y|, and its own stopping rule) has no equivalent in
-transformers: for a run that decodes with it the exported default is greedy search. ``max_new_tokens`` is
-the model's position limit; fairseq's per-sentence limit a x source length + b is
-``max_new_tokens=int(a * input_ids.shape[1] + b)`` (``hf_export.json`` holds a and b).
-
-After writing, the export checks itself (:func:`check_export`): a few sentences go through fairseq and
-the exported model, greedy; a model that does not give fairseq's output is refused in one line and no
-folder is left.
+The tokenizer's differences (XML escaping, apply-bpe's vocabulary filter: :func:`kept_merges`) and the exported
+search (fairseq's greedy or ``--lenpen`` beam search; greedy for a run with the paper's GNMT search, Sec. 6.1):
+docs/using-a-model.md. The export checks itself against fairseq (:func:`check_export`) before it is kept.
 """
 import io
 import json
@@ -55,10 +20,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, add_ignore_changed_option,
                    add_output_option, atomic_output, check_output, log)
-from ..fairseq_layer.plugin import load, quiet_inference
+from ..fairseq_layer.plugin import load
 from ..metrics.scores import sacrebleu_score
 from ..results import write_results_file
 from ..textio import read_lines
+from .ctranslate2 import check_export_folder, load_run, plugin_positions
 from .translate import Translator, read_input
 
 CARD = "hf_export.json"
@@ -88,8 +54,8 @@ def require_transformers():
 
 # --------------------------------------------------------------------------------------------- what fits
 def unsupported(model, card: dict, args: dict) -> List[str]:
-    """What FSMT (model or tokenizer) cannot represent in the run: one phrase per problem, naming the
-    option that made it; empty if it can be exported."""
+    """What FSMT (model or tokenizer) cannot represent in the run, one phrase per problem naming the option
+    that made it; empty if it can be exported."""
     AttnTransformerModel = load("attn_plugin.models.attn_transformer").AttnTransformerModel
     if not isinstance(model, AttnTransformerModel):
         return [f"the model is {type(model).__name__}, not attn_plugin's attn_transformer"]
@@ -119,39 +85,22 @@ def unsupported(model, card: dict, args: dict) -> List[str]:
     return problems
 
 
-def check_supported(model, card: dict, args: dict):
-    problems = unsupported(model, card, args)
-    if problems:
-        raise UserError("transformers' FSMT cannot represent this run: " + "; ".join(problems))
-
-
 # --------------------------------------------------------------------------------------------- weights
-def position_rows(embed, rows: int):
-    """The plugin's positional encodings of positions 0 .. rows-1 (Sec. 3.5), as its Embedding adds
-    them: the sinusoid table in the run's layout, or the learned one (zeros past its end, which the
-    plugin never reaches)."""
-    import torch
-
-    pe = embed.positions
-    if pe.weight is not None:
-        table = pe.weight.detach()[pe.offset:pe.offset + rows].float()
-        return torch.cat([table, table.new_zeros(rows - table.size(0), table.size(1))])
-    sinusoidal_encoding = load("attn_plugin.models.attn_transformer").sinusoidal_encoding
-    return sinusoidal_encoding(torch.arange(rows + pe.offset), pe.d_model, pe.layout)[pe.offset:]
-
-
 def fsmt_positions(embed, positions: int, padding_idx: int):
-    """FSMT's position table: FSMT numbers positions from padding_idx + 1 (rows up to padding_idx are
-    never read but for padding, which is zero), so row padding_idx + 1 + p holds the plugin's position p."""
+    """FSMT's position table: FSMT numbers positions from padding_idx + 1 (the rows before are read only for
+    padding, which is zero), so row padding_idx + 1 + p holds the plugin's position p (Sec. 3.5)."""
     import torch
 
-    rows = position_rows(embed, positions)
+    rows = plugin_positions(embed, positions)
     return torch.cat([rows.new_zeros(padding_idx + 1, rows.size(1)), rows])
 
 
+def max_positions(model) -> int:
+    return max(int(model.encoder.max_positions()), int(model.decoder.max_positions()))
+
+
 def fsmt_config(model, src_dict, tgt_dict, langs: Sequence[str]):
-    """FSMTConfig of the plugin ``model``: its sizes and dropout rates (the same places: embeddings,
-    sub-layer outputs, attention weights, ReLU output; Sec. 5.4), fairseq's special ids."""
+    """FSMTConfig of the plugin ``model``: its sizes, dropout rates (Sec. 5.4) and fairseq's special ids."""
     from transformers import FSMTConfig
 
     enc, dec = model.encoder, model.decoder
@@ -170,30 +119,18 @@ def fsmt_config(model, src_dict, tgt_dict, langs: Sequence[str]):
         max_length=max_positions(model) + 1)
 
 
-def max_positions(model) -> int:
-    return max(int(model.encoder.max_positions()), int(model.decoder.max_positions()))
-
-
-def _linear(state: dict, name: str, weight, bias):
-    state[f"{name}.weight"], state[f"{name}.bias"] = weight, bias
-
-
 def _attention(state: dict, name: str, module):
-    """One attention's projections: the plugin's fused [W^Q | W^K | W^V] (or W^Q and [W^K | W^V])
-    split into FSMT's q/k/v (Sec. 3.2.2), W^O as out_proj."""
+    """One attention's projections: the plugin's fused [W^Q | W^K | W^V] (or W^Q and [W^K | W^V]) split into
+    FSMT's q/k/v (Sec. 3.2.2), W^O as out_proj."""
     if module.self_attention:
         weights, biases = module.w_qkv.weight.split(module.qkv_sizes), module.w_qkv.bias.split(module.qkv_sizes)
     else:
         sizes = module.qkv_sizes[1:]
         weights = (module.w_q.weight, *module.w_kv.weight.split(sizes))
         biases = (module.w_q.bias, *module.w_kv.bias.split(sizes))
-    for part, w, b in zip(("q_proj", "k_proj", "v_proj"), weights, biases):
-        _linear(state, f"{name}.{part}", w, b)
-    _linear(state, f"{name}.out_proj", module.w_o.weight, module.w_o.bias)
-
-
-def _norm(state: dict, name: str, module):
-    _linear(state, name, module.weight, module.bias)
+    for part, w, b in (*zip(("q_proj", "k_proj", "v_proj"), weights, biases),
+                       ("out_proj", module.w_o.weight, module.w_o.bias)):
+        state[f"{name}.{part}.weight"], state[f"{name}.{part}.bias"] = w, b
 
 
 def fsmt_state_dict(model, padding_idx: int) -> Dict[str, object]:
@@ -205,35 +142,27 @@ def fsmt_state_dict(model, padding_idx: int) -> Dict[str, object]:
              "model.decoder.output_projection.weight": dec.embed.embed_tokens.weight,  # tied (Sec. 3.4)
              "model.encoder.embed_positions.weight": fsmt_positions(enc.embed, n, padding_idx),
              "model.decoder.embed_positions.weight": fsmt_positions(dec.embed, n, padding_idx)}
-    for i, layer in enumerate(enc.layers):
-        p = f"model.encoder.layers.{i}"
-        _attention(state, f"{p}.self_attn", layer.self_attn)
-        _norm(state, f"{p}.self_attn_layer_norm", layer.self_attn_norm)
-        _linear(state, f"{p}.fc1", layer.ffn.w_1.weight, layer.ffn.w_1.bias)
-        _linear(state, f"{p}.fc2", layer.ffn.w_2.weight, layer.ffn.w_2.bias)
-        _norm(state, f"{p}.final_layer_norm", layer.ffn_norm)
-    for i, layer in enumerate(dec.layers):
-        p = f"model.decoder.layers.{i}"
-        _attention(state, f"{p}.self_attn", layer.self_attn)
-        _norm(state, f"{p}.self_attn_layer_norm", layer.self_attn_norm)
-        _attention(state, f"{p}.encoder_attn", layer.cross_attn)
-        _norm(state, f"{p}.encoder_attn_layer_norm", layer.cross_attn_norm)
-        _linear(state, f"{p}.fc1", layer.ffn.w_1.weight, layer.ffn.w_1.bias)
-        _linear(state, f"{p}.fc2", layer.ffn.w_2.weight, layer.ffn.w_2.bias)
-        _norm(state, f"{p}.final_layer_norm", layer.ffn_norm)
+    for side, stack in (("encoder", enc), ("decoder", dec)):
+        for i, layer in enumerate(stack.layers):
+            p = f"model.{side}.layers.{i}"
+            _attention(state, f"{p}.self_attn", layer.self_attn)
+            parts = {"self_attn_layer_norm": layer.self_attn_norm, "fc1": layer.ffn.w_1, "fc2": layer.ffn.w_2,
+                     "final_layer_norm": layer.ffn_norm}
+            if side == "decoder":
+                _attention(state, f"{p}.encoder_attn", layer.cross_attn)
+                parts["encoder_attn_layer_norm"] = layer.cross_attn_norm
+            for part, module in parts.items():
+                state[f"{p}.{part}.weight"], state[f"{p}.{part}.bias"] = module.weight, module.bias
     return {k: v.detach().float().cpu().clone() for k, v in state.items()}
 
 
 def build_fsmt(model, src_dict, tgt_dict, langs: Sequence[str], beam: Optional[int] = None, lenpen: float = 1.0):
-    """FSMTForConditionalGeneration holding the plugin ``model``'s weights (every FSMT weight set: a name
-    missing on either side is an error, not a silently random weight), with fairseq's search as its
-    generation_config: greedy, or with ``beam``, fairseq's beam search with ``--lenpen lenpen``
-    (transformers' ``early_stopping=True`` ends a sentence once ``beam`` hypotheses have finished,
-    fairseq's rule, and its ``length_penalty`` divides log P by |Y|^p, |Y| counting ``</s>``, as fairseq's)."""
+    """FSMTForConditionalGeneration holding the plugin ``model``'s weights (every one: a missing weight is an
+    error), with fairseq's search as its generation_config: greedy, or with ``beam`` fairseq's beam search with
+    ``--lenpen`` (``early_stopping=True`` is fairseq's stopping rule, ``length_penalty`` divides by |Y|^p)."""
     from transformers import FSMTForConditionalGeneration, GenerationConfig
 
-    config = fsmt_config(model, src_dict, tgt_dict, langs)
-    fsmt = FSMTForConditionalGeneration(config)
+    fsmt = FSMTForConditionalGeneration(fsmt_config(model, src_dict, tgt_dict, langs))
     missing, unexpected = fsmt.load_state_dict(fsmt_state_dict(model, tgt_dict.pad()), strict=False)
     if missing or unexpected:
         raise UserError(f"the FSMT of this transformers version has other weights than the export writes (missing "
@@ -257,21 +186,23 @@ def escape(text: str, escaped: bool = True) -> str:
     return text
 
 
-def fsmt_symbol(symbol: str, separator: str, escaped: bool) -> str:
-    """A fairseq dictionary symbol in FSMT's spelling: ``sub@@`` -> ``sub``, a word's last unit
-    ``end`` -> ``end</w>``, special symbols as they are."""
-    if symbol in SPECIALS:
-        return symbol
-    if symbol.endswith(separator):
-        return escape(symbol[:-len(separator)], escaped)
-    return escape(symbol, escaped) + EOW
+def unescape(word: str) -> str:
+    for char, entity in reversed(ESCAPES):
+        word = word.replace(entity, char)
+    return word
 
 
 def fsmt_vocabulary(dictionary, separator: str, escaped: bool) -> Dict[str, int]:
-    """FSMTTokenizer's vocabulary (spelling -> id) of a fairseq dictionary, the same ids."""
+    """FSMTTokenizer's vocabulary (spelling -> id) of a fairseq dictionary, the same ids: ``sub@@`` -> ``sub``,
+    a word's last unit ``end`` -> ``end</w>``, special symbols as they are."""
     vocab = {}
     for i, symbol in enumerate(dictionary.symbols):
-        spelled = fsmt_symbol(symbol, separator, escaped)
+        if symbol in SPECIALS:
+            spelled = symbol
+        elif symbol.endswith(separator):
+            spelled = escape(symbol[:-len(separator)], escaped)
+        else:
+            spelled = escape(symbol, escaped) + EOW
         if spelled in vocab:  # two symbols one spelling: the ids of one would be lost
             raise UserError(f"the dictionary's symbols {dictionary.symbols[vocab[spelled]]!r} and {symbol!r} are "
                             f"both {spelled!r} in FSMT's spelling")
@@ -280,8 +211,8 @@ def fsmt_vocabulary(dictionary, separator: str, escaped: bool) -> Dict[str, int]
 
 
 def read_merges(codes: Path) -> List[Tuple[str, str]]:
-    """subword-nmt's BPE codes as merge pairs in rank order; codes of version 0.2 only (``</w>`` on a
-    word's last character, which FSMTTokenizer assumes)."""
+    """subword-nmt's BPE codes as merge pairs in rank order; version 0.2 only (``</w>`` on a word's last
+    character, which FSMTTokenizer assumes)."""
     lines = Path(codes).read_text(encoding="utf-8").split("\n")
     if not lines or not lines[0].startswith("#version: 0.2"):
         raise UserError(f"{codes}: not subword-nmt BPE codes of version 0.2 (first line '#version: 0.2'), which "
@@ -291,19 +222,15 @@ def read_merges(codes: Path) -> List[Tuple[str, str]]:
 
 def kept_merges(merges: Sequence[Tuple[str, str]], vocabulary: Optional[set], separator: str
                 ) -> List[Tuple[str, str]]:
-    """The merges that approximate apply-bpe's vocabulary filter as a merge list: those whose result the
-    filter keeps (a subword in ``vocabulary``, which holds apply-bpe's spelling ``sub@@`` / ``end``), and
-    those that build one of those (a merge's two parts, recursively); None: no filter, every merge."""
+    """apply-bpe's vocabulary filter approximated as a merge list: the merges whose result the filter keeps (a
+    subword in ``vocabulary``, spelled ``sub@@`` / ``end``) and those that build one of those, recursively;
+    every merge when ``vocabulary`` is None (no filter)."""
     if vocabulary is None:
         return list(merges)
-
-    def kept_by_filter(made: str) -> bool:
-        return (made[:-len(EOW)] if made.endswith(EOW) else made + separator) in vocabulary
-
     makers: Dict[str, List[Tuple[str, str]]] = {}
     for a, b in merges:
         makers.setdefault(a + b, []).append((a, b))
-    keep = {made for made in makers if kept_by_filter(made)}
+    keep = {made for made in makers if (made[:-len(EOW)] if made.endswith(EOW) else made + separator) in vocabulary}
     todo = list(keep)
     while todo:
         for pair in makers.get(todo.pop(), ()):
@@ -315,8 +242,8 @@ def kept_merges(merges: Sequence[Tuple[str, str]], vocabulary: Optional[set], se
 
 
 def escaped_merges(merges: Sequence[Tuple[str, str]], escaped: bool) -> List[Tuple[str, str]]:
-    """``merges`` in FSMTTokenizer's escaped spelling, after merges that first join each entity's
-    characters into one unit (ranked first, so every entity is one unit before any other merge)."""
+    """``merges`` in FSMTTokenizer's escaped spelling, after merges that first join each entity's characters
+    into one unit (ranked first, so every entity is one unit before any other merge)."""
     if not escaped:
         return list(merges)
     first = []
@@ -347,8 +274,8 @@ def run_merges(args: dict) -> Tuple[list, list]:
 
 
 def write_tokenizer(folder: Path, src_dict, tgt_dict, args: dict, max_source: int) -> Tuple[dict, list]:
-    """FSMTTokenizer's files in ``folder`` (its vocabularies, merges and tokenizer_config.json); returns
-    what the card records of them and the kept merges (:func:`kept_merges`, in the run's spelling)."""
+    """FSMTTokenizer's files in ``folder`` (vocabularies, merges, tokenizer_config.json); returns what the card
+    records of them and the kept merges (in the run's spelling)."""
     from transformers import FSMTTokenizer
 
     separator = args.get("bpe_separator") or "@@"
@@ -373,8 +300,7 @@ def plain_bpe(merges: Sequence[Tuple[str, str]], separator: str):
     Moses-tokenized line, computed apart from FSMTTokenizer."""
     from subword_nmt.apply_bpe import BPE
 
-    codes = io.StringIO("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
-    return BPE(codes, separator=separator)
+    return BPE(io.StringIO("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges)), separator=separator)
 
 
 # --------------------------------------------------------------------------------------------- checking
@@ -403,17 +329,12 @@ class Exported:
         return log_probs(self.model, source, target)
 
 
-def length_limit(model, source_tokens: int, max_len_a: float, max_len_b: int) -> int:
-    """fairseq's longest output for a source of ``source_tokens`` tokens (``</s>`` included)."""
-    return min(int(max_len_a * source_tokens + max_len_b), model.config.max_position_embeddings - 1)
-
-
 def generate(model, sources: Sequence[Sequence[int]], max_len_a: float, max_len_b: int, batch_size: int = 64,
              **options) -> List[List[int]]:
-    """transformers' ``generate`` of an FSMT ``model`` on each source (token ids ending in ``</s>``), with
-    generate's ``options`` (default: the model's generation_config): the output ids without the
-    decoder's start, ``</s>`` and padding. Sources of one length go in one batch, so each has fairseq's
-    limit of its own length (:func:`length_limit`) and no padding."""
+    """transformers' ``generate`` of an FSMT ``model`` on each source (token ids ending in ``</s>``) with
+    ``options`` (default: the generation_config): the output ids without the decoder's start, ``</s>`` and
+    padding. Sources of one length go in one batch, so each has fairseq's limit of its own length (``</s>``
+    included; ``max_len_a`` x source + ``max_len_b``) and no padding."""
     import torch
 
     special = {model.config.eos_token_id, model.config.pad_token_id}
@@ -422,20 +343,20 @@ def generate(model, sources: Sequence[Sequence[int]], max_len_a: float, max_len_
     for i, ids in enumerate(sources):
         by_length.setdefault(len(ids), []).append(i)
     for n, members in sorted(by_length.items()):
+        limit = min(int(max_len_a * n + max_len_b), model.config.max_position_embeddings - 1)
         for start in range(0, len(members), batch_size):
             part = members[start:start + batch_size]
             ids = torch.tensor([list(sources[i]) for i in part])
             with torch.no_grad():
-                seqs = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                      max_new_tokens=length_limit(model, n, max_len_a, max_len_b), **options)
+                seqs = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=limit,
+                                      **options)
             for i, seq in zip(part, seqs.tolist()):
                 out[i] = [t for t in seq[1:] if t not in special]
     return out
 
 
 def log_probs(model, source: Sequence[int], target: Sequence[int]):
-    """An FSMT ``model``'s log P(target_t | source, target_<t) rows (teacher forcing; FSMT's cache off,
-    which its forward needs for that)."""
+    """An FSMT ``model``'s log P(target_t | source, target_<t) rows (teacher forcing, which needs FSMT's cache off)."""
     import torch
 
     prev = [model.config.decoder_start_token_id, *target[:-1]]
@@ -455,17 +376,11 @@ def plugin_log_probs(model, source, target):
     return torch.log_softmax(logits.float(), -1)[0]
 
 
-def unescape(word: str) -> str:
-    for char, entity in reversed(ESCAPES):
-        word = word.replace(entity, char)
-    return word
-
-
 def token_category(exported: Exported, hub, bpe, escaped: bool, line: str, run_ids: List[int]) -> str:
-    """Why the exported tokenizer gives ``line`` other ids than the run: ``same`` (it does not),
-    ``moses`` (FSMTTokenizer's Unicode punctuation replacement or control-character removal makes other
-    Moses tokens), ``vocabulary filter`` (the same Moses tokens, segmented by the kept merges as designed:
-    apply-bpe's filter differs) or ``other`` (neither: the export is wrong)."""
+    """Why the exported tokenizer gives ``line`` other ids than the run: ``same`` (it does not), ``moses``
+    (FSMTTokenizer's Unicode punctuation replacement or control-character removal makes other Moses tokens),
+    ``vocabulary filter`` (the same Moses tokens, segmented by the kept merges as designed) or ``other``
+    (neither: the export is wrong)."""
     tokenizer = exported.tokenizer
     if tokenizer(line).input_ids == run_ids:
         return "same"
@@ -479,8 +394,7 @@ def token_category(exported: Exported, hub, bpe, escaped: bool, line: str, run_i
 
 
 def fairseq_greedy(hub, ids) -> List[int]:
-    """fairseq's greedy search (beam 1, fairseq's stopping rule: the hub is loaded with beam_stop fairseq)
-    on one source: its output ids without ``</s>``."""
+    """fairseq's greedy search on one source (the hub is loaded with beam_stop fairseq), without ``</s>``."""
     import torch
 
     tokens = hub.generate([torch.tensor(list(ids))], beam=1)[0][0]["tokens"].tolist()
@@ -488,29 +402,26 @@ def fairseq_greedy(hub, ids) -> List[int]:
 
 
 def compare_sentence(exported: Exported, hub, ids: List[int], a: float, b: int) -> dict:
-    """One source through fairseq's greedy search and the export's: whether the outputs are equal, the
-    largest log-probability difference along fairseq's output (over max(1, |log P|), as :data:`TOLERANCE`),
-    and where the outputs part, how much more the plugin gives its own token than the export's (0: a tie)."""
-    model = hub.models[0]
+    """One source through fairseq's greedy search and the export's: whether the outputs are equal, the largest
+    log-probability difference along fairseq's output (over max(1, |log P|), as :data:`TOLERANCE`), and where
+    the outputs part, how much more the plugin gives its own token than the export's (0: a tie)."""
     ours = fairseq_greedy(hub, ids)
     theirs = exported.generate([ids], a, b, num_beams=1)[0]
     eos = hub.tgt_dict.eos()
     target = ours + [eos]
-    plugin = plugin_log_probs(model, ids, target)
+    plugin = plugin_log_probs(hub.models[0], ids, target)
     difference = float(((plugin - exported.log_probs(ids, target)).abs() / plugin.abs().clamp(min=1)).max())
     gap = 0.0
     if ours != theirs:
         t = next(i for i in range(len(target)) if i >= len(theirs) or target[i] != theirs[i])
-        other = theirs[t] if t < len(theirs) else eos
-        gap = float(plugin[t, target[t]] - plugin[t, other])
+        gap = float(plugin[t, target[t]] - plugin[t, theirs[t] if t < len(theirs) else eos])
     return {"same": ours == theirs, "difference": difference, "gap": gap}
 
 
 def check_lines(run_dir: Path, n: int) -> List[str]:
     """The first ``n`` non-empty lines of the run's raw test source (results.json), else a few fixed ones."""
-    run_cards = load("attn_plugin.run_cards")
     try:
-        results = run_cards.read_results(run_dir, required=("test_source",))
+        results = load("attn_plugin.run_cards").read_results(run_dir, required=("test_source",))
     except load("attn_plugin.errors").AttnPluginError:
         return list(FALLBACK_SENTENCES)[:n]
     if results.get("test_source_tokenized"):
@@ -520,10 +431,10 @@ def check_lines(run_dir: Path, n: int) -> List[str]:
 
 
 def check_export(folder: Path, hub, lines: Sequence[str], kept: Sequence[Tuple[str, str]], args: dict) -> dict:
-    """The written export against fairseq on ``lines``: the exported model, fed the run's token ids,
-    must give fairseq's greedy output (but for an exact tie) with log-probabilities within
-    :data:`TOLERANCE`; the tokenizer must give the run's ids or differ only as designed. A UserError
-    naming the first sentence that fails otherwise. Returns what it measured."""
+    """The written export against fairseq on ``lines``: fed the run's token ids, it must give fairseq's greedy
+    output (but for an exact tie) with log-probabilities within :data:`TOLERANCE`, and the tokenizer the run's
+    ids or differ only as designed; else a UserError naming the first sentence that fails. Returns what it
+    measured."""
     exported = Exported(folder)
     gen = hub.cfg.generation
     a, b = float(gen.max_len_a), int(gen.max_len_b)
@@ -554,30 +465,19 @@ def check_export(folder: Path, hub, lines: Sequence[str], kept: Sequence[Tuple[s
 
 
 # --------------------------------------------------------------------------------------------- export
-def load_run(run_dir: Path, checkpoint: Optional[str], ignore_changed_files: bool):
-    """(the run's card, its resolved args, fairseq's hub of its model with fairseq's stopping rule): the
-    card and every file it names checked before anything loads."""
-    quiet_inference()
-    run_cards = load("attn_plugin.run_cards")
-    info = run_cards.read_run_card(run_dir, not ignore_changed_files)
-    AttnTransformerModel = load("attn_plugin.models.attn_transformer").AttnTransformerModel
-    hub = AttnTransformerModel.from_pretrained(str(run_dir), checkpoint_file=checkpoint, beam_stop="fairseq",
-                                               ignore_changed_files=ignore_changed_files)
-    hub.eval()
-    return info, run_cards.resolved_args(run_dir, info), hub
-
-
 def export(run_dir, out_dir, checkpoint: Optional[str] = None, ignore_changed_files: bool = False,
            check_sentences: int = CHECK_SENTENCES) -> dict:
     """Export RUN_DIR's evaluated model (or ``checkpoint``) to ``out_dir`` (replaced whole, atomically) as
     FSMTForConditionalGeneration with FSMTTokenizer's files and :data:`CARD`, checked against fairseq
-    on ``check_sentences`` sentences (:func:`check_export`) before it is moved into place; returns the card."""
+    (:func:`check_export`) before it is moved into place; returns the card."""
     transformers = require_transformers()
     quiet_transformers()
     run_dir = Path(run_dir)
-    info, args, hub = load_run(run_dir, checkpoint, ignore_changed_files)
+    info, args, hub = load_run(run_dir, checkpoint, ignore_changed_files, beam_stop="fairseq")
     model = hub.models[0]
-    check_supported(model, info, args)
+    problems = unsupported(model, info, args)
+    if problems:
+        raise UserError("transformers' FSMT cannot represent this run: " + "; ".join(problems))
     lines = check_lines(run_dir, check_sentences)
     gen = hub.cfg.generation
     card = {"engine": "transformers", "transformers": transformers.__version__,
@@ -609,11 +509,9 @@ PAPER_BEAM, PAPER_ALPHA = 4, 0.6  # Sec. 6.1: beam size 4, length penalty alpha 
 
 
 def compare_test_set(run_dir, folder, ignore_changed_files: bool = False, batch_size: int = 64) -> dict:
-    """The export in ``folder`` against the run on its whole raw test source (results.json's test_source):
-    how many lines get the run's token ids (and why the others do not); how many greedy translations equal
-    ``translate.py --beam 1`` and fairseq's greedy search, from raw text and from the run's ids; how many
-    of transformers' beam searches equal ``translate.py``'s, with the run's settings and with the paper's
-    (beam 4, GNMT alpha 0.6, given to transformers as ``length_penalty`` 0.6, which is not the same penalty)."""
+    """The export in ``folder`` against the run on its whole raw test source: how many lines get the run's token
+    ids (and why not), how many greedy and beam-search translations (the run's settings, and the paper's: beam 4,
+    GNMT alpha 0.6 given as ``length_penalty`` 0.6, not the same penalty) equal translate.py's and fairseq's."""
     quiet_transformers()
     run_dir = Path(run_dir)
     results = load("attn_plugin.run_cards").read_results(run_dir, required=("test_source",))
@@ -621,7 +519,7 @@ def compare_test_set(run_dir, folder, ignore_changed_files: bool = False, batch_
         raise UserError(f"{run_dir}: its test source is tokenized (a parsing run), not raw text")
     lines = read_input(Path(results["test_source"]), "test_source")
     todo = [i for i, line in enumerate(lines) if line.strip()]
-    _, args, hub = load_run(run_dir, None, ignore_changed_files)
+    _, args, hub = load_run(run_dir, None, ignore_changed_files, beam_stop="fairseq")
     exported = Exported(folder)
     card = json.loads((Path(folder) / CARD).read_text(encoding="utf-8"))
     run_ids = [hub.encode(lines[i]).tolist() for i in todo]
@@ -643,9 +541,8 @@ def run_penalty(generation: dict) -> float:
 
 
 def transformers_outputs(exported: Exported, hf_ids, run_ids, generation: dict, batch_size: int) -> dict:
-    """The export's translations: greedy from its tokenizer's ids and from the run's; beam search with the
-    run's beam and penalty (from both) and with the paper's, each with fairseq's stopping rule
-    (``early_stopping=True``)."""
+    """The export's translations: greedy and beam search with the run's beam and penalty, from its tokenizer's
+    ids and from the run's; beam search with the paper's; all with fairseq's stopping rule."""
     a, b = generation["max_len_a"], generation["max_len_b"]
 
     def texts(sources, **options):
@@ -660,9 +557,8 @@ def transformers_outputs(exported: Exported, hf_ids, run_ids, generation: dict, 
 
 
 def fairseq_outputs(run_dir: Path, subset: List[str], ignore_changed_files: bool, batch_size: int) -> dict:
-    """scripts/translate.py's translations (its Translator, batches of ``batch_size``): --beam 1, the run's
-    own settings, the paper's beam search; and fairseq's greedy search one sentence at a time (each its own
-    length limit, as the export's)."""
+    """scripts/translate.py's translations (batches of ``batch_size``): --beam 1, the run's own settings, the
+    paper's beam search; and fairseq's greedy search one sentence at a time (its own length limit each)."""
     def translate(options: dict, size: int = batch_size) -> List[str]:
         return Translator(run_dir, {**options, "ignore_changed_files": ignore_changed_files}).translate(subset, size)
 
@@ -742,18 +638,13 @@ def parse_args(argv=None):
     add_force_option(p, "an earlier export in --output (and the --compare-test-set file)")
     add_ignore_changed_option(p)
     args = p.parse_args(argv)
-    out = args.out
-    if out is None:
+    if args.out is None:
         raise UsageError("give --output DIR, the folder to write")
-    if out.resolve() == args.run_dir.resolve():
+    if args.out.resolve() == args.run_dir.resolve():
         raise UsageError("--output must differ from RUN_DIR")
-    empty = out.is_dir() and not out.is_symlink() and not any(out.iterdir())
-    if (out.exists() or out.is_symlink()) and not (empty or (out.is_dir() and (out / CARD).is_file())):
-        raise UsageError(f"{out} exists and is not an earlier export (no {CARD}), which the export would replace: "
-                         "give a new folder")
-    check_output(out, "--output", force=args.force or empty, folder=True, inputs=[args.run_dir, args.checkpoint])
+    check_export_folder(args.out, CARD, "--output", args.force, [args.run_dir, args.checkpoint])
     if args.compare_test_set:
-        check_output(args.compare_test_set, "--compare-test-set", args.force, inputs=[args.run_dir, out])
+        check_output(args.compare_test_set, "--compare-test-set", args.force, inputs=[args.run_dir, args.out])
     return args
 
 

@@ -1,15 +1,8 @@
-"""The work directory is a boundary: nothing the kit writes, truncates, appends to, moves or
-deletes at its own paths there may resolve outside it.
-
-A work directory (or a shared data folder, ``--data-workdir``) can hold symbolic links, and a
-link at one of the kit's own paths (its lock, logs, stage stamps, set-aside outputs, checkpoints)
-would make the kit write through it: truncate the file a linked ``.lock`` points to, append a log
-to an outside file, delete an outside folder's files when setting outputs aside. Here a link at
-such a path is one error line naming it (:func:`refuse_links`, run before anything is written),
-files are opened without following a last link (:func:`open_no_follow`), and a folder is checked
-to lie inside before anything is removed or moved into it (:func:`check_inside`). Links the user
-made to inputs (a corpus, a treebank, a data folder given by option) are not the kit's paths and
-keep working.
+"""The work directory is a boundary: nothing the kit writes, truncates, appends to, moves or deletes at its own
+paths there (lock, logs, stamps, set-asides, checkpoints) may resolve outside it through a symbolic link. A link
+at such a path is one error line (:func:`refuse_links`, before anything is written), files are opened without
+following a last link (:func:`open_no_follow`), and a folder is checked to lie inside before anything is removed
+or moved into it (:func:`check_inside`). Links to the user's inputs keep working.
 """
 import errno
 import os
@@ -29,9 +22,8 @@ def _link_message(path: Path) -> str:
 
 
 def refuse_links(root: Path, own_files: Iterable[str] = OWN_FILES, own_folders: Iterable[str] = OWN_FOLDERS):
-    """One UserError if ``root`` holds a symbolic link at one of the kit's own paths: a name of
-    ``own_files`` or ``own_folders``, or an entry of such a folder (a stamp, a log, a checkpoint),
-    down to the folder's own subfolders."""
+    """One UserError if ``root`` holds a symbolic link at one of the kit's own paths: a name of ``own_files``
+    or ``own_folders``, or anything below such a folder."""
     root = Path(root)
     for name in own_files:
         if (root / name).is_symlink():

@@ -1,14 +1,13 @@
 """A ``--canary``'s prediction beside the finished run in the same work directory (canary.json's
-``checked_against``), made by whichever of the two ends last: the canary when the run is there
-already (:mod:`attn_kit.recipes.canary`), else the run when it ends (:func:`check_earlier`,
-called by :func:`attn_kit.pipeline.stages.run_recipe`, which every recipe's report goes
-through, so that no recipe has to remember it).
+``checked_against``), made by whichever ends last: the canary (:mod:`attn_kit.recipes.canary`), else the run
+(:func:`check_earlier`, called by :func:`attn_kit.pipeline.stages.run_recipe` for every recipe).
 """
 import json
 from pathlib import Path
 from typing import Optional, Sequence
 
 from ..cli import log, write_json_atomic
+from .download import read_json_or
 
 
 def data_seconds(workdir: Path, data_stages: Sequence[str]) -> Optional[float]:
@@ -23,8 +22,8 @@ def data_seconds(workdir: Path, data_stages: Sequence[str]) -> Optional[float]:
 
 
 def checked_against(workdir: Path, data_workdir: Path, data_stages: Sequence[str], predicted: dict) -> Optional[dict]:
-    """The prediction beside the finished run's stage times (results.json in the same work
-    directory; the data stages' from their stamps), part by part, and the error of each."""
+    """The prediction beside the finished run's stage times (results.json; the data stages' from their
+    stamps), part by part, and the error of each."""
     try:
         seconds = json.loads((workdir / "results.json").read_text())["stage_seconds"]
     except (OSError, ValueError, KeyError):
@@ -41,19 +40,16 @@ def checked_against(workdir: Path, data_workdir: Path, data_stages: Sequence[str
                  predicted["training"] + predicted["validations"] + predicted["checkpoint_writes"],
              "averaging": predicted["averaging"], "generation + scoring": predicted["generation"],
              "total": predicted["total"]}
-    return {"measured_seconds": measured, "predicted_seconds": {k: round(v, 1) for k, v in guess.items() if v is not None},
+    return {"measured_seconds": measured,
+            "predicted_seconds": {k: round(v, 1) for k, v in guess.items() if v is not None},
             "error": {k: round(guess[k] / v - 1, 4) for k, v in measured.items() if v and guess.get(k) is not None}}
 
 
 def check_earlier(workdir: Path, data_workdir: Optional[Path] = None) -> Optional[dict]:
-    """After a full run in ``workdir`` (its data stages in ``data_workdir``, default the same): a
-    canary that ran before it there gets its ``checked_against`` now that results.json holds the
-    stage times (the canary left it null). Returns it, or None."""
+    """After a full run in ``workdir`` (its data stages in ``data_workdir``, default the same): an earlier
+    canary there gets its ``checked_against`` (which it left null). Returns it, or None."""
     path = workdir / "canary" / "canary.json"
-    try:
-        result = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    result = read_json_or(path, {})
     if result.get("checked_against") or not result.get("predicted_seconds") or "data_stages" not in result:
         return None  # checked already, failed, or from before canaries recorded their data stages
     result["checked_against"] = checked_against(workdir, data_workdir or workdir, result["data_stages"],

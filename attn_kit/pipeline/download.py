@@ -34,9 +34,8 @@ class RemoteFile:
 
 
 def mirror_url(url: str, mirror: Optional[str]) -> str:
-    """``url`` with its scheme and host replaced by ``mirror`` (path kept).
-
-    A mirror without ``://`` is a local folder and the result a local path."""
+    """``url`` with its scheme and host replaced by ``mirror`` (path kept); a mirror without ``://`` is a local
+    folder and the result a local path."""
     if not mirror:
         return url
     parts = urlsplit(url)
@@ -70,44 +69,29 @@ def _hashes(path: Path, md5: bool, chunk: int = 1 << 20):
     return sha.hexdigest(), mdh.hexdigest() if mdh else None
 
 
-def _load(path: Path) -> dict:
+def read_json_or(path: Path, default=None):
+    """The JSON file ``path``, or ``default`` where it cannot be read or parsed."""
     try:
-        return json.loads(path.read_text())
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}
+        return default
 
 
 def record_path(dest_dir, name: str) -> Path:
-    """Where a download's record is kept: ``DEST/.verified/NAME.json`` (size, mtime, sha256 as
-    verified, and the transfer's bytes and seconds), beside the file."""
+    """A download's record beside it: ``DEST/.verified/NAME.json`` (as verified, and the transfer's time)."""
     return Path(dest_dir) / ".verified" / f"{name}.json"
 
 
 def fetch(rf: RemoteFile, dest_dir: Path, mirror: Optional[str] = None, log=print, chunk=1 << 20) -> Path:
-    """Download ``rf`` to ``dest_dir/rf.name``, verified; return that path.
-
-    Raises UserError (one line) on a network error (the partial file is kept:
-    running again resumes) or a size/checksum mismatch (the file becomes NAME.bad).
-    :func:`fetch` gets one :class:`RemoteFile` into a download folder:
-
-    - the transfer goes to ``NAME.partial`` and is renamed to ``NAME`` only once its
-      size and checksums match, so a file under its final name is always a verified one;
-    - a ``NAME.partial`` left by a broken connection or Ctrl-C is resumed with an
-      HTTP ``Range`` request (a server that ignores it sends the whole file again);
-    - a file that does not match is moved to ``NAME.bad`` and reported in one line;
-    - a verified file is recorded in ``.verified/NAME.json`` (:func:`record_path`: size,
-      mtime, sha256, and the transfer's bytes and seconds, which :func:`measured_rate` reads
-      for the dry run's download time), so later runs skip it without re-hashing gigabytes;
-      a file with no published checksum gets its sha256 recorded on first download, and
-      later downloads of it, and every read of it (:func:`check_download`), are checked
-      against that (trust on first use);
-    - ``mirror`` swaps the public host for another base URL or a local folder holding
-      the same paths, so the same code runs offline against a mirror.
-    """
+    """Download ``rf`` to ``dest_dir/rf.name``, verified; return that path. The transfer goes to ``NAME.partial``,
+    renamed once size and checksums match; a broken one resumes (HTTP ``Range``); a mismatch moves it to
+    ``NAME.bad`` (one UserError line). A verified file is recorded (:func:`record_path`) and skipped later
+    without hashing; without a published checksum, its first sha256 is checked against later (trust on first
+    use). ``mirror``: another base URL or a local folder with the same paths."""
     dest_dir = Path(dest_dir)
     final, partial = dest_dir / rf.name, dest_dir / f"{rf.name}.partial"
     sidecar = record_path(dest_dir, rf.name)
-    rec = _load(sidecar)
+    rec = read_json_or(sidecar, {})
     here = final.exists()  # a file already downloaded: a mismatch means it changed here, not at the server
     if here:
         st = final.stat()
@@ -174,10 +158,9 @@ def _checked(rf: RemoteFile, recorded: bool, got_sha: str, sidecar: Path, log) -
 
 
 def partial_rejecter(rf: RemoteFile, partial: Path, src: str, here: Optional[Path], recorded: Optional[Path]):
-    """``reject(kind, expected, actual)``: move ``partial`` to NAME.bad and raise one line naming the
-    file, both values and what to do. ``here``: the downloaded file, checked again, that changed in
-    the download folder (not at the server); ``recorded``: the record whose sha256 (none published)
-    the file was checked against."""
+    """``reject(kind, expected, actual)``: move ``partial`` to NAME.bad and raise one line naming the file, both
+    values and what to do. ``here``: the downloaded file that changed in the download folder (not at the
+    server); ``recorded``: the record whose sha256 (none published) the file was checked against."""
     def reject(kind: str, expected: str, actual: str):
         bad = partial.with_name(f"{rf.name}.bad")
         os.replace(partial, bad)
@@ -193,13 +176,12 @@ def partial_rejecter(rf: RemoteFile, partial: Path, src: str, here: Optional[Pat
 
 
 def check_download(path, rf: Optional[RemoteFile] = None, log=print):
-    """Check a downloaded file before it is read (the extract stage), hashing it again in full: against
-    ``rf``'s published sha256 and md5 where given, and the sha256 recorded when it was downloaded
-    (:func:`record_path`). A file with neither gets its sha256 recorded now (trust on first use). A
-    mismatch is one UserError naming the file, both hashes and what to do; the file is left in place."""
+    """Check a downloaded file before it is read, hashing it again: against ``rf``'s published sha256 and md5
+    and the sha256 recorded at its download; a file with neither gets its sha256 recorded now. A mismatch is
+    one UserError naming the file, both hashes and what to do; the file is left in place."""
     path = Path(path)
     record = record_path(path.parent, path.name)
-    rec = _load(record)
+    rec = read_json_or(record, {})
     published = rf if rf is not None and (rf.sha256 or rf.md5) else None
     got_sha, got_md5 = _hashes(path, md5=bool(published and published.md5))
     expected = [("sha256", published and published.sha256, got_sha, "the one published"),
@@ -224,11 +206,10 @@ def check_download(path, rf: Optional[RemoteFile] = None, log=print):
 
 
 def measured_rate(dest_dir) -> Optional[Tuple[int, float, List[str]]]:
-    """(bytes, seconds, hosts) of the transfers recorded in ``dest_dir``'s download records (each
-    file's last transfer), or None when none is recorded: the dry run's measured download rate."""
+    """(bytes, seconds, hosts) of the transfers recorded in ``dest_dir``, or None: the dry run's download rate."""
     total, seconds, hosts = 0, 0.0, []
     for path in sorted((Path(dest_dir) / ".verified").glob("*.json")):
-        moved = _load(path).get("transfer") or {}
+        moved = read_json_or(path, {}).get("transfer") or {}
         if moved.get("bytes") and moved.get("seconds") is not None:
             total, seconds = total + moved["bytes"], seconds + moved["seconds"]
             hosts += [moved.get("from")] if moved.get("from") not in hosts else []
@@ -239,12 +220,6 @@ def _network_error(src: str, partial: Path, reason: str) -> UserError:
     kept = partial.stat().st_size if partial.exists() else 0
     then = f"{kept} bytes kept in {partial}, run again to resume" if kept else "run again to retry"
     return UserError(f"download of {shown(src)} failed: {reason}; {then}")
-
-
-def _range_total(content_range: Optional[str]) -> Optional[int]:
-    """TOTAL of a ``Content-Range: bytes START-END/TOTAL`` (or ``*/TOTAL``) header."""
-    m = re.search(r"/(\d+)\s*$", content_range or "")
-    return int(m.group(1)) if m else None
 
 
 def _from_url(rf: RemoteFile, src: str, partial: Path, log, chunk: int, mirror: Optional[str]):
@@ -259,7 +234,8 @@ def _from_url(rf: RemoteFile, src: str, partial: Path, log, chunk: int, mirror: 
                                                                          timeout=TIMEOUT)
     except HTTPError as exc:
         if exc.code == 416 and have:
-            if _range_total(exc.headers.get("Content-Range")) == have:
+            total = re.search(r"/(\d+)\s*$", exc.headers.get("Content-Range") or "")  # bytes */TOTAL
+            if total and int(total.group(1)) == have:
                 return None  # all there already: go on to verify it
             partial.unlink()  # not a prefix of the remote file: start over
             return _from_url(rf, src, partial, log, chunk, mirror)
@@ -292,9 +268,8 @@ def _from_path(rf: RemoteFile, path: Path, partial: Path, log, chunk: int):
 
 
 def _copy(rf: RemoteFile, stream, partial: Path, start: int, total: Optional[int], log, chunk: int, src: str):
-    """Append ``stream`` to ``partial`` from byte ``start`` (truncating when 0), logging
-    progress every ~5 s or 10%; return (bytes, seconds) of the transfer. A Ctrl-C leaves what
-    arrived in ``partial``."""
+    """Append ``stream`` to ``partial`` from byte ``start`` (truncating when 0), logging progress every ~5 s or
+    10%; return (bytes, seconds) of the transfer. A Ctrl-C leaves what arrived in ``partial``."""
     mb = 1 << 20
     of = f" of {_size(total)}" if total else ""
     log(f"{rf.name}: resuming at {_size(start)}{of} from {shown(src)}" if start else

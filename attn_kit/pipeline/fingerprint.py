@@ -1,45 +1,29 @@
-"""What a file or folder holds, without reading it twice: size and sha256, cached with
-the size, mtime and inode it had when hashed (:class:`Fingerprints`), so that a stage's
-stamp can tell whether its inputs and outputs are as it left them."""
-import json
+"""What a file or folder holds, without reading it twice (:class:`Fingerprints`), so that a stage's stamp can
+tell whether its inputs and outputs are as it left them."""
 import os
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 from ..cli import write_json_atomic
-from .download import sha256_of
+from .download import read_json_or, sha256_of
 
 
 class Fingerprints:
-    """Fingerprints of paths under ``root``, cached in ``cache``.
-
-    A stage's stamp records the fingerprints of what it read and what it made
-    (:mod:`attn_kit.pipeline.stages`); a later run compares them with the files as
-    they are now. Hashing a WMT corpus takes seconds per GB, so each file's sha256
-    is cached in ``WORKDIR/.stages/fingerprints.json`` with the size, mtime and
-    inode it had when hashed, and computed again only when one of those changed:
-    rerunning a finished recipe costs a ``stat`` per file. A file rewritten with
-    the same bytes (a stage run again after a kill) keeps its fingerprint, so what
-    was made from it stays valid.
-
-    Paths inside the work directory are recorded relative to it, so a copied work
-    directory compares equal to the original; so are paths in the folders named ``near``
-    (a run's prepared data folder, ``--data-workdir``: ``../wmt14_en_de_data/data-bin/...``),
-    so that a run copied together with its data folder does too.
+    """Fingerprints (size, sha256) of paths under ``root``. Each file's sha256 is cached in ``cache``
+    (``WORKDIR/.stages/fingerprints.json``) with the size, mtime and inode it had when hashed and computed again
+    only when one of those changed: rerunning a finished recipe costs a ``stat`` per file, and a file rewritten
+    with the same bytes keeps its fingerprint. Paths inside ``root`` or a ``near`` folder (``--data-workdir``)
+    are recorded relative to ``root``, so a work directory copied with its data folder compares equal.
     """
 
     def __init__(self, root: Path, cache: Path, near: Sequence[Path] = ()):
         self.root, self.cache_path = Path(root), Path(cache)
         self.near = [Path(folder) for folder in near if Path(folder) != self.root]
-        try:
-            self.cache: Dict[str, dict] = json.loads(self.cache_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            self.cache = {}
+        self.cache: Dict[str, dict] = read_json_or(self.cache_path, {})
         self.dirty = False
 
     def key(self, path) -> str:
-        """``path`` relative to the root when it is inside it or in a ``near`` folder
-        (``../DATA/...``), else absolute."""
+        """``path`` relative to the root when inside it or a ``near`` folder (``../DATA/...``), else absolute."""
         path = Path(path)
         try:
             return path.relative_to(self.root).as_posix()
@@ -60,8 +44,7 @@ class Fingerprints:
         return {"size": seen["size"], "sha256": seen["sha256"]}
 
     def of(self, path) -> Optional[dict]:
-        """A file's ``{"size", "sha256"}``; a folder's ``{"files": {relative path: ...}}``
-        (every file below it); None if ``path`` does not exist."""
+        """A file's ``{"size", "sha256"}``; a folder's ``{"files": {relative path: ...}}``; None if missing."""
         path = Path(path)
         if path.is_dir():
             files = sorted(p for p in path.rglob("*") if p.is_file())
@@ -84,8 +67,7 @@ class Fingerprints:
 
 
 def difference(key: str, before: Optional[dict], now: Optional[dict], since: str = "") -> Optional[str]:
-    """How ``key`` changed from ``before`` to ``now`` (fingerprints of :meth:`Fingerprints.of`)
-    in words (``since``: when ``before`` was taken, e.g. "since it ran"), or None if it did not."""
+    """How ``key`` changed from ``before`` to ``now`` (:meth:`Fingerprints.of`) ``since`` when, in words, or None."""
     if before == now:
         return None
     if now is None:

@@ -1,6 +1,5 @@
-"""One run per work directory: :func:`workdir_lock`, a kernel ``flock`` on ``WORKDIR/.lock``
-that a second run meets as one error line, that a killed run never leaves stale, and that
-the commands a run starts inherit."""
+"""One run per work directory: :func:`workdir_lock`, a kernel ``flock`` on ``WORKDIR/.lock`` that a second run
+meets as one error line, that a killed run never leaves stale, and that the commands a run starts inherit."""
 import errno
 import fcntl
 import os
@@ -10,7 +9,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from .boundary import open_no_follow, refuse_links
 from ..cli import UserError, log
@@ -45,15 +44,22 @@ def _write(fd: int):
     os.fsync(fd)
 
 
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        pass
+    return True
+
+
 def _alive(info: dict) -> bool:
     """Whether the pid of ``info`` is a live process on this host."""
     try:
-        os.kill(int(info["pid"]), 0)
-    except (KeyError, ValueError, ProcessLookupError):
+        return pid_alive(int(info["pid"]))
+    except (KeyError, ValueError):
         return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
 
 
 def describe(info: dict) -> str:
@@ -67,38 +73,14 @@ def describe(info: dict) -> str:
 
 @contextmanager
 def workdir_lock(workdir, option: str = "--workdir", wait: bool = False):
-    """Hold the lock of ``workdir`` (created if needed) while the block runs.
-
-    Re-entrant within a process. Raises :class:`UserError` (one line) when another
-    run holds it (``wait``: waits for that run to release it instead), or when ``workdir``
-    cannot be created or written (naming ``option``).
-
-    Every command that writes a work directory (each recipe through
-    :func:`attn_kit.pipeline.stages.run_recipe`, the plugin-vs-stock comparison,
-    anything else that fills a ``--workdir``) holds :func:`workdir_lock` while it
-    writes. A second run on the same directory stops at once with one line::
-
-        error: WORKDIR is in use by another run (pid N on HOST, started 2026-11-25 08:30:12: COMMAND)
-
-    The lock is the kernel's: ``fcntl.flock`` on ``WORKDIR/.lock``, which holds
-    the owner's pid, host, start time and command as text. The kernel drops a
-    flock when the last process holding it ends, however it ends (kill -9
-    included), so the lock of a killed run is never stale: the next run takes it
-    over and says so. The commands a run starts (fairseq-train, ...) inherit the
-    lock (:func:`inherited_fds`, passed on by :func:`attn_kit.pipeline.process.stream`),
-    so a run whose own process was killed while its fairseq-train goes on still
-    counts as running until that ends (it is told to stop:
-    :func:`attn_kit.pipeline.process.die_with_parent`); a new run waits for such
-    leftovers of a run that has ended (seconds: fairseq's data-loader workers
-    notice their parent is gone), up to a minute. On a file system without
-    flock (some network mounts) the pid and host in the file decide: a live pid on
-    this host holds it, a dead one is taken over, another host's is refused with a
-    hint to remove the file.
-
-    A folder several runs share (the prepared data of ``--data-workdir``) is locked with
-    ``wait=True``: a second run waits, saying for whom, until the first has finished with it,
-    then finds its stages done.
-    """
+    """Hold the lock of ``workdir`` (created if needed) while the block runs; re-entrant within a process.
+    Another run holding it is one :class:`UserError` line naming it (``wait``, for a shared ``--data-workdir``:
+    wait for it instead), and so is a ``workdir`` that cannot be created or written (naming ``option``).
+    The file names the owner (pid, host, start, command). The kernel drops a flock when its last holder ends,
+    so a killed run's lock is never stale; the commands a run starts inherit it (:func:`inherited_fds`), and a
+    new run waits up to :data:`LEFTOVER_WAIT` for those of an ended run. Without flock (some network mounts)
+    the file's pid and host decide: a live pid on this host holds it, a dead one is taken over, another host's
+    is refused."""
     workdir = Path(workdir).resolve()
     if workdir in _HELD:
         yield
@@ -126,21 +108,27 @@ def workdir_lock(workdir, option: str = "--workdir", wait: bool = False):
         os.close(fd)  # closing drops the flock
 
 
-def _take(fd: int, workdir: Path):
-    """Lock ``fd`` or raise UserError naming the owner. The file is never removed: a run
-    that opened it just before a removal would hold a lock no later run can see."""
+def _flock(fd: int) -> Optional[bool]:
+    """Try to flock ``fd``: True when taken, False when another holds it, None on a file system without flock."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        flock = True
+        return True
     except BlockingIOError:
-        _wait_for_leftovers(fd, workdir, _read(fd))
-        flock = True
+        return False
     except OSError as exc:
         if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
             raise
-        flock = False  # no flock on this file system: the file's pid and host decide
+        return None
+
+
+def _take(fd: int, workdir: Path):
+    """Lock ``fd`` or raise UserError naming the owner. The file is never removed: a run that opened it just
+    before a removal would hold a lock no later run can see."""
+    flock = _flock(fd)
+    if flock is False:
+        _wait_for_leftovers(fd, workdir, _read(fd))  # returns holding the flock
     previous = _read(fd)
-    if not flock and previous.get("pid"):
+    if flock is None and previous.get("pid"):  # no flock: the file's pid and host decide
         if previous.get("host") != socket.gethostname():
             raise UserError(f"{workdir} is in use by another run ({describe(previous)}; this file system has no "
                             f"locks, so if that run is gone, remove {workdir / LOCK_NAME})")
@@ -153,24 +141,18 @@ def _take(fd: int, workdir: Path):
 
 
 def _wait_for_owner(fd: int, workdir: Path, poll: float = 1.0):
-    """Block until no live run holds ``workdir``'s lock (the lock is then taken: a flock, or the
-    file's pid on a file system without flock). Whoever holds it is named once."""
+    """Block until no live run holds ``workdir``'s lock (then taken, if flock works); the holder named once."""
     said = False
     while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        flock = _flock(fd)
+        if flock:
             return
-        except BlockingIOError:
-            owner = _read(fd)
-            if not (owner.get("pid") and (_alive(owner) or owner.get("host") != socket.gethostname())):
-                return  # leftovers of an ended run: _take waits for them, as for any lock
-        except OSError as exc:
-            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-                raise
-            owner = _read(fd)
-            if not (owner.get("pid") and owner.get("host") == socket.gethostname() and _alive(owner)
-                    and int(owner["pid"]) != os.getpid()):
-                return  # _take decides (another host's pid is refused there)
+        owner = _read(fd)
+        if flock is False and not (owner.get("pid") and (_alive(owner) or owner.get("host") != socket.gethostname())):
+            return  # leftovers of an ended run: _take waits for them, as for any lock
+        if flock is None and not (owner.get("pid") and owner.get("host") == socket.gethostname() and _alive(owner)
+                                  and int(owner["pid"]) != os.getpid()):
+            return  # _take decides (another host's pid is refused there)
         if not said:
             log(f"{workdir} is in use by another run ({describe(owner)}); waiting for it to finish")
             said = True
@@ -178,9 +160,8 @@ def _wait_for_owner(fd: int, workdir: Path, poll: float = 1.0):
 
 
 def _wait_for_leftovers(fd: int, workdir: Path, owner: dict):
-    """The lock is held. If its owner lives (or is on another host), another run is going on:
-    raise at once. If the owner is gone, what holds the lock are commands it started (they
-    inherit it), which die with it: wait up to LEFTOVER_WAIT seconds for them to exit."""
+    """The lock is held: by another run if its owner lives (or is on another host): raise at once; else by
+    commands the ended owner started, which die with it: wait up to :data:`LEFTOVER_WAIT` for them."""
     if owner.get("pid") and (_alive(owner) or owner.get("host") != socket.gethostname()):
         raise UserError(f"{workdir} is in use by another run ({describe(owner)}); wait for it to finish or stop it, "
                         "or use another --workdir")

@@ -1,9 +1,5 @@
-"""A local stand-in for the download hosts: an HTTP server with Range support,
-and deterministic tar archives to put on it.
-
-Used by the recipes' smoke mode (tiny archives laid out like WMT's, served on
-127.0.0.1) and by the tests of :mod:`attn_kit.pipeline.download`.
-"""
+"""A local stand-in for the download hosts: an HTTP server with Range support and deterministic tar archives
+to put on it, for the recipes' smoke mode (tiny archives laid out like WMT's) and the download tests."""
 import gzip
 import io
 import os
@@ -17,10 +13,8 @@ from urllib.parse import unquote, urlsplit
 
 
 class RangeRequestHandler(BaseHTTPRequestHandler):
-    """GET/HEAD of the files under ``server.root``, honouring ``Range: bytes=A-B``
-    (206 with Content-Range, 416 past the end), which SimpleHTTPRequestHandler
-    ignores and which resuming a download needs. Tests subclass it to break or
-    record transfers (:meth:`byte_range`, :meth:`send_body`)."""
+    """GET/HEAD of the files under ``server.root``, honouring ``Range: bytes=A-B`` (206, or 416 past the end),
+    which SimpleHTTPRequestHandler ignores. Tests override :meth:`byte_range` and :meth:`send_body`."""
 
     def do_GET(self):
         self._serve(body=True)
@@ -32,9 +26,8 @@ class RangeRequestHandler(BaseHTTPRequestHandler):
         pass  # quiet: the recipe's own log says what is fetched
 
     def byte_range(self, size: int) -> Optional[Tuple[int, int]]:
-        """Inclusive (first, last) byte asked for, None for the whole file;
-        ValueError when the range cannot be satisfied. Multiple ranges are
-        answered with the whole file, which HTTP allows."""
+        """Inclusive (first, last) byte asked for, None for the whole file (also for several ranges, as HTTP
+        allows); ValueError when the range cannot be satisfied."""
         m = re.fullmatch(r"bytes=(\d*)-(\d*)", (self.headers.get("Range") or "").strip())
         if not m or m.group(1) == m.group(2) == "":
             return None
@@ -87,9 +80,7 @@ class RangeRequestHandler(BaseHTTPRequestHandler):
 
 def serve(root: Path, host: str = "127.0.0.1", port: int = 0,
           handler=RangeRequestHandler) -> Tuple[str, Callable[[], None]]:
-    """Serve the files under ``root`` from a daemon thread; return (base URL, stop).
-
-    ``port`` 0 picks a free one."""
+    """Serve the files under ``root`` from a daemon thread (``port`` 0: a free one); return (base URL, stop)."""
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     server.root = Path(root)
@@ -105,10 +96,8 @@ def serve(root: Path, host: str = "127.0.0.1", port: int = 0,
 
 
 def make_tar(out: Path, members: Dict[str, bytes], gz: bool):
-    """Write a tar (gzipped when ``gz``) holding ``members`` (name -> bytes).
-
-    Deterministic (sorted names, mtime 0, fixed owner and mode, gzip mtime 0),
-    so the same members always give the same bytes and sha256."""
+    """Write a tar (gzipped when ``gz``) holding ``members`` (name -> bytes), deterministic (sorted names,
+    mtime 0, fixed owner and mode): the same members always give the same bytes."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for name in sorted(members):

@@ -1,16 +1,8 @@
-"""Running the tools a recipe or a comparison starts: one way to find them and
-one way to follow their output.
-
-:func:`stream` is the one subprocess streamer of attn_kit: the recipe stages
-(:meth:`attn_kit.pipeline.stages.Context.sh`) and the plugin-vs-stock
-comparison (:mod:`lab.compare`) both hand each output line of a command
-to a function as it comes (to a log file, to the console, to a parser of
-fairseq's JSON log lines) and report a failure by its last line.
-
-A command it starts dies with the process that started it
-(:func:`die_with_parent`) and inherits the work directory's lock
-(:func:`attn_kit.pipeline.lock.inherited_fds`): a fairseq-train whose recipe
-was killed neither trains on alone nor lets a second run start while it does.
+"""Running the tools a recipe or a comparison starts: :func:`stream`, attn_kit's one subprocess streamer (the
+recipe stages and :mod:`lab.compare`), hands each output line of a command to a function as it comes
+and reports a failure by its last line. A command it starts dies with the process that started it
+(:func:`die_with_parent`) and inherits the work directory's lock (:func:`attn_kit.pipeline.lock.inherited_fds`):
+a fairseq-train whose recipe was killed neither trains on alone nor lets a second run start while it does.
 """
 import ctypes
 import getpass
@@ -30,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Set, Tuple
 
 from ..cli import UserError, log, raise_if_signalled
-from .lock import inherited_fds
+from .lock import inherited_fds, pid_alive
 
 try:  # Linux: prctl(PR_SET_PDEATHSIG, SIGTERM), looked up before any fork
     _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
@@ -39,16 +31,14 @@ except (OSError, AttributeError):
 
 
 def die_with_parent():
-    """``preexec_fn`` of a child: the kernel sends it SIGTERM when the process that
-    started it ends, however it ends (on Linux; elsewhere nothing)."""
+    """``preexec_fn`` of a child: the kernel sends it SIGTERM when its parent ends, however (Linux only)."""
     if _PRCTL is not None:
         _PRCTL(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
 
 
 def console_script(program: str) -> str:
-    """A console script (fairseq-train, torchrun, subword-nmt, ...) of the running
-    Python's environment, even when that environment is not activated; else the
-    name as given, for the PATH to resolve."""
+    """A console script (fairseq-train, subword-nmt, ...) of the running Python's environment, even when it is
+    not activated; else the name as given, for the PATH to resolve."""
     if os.sep not in program:
         candidate = Path(sys.executable).parent / program
         if candidate.exists():
@@ -100,13 +90,11 @@ def cpu_ticks(pids) -> int:
 
 
 class WorkerWatch(threading.Thread):
-    """Watches the worker processes of a command (multiprocessing pools: subword-nmt's, fairseq-preprocess's)
-    every :data:`WATCH_SECONDS`. A pool replaces a worker that was killed from outside (the out-of-memory
-    killer sends SIGKILL) with a new one, and the work the dead one held never comes back: the command
-    then waits forever, its processes idle. A worker gone and another started under the same parent
-    looks the same as the next of several pools a tool runs one after the other, which go on working;
-    so a replacement followed by :data:`IDLE_SECONDS` without a tick of CPU in the whole tree ends the
-    command and its workers (:func:`end_tree`); :attr:`reason` says why."""
+    """Watches a command's worker pool (subword-nmt's, fairseq-preprocess's) every :data:`WATCH_SECONDS`. A pool
+    replaces a worker killed from outside (the out-of-memory killer) and the dead one's work never comes back:
+    the command waits forever. A replacement followed by :data:`IDLE_SECONDS` without a tick of CPU in the whole
+    tree (not the next of several pools, which goes on working) ends the command (:func:`end_tree`);
+    :attr:`reason` says why."""
 
     def __init__(self, proc: subprocess.Popen, name: str):
         super().__init__(daemon=True)
@@ -134,10 +122,9 @@ class WorkerWatch(threading.Thread):
 
 
 def end_tree(pid: int) -> None:
-    """Kill ``pid`` and every process below it, none of them able to start another meanwhile: each is
-    stopped first (SIGSTOP; a fork under way is undone), the tree read again until no new one appears,
-    then all get SIGKILL. A pool's parent would otherwise replace the workers as they die, and a
-    replacement left running holds the command's output open: the stage waits for it forever."""
+    """Kill ``pid`` and every process below it, none able to start another meanwhile (a pool's replacement
+    would hold the command's output open): each is stopped first (SIGSTOP), the tree read again until no new
+    one appears, then all get SIGKILL."""
     stopped: Set[int] = set()
     while True:
         tree = {pid, *descendants(pid)} - stopped
@@ -172,21 +159,11 @@ IDLE_SECONDS = 10.0  # a tool working hard does not sit idle this long
 def stream(cmd: Sequence, on_line: Callable[[str], None], env: Optional[dict] = None,
            stdin: Optional[Path] = None, stdout: Optional[Path] = None,
            watch_workers: bool = False) -> Tuple[int, str]:
-    """Run ``cmd`` and hand each line it prints to ``on_line`` as it comes: stdout
-    and stderr together, or stderr alone when ``stdout`` (a file) takes stdout.
-    ``stdin`` is a file to read, else nothing. Ctrl-C stops the command too.
-
-    Returns (exit status, its last non-empty output line without an ``error: ``
-    prefix: the one-line errors of attn_kit's commands read as the reason).
-    Raises FileNotFoundError if the program does not exist.
-
-    The command's TMPDIR is a folder of its own (:func:`scratch_folder`), removed when it
-    ends, so that what its tools leave there goes too: each DataLoader worker of
-    fairseq-train and -generate makes a ``pymp-*`` folder and is ended with SIGTERM, which
-    leaves the folder behind.
-
-    ``watch_workers``: the command runs a pool of worker processes (:class:`WorkerWatch`); a worker killed
-    from outside ends it with a UserError, where it would have waited forever."""
+    """Run ``cmd`` and hand each line it prints to ``on_line`` as it comes: stdout and stderr together, or
+    stderr alone when ``stdout`` (a file) takes stdout; ``stdin``: a file to read. Ctrl-C stops the command
+    too. Returns (exit status, its last non-empty line without an ``error: `` prefix); FileNotFoundError if
+    the program does not exist. Its TMPDIR is a folder of its own (:func:`scratch_folder`), removed when it
+    ends (fairseq's DataLoader workers leave ``pymp-*`` folders). ``watch_workers``: see :class:`WorkerWatch`."""
     cmd = [str(c) for c in cmd]
     scratch = scratch_folder()
     env = dict(os.environ if env is None else env)
@@ -231,12 +208,9 @@ def stream(cmd: Sequence, on_line: Callable[[str], None], env: Optional[dict] = 
 
 
 def scratch_folder() -> str:
-    """A new folder ``attn-PID-*`` for a command's TMPDIR, short enough for the sockets of fairseq's
-    data-loader workers (in the temporary folder, or /tmp or /dev/shm where that one's path is too
-    long, said in a line), after removing the ones this kit made for processes that have ended: what a
-    run killed with SIGKILL could not remove itself. A folder is removed only where its marker says
-    this machine, this boot and this PID namespace made it for a process that is gone; nothing else is
-    touched, whatever its name."""
+    """A new folder ``attn-PID-*`` for a command's TMPDIR (:func:`_scratch_root`), after removing those this kit
+    made for processes that have ended (killed with SIGKILL): only where its marker says this machine, boot and
+    PID namespace made it for a process that is gone; nothing else is touched, whatever its name."""
     root = _scratch_root()
     me = _identity()
     for name in os.listdir(root):
@@ -258,8 +232,8 @@ _SAID_LONG: Set[str] = set()  # the long TMPDIRs a line has been printed for
 
 
 def _scratch_root() -> str:
-    """The temporary folder, or the first of /tmp and /dev/shm where a scratch folder's path in it
-    would leave no room for a socket (a long TMPDIR: fairseq-train's workers then wait forever)."""
+    """The temporary folder, or where that is too long for a socket in a scratch folder (fairseq-train's workers
+    would wait forever), the first of /tmp and /dev/shm, said in a line."""
     root = tempfile.gettempdir()
     longest = len("/attn-4194304-12345678")
     if len(root) + longest <= _SOCKET_ROOM:
@@ -277,8 +251,8 @@ def _scratch_root() -> str:
 
 
 def _identity() -> Optional[Tuple[str, str, str]]:
-    """(host name, boot id, PID namespace) of this process; None where Linux's /proc does not say
-    (then no scratch folder is ever removed but by its own command)."""
+    """(host name, boot id, PID namespace) of this process; None without Linux's /proc (then no scratch folder
+    is removed but by its own command)."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
@@ -288,8 +262,7 @@ def _identity() -> Optional[Tuple[str, str, str]]:
 
 
 def _start_time(pid: int) -> Optional[int]:
-    """When process ``pid`` started (clock ticks after boot, /proc/PID/stat's field 22): a PID used
-    again by a later process starts later."""
+    """When process ``pid`` started (ticks after boot, /proc/PID/stat's field 22; a reused PID starts later)."""
     fields = _stat(pid)
     try:
         return int(fields[19])
@@ -298,8 +271,7 @@ def _start_time(pid: int) -> Optional[int]:
 
 
 def _owner(path: str) -> Optional[dict]:
-    """The marker of the scratch folder ``path``: a folder of this user, not a link, holding
-    :data:`SCRATCH_MARKER`; None for anything else."""
+    """The marker of the scratch folder ``path`` (a folder of this user, not a link); None for anything else."""
     try:
         st = os.lstat(path)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
@@ -312,21 +284,10 @@ def _owner(path: str) -> Optional[dict]:
 
 
 def _running(pid, start) -> bool:
-    """Whether the process that made a scratch folder is still running: its PID is in use by a process
-    that started when it did."""
-    if not isinstance(pid, int) or not _alive(pid):
+    """Whether the process that made a scratch folder runs: its PID is in use by one that started when it did."""
+    if not isinstance(pid, int) or not pid_alive(pid):
         return False
     return start is None or _start_time(pid) in (start, None)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's: alive
-        pass
-    return True
 
 
 # The longest TMPDIR that has room for a DataLoader worker's socket, pymp-*/listener-*, in an AF_UNIX
@@ -335,8 +296,7 @@ _SOCKET_ROOM = 107 - len("/pymp-12345678/listener-12345678")
 
 
 def _inductor_cache() -> str:
-    """torch.compile's cache folder as torch picks it by default, in the usual TMPDIR
-    (torch._inductor.runtime.cache_dir_utils.default_cache_dir, without importing torch)."""
+    """torch.compile's default cache folder in the usual TMPDIR (torch._inductor's), without importing torch."""
     try:
         user = getpass.getuser()
     except (KeyError, OSError):

@@ -1,12 +1,6 @@
-"""Progress lines with an ETA for the recipes' long stages.
-
-:class:`Progress` prints ``label: done/total unit (P%), rate/s, ETA 1h02m`` at most
-every ``every`` seconds (and once at the end), from the rate measured since it
-started. :func:`watch_lines` follows a command that writes its output into a
-file (subword-nmt apply-bpe, fairseq-generate) from a thread that counts the
-file's complete lines as they arrive. Training has its own line
-(:class:`attn_kit.fairseq_layer.fairseq_log.TrainProgress`: updates, s/update, ETA);
-downloads print MB, MB/s and an ETA (:mod:`attn_kit.pipeline.download`).
+"""Progress lines with an ETA for the recipes' long stages: :class:`Progress`, and :func:`watch_lines` for a
+command that writes its output into a file (apply-bpe, fairseq-generate). Training has its own
+(:class:`attn_kit.fairseq_layer.fairseq_log.TrainProgress`), downloads too (:mod:`attn_kit.pipeline.download`).
 """
 import threading
 import time
@@ -29,7 +23,7 @@ def clock_text(seconds: float) -> str:
 
 
 class Progress:
-    """Per-interval progress of ``total`` units of work (lines, sentences, ...)."""
+    """``label: done/total unit (P%), rate/s, ETA 1h02m`` at most every ``every`` seconds."""
 
     def __init__(self, label: str, total: Optional[int], unit: str = "lines", every: float = 10.0,
                  clock: Callable[[], float] = time.time, out: Callable[[str], None] = log):
@@ -64,8 +58,7 @@ class Progress:
 
 
 def count_complete_lines(path: Path, offset: int, prefix: bytes = b"") -> tuple:
-    """Complete lines of ``path`` from byte ``offset`` on (those starting with ``prefix``):
-    (count, offset after the last complete line)."""
+    """(complete lines of ``path`` from byte ``offset`` on starting with ``prefix``, offset after the last)."""
     try:
         with open(path, "rb") as f:
             f.seek(offset)
@@ -81,8 +74,8 @@ def count_complete_lines(path: Path, offset: int, prefix: bytes = b"") -> tuple:
 @contextmanager
 def watch_lines(path: Path, total: Optional[int], label: str, unit: str = "lines", prefix: bytes = b"",
                 every: float = 10.0):
-    """While the block runs, report how many lines (starting with ``prefix``) a
-    command has written into ``path`` out of ``total``, every ``every`` seconds."""
+    """While the block runs, report every ``every`` seconds how many lines (starting with ``prefix``) out of
+    ``total`` a command has written into ``path``."""
     progress = Progress(label, total, unit, every=every)
     stop = threading.Event()
     state = {"n": 0, "offset": 0}
@@ -103,8 +96,7 @@ def watch_lines(path: Path, total: Optional[int], label: str, unit: str = "lines
 
 
 def watch_output(ctx, out: Path, source: Path, label: str, unit: str = "lines", prefix: bytes = b""):
-    """:func:`watch_lines` for a recipe step (``ctx``, a stage's Context) that writes ``out``
-    with one line (starting with ``prefix``) per line of ``source``; nothing with --dry-run."""
+    """:func:`watch_lines` of a step writing a line of ``out`` per line of ``source``; none with --dry-run."""
     if ctx.dry_run:
         return nullcontext()
     return watch_lines(out, count_lines(source), label, unit, prefix)

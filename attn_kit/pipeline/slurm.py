@@ -1,7 +1,5 @@
-"""Recipes as Slurm jobs: the sbatch scripts a recipe writes for ``--launcher slurm``
-(:func:`sbatch_script`: a data job and a training job, requeued before a time limit) and
-their submission (:func:`submit`)."""
-import json
+"""Recipes as Slurm jobs (``--launcher slurm``, docs/scaling.md): the sbatch scripts a recipe writes
+(:func:`sbatch_script`: a data job and a training job, requeued before a time limit) and their submission."""
 import os
 import re
 import shlex
@@ -13,6 +11,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 from ..cli import UsageError, UserError, log, one_line, write_json_atomic, write_text_atomic
+from .download import read_json_or
 
 PREP_SCRIPT = "prepare.sbatch"  # the data job's
 SCRIPT = "train.sbatch"  # the training job's
@@ -24,8 +23,8 @@ def _quote(args: Sequence) -> str:
 
 
 def _plain(what: str, value) -> str:
-    """``value`` for a Slurm script: a line break would be a shell line of its own, and sbatch stops
-    reading #SBATCH directives there, dropping --requeue, --signal and --output silently."""
+    """``value`` for a Slurm script, refused with a line break (sbatch would stop reading #SBATCH directives
+    there, dropping --requeue, --signal and --output silently)."""
     return one_line(what, value, "a Slurm script")
 
 
@@ -39,8 +38,7 @@ def _directive(option: str, value) -> str:
 
 @dataclass(frozen=True)
 class Allocation:
-    """What a job asks Slurm for: ``nnodes`` x ``tasks_per_node`` tasks, ``gpus_per_node`` GPUs
-    each node, ``cpus_per_task`` CPUs and ``mem`` each task; where and how long (None: Slurm's default)."""
+    """What a job asks Slurm for (None: Slurm's default); ``cpus_per_task`` and ``mem`` are each task's."""
     nnodes: int = 1
     tasks_per_node: int = 1
     gpus_per_node: int = 0
@@ -54,26 +52,12 @@ class Allocation:
 def sbatch_script(job_command: List[str], workdir: Path, script: str = SCRIPT, alloc: Allocation = Allocation(),
                   signal_seconds: int = 0, env: Optional[dict] = None, cwd: Optional[Path] = None,
                   watch: Optional[Path] = None) -> str:
-    """The text of WORKDIR/``script``: an sbatch script that runs ``job_command`` once, on the first
-    node of the allocation ``alloc``.
-    ``signal_seconds`` > 0: stop and requeue that long before the time limit (see below),
-    if ``watch`` (default ``workdir``, the folder the job works in) shows progress.
-
-    ``--launcher slurm`` submits two such jobs: ``prepare.sbatch`` runs the stages before training
-    on one CPU-only task (not submitted when they are done; ``--prepare-here`` runs them where the
-    command is typed), ``train.sbatch`` the rest, after it (``--dependency=afterok``,
-    ``--kill-on-invalid-dep``); its train stage starts one fairseq-train task per GPU with srun
-    (:func:`attn_kit.fairseq_layer.fairseq_commands.srun_launcher`), and ``--precision auto`` and ``--ngpus`` are
-    resolved and checked on the job's node. Each script exports ``SRUN_CPUS_PER_TASK``: from Slurm
-    22.05 srun no longer passes ``--cpus-per-task`` on to its tasks. The recipe runs in the
-    background so that bash acts on signals: USR1 (``--signal=B:USR1@N``) stops it with SIGTERM and
-    requeues the job if it saved something since it started (a checkpoint or a stage's stamp), so
-    that a ``--time`` too short for one checkpoint cannot requeue forever; SIGTERM (scancel,
-    preemption) is passed on and does not requeue. fairseq-train cannot save on the signal (no
-    hook; a save all ranks agree on needs a collective at every update): the work since the last
-    checkpoint is lost, as at a crash. While a job in ``WORKDIR/slurm_job.json`` is queued or
-    running, the recipe submits no more.
-    """
+    """The text of WORKDIR/``script``: an sbatch script that runs ``job_command`` once, on the first node of
+    ``alloc``; ``signal_seconds`` > 0: stop and requeue that long before the time limit (USR1) if ``watch``
+    (default ``workdir``) shows it saved something since it started, so that a ``--time`` too short for one
+    checkpoint cannot requeue forever; SIGTERM (scancel, preemption) is passed on without requeueing. It exports
+    ``SRUN_CPUS_PER_TASK`` (from Slurm 22.05 srun no longer passes ``--cpus-per-task`` on). fairseq-train cannot
+    save on the signal: the work since the last checkpoint is lost, as at a crash (docs/scaling.md)."""
     for what, value in (("--workdir", workdir), ("the working directory", cwd or Path.cwd()),
                         *((f"the environment variable {k}", f"{k}={v}") for k, v in (env or {}).items()),
                         *(("an argument of the job's command", a) for a in job_command)):
@@ -108,8 +92,8 @@ def sbatch_script(job_command: List[str], workdir: Path, script: str = SCRIPT, a
 
 
 def _requeued_run(job_command: List[str], signal_seconds: int, logs: Path, watch: Path) -> List[str]:
-    """The script's lines that run ``job_command`` in the background and requeue the job on USR1
-    when ``watch`` shows it saved something (see :func:`sbatch_script`)."""
+    """The script's lines that run ``job_command`` in the background (so that bash acts on signals) and requeue
+    the job on USR1 when ``watch`` shows it saved something (see :func:`sbatch_script`)."""
     started = shlex.quote(str(logs)) + '/.slurm-"${SLURM_JOB_ID:-0}".started'
     return [
         f"# USR1, {signal_seconds} s before the time limit: stop the recipe (SIGTERM: it stops fairseq-train and keeps",
@@ -141,8 +125,7 @@ def _requeued_run(job_command: List[str], signal_seconds: int, logs: Path, watch
 
 
 def job_state(job_id: str) -> Optional[str]:
-    """The state squeue reports for ``job_id`` (PENDING, RUNNING, ...), or None when it
-    is not queued any more (or squeue is not there to ask)."""
+    """The state squeue reports for ``job_id`` (PENDING, RUNNING, ...); None when not queued (or no squeue)."""
     if not shutil.which("squeue"):
         return None
     try:
@@ -153,19 +136,10 @@ def job_state(job_id: str) -> Optional[str]:
     return out.splitlines()[0] if out else None
 
 
-def recorded_jobs(workdir: Path) -> List[dict]:
-    """The jobs WORKDIR/slurm_job.json records (``job_id``, ``script``), oldest first; a record
-    from before the preparation job had its own (one ``job_id``) reads as one job."""
-    try:
-        record = json.loads((workdir / RECORD).read_text())
-    except (OSError, ValueError):
-        return []
-    return record.get("jobs", [record] if record.get("job_id") else [])
-
-
 def check_no_job(workdir: Path):
-    """Refuse, in one line, while a job this work directory recorded is queued or running."""
-    for job in recorded_jobs(workdir):
+    """Refuse in one line while a job WORKDIR/slurm_job.json records (one ``job_id``: older) is queued or running."""
+    record = read_json_or(workdir / RECORD, {})
+    for job in record.get("jobs", [record] if record.get("job_id") else []):
         state = job_state(job["job_id"])
         if state:
             raise UserError(f"Slurm job {job['job_id']} of this workdir is still {state} "
@@ -174,24 +148,21 @@ def check_no_job(workdir: Path):
 
 
 def sbatch_command(path: Path, after: Sequence[str] = ()) -> str:
-    """The sbatch command line of the script ``path``; ``after``: the jobs it waits for: it starts
-    only once all of them ended well, and is cancelled if one failed."""
+    """sbatch of the script ``path``, started once the jobs ``after`` ended well, cancelled if one failed."""
     deps = f"--dependency=afterok:{':'.join(after)} --kill-on-invalid-dep=yes " if after else ""
     return f"sbatch {deps}{shlex.quote(str(path))}"
 
 
 def output_folder(text: str) -> Optional[Path]:
-    """The folder of a script's ``#SBATCH --output``: sbatch does not create it, and a job whose
-    output cannot be opened fails before its first line runs, writing nothing anywhere."""
+    """The folder of a script's ``#SBATCH --output``, which sbatch does not create (the job would fail silently)."""
     m = re.search(r"^#SBATCH --output=\"?(.*?)\"?$", text, re.M)
     return Path(m.group(1)).parent if m else None
 
 
 def submit(scripts: List[tuple], workdir: Path, dry_run: bool) -> List[Optional[str]]:
-    """Write each (file name, text[, after]) of ``scripts`` to WORKDIR (a name may hold folders) and
-    submit them in order with sbatch where that exists (:func:`sbatch_command`); ``after``: the
-    indices in ``scripts`` of the jobs it waits for (default: the one before it). --dry-run prints
-    them instead. Returns the job ids (None where not submitted)."""
+    """Write each (file name, text[, after]) of ``scripts`` to WORKDIR and submit them in order with sbatch
+    where there is one; ``after``: the indices of the jobs it waits for (default: the one before it).
+    --dry-run prints them instead. Returns the job ids (None where not submitted)."""
     paths = [workdir / s[0] for s in scripts]
     waits = [tuple(s[2]) if len(s) > 2 else (i - 1,) if i else () for i, s in enumerate(scripts)]
     if any(j >= i or j < 0 for i, w in enumerate(waits) for j in w):
@@ -237,6 +208,5 @@ def submit(scripts: List[tuple], workdir: Path, dry_run: bool) -> List[Optional[
 
 
 def job_environment() -> dict:
-    """What the job's recipe needs of this shell's environment: PYTHONPATH, when set
-    (a checkout used without ``pip install -e .``)."""
+    """What the job's recipe needs of this shell's environment: PYTHONPATH, when set (a checkout not installed)."""
     return {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}

@@ -1,15 +1,13 @@
-"""The stage engine the recipes run on: a recipe is a list of :class:`Stage` objects that
-:class:`Pipeline` runs in order, each skipped when a stamp says it is done with the same
-inputs and options, started over when one changed, resumed when it was cut off. ``--dry-run``
-prints every command, ``--stage``/``--stop-stage`` pick a range; :func:`run_recipe` holds
-the work directory's lock for the whole run. A failing command is one line naming the
-stage, the exit status, the command's last line and its log file."""
+"""The stage engine the recipes run on: :class:`Pipeline` runs a recipe's :class:`Stage` objects in order, each
+skipped when a stamp says it is done with the same inputs and options, started over when one changed, resumed
+when it was cut off; :func:`run_recipe` holds the work directory's lock for the whole run. A failing command is
+one line naming the stage, the exit status, the command's last line and its log file."""
 import json
 import os
 import shlex
 import shutil
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -17,6 +15,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 from ..cli import UserError, atomic_output, log, partial_path, write_json_atomic
 from .boundary import check_inside, open_no_follow
 from .canary_check import check_earlier
+from .download import read_json_or
 from .fingerprint import Fingerprints, difference
 from .lock import workdir_lock
 from .process import stream
@@ -24,24 +23,13 @@ from .process import stream
 
 @dataclass
 class Stage:
-    """One step of a recipe.
-
-    ``run(ctx)`` does the work through ``ctx`` (:meth:`Context.sh`,
-    :meth:`Context.step`, :meth:`Context.output`) so that --dry-run can print it.
-    ``inputs`` (files or folders) are everything it reads: they must exist before
-    it runs, and a change to one makes it start over. ``outputs`` must all exist,
-    unchanged since it made them, for it to count as done. ``options``: the
-    settings that shape its outputs (JSON values); ``resumable``: those of them
-    whose change runs it again on top of its outputs rather than from scratch.
-    ``scratch``: more of what it leaves (partial work, logs) that goes aside with
-    its outputs when it starts over. ``check()`` raises a UserError if the
-    outputs are incomplete; it runs before the stamp is written. ``legacy(name)``:
-    the value of an option that a stamp written before the option was recorded
-    lacks, as the stage's own records say (None: unknown, taken as unchanged). ``home``: the
-    folder that holds its stamp, logs and lock when it is not the pipeline's work
-    directory (a shared data folder: see :class:`Pipeline`); ``home_option``: the
-    option that names it, for messages.
-    """
+    """One step of a recipe. ``run(ctx)`` works through ``ctx`` (:meth:`Context.sh`, ``step``, ``output``) so
+    that --dry-run can print it. ``inputs``: all it reads (a change starts it over); ``outputs``: all there and
+    unchanged for it to count as done; ``options``: the settings that shape its outputs (JSON values), of which
+    ``resumable`` ones run it again on top of its outputs; ``scratch``: more it leaves, set aside with its
+    outputs; ``check()`` raises a UserError for incomplete outputs, before the stamp is written. ``home``: the
+    folder of its stamp, logs and lock when not the work directory (a shared data folder), named by
+    ``home_option`` in messages."""
 
     name: str
     run: Callable[["Context"], None]
@@ -71,13 +59,9 @@ class Context:
     def sh(self, cmd: List, stdin: Optional[Path] = None, stdout: Optional[Path] = None,
            env: Optional[dict] = None, tail: Optional[Callable[[str], Union[bool, str]]] = None,
            workers: bool = False):
-        """Run ``cmd`` (a list); stdout goes to the ``stdout`` file if given,
-        everything else to ``logs/STAGE.log``; ``tail``, a function of each log
-        line, picks the lines to echo to the console as they come: true to echo
-        the line, a string to echo that instead (e.g.
-        :func:`attn_kit.fairseq_layer.fairseq_log.progress_line`). ``workers``: the command runs a pool of worker
-        processes, watched (:class:`attn_kit.pipeline.process.WorkerWatch`): one killed from outside
-        fails the stage in one line instead of leaving it waiting forever."""
+        """Run ``cmd``; stdout to the ``stdout`` file if given, everything else to ``logs/STAGE.log``. ``tail(line)``
+        picks the log lines to echo: true for the line, a string to echo instead. ``workers``: the command runs a
+        worker pool, watched (:class:`attn_kit.pipeline.process.WorkerWatch`) for a worker killed from outside."""
         cmd = [str(c) for c in cmd]
         shown = " ".join([*(f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items()),
                           *(shlex.quote(c) for c in cmd)])
@@ -119,20 +103,9 @@ class Context:
             return fn(*args, **kwargs)
 
     def output(self, path: Path):
-        """A temporary path (:func:`attn_kit.cli.atomic_output`), renamed to ``path``
-        only if the block completes; with --dry-run, nothing is created or renamed."""
-        return _DryOutput(path) if self.dry_run else atomic_output(path)
-
-
-class _DryOutput:
-    def __init__(self, path):
-        self.tmp = partial_path(path)
-
-    def __enter__(self):
-        return self.tmp
-
-    def __exit__(self, *exc):
-        return False
+        """A temporary path (:func:`attn_kit.cli.atomic_output`), renamed to ``path`` only if the block
+        completes; with --dry-run, nothing is created or renamed."""
+        return nullcontext(partial_path(path)) if self.dry_run else atomic_output(path)
 
 
 def _plain(value):
@@ -140,50 +113,16 @@ def _plain(value):
     return json.loads(json.dumps(value, default=str))
 
 
-def _read_json(path: Path) -> Optional[dict]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 class Pipeline:
-    """Runs ``stages`` in order under ``workdir``; ``first``/``last`` (1-based
-    numbers or stage names) select a range, ``dry_run`` only prints.
-
-    - **idempotent**: a stage that finished leaves a stamp ``WORKDIR/.stages/NAME.done``
-      (written last, after its outputs passed their completeness check). The stamp
-      records the fingerprints (size, sha256: :mod:`attn_kit.pipeline.fingerprint`)
-      of the stage's declared ``inputs`` and ``outputs`` and the ``options`` that
-      shape it. A later run skips the stage only if all of them are as recorded:
-    - **nothing stale**: when an input or an option changed, the stage starts over
-      (its old outputs are moved to ``WORKDIR/stale/NAME/``, or ``NAME.2/``, ... beside an earlier
-      set-aside: never deleted) and the
-      recipe says which in one line; what it makes then differs, so every stage
-      that reads it starts over in turn. A stage whose output was damaged or deleted
-      since is run again (the damaged file moved aside first). An option listed in
-      ``resumable`` (training's ``--max-update``) runs the stage again on top of
-      its outputs instead. Unchanged files cost a ``stat``, so a finished run
-      reruns in seconds.
-    - **resumable**: a stage killed half-way leaves no stamp and runs again; stages
-      write their outputs under a temporary name and rename them when complete
-      (:meth:`Context.output`), and a training resumes from its checkpoints.
-      ``.stages/NAME.started`` records the inputs it started from: if they changed
-      before the rerun, the stage starts over instead of resuming.
-    - ``--dry-run`` prints every command each stage would run and runs nothing.
-    - ``--stage N`` / ``--stop-stage M`` run only stages N..M (1-based numbers or names).
-    - a stage's declared ``inputs`` that earlier stages make are checked before it
-      starts: a missing one is one error line, not a traceback from deep inside the
-      stage (inputs outside the work directory, the user's data, the stage checks
-      itself, with a message that knows what they are).
-    - one run per work directory: :func:`run_recipe` holds
-      :func:`attn_kit.pipeline.lock.workdir_lock` for the whole run.
-    - stages that live in another folder (``Stage.home``: the data stages in a
-      ``--data-workdir`` that several runs share) keep their stamps, logs and set-aside
-      outputs there, and run holding that folder's lock (a second run waits for it, then
-      finds them done). Such a folder is never started over: a stage there whose inputs
-      or options differ from those it was done with is refused in one line, since other
-      runs may be reading what it made.
+    """Runs ``stages`` in order under ``workdir``; ``first``/``last`` (1-based numbers or stage names, or
+    ``aliases`` of ranges) select a range, ``dry_run`` only prints. A finished stage leaves
+    ``WORKDIR/.stages/NAME.done``, written last, with the fingerprints of its inputs, outputs and options: a later
+    run skips it only if all are as recorded. A changed input or option starts it over (and so every stage that
+    reads it), its old outputs set aside in ``WORKDIR/stale/NAME/``; a damaged output is set aside and made
+    again; a ``resumable`` option runs it again on top of its outputs; a stage killed half-way resumes unless
+    the inputs in ``.stages/NAME.started`` changed. A stage's ``home`` (a shared ``--data-workdir``) keeps its
+    stamps, logs and set-asides and is locked while it runs, and is never started over (refused in one line).
+    docs/faults.md says what each fault does.
     """
 
     def __init__(self, workdir: Path, stages: List[Stage], dry_run=False,
@@ -204,10 +143,6 @@ class Pipeline:
         """The folder of ``stage``'s stamp, logs and set-aside outputs: its ``home`` or the work directory."""
         return Path(stage.home) if stage.home is not None else self.workdir
 
-    def shared(self, stage: Stage) -> bool:
-        """Whether ``stage`` lives in a folder of its own (:attr:`Stage.home`), which other runs may share."""
-        return stage.home is not None
-
     def _homes(self) -> List[Path]:
         return [self.workdir, *dict.fromkeys(Path(s.home) for s in self.stages if s.home is not None)]
 
@@ -218,10 +153,6 @@ class Pipeline:
         if root not in self._fingerprints:
             self._fingerprints[root] = Fingerprints(root, root / ".stages" / "fingerprints.json", near=self._homes())
         return self._fingerprints[root]
-
-    @property
-    def fingerprints(self) -> Fingerprints:
-        return self.fingerprints_of()
 
     def _save_fingerprints(self):
         for fingerprints in self._fingerprints.values():
@@ -247,14 +178,10 @@ class Pipeline:
     def started(self, stage: Stage) -> Path:
         return self.home(stage) / ".stages" / f"{stage.name}.started"
 
-    def is_done(self, stage: Stage) -> bool:
-        """Stamped, and every declared output still there (see :meth:`status` for the full check)."""
-        return self.stamp(stage).exists() and all(Path(p).exists() for p in stage.outputs)
-
     # ------------------------------------------------------------------ what a stage needs
     def _changed(self, stage: Stage, record: dict, resumable: bool = False) -> Optional[str]:
-        """The first option (``resumable``: only those in stage.resumable; else only the
-        others) or, unless ``resumable``, input that differs from ``record``, in words."""
+        """The first option (``resumable``: only those in stage.resumable; else only the others) or, unless
+        ``resumable``, input that differs from ``record``, in words."""
         before, now = record.get("options", {}), _plain(stage.options)
         for name in sorted(set(before) & set(now)):
             if before[name] != now[name] and (name in stage.resumable) == resumable:
@@ -282,14 +209,13 @@ class Pipeline:
         return None
 
     def status(self, stage: Stage) -> Tuple[str, str, List[Path]]:
-        """(what to do, why, outputs to set aside first): ``skip``; ``adopt`` (a stamp of an
-        earlier version without fingerprints: skip and record them); ``run`` (never
-        started); ``resume`` (an earlier run stopped during it); ``over`` (an input or
-        option changed: start over); ``continue`` (a resumable option changed); ``redo``
-        (an output is missing or changed since the stage made it)."""
-        done = _read_json(self.stamp(stage)) if self.stamp(stage).exists() else None
+        """(what to do, why, outputs to set aside first): ``skip``; ``adopt`` (an older stamp without
+        fingerprints: skip and record them); ``run`` (never started); ``resume`` (an earlier run stopped during
+        it); ``over`` (an input or option changed); ``continue`` (a resumable option changed); ``redo`` (an output
+        is missing or changed since the stage made it)."""
+        done = read_json_or(self.stamp(stage)) if self.stamp(stage).exists() else None
         if done is None:
-            started = _read_json(self.started(stage))
+            started = read_json_or(self.started(stage))
             if started is None:
                 return "run", "", []
             why = self._changed(stage, started)
@@ -317,12 +243,9 @@ class Pipeline:
         return ("continue", why, []) if why else ("skip", "", [])
 
     def _set_aside(self, stage: Stage, paths: Sequence[Path]) -> str:
-        """Move ``paths`` (those that exist) to WORKDIR/stale/STAGE/ (STAGE.2/, ... beside an earlier
-        set-aside: what is set aside is never deleted, a user's file in a stage's folder included), whole
-        or not at all; return where, or "" if nothing was moved. A path inside another one goes with it;
-        they are gathered in a folder of their own first (a move across file systems copies, then
-        removes), and a move that fails puts back those already moved and ends in one line, every
-        output where it was."""
+        """Move ``paths`` (those that exist) to WORKDIR/stale/STAGE/ (STAGE.2/, ... beside an earlier set-aside:
+        never deleted), whole or not at all; return where, or "" if nothing was moved. They are gathered in a
+        folder of their own first; a move that fails puts back those already moved and ends in one line."""
         home = self.home(stage)
         aside = home / "stale" / stage.name
         gathering = home / "stale" / f".{stage.name}.partial"
@@ -380,18 +303,17 @@ class Pipeline:
         return record
 
     def note_rewritten(self, path: Path):
-        """``path``, an output of a finished stage, was rewritten on purpose (run_recipe adds
-        the stage times to results.json, an earlier canary's check to its canary.json): record its
-        new fingerprint in the stamp of the stage that made it: one of this pipeline's, else one
-        of another run in the work directory (the canary's: else a --canary run again would redo it)."""
+        """``path``, a finished stage's output, was rewritten on purpose (the stage times in results.json, an
+        earlier canary's check in canary.json): record its new fingerprint in the stamp of the stage that made
+        it, one of this pipeline's, else of another run in the work directory (else a --canary would rerun)."""
         ours = [(self.stamp(stage), self.fingerprints_of(stage)) for stage in self.stages]
-        others = [(stamp, self.fingerprints) for stamp in sorted((self.workdir / ".stages").glob("*.done"))
+        others = [(stamp, self.fingerprints_of()) for stamp in sorted((self.workdir / ".stages").glob("*.done"))
                   if stamp not in {s for s, _ in ours}]
         for stamps in (ours, others):
             found = False
             for stamp, fingerprints in stamps:
                 key = fingerprints.key(path)
-                done = _read_json(stamp) or {}
+                done = read_json_or(stamp) or {}
                 if key in done.get("outputs", {}):
                     done["outputs"][key] = fingerprints.of(path)
                     write_json_atomic(stamp, done)
@@ -402,10 +324,8 @@ class Pipeline:
 
     # ------------------------------------------------------------------ running
     def check_shared_homes(self):
-        """A shared folder (a stage's :attr:`Stage.home`, ``--data-workdir``) holds only what this
-        pipeline's stages there make: stamps of other stages mean another recipe or corpus prepared
-        it (recipes/parallel.sh on a folder of wmt14_en_de.sh --smoke found every stage done and would
-        train on the WMT text): one UserError naming both."""
+        """A shared folder (``--data-workdir``) holds only what this pipeline's stages there make: stamps of
+        other stages mean another recipe or corpus prepared it: one UserError naming both."""
         names = {s.name for s in self.stages}  # a folder that was a whole run's work directory has its later stages
         for home in self._homes()[1:]:
             mine = {s.name for s in self.stages if s.home is not None and Path(s.home) == home}
@@ -417,9 +337,8 @@ class Pipeline:
                                 f"this run a {option} of its own")
 
     def check_own_outputs(self):
-        """A file where a selected stage would write, in a folder no run of it has stamped, was not made
-        by this pipeline (a user's own results.json in the folder given as --workdir): one UserError
-        before anything runs, where the stage would have replaced it."""
+        """A file where a selected stage would write, with no stamp of a run of it, was not made by this
+        pipeline (a user's own results.json in --workdir): one UserError before anything runs."""
         for i, stage in enumerate(self.stages, 1):
             if not self.first <= i <= self.last or self.stamp(stage).exists() or self.started(stage).exists():
                 continue
@@ -465,8 +384,8 @@ class Pipeline:
         return ctx.timings
 
     def _read_only_and_done(self, home: Path) -> bool:
-        """Whether the shared folder ``home`` cannot be written and every selected stage of it is done: a
-        run then only reads it and needs no lock (taking one would fail on a read-only data folder)."""
+        """Whether the shared folder ``home`` is read-only with every selected stage of it done: a run then
+        only reads it and takes no lock (which would fail there)."""
         if not home.is_dir() or os.access(home, os.W_OK):
             return False
         mine = [s for i, s in enumerate(self.stages, 1)
@@ -474,8 +393,7 @@ class Pipeline:
         return all(self.status(s)[0] == "skip" for s in mine)
 
     def _would(self, stage: Stage, earlier_runs: bool) -> Tuple[str, bool]:
-        """For the dry run: what a run would do with ``stage`` as the folders are now (a clause,
-        "" for a stage that never ran), and whether it would run. Nothing is written."""
+        """For the dry run: what a run would do with ``stage`` now (a clause, "" if never run), and whether it runs."""
         action, why, _ = self.status(stage)
         if action in ("skip", "adopt"):
             return ("; done: a run would skip it" + (" unless a stage before it changes its inputs"
@@ -489,12 +407,12 @@ class Pipeline:
         action, why, damaged = self.status(stage)
         if action in ("skip", "adopt"):
             if action == "adopt":  # finished before stamps held fingerprints: trust it, record them now
-                done = _read_json(self.stamp(stage)) or {}
+                done = read_json_or(self.stamp(stage)) or {}
                 write_json_atomic(self.stamp(stage), {**done, **self._record(stage, outputs=True)})
                 self._save_fingerprints()
             log(f"{tag}: done already, skipping" + (f" (in {stage.home})" if stage.home is not None else ""))
             return
-        if action == "over" and self.shared(stage):  # other runs may read what it made: never redone under them
+        if action == "over" and stage.home is not None:  # other runs may read what it made: never redone under them
             raise UserError(f"{stage.home_option} {stage.home} was prepared with other settings (stage {stage.name}: "
                             f"{why}) and other runs may use it: give another {stage.home_option} for these "
                             f"settings, or remove {stage.home} to prepare it again")
@@ -543,10 +461,10 @@ class Pipeline:
         log(f"{tag}: finished in {seconds:.0f}s")
 
     def stage_seconds(self) -> dict:
-        """Wall time each finished stage took when it ran."""
+        """Wall time each finished stage (stamped, its outputs there) took when it ran."""
         out = {}
         for stage in self.stages:
-            if self.is_done(stage):
+            if self.stamp(stage).exists() and all(Path(p).exists() for p in stage.outputs):
                 try:
                     out[stage.name] = json.loads(self.stamp(stage).read_text())["seconds"]
                 except (ValueError, KeyError):
@@ -555,13 +473,9 @@ class Pipeline:
 
 
 def run_recipe(args, stages: List[Stage], report: Callable[[dict], None], aliases: Optional[Dict[str, tuple]] = None):
-    """Run ``stages`` as ``args`` (workdir, dry_run, stage, stop_stage) select
-    (``aliases``: names for ranges of stages, see :class:`Pipeline`), holding the
-    work directory's lock (:func:`attn_kit.pipeline.lock.workdir_lock`: one run per
-    work directory). If the run has results, record each stage's wall time in
-    results.json, check a canary that ran before it in the work directory against it
-    (:func:`attn_kit.pipeline.canary_check.check_earlier`), ``report(results)`` (the recipe
-    prints its scores), then print the times."""
+    """Run ``stages`` as ``args`` (workdir, dry_run, stage, stop_stage) select, holding the work directory's
+    lock. If the run has results: record the stage times in results.json, check an earlier canary there
+    against it (:func:`attn_kit.pipeline.canary_check.check_earlier`), ``report(results)``, print the times."""
     pipeline = Pipeline(args.workdir, stages, args.dry_run, args.stage, args.stop_stage, aliases)
     if args.dry_run:
         pipeline.run()

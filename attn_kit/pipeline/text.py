@@ -1,18 +1,11 @@
-"""Text preparation shared by the recipes, streamed line by line so that a
-WMT corpus is never held in memory.
-
-Tokenization is sacremoses (Moses' normalize-punctuation + tokenizer with
-aggressive hyphen splitting, ``-a``, as fairseq's WMT14 scripts run it);
-cleaning follows Moses' clean-corpus-n.perl, which fairseq's scripts call with
-``-ratio 1.5 ... 1 250``. Nothing here re-implements BPE or binarization:
-subword-nmt and fairseq-preprocess do that.
-
-A user's corpus (recipes/parallel.sh) is read under :mod:`attn_kit.textio`'s policy
-(:func:`copy_corpus`), and so are the recipes' own text files when they are tokenized;
-the WMT14 downloads keep their one-line-per-``\\n`` reading (:func:`concatenate`).
+"""Text preparation shared by the recipes, streamed line by line (a WMT corpus is never held in memory):
+sacremoses' punctuation normalization and tokenization with ``-a``, as fairseq's WMT14 scripts run Moses, and
+Moses' clean-corpus-n.perl rule (``-ratio 1.5 ... 1 250``); subword-nmt and fairseq-preprocess do BPE and
+binarization. A user's corpus and the text the recipes tokenize are read under :mod:`attn_kit.textio`'s
+policy; the WMT14 downloads keep their one-line-per-``\\n`` reading (:func:`concatenate`).
 """
 import gzip
-import io
+import itertools
 import multiprocessing
 import re
 import signal
@@ -44,23 +37,26 @@ def _moses_line(lang: str, line: str) -> str:
 
 
 def moses_tokenizer_args() -> dict:
-    """The same steps as the plugin's fairseq tokenizer ``attn_moses`` takes them (run cards,
-    fairseq-interactive): raw text at translation time is tokenized as the training text was."""
+    """The same steps as the plugin's tokenizer ``attn_moses`` takes them (run cards): raw text at translation
+    time is tokenized as the training text was."""
     return {"tokenizer": "attn_moses", "moses_no_normalize": not MOSES_NORMALIZE, "moses_escape": MOSES_ESCAPE,
             "moses_no_dash_splits": not MOSES_DASH_SPLITS}
 
 
 def moses_tokenize(inp: Path, out: Path, lang: str, workers: int, progress=None):
-    """Moses punctuation normalization and tokenization (sacremoses) of ``inp``
-    into ``out``, streamed through ``workers`` processes (output order = input order);
-    ``progress`` (an :class:`attn_kit.pipeline.progress.Progress`) hears the lines done.
-    ``inp`` is read under :mod:`attn_kit.textio`'s policy."""
+    """Moses punctuation normalization and tokenization of ``inp`` (read under :mod:`attn_kit.textio`'s policy)
+    into ``out`` through ``workers`` processes, in order; ``progress`` (a :class:`Progress`) hears the lines."""
     fn = partial(_moses_line, lang)
     fin = iter_lines(inp)
+    n = 0
     with open(out, "w", encoding="utf-8") as fout:
         lines = ordered_map(fn, fin, workers, f"tokenizing {Path(inp).name}") if workers > 1 else map(fn, fin)
-        _write_counted(fout, lines, progress)
+        for n, line in enumerate(lines, 1):
+            fout.write(line + "\n")
+            if progress and n % 1000 == 0:
+                progress.update(n)
     if progress:
+        progress.done = n
         progress.finish()
 
 
@@ -72,13 +68,10 @@ def _apply(fn, chunk):
 
 
 def ordered_map(fn, items: Iterable, workers: int, what: str, chunk: int = CHUNK) -> Iterator:
-    """``fn`` over ``items`` in ``workers`` forked processes, streamed in order with at most
-    2 x ``workers`` chunks in flight (a WMT corpus is never held in memory). A worker killed from
-    outside (the kernel's out-of-memory killer sends SIGKILL) is one UserError naming ``what`` and
-    the signal at once, not a wait forever (multiprocessing.Pool's ``imap`` never learns of it); on
-    any error or signal the workers are stopped before it propagates."""
+    """``fn`` over ``items`` in ``workers`` forked processes, streamed in order, at most 2 x ``workers`` chunks
+    in flight. A worker killed from outside (the out-of-memory killer) is one UserError naming ``what`` and the
+    signal at once (Pool's ``imap`` would wait forever); on any error or signal the workers are stopped first."""
     import concurrent.futures as cf
-    import itertools
     from collections import deque
 
     pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
@@ -126,33 +119,18 @@ def _killed(processes: dict) -> str:
 
 
 def _pool_worker():
-    """A tokenization worker's signals: SIGTERM's default action (the recipe's own
-    handler, inherited through fork, unwinds a run; a pool worker just ends) and
-    Ctrl-C ignored (the terminal sends it to the whole group: the recipe stops the pool).
-    Python's ``with Pool(...)`` ends a pool with SIGTERM to every worker; a worker
-    still running the inherited Python-level handler could miss it and hang the
-    run (it hung a CI run; a loop of 300 pools hung here too), so the pool is closed
-    instead, and a worker never runs that handler."""
+    """A tokenization worker's signals: SIGTERM's default action (the recipe's inherited handler could miss
+    it and hang the run: it hung a CI run) and Ctrl-C ignored (the terminal sends it to the whole group: the
+    recipe stops the pool)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _write_counted(fout, lines, progress):
-    n = 0
-    for n, line in enumerate(lines, 1):
-        fout.write(line + "\n")
-        if progress and n % 1000 == 0:
-            progress.update(n)
-    if progress:
-        progress.done = n
 
 
 _SEG = re.compile(r"<seg[^>]*>(.*)</seg>", re.I)
 
 
 def read_sgm(path: Path) -> List[str]:
-    """The segments of a WMT ``.sgm`` file (``<seg id="N">text</seg>``), in order.
-    WMT's sgm text is not entity-escaped, so the text is taken as it is."""
+    """The segments of a WMT ``.sgm`` file (``<seg id="N">text</seg>``) in order, as they are (not escaped)."""
     segs = []
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -171,12 +149,9 @@ MAX_EXPANSION = 20
 
 
 def extract_members(archive: Path, wanted: dict):
-    """Copy members of a tar archive to files: ``wanted`` maps member name ->
-    destination path. Members ending in .gz are decompressed on the way.
-    Streams the archive once, to its end: a member there twice is taken from its last copy, as tar
-    extracts it; a missing member, a wanted member that is not a plain file (a link, a device, a
-    folder), and members unpacking to more than :data:`MAX_EXPANSION` times the archive's size are
-    each one error naming the archive."""
+    """Copy the members of a tar archive that ``wanted`` maps to destination paths, .gz ones decompressed, in
+    one pass to its end (a member there twice: its last copy, as tar does). A missing member, one that is not a
+    plain file, and more than :data:`MAX_EXPANSION` times the archive's size are each one error naming it."""
     todo = dict(wanted)
     budget = MAX_EXPANSION * archive.stat().st_size + (1 << 20)
     try:
@@ -216,10 +191,9 @@ def extract_members(archive: Path, wanted: dict):
 
 
 def copy_corpus(inp: Path, out: Path, errors: str = "strict") -> int:
-    """A user's raw text file into ``out`` under :mod:`attn_kit.textio`'s policy (a byte that
-    is not UTF-8 is one error naming the file and line unless ``errors`` is "replace"; a leading
-    BOM is removed; CR, CRLF and LF end lines alike), whitespace normalized; return the number
-    of lines. A NUL character counts as a space (the tokenizer would delete it, joining two words)."""
+    """A user's raw text file into ``out`` under :mod:`attn_kit.textio`'s policy (``errors``), whitespace
+    normalized; return the number of lines. A NUL counts as a space (the tokenizer would delete it, joining
+    two words)."""
     n = 0
     with open(out, "w", encoding="utf-8") as fout:
         for n, line in enumerate(iter_lines(inp, errors=errors), 1):
@@ -228,8 +202,8 @@ def copy_corpus(inp: Path, out: Path, errors: str = "strict") -> int:
 
 
 def concatenate(parts: Iterable[Path], out: Path) -> int:
-    """Concatenate text files into ``out``; return the number of lines. For the WMT14
-    downloads: a line ends at ``\\n`` only, and a byte that is not UTF-8 is read as U+FFFD."""
+    """Concatenate the WMT14 downloads into ``out``; return the number of lines. A line ends at ``\\n`` only,
+    and a byte that is not UTF-8 is read as U+FFFD."""
     n = 0
     with open(out, "w", encoding="utf-8") as fout:
         for part in parts:
@@ -247,8 +221,7 @@ def count_lines(path: Path) -> int:
 
 
 def keep_pair(src_words: int, tgt_words: int, min_len=1, max_len=CLEAN_MAX_LEN, ratio=1.5) -> bool:
-    """Moses clean-corpus-n.perl's rule: both sides have min_len..max_len words
-    and neither is more than ``ratio`` times longer than the other."""
+    """Moses clean-corpus-n.perl's rule: both sides have min_len..max_len words, neither ``ratio`` times longer."""
     if not (min_len <= src_words <= max_len and min_len <= tgt_words <= max_len):
         return False
     return src_words / tgt_words <= ratio and tgt_words / src_words <= ratio
@@ -272,34 +245,22 @@ def clean_parallel(src_in: Path, tgt_in: Path, src_out: Path, tgt_out: Path,
 
 def zip_strict(a: Iterator[str], b: Iterator[str], name_a, name_b):
     """zip() that fails with one line when the two sides differ in length."""
-    n = 0
-    for n, pair in enumerate(_zip_longest(a, b), 1):
+    for n, pair in enumerate(itertools.zip_longest(a, b), 1):
         if pair[0] is None or pair[1] is None:
             raise UserError(f"{name_a} and {name_b} differ in length (first difference at line {n}); "
-                              "the parallel corpus is damaged: delete it and rerun")
+                            "the parallel corpus is damaged: delete it and rerun")
         yield pair
 
 
-def _zip_longest(a, b):
-    a, b = iter(a), iter(b)
-    while True:
-        x, y = next(a, None), next(b, None)
-        if x is None and y is None:
-            return
-        yield x, y
-
-
 def write_lines(path: Path, lines: Iterable[str]):
-    with io.open(path, "w", encoding="utf-8") as f:
+    with open(path, "w", encoding="utf-8") as f:
         for line in lines:
             f.write(line + "\n")
 
 
 def sample_pairs(src_in: Path, tgt_in: Path, src_out: Path, tgt_out: Path, n: int, seed: int = 1) -> Tuple[int, int]:
-    """``n`` line pairs of ``src_in``/``tgt_in`` drawn uniformly without replacement (``seed``),
-    written in their order to ``src_out``/``tgt_out``: (pairs written, pairs read). Files that
-    hold no more than ``n`` pairs are copied whole. Streamed: only the chosen line numbers are
-    held in memory."""
+    """``n`` line pairs of ``src_in``/``tgt_in`` drawn uniformly without replacement (``seed``), written in
+    their order to ``src_out``/``tgt_out`` (all of them if no more): (pairs written, pairs read); streamed."""
     import random
 
     total = count_lines(src_in)

@@ -1,7 +1,5 @@
-"""Completeness checks a stage's outputs pass before they are trusted
-(:attr:`attn_kit.pipeline.stages.Stage.check`): parallel text has as many lines on both
-sides (fairseq's binarized data: :func:`attn_kit.fairseq_layer.fairseq_data.binarized`). Each raises
-:class:`attn_kit.cli.UserError` naming the file and what is wrong."""
+"""Completeness checks of a stage's outputs (:attr:`attn_kit.pipeline.stages.Stage.check`; binarized data:
+:func:`attn_kit.fairseq_layer.fairseq_data.binarized`), each a UserError naming the file and what is wrong."""
 from pathlib import Path
 from typing import Iterable, Tuple
 
