@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, atomic_output, check_output, log,
-                  write_text_atomic)
+from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, add_output_option, atomic_output,
+                   check_output, log, write_text_atomic)
 from .plugin import load
 
 UPDATE_CHECKPOINT = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")  # fairseq's checkpoint_{epoch}_{update}.pt
@@ -197,7 +197,7 @@ def parse_args(argv=None):
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--inputs", required=True, nargs="+",
                         help="checkpoint files, or one directory to pick the last checkpoints from")
-    parser.add_argument("--output", required=True, help="where to write the averaged checkpoint")
+    add_output_option(parser, "where to write the averaged checkpoint", dest="output", out_too=False, required=True)
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--num-epoch-checkpoints", type=Number(int, minimum=1),
                        help="average the last N epoch checkpoints (checkpointE.pt) in the --inputs directory")

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from .. import options
 from ..cli import (ArgumentParser, UsageError, UserError, add_force_option, add_ignore_changed_option, atomic_output,
                    check_output, log)
 from ..metrics.trees import delinearize
@@ -479,8 +480,7 @@ def parse_args(argv=None):
     p.add_argument("--quantization", choices=QUANTIZATIONS,
                    help="weight type: int8 (CPU, fastest), int8_float32, float16 / int8_float16 (GPU), ... "
                         "(default: float32, the exact weights)")
-    p.add_argument("--checkpoint", type=Path, help="another checkpoint of the run (default: the one the recipe "
-                                                   "evaluated)")
+    options.add(p, "checkpoint")
     add_force_option(p, "an earlier export in OUT_DIR")
     add_ignore_changed_option(p)
     args = p.parse_args(argv)

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .. import options
+from ..planning.paper import PAPER_ALPHA, PAPER_BEAM
 from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, add_ignore_changed_option,
                    add_output_option, atomic_output, check_output, log)
 from ..fairseq_layer.plugin import load
@@ -505,9 +507,6 @@ def export(run_dir, out_dir, checkpoint: Optional[str] = None, ignore_changed_fi
 
 
 # --------------------------------------------------------------------------------------------- the test set
-PAPER_BEAM, PAPER_ALPHA = 4, 0.6  # Sec. 6.1: beam size 4, length penalty alpha 0.6
-
-
 def compare_test_set(run_dir, folder, ignore_changed_files: bool = False, batch_size: int = 64) -> dict:
     """The export in ``folder`` against the run on its whole raw test source: how many lines get the run's token
     ids (and why not), how many greedy and beam-search translations (the run's settings, and the paper's: beam 4,
@@ -627,14 +626,13 @@ def parse_args(argv=None):
     p.add_argument("run_dir", type=Path, help="a recipe's --workdir (holds inference.json)")
     add_output_option(p, "the folder to write (a new one, or with --force an earlier export, which is replaced)",
                       metavar="DIR")
-    p.add_argument("--checkpoint", type=Path, help="another checkpoint of the run (default: the one the recipe "
-                                                   "evaluated)")
+    options.add(p, "checkpoint")
     p.add_argument("--check-sentences", type=Number(int, minimum=1), default=CHECK_SENTENCES,
                    help=f"test sentences the export checks against fairseq, greedy (default {CHECK_SENTENCES})")
     p.add_argument("--compare-test-set", type=Path, metavar="RESULTS_JSON",
                    help="after the export, translate the run's whole test source with it and with "
                         "scripts/translate.py (greedy, and beam search) and write the agreement to this results file")
-    p.add_argument("--note", help="--compare-test-set: a sentence saying what the numbers are")
+    options.add(p, "note", "with --compare-test-set")
     add_force_option(p, "an earlier export in --output (and the --compare-test-set file)")
     add_ignore_changed_option(p)
     args = p.parse_args(argv)
