@@ -1,13 +1,9 @@
-"""``--canary``: the real run for a few minutes, then what the whole run will cost and whether it
-would fail, before the machine is spent on it.
-
-The ``canary`` stage replaces train..score: fairseq-train exactly as the run would start it, for
-``--canary-minutes``, into WORKDIR/canary/, each process recording its steps and memory
-(:mod:`attn_plugin.run_stats`); then averaging and generation timed on what it left. It writes
-canary.json (throughput, utilization, memory, loss, one validation and checkpoint write, the
-predicted wall time part by part) and exits non-zero with one line when the run would fail
-(a diverged or flat loss, out of memory, throughput below the floor, a disk too small).
-"""
+"""``--canary``: the real run for a few minutes, then what the whole run will cost and whether it would fail.
+The ``canary`` stage replaces train..score: fairseq-train as the run would start it, for ``--canary-minutes``,
+into WORKDIR/canary/ (each process recording its steps and memory, :mod:`attn_plugin.run_stats`), then averaging
+and generation timed on what it left; canary.json holds the measurements and the predicted wall time part by
+part. A run that would fail (diverged or flat loss, out of memory, throughput below the floor, a disk too small)
+exits non-zero with one line."""
 import dataclasses
 import json
 import math
@@ -117,7 +113,7 @@ def read_stats(folder: Path) -> List[dict]:
     records = []
     for path in sorted(folder.glob("stats.*.json")):
         try:
-            records.append(json.loads(Path(path).read_text()))
+            records.append(json.loads(path.read_text()))
         except (OSError, ValueError):
             continue
     return sorted(records, key=lambda r: r.get("rank", 0))
@@ -157,15 +153,11 @@ def rates(records: List[dict]) -> dict:
     warm = max(1, math.ceil(WARMUP_SHARE * len(updates)))
     first, last = updates[warm - 1], updates[-1]
     spans = validation_spans(records[0])
-    gaps = [ends[b] - ends[a] for a, b in zip(updates[warm - 1:], updates[warm:])]
-    typical = statistics.median(gaps)
-    paused = sum(ends[b] - ends[a] - typical for a, b in zip(updates[warm - 1:], updates[warm:])
-                 if any(ends[a] <= s[0] < ends[b] for s in spans))
+    timed_pairs = list(zip(updates[warm - 1:], updates[warm:]))
+    typical = statistics.median([ends[b] - ends[a] for a, b in timed_pairs])
+    paused = sum(ends[b] - ends[a] - typical for a, b in timed_pairs if any(ends[a] <= s[0] < ends[b] for s in spans))
     window = ends[last] - ends[first] - paused
-    per_process = []
-    for record in records:
-        steps = [s for s in record["steps"] if first < s[0] + 1 <= last]
-        per_process.append(sum(s[2] for s in steps) / window)
+    per_process = [sum(s[2] for s in record["steps"] if first < s[0] + 1 <= last) / window for record in records]
     losses: Dict[int, List[float]] = {}
     for record in records:
         for s in record["steps"]:
@@ -176,15 +168,16 @@ def rates(records: List[dict]) -> dict:
     loss = {u: (v[0] / v[1] / math.log(2) if v[1] else float("nan")) for u, v in sorted(losses.items())}
     return {"updates": len(updates), "warmup_updates_left_out": warm, "first_timed": first, "last": last,
             "seconds_per_update": window / (last - first), "window_seconds": window,
-            "tokens_per_second": per_process, "first_end": ends[first], "last_end": ends[last], "loss": loss, "validations": spans}
+            "tokens_per_second": per_process, "first_end": ends[first], "last_end": ends[last], "loss": loss,
+            "validations": spans}
 
 
 def utilization(records: List[dict], first: int, last: int, shape, window: float,
                 matmul: Optional[float] = None, peak: Optional[float] = None) -> cost.Utilization:
-    """Model FLOP utilization of all processes over updates first+1..last (``window`` seconds):
-    the model FLOPs of their real tokens against ``matmul`` (the matmul FLOP/s measured on one
-    device) and ``peak`` (one device's datasheet FLOP/s), the padded positions' beside them.
-    Records from before the real source tokens were recorded count the source as padded as the target."""
+    """Model FLOP utilization of all processes over updates first+1..last (``window`` seconds): the model FLOPs
+    of their real tokens against ``matmul`` (the matmul FLOP/s measured on one device) and ``peak`` (one device's
+    datasheet FLOP/s), the padded positions' beside them. Records without the real source tokens count the
+    source as padded as the target."""
     real = padded = real_positions = padded_positions = 0.0
     for record in records:
         for s in record["steps"]:
@@ -255,10 +248,9 @@ def events(max_update: int, updates_per_epoch: Optional[int], save_interval: int
 
 
 def updates_per_epoch(train_log: str, epoch_pairs: Optional[int] = None):
-    """(updates per epoch, training pairs per epoch) of the run the canary predicts: its own
-    corpus's, from fairseq-train's log ("train en-de P examples", "grouped total_num_itrs = U"), or
-    for epochs of ``epoch_pairs`` pairs (--canary-epoch-pairs) U x epoch_pairs / P; (None, None) where
-    the log says neither."""
+    """(updates per epoch, training pairs per epoch) of the run the canary predicts: its own corpus's, from
+    fairseq-train's log ("train en-de P examples", "grouped total_num_itrs = U"), or for epochs of ``epoch_pairs``
+    pairs (--canary-epoch-pairs) U x epoch_pairs / P; (None, None) where the log says neither."""
     m = re.search(r"grouped total_num_itrs = (\d+)", train_log)
     pairs = re.search(r"\btrain \S+ (\d+) examples", train_log)
     if not m:
@@ -305,14 +297,12 @@ def token_ratio(decoded: Sequence[Sequence[Path]]) -> float:
 
 
 def generation_seconds(ctx, cmd: List, decoded: Sequence[Sequence[Path]], out: Path, env=None) -> dict:
-    """fairseq-generate of one shard of the test set, each output as long as its source, projected
-    to what the run decodes (``decoded``: (source, target) token files of each split it decodes,
-    one fairseq-generate each): per split the process's fixed cost, plus the sentences at the
-    measured rate times the references' target/source length ratio (a trained model's outputs
-    are near the references' length; decoding time grows with the output's length)."""
-    count_lines = common.count_lines
-    sentences = sum(count_lines(source) for source, _ in decoded) if not ctx.dry_run else 0
-    test_sentences = count_lines(decoded[-1][0]) if not ctx.dry_run else 2 * GENERATION_SENTENCES
+    """fairseq-generate of one shard of the test set, each output as long as its source, projected to what the
+    run decodes (``decoded``: (source, target) token files of each split, one fairseq-generate each): per split
+    the process's fixed cost, plus the sentences at the measured rate times the references' target/source
+    length ratio (a trained model's outputs are near the references' length)."""
+    sentences = sum(common.count_lines(source) for source, _ in decoded) if not ctx.dry_run else 0
+    test_sentences = common.count_lines(decoded[-1][0]) if not ctx.dry_run else 2 * GENERATION_SENTENCES
     shards = max(1, test_sentences // GENERATION_SENTENCES)
     seconds = timed(ctx, [*cmd, "--match-source-len", "--num-shards", shards, "--shard-id", 0],
                     stdout=out / "generate.out", env=env)
@@ -335,7 +325,6 @@ def finish(ctx, job: Job, launched: float, ended: float, train_log: Path, failur
     ``failure``: why fairseq-train failed), time averaging and generation, write canary.json, print
     the table; raise a one-line UserError naming the first cause of failure."""
     s, out, model_flags, data_bin = job.s, job.out, job.model_flags, job.data_bin
-
     records = read_stats(out / "stats")
     result = {**provenance(), "canary_minutes": s.canary_minutes, "arch": s.arch,
               "model_flags": list(model_flags), "precision": s.precision_used,

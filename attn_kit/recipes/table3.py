@@ -1,20 +1,19 @@
-"""Table 3 as one command (recipes/table3.sh): every variation of the base model trained on
-the EN-DE recipe's data, evaluated as Sec. 6.2 says, and tabled beside the paper's numbers.
-
-Each row is a resumable stage (WORKDIR/rows/ROW/) with its own settings (:func:`row_settings`,
-a copy of the run's); the last stage writes table3.md, table3.json and table3.png. DESCRIPTION
-is --help's; recipes/configs/table3.yaml says how the smaller bases scale each row.
-"""
+"""Table 3 as one command (recipes/table3.sh): every variation of the base model trained on the EN-DE
+recipe's data, evaluated as Sec. 6.2 says, tabled beside the paper's numbers. Each row is a resumable stage
+(WORKDIR/rows/ROW/, settings :func:`row_settings`); the last writes table3.md, .json and .png."""
 import argparse
+import contextlib
 import dataclasses
 import json
 import re
 import sys
+from collections import Counter
 from functools import partial
 from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
-from ..cli import ArgumentParser, UsageError, UserError, atomic_output, log, main_guard, write_json_atomic, write_text_atomic
+from ..cli import (ArgumentParser, UsageError, UserError, atomic_output, log, main_guard, write_json_atomic,
+                   write_text_atomic)
 from ..planning.paper import BASE, EN_DE_VOCAB, PAPER_ALPHA, PAPER_BEAM, PAPER_MAX_LEN_B, TABLE3, Table3Row
 from ..results import provenance
 from ..pipeline import slurm
@@ -49,10 +48,9 @@ def select_rows(spec: str) -> List[Table3Row]:
 
 
 def scaled_settings(row: Table3Row, base: Optional[dict]) -> dict:
-    """The row's N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls (and positional encoding)
-    at the scale of ``base`` (None: the paper's own values). A size scales by the ratio of
-    the row's value to the paper's base value (rounded, at least 1); d_k = d_v = d_model/h
-    where the row changes h or d_model, as Table 3's rows A and C do."""
+    """The row's N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls, positional encoding at the scale of ``base``
+    (None: the paper's): a size scales by the row's value over the paper's base value (rounded, at least 1);
+    d_k = d_v = d_model/h where the row changes h or d_model, as Table 3's rows A and C do."""
     s = dict(row.settings)
     s.setdefault("positional_encoding", "sinusoidal")
     if base is None:
@@ -196,14 +194,11 @@ def build(argv=None) -> Table3Settings:
         mode=mode, rows=rows, workers=settings.default_workers(), base=table3["base"],
         reused=reused_runs(given.reuse or [], rows, mode, v.max_update or table3["max_update"]),
         merge=tuple(Path(d).resolve() for d in given.merge or ()),
-        workdir=workdir,
-        data_workdir=data_workdir, vocab_estimate=vocab, arch="attn_paper_base", size=None,
+        workdir=workdir, data_workdir=data_workdir, vocab_estimate=vocab, arch="attn_paper_base", size=None,
         average=1,  # no checkpoint averaging in Table 3 (Sec. 6.2)
         validate_interval_updates=None,  # fairseq validates when training ends; fairseq-validate scores the row
-        beam=PAPER_BEAM, length_penalty="gnmt", alpha=PAPER_ALPHA, beam_stop=None, recipe_module="attn_kit.recipes.table3"))
-
-
-parse_args = build  # the name callers used before the settings were typed
+        beam=PAPER_BEAM, length_penalty="gnmt", alpha=PAPER_ALPHA, beam_stop=None,
+        recipe_module="attn_kit.recipes.table3"))
 
 
 def reused_runs(specs: List[str], rows, mode: str, max_update: int) -> dict:
@@ -242,10 +237,9 @@ def reused_runs(specs: List[str], rows, mode: str, max_update: int) -> dict:
 
 
 def default_data_workdir(mode: str, workdir: Path) -> Path:
-    """Where the EN-DE recipe prepares this mode's data by default (attn_kit.recipes.translation.data_folders):
-    the shared wmt14_en_de_data beside the work directory; --bundled, --smoke: that recipe's work
-    directory. Data an earlier version prepared in runs/wmt14_en_de_base (this option's default then)
-    is used while the shared folder has nothing."""
+    """Where the EN-DE recipe prepares this mode's data by default (translation.data_folders): the shared
+    wmt14_en_de_data beside the work directory (--bundled, --smoke: that recipe's work directory); data an
+    earlier version prepared in runs/wmt14_en_de_base (the default then) while the shared folder has none."""
     if mode != "paper":
         return REPO / "runs" / f"wmt14_en_de_{mode}"
     folder, old = workdir.parent / "wmt14_en_de_data", REPO / "runs" / "wmt14_en_de_base"
@@ -269,25 +263,15 @@ def row_settings(s: Table3Settings, row: Table3Row) -> Table3Settings:
 
 def count_parameters(checkpoint: Path) -> int:
     """Parameters of the model in ``checkpoint``, each shared tensor once (Sec. 3.4's one matrix)."""
-    seen, n = set(), 0
-    for tensor in load_checkpoint(checkpoint)["model"].values():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        if key not in seen:
-            seen.add(key)
-            n += tensor.numel()
-    return n
-
-
-def score_dev(data_w: Path, gen_out: Path) -> dict:
-    """BLEU of the dev translations: the paper's protocol (t2t) and sacreBLEU."""
-    refs = read_lines(data_w / "raw" / "valid.de")
-    return dev_scores(common.read_hypotheses(gen_out, len(refs)), refs, "de")
+    tensors = load_checkpoint(checkpoint)["model"].values()
+    unique = {(t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape)): t.numel() for t in tensors}
+    return sum(unique.values())
 
 
 def dev_command(r: Table3Settings, checkpoint) -> list:
     """fairseq-generate of the dev split as Sec. 6.1 decodes (beam 4, GNMT alpha 0.6, input + 50)."""
-    return common.generate_command(r, r.data_workdir / "data-bin", checkpoint, "valid",
-                                   DecodePlan(beam=PAPER_BEAM, max_len_b=PAPER_MAX_LEN_B, batch_size=128, alpha=PAPER_ALPHA))
+    plan = DecodePlan(beam=PAPER_BEAM, max_len_b=PAPER_MAX_LEN_B, batch_size=128, alpha=PAPER_ALPHA)
+    return common.generate_command(r, r.data_workdir / "data-bin", checkpoint, "valid", plan)
 
 
 def run_row(r: Table3Settings, row: Table3Row, ctx):
@@ -309,8 +293,8 @@ def run_row(r: Table3Settings, row: Table3Row, ctx):
         ctx.step(f"mark {done}", lambda: write_json_atomic(done, {"updates": common.last_update(
             ctx.log_dir / f"{ctx.stage}.log")}))
     lines = []
-    ctx.sh(validate_command(data_bin, ckpt, max_tokens=r.max_tokens_per_gpu, gpus=r.ngpus), tail=lambda line: lines.append(line) or "valid on" in line,
-           env=common.thread_env(r))
+    ctx.sh(validate_command(data_bin, ckpt, max_tokens=r.max_tokens_per_gpu, gpus=r.ngpus),
+           tail=lambda line: lines.append(line) or "valid on" in line, env=common.thread_env(r))
     with ctx.output(folder / "valid.out") as tmp:
         ctx.sh(dev_command(r, ckpt), stdout=tmp, tail=progress_line, env=common.thread_env(r))
     ctx.step(f"write {folder / 'row.json'}: dev PPL, dev BLEU, parameters", write_row, r, row, values, flags, lines,
@@ -336,12 +320,10 @@ def row_inputs(data_bin: Path) -> List[Path]:
 
 
 def row_stage(s: Table3Settings, row: Table3Row) -> Stage:
-    r, values = row_settings(s, row), scaled_settings(row, s.base)
-    help_text = (f"{row.describe()}: " + (f"the final model of {s.reused[row.name]}" if row.name in s.reused else
-                                          f"train {r.max_update} updates"
-                                          + (f" (or {r.train_minutes:g} minutes)" if r.train_minutes else ""))
-                 + ", dev PPL and BLEU (beam 4, alpha 0.6, final checkpoint)")
-    reused = s.reused.get(row.name)
+    r, values, reused = row_settings(s, row), scaled_settings(row, s.base), s.reused.get(row.name)
+    train = f"train {r.max_update} updates" + (f" (or {r.train_minutes:g} minutes)" if r.train_minutes else "")
+    help_text = (f"{row.describe()}: {f'the final model of {reused}' if reused else train}, dev PPL and BLEU "
+                 "(beam 4, alpha 0.6, final checkpoint)")
     return Stage(row.name, partial(run_row, r, row), help_text, inputs=row_inputs(s.data_workdir / "data-bin"),
                  outputs=[r.workdir / "row.json"], scratch=[r.workdir],
                  options={**common.train_options(r, model_flags(values)), "eps_ls": values["eps_ls"],
@@ -353,19 +335,20 @@ def row_stage(s: Table3Settings, row: Table3Row) -> Stage:
 def write_row(r: Table3Settings, row: Table3Row, values: dict, flags, validate_lines, ckpt: Path, stage_log: Path):
     """WORKDIR/rows/ROW/row.json: the row's settings, training, dev PPL and BLEU, parameters."""
     folder = r.workdir
-    text = "".join(validate_lines)
-    m = re.search(r"\| nll_loss ([\d.]+)", text)
+    m = re.search(r"\| nll_loss ([\d.]+)", "".join(validate_lines))
     if not m:
         raise UserError(f"fairseq-validate printed no nll_loss for row {row.name}; see {stage_log}")
     nll = float(m.group(1))
     train = common.train_log_summary(stage_log)
     reused = r.reused.get(row.name)
+    refs = read_lines(r.data_workdir / "raw" / "valid.de")  # dev BLEU: the paper's protocol (t2t) and sacreBLEU
     write_json_atomic(folder / "row.json", {
         "row": row.name, "group": row.group, "change": row.describe(), "settings": values, "flags": flags,
         **({"reused_from": str(reused)} if reused else {}),
         "train_command": common.recorded_train_command((reused or folder) / "train_command.json"),
         "updates": train.get("updates"), "tokens_per_update": train.get("tokens_per_update"),
-        "dev_nll_loss_bits": nll, "dev_ppl": round(2 ** nll, 2), **score_dev(r.data_workdir, folder / "valid.out"),
+        "dev_nll_loss_bits": nll, "dev_ppl": round(2 ** nll, 2),
+        **dev_scores(common.read_hypotheses(folder / "valid.out", len(refs)), refs, "de"),
         "params": count_parameters(ckpt),
         "paper": {"ppl": row.ppl, "bleu": row.bleu, "params_millions": row.params}})
 
@@ -438,7 +421,11 @@ def merge_tables(s: Table3Settings):
     missing = [row.name for row in TABLE3 if row.name not in seen]
     print((s.workdir / "table3.md").read_text(encoding="utf-8")
           + (f"rows not in the merged runs: {', '.join(missing)}\n" if missing else "")
-          + f"table: {s.workdir / 'table3.md'}, {s.workdir / 'table3.json'}, {s.workdir / 'table3.png'}")
+          + table_files(s.workdir))
+
+
+def table_files(workdir: Path) -> str:
+    return f"table: {workdir / 'table3.md'}, {workdir / 'table3.json'}, {workdir / 'table3.png'}"
 
 
 def markdown(info: dict) -> str:
@@ -484,19 +471,18 @@ def draw(info: dict, path: Path):
 
 
 # ---------------------------------------------------------------------------------------------- running
-def data_command(s: Table3Settings) -> list:
+def data_command(s: Table3Settings, dry_run: bool = False) -> list:
     """The EN-DE recipe's data stages in --data-workdir (skipping what is done): given as that recipe's
     --data-workdir, so that data prepared there with other options is refused, never redone."""
     mode = {"bundled": ["--bundled"], "smoke": ["--smoke"]}.get(s.mode, [])
     return [sys.executable, "-m", "attn_kit.recipes.translation", "--pair", "en-de", *mode, "--workdir",
             str(s.data_workdir), "--data-workdir", str(s.data_workdir), "--stop-stage", "binarize",
-            *(["--dry-run"] if s.dry_run else [])]
+            *(["--dry-run"] if dry_run else [])]
 
 
 def data_prepared(s: Table3Settings) -> bool:
     """Whether the EN-DE recipe would skip every data stage in --data-workdir."""
-    command = [c for c in data_command(s) if c != "--dry-run"]
-    data = translation.build(command[3:])
+    data = translation.build(data_command(s)[3:])
     return scale.all_done(Pipeline(data.workdir, translation.stages(data), True, data.stage, data.stop_stage,
                                    translation.STAGE_ALIASES))
 
@@ -508,7 +494,7 @@ def prepare_data(s: Table3Settings):
     if data_prepared(s):
         log(f"the EN-DE data in {s.data_workdir} is prepared already")
         return
-    cmd = data_command(s)
+    cmd = data_command(s, s.dry_run)
     log(f"data: the EN-DE recipe's stages download..binarize in {s.data_workdir}")
     print("  $ " + " ".join(cmd), flush=True)
     rc, last = stream(cmd, lambda line: print("  | " + line, end="", flush=True))
@@ -531,10 +517,8 @@ def canary_stage(s: Table3Settings, row: Table3Row) -> Stage:
 
 def write_canary_table(s: Table3Settings):
     """WORKDIR/canary.json: each row's predicted wall time, the EN-DE data preparation once, and the total."""
-    rows = {}
-    for row in s.rows:
-        c = json.loads((s.workdir / "rows" / row.name / "canary" / "canary.json").read_text())
-        rows[row.name] = c["predicted_seconds"]["total"]
+    canaries = {row.name: s.workdir / "rows" / row.name / "canary" / "canary.json" for row in s.rows}
+    rows = {name: json.loads(path.read_text())["predicted_seconds"]["total"] for name, path in canaries.items()}
     data = canary.data_seconds(s.data_workdir, translation.STAGE_NAMES)
     total = sum(rows.values()) + (data or 0.0)
     write_json_atomic(s.workdir / "canary.json", {"rows_predicted_seconds": rows, "data_preparation": data,
@@ -544,25 +528,19 @@ def write_canary_table(s: Table3Settings):
         print(f"  {name:<36} {canary.clock(seconds)}")
 
 
-def canary_table(s: Table3Settings, ctx):
-    ctx.step(f"write {s.workdir / 'canary.json'}", write_canary_table, s)
-
-
-def table(s: Table3Settings, ctx):
-    ctx.step(f"write {s.workdir}/table3.{{md,json,png}}", write_table, s)
-
-
 def stages(s: Table3Settings) -> List[Stage]:
     """A stage per row (with --canary: the row's canary), then the table (the canaries' sum)."""
+    W = s.workdir
     if s.canary:
-        rows = [canary_stage(s, r) for r in s.rows]
-        return [*rows, Stage("canary-table", partial(canary_table, s), "the rows' predicted wall times, summed",
-                             inputs=[s.workdir / "rows" / r.name / "canary" / "canary.json" for r in s.rows],
-                             outputs=[s.workdir / "canary.json"])]
-    rows = [row_stage(s, r) for r in s.rows]
-    return [*rows, Stage("table", partial(table, s), "Table 3: ours beside the paper's, with rank correlations",
-                         inputs=[s.workdir / "rows" / r.name / "row.json" for r in s.rows],
-                         outputs=[s.workdir / f"table3.{ext}" for ext in ("md", "json", "png")])]
+        return [*(canary_stage(s, r) for r in s.rows),
+                Stage("canary-table", lambda ctx: ctx.step(f"write {W / 'canary.json'}", write_canary_table, s),
+                      "the rows' predicted wall times, summed", outputs=[W / "canary.json"],
+                      inputs=[W / "rows" / r.name / "canary" / "canary.json" for r in s.rows])]
+    return [*(row_stage(s, r) for r in s.rows),
+            Stage("table", lambda ctx: ctx.step(f"write {W}/table3.{{md,json,png}}", write_table, s),
+                  "Table 3: ours beside the paper's, with rank correlations",
+                  inputs=[W / "rows" / r.name / "row.json" for r in s.rows],
+                  outputs=[W / f"table3.{ext}" for ext in ("md", "json", "png")])]
 
 
 def row_costs(s: Table3Settings) -> dict:
@@ -592,12 +570,11 @@ def total_cost(s: Table3Settings) -> List[str]:
         return ["every row is a finished run (--reuse): nothing to train"]
 
     def summed(rows):
-        sums = {}
+        sums = Counter()
         for row in rows:
-            for name, seconds in costs[row][0].items():
-                sums[name] = sums.get(name, 0.0) + seconds
+            sums.update(costs[row][0])
         return (", ".join(f"{name} {cost.hours_text(seconds)}" for name, seconds in sums.items())
-                + f" (attn_kit.planning.step_model); on the paper's 8 P100s (fp32) "
+                + " (attn_kit.planning.step_model); on the paper's 8 P100s (fp32) "
                 + cost.hours_text(sum(costs[row][1] for row in rows)))
 
     devices = f"{common.devices(s)} {'GPUs' if s.ngpus else 'CPU processes'}"
@@ -658,10 +635,14 @@ def data_job(s: Table3Settings):
     if data_prepared(s):
         log(f"the EN-DE data in {s.data_workdir} is prepared already: no data job")
         return None
-    command = [c for c in data_command(s) if c != "--dry-run"]
     cpus = scale.data_job_cpus(s)
-    return scale.prep_script(s, [*command, "--workers", str(cpus)], cpus,
+    return scale.prep_script(s, [*data_command(s), "--workers", str(cpus)], cpus,
                              f"the EN-DE data stages in {s.data_workdir}", watch=s.data_workdir)
+
+
+def locked(s: Table3Settings):
+    """The work directory's lock; none for --dry-run, which writes nothing."""
+    return contextlib.nullcontext() if s.dry_run else workdir_lock(s.workdir)
 
 
 def main(argv=None):
@@ -669,49 +650,40 @@ def main(argv=None):
     if s.merge:
         if s.dry_run:
             log(f"--merge: would table the rows of {', '.join(map(str, s.merge))} in {s.workdir}")
-            return 0
-        with workdir_lock(s.workdir):
-            merge_tables(s)
+        else:
+            with workdir_lock(s.workdir):
+                merge_tables(s)
         return 0
     pipeline_stages = stages(s)
     scale.check_devices(s, pipeline_stages, training=lambda stage: not stage.name.startswith(("table", "canary-t")))
-    prep = None
-    if s.launcher == "slurm" and not s.dry_run:
+    slurm_jobs = s.launcher == "slurm"
+    if slurm_jobs and not s.dry_run:
         slurm.check_no_job(s.workdir)
-    if s.launcher == "slurm" and not s.prepare_here:
+    prep = None
+    if slurm_jobs and not s.prepare_here:
         prep = data_job(s)
-    elif not s.dry_run:
-        with workdir_lock(s.workdir):
-            prepare_data(s)
     else:
-        prepare_data(s)
-    if s.launcher == "slurm":
+        with locked(s):
+            prepare_data(s)
+    if slurm_jobs:
         jobs = [prep] if prep else []
         if s.job_per_group:
             jobs += group_jobs(s, data_job=bool(prep))
         else:
             jobs.append(scale.train_script(s, pipeline_stages[0].name, "table"))
         slurm.submit(jobs, s.workdir, s.dry_run)
-        if s.dry_run and not s.canary:
-            for line in total_cost(s):
-                print(f"  # {line}", flush=True)
-        if s.dry_run and prep:
-            log(f"the job of {prep[0]} runs:")
-            prepare_data(s)
-        return 0
-    pipeline = Pipeline(s.workdir, pipeline_stages, s.dry_run, s.stage, s.stop_stage)
-    if s.dry_run:
-        pipeline.run()
-        if not s.canary:
-            for line in total_cost(s):
-                print(f"  # {line}", flush=True)
-        return 0
-    with workdir_lock(s.workdir):
-        pipeline.run()
-    if s.canary:
-        return 0  # the canary-table stage printed the predictions
-    print("\n" + (s.workdir / "table3.md").read_text(encoding="utf-8")
-          + f"table: {s.workdir / 'table3.md'}, {s.workdir / 'table3.json'}, {s.workdir / 'table3.png'}")
+    else:
+        pipeline = Pipeline(s.workdir, pipeline_stages, s.dry_run, s.stage, s.stop_stage)
+        with locked(s):
+            pipeline.run()
+    if s.dry_run and not s.canary:
+        for line in total_cost(s):
+            print(f"  # {line}", flush=True)
+    if slurm_jobs and s.dry_run and prep:
+        log(f"the job of {prep[0]} runs:")
+        prepare_data(s)
+    if not (slurm_jobs or s.dry_run or s.canary):  # a canary's table: the canary-table stage printed it
+        print("\n" + (s.workdir / "table3.md").read_text(encoding="utf-8") + table_files(s.workdir))
     return 0
 
 

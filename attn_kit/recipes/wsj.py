@@ -1,10 +1,6 @@
 """English constituency parsing on the Penn Treebank WSJ (Sec. 6.3, Table 4): recipes/wsj_parsing.sh.
-
-Parsing as sequence to sequence (Vinyals et al., 2015): the sentence's words in, its tree
-out as a depth-first bracket sequence; F1 by EVALB (COLLINS.prm). The trees come from a
-data source per mode (attn_kit.recipes.wsj_data), --tune's grid and selection from
-attn_kit.recipes.wsj_tune; each stage is a function of the run's settings. DESCRIPTION is --help's.
-"""
+Parsing as sequence to sequence (Vinyals et al., 2015), F1 by EVALB (COLLINS.prm); the trees come from
+attn_kit.recipes.wsj_data, --tune's grid and selection from attn_kit.recipes.wsj_tune."""
 import argparse
 import dataclasses
 import json
@@ -14,7 +10,7 @@ import sys
 from collections import Counter
 from functools import partial
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 from ..checkout import REPO
 from ..cli import ArgumentParser, UsageError, UserError, log, main_guard, write_json_atomic
@@ -92,10 +88,24 @@ def _smoke_progress(line: str) -> bool:
     return any(k in line for k in ("| train_inner |", "| valid |", "done training"))
 
 
-# ---------------------------------------------------------------------------
-# Options
-# ---------------------------------------------------------------------------
-def _data_options(g, W: dict, S: dict):
+# ---------------------------------------------------------------------------------------------------- options
+def parser() -> argparse.ArgumentParser:
+    """The recipe's command line; defaults from recipes/configs/wsj.yaml."""
+    W, S = config.settings("wsj", "wsj"), config.settings("wsj", "wsj", "smoke")
+    grids = (f"Default --tune grid (tune_grid in recipes/configs/wsj.yaml):\n    {grid_spec(W['tune_grid'])}\n"
+             f"    --smoke: {grid_spec(S['tune_grid'])}\n")
+    p = ArgumentParser(prog="recipes/wsj_parsing.sh", usage=scale.USAGE, description=DESCRIPTION + "\n" + grids,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    options.add(p, "smoke", "on the repo's hand-written trees, data/wsj-smoke; with --ptb, the tiny model on your "
+                            "treebank")
+    settings.add_run_options(p, "runs/wsj_<mode>")
+    p.add_argument("--tune", action="store_true",
+                   help="select P_drop, attention dropout, learning rate, beam and alpha on section 22 as the "
+                        "paper did (Sec. 6.3): train every training setting of --tune-grid, decode section 22 "
+                        "with every decoding setting, pick the best dev F1, decode section 23 once with it")
+    p.add_argument("--tune-grid", metavar="SPEC", help=TUNE_GRID_HELP.replace("%", "%%"))
+
+    g = p.add_argument_group("data")
     g.add_argument("--ptb", type=Path, help="your Penn Treebank: the folder holding parsed/mrg/wsj/NN/wsj_NNNN.mrg "
                                            f"({LDC}); the wsj folder itself also works")
     g.add_argument("--extra-trees", type=Path, metavar="FILE",
@@ -111,11 +121,10 @@ def _data_options(g, W: dict, S: dict):
                             f"--smoke {S['vocab']}")
     options.add(g, "workers", "default: CPUs, at most 8", default=settings.default_workers())
 
-
-def _training_options(g, W: dict, S: dict):
     def default(key, note=""):  # "default 100000 as the base model; --smoke 60"
         return f"default {W[key]}{note}; --smoke {S[key]}"
 
+    g = p.add_argument_group("training")
     options.add(g, "arch", "default attn_paper_parse: 4 layers, d_model 1024; --smoke shrinks it: "
                            f"{common.SIZES[S['size']].describe()}", default="attn_paper_parse")
     options.add(g, "p_drop", "default: the arch's, 0.1 as the base model; the paper tuned it on section 22, t2t "
@@ -134,35 +143,12 @@ def _training_options(g, W: dict, S: dict):
     options.add(g, "log_interval", f"default {W['log_interval']}")
     options.add(g, "average", f"default {W['average']}")
 
-
-def _decoding_options(g, W: dict):
+    g = p.add_argument_group("decoding and scoring")
     options.add(g, "beam", f"default {W['beam']}, Sec. 6.3")
     options.add(g, "alpha", f"default {W['alpha']:g}, Sec. 6.3")
     options.add(g, "beam_stop")
     options.add(g, "max_len_b", f"default {W['max_len_b']}")
     options.add(g, "evalb", "default: scripts/evalb.py, the same numbers")
-
-
-def parser() -> argparse.ArgumentParser:
-    """The recipe's command line; defaults from recipes/configs/wsj.yaml."""
-    W, S = config.settings("wsj", "wsj"), config.settings("wsj", "wsj", "smoke")
-    grids = (f"Default --tune grid (tune_grid in recipes/configs/wsj.yaml):\n    {grid_spec(W['tune_grid'])}\n"
-             f"    --smoke: {grid_spec(S['tune_grid'])}\n")
-    p = ArgumentParser(prog="recipes/wsj_parsing.sh", usage=scale.USAGE,
-                                description=DESCRIPTION + "\n" + grids,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    options.add(p, "smoke", "on the repo's hand-written trees, data/wsj-smoke; with --ptb, the tiny model on your "
-                            "treebank")
-    settings.add_run_options(p, "runs/wsj_<mode>")
-    p.add_argument("--tune", action="store_true",
-                   help="select P_drop, attention dropout, learning rate, beam and alpha on section 22 as the "
-                        "paper did (Sec. 6.3): train every training setting of --tune-grid, decode section 22 "
-                        "with every decoding setting, pick the best dev F1, decode section 23 once with it")
-    p.add_argument("--tune-grid", metavar="SPEC", help=TUNE_GRID_HELP.replace("%", "%%"))
-    _data_options(p.add_argument_group("data"), W, S)
-    g = p.add_argument_group("training")
-    _training_options(g, W, S)
-    _decoding_options(p.add_argument_group("decoding and scoring"), W)
     return p
 
 
@@ -193,10 +179,6 @@ class WsjSettings(settings.TrainSettings):
         return SilverTrees(treebank, self.extra_trees) if self.extra_trees else treebank
 
     @property
-    def sections(self) -> Dict[str, List[str]]:
-        return self.source.sections
-
-    @property
     def vocab_estimate(self) -> Tuple[int, str]:
         return self.vocab + 60, (" (about --vocab BPE symbols and ~60 bracket symbols, until the binarize stage "
                                  "made the dictionary)")
@@ -219,16 +201,14 @@ def build(argv=None) -> WsjSettings:
         validate_interval_updates=v.save_interval_updates,  # WSJ validates at every checkpoint
         tune=given.tune or given.tune_grid is not None, grid=None, recipe_module="attn_kit.recipes.wsj"))
     check(s)  # before the grid, which asks fairseq for the arch's dropouts
-    return dataclasses.replace(s, grid=full_grid(given, s, default_grid)) if s.tune else s
-
-
-def full_grid(given: argparse.Namespace, merged: WsjSettings, default_grid: dict) -> dict:
-    """--tune's grid: --tune-grid's or the YAML's, the options ``given`` on the command line
-    fixing their keys, the ``merged`` settings filling the rest (wsj_tune.tune_grid)."""
+    if not s.tune:
+        return s
+    # --tune-grid's or the YAML's grid, an option given on the command line fixing its key (wsj_tune.tune_grid)
     fixed = {"dropout": given.p_drop, "attention_dropout": given.attention_dropout, "lr_scale": given.lr_scale,
              "beam": given.beam, "alpha": given.alpha}
-    return tune_grid(parse_tune_grid(given.tune_grid) if given.tune_grid else None, default_grid, fixed,
-                     {"lr_scale": merged.lr_scale, "beam": merged.beam, "alpha": merged.alpha}, merged.arch)
+    given_grid = parse_tune_grid(given.tune_grid) if given.tune_grid else None
+    fallback = {"lr_scale": s.lr_scale, "beam": s.beam, "alpha": s.alpha}
+    return dataclasses.replace(s, grid=tune_grid(given_grid, default_grid, fixed, fallback, s.arch))
 
 
 parse_args = build  # the name callers used before the settings were typed
@@ -240,7 +220,7 @@ def _resolved(path: Optional[Path]) -> Optional[Path]:
 
 def check(s: WsjSettings):
     """The values this recipe alone takes (settings.check_run checks the shared ones)."""
-    s.sections  # noqa: B018 (a bad section list is one error line)
+    s.source.sections  # noqa: B018 (a bad section list is one error line)
     if s.evalb and not s.dry_run and not (s.evalb.is_file() and os.access(s.evalb, os.X_OK)):
         raise UserError(f"--evalb {s.evalb}: not an executable file (EVALB builds with 'make' in its "
                         "folder: https://nlp.cs.nyu.edu/evalb/)")
@@ -249,18 +229,15 @@ def check(s: WsjSettings):
                          "without --tune (its prediction times one trial)")
 
 
-# ---------------------------------------------------------------------------
-# From the model's output back to trees, and scoring
-# ---------------------------------------------------------------------------
+# --------------------------------------------------------- from the model's output back to trees, and scoring
 def _lines(path: Path):
     return path.read_text(encoding="utf-8", errors="surrogateescape").split("\n")[:-1]
 
 
 def rebuild_trees(prep: Path, gen_out: Path, out: Path, split: str, pos_tags: str, gold_tags: bool = True) -> dict:
-    """Delinearize every hypothesis with its input words into ``out`` (one tree per
-    line); return the repair counts. With ``gold_tags`` (and POS tags predicted as XX)
-    the leaves get the gold tags, for EVALB; without, the model's own (what
-    scripts/translate.py gives for raw text)."""
+    """Delinearize every hypothesis with its input words into ``out`` (one tree per line); the repair counts.
+    With ``gold_tags`` (and POS tags predicted as XX) the leaves get the gold tags, for EVALB; without, the
+    model's own (what scripts/translate.py gives for raw text)."""
     words, tags = _lines(prep / f"{split}.{SRC}"), _lines(prep / f"{split}.tags")
     hyps = common.read_hypotheses(gen_out, len(words))
     totals, repaired = Counter(), 0
@@ -297,7 +274,8 @@ def evaluated(s) -> dict:
 
 
 def write_results(s):
-    """WORKDIR/results.json: EVALB F1 on dev and test, repairs, the run's record."""
+    """WORKDIR/results.json: EVALB F1 on dev and test, repairs, the run's training and decoding (a --tune
+    run's: its selected trial's own training log, command and average, and the tuning record)."""
     W, sel, ev = s.workdir, selected(s), evaluated(s)
     out = {"mode": s.mode, "arch": s.arch, "model_overrides": s.model, "lr_scale": ev["lr_scale"],
            "warmup_updates": s.warmup_updates, "max_update": s.max_update}
@@ -306,7 +284,7 @@ def write_results(s):
     for split, name in (("valid", "dev"), ("test", "test")):
         all_, short = evalb_blocks(W / "eval" / f"{split}.evalb")
         out[f"{name}_f1"] = all_.get("f1")
-        out[name] = {"sections": ",".join(s.sections[split]), "evalb_all": all_, "evalb_len<=40": short,
+        out[name] = {"sections": ",".join(s.source.sections[split]), "evalb_all": all_, "evalb_len<=40": short,
                      "repairs": repairs[split]}
     if s.mode in TABLE4_F1:
         out["paper_test_f1"] = TABLE4_F1[s.mode]
@@ -323,17 +301,9 @@ def write_results(s):
                      else "attn_kit.metrics.evalb (EVALB with COLLINS.prm)")
     if s.pos_tags == "xx":
         out["tagging_accuracy_note"] = "POS tags predicted as XX; scored trees carry the gold tags"
-    out.update(training_record(s, sel))
-    write_json_atomic(W / "results.json", out)
-
-
-def training_record(s, sel) -> dict:
-    """results.json's training and decoding facts (a --tune run's: its selected trial's own training
-    log, command and average, and the tuning record)."""
-    W, ev = s.workdir, evaluated(s)
     folder = Path(sel["workdir"]) if sel else W
     train_log = W / "logs" / (f"{sel['stage']}.log" if sel else "train.log")
-    out = common.run_record(s, train_log, folder / "checkpoint_avg.pt", folder / "train_command.json")
+    out.update(common.run_record(s, train_log, folder / "checkpoint_avg.pt", folder / "train_command.json"))
     if sel:
         out["updates"] = sel["updates"]
     p = common.plan(s)
@@ -346,7 +316,7 @@ def training_record(s, sel) -> dict:
     if sel:
         tuned = json.loads((W / "tune" / "selected.json").read_text())
         out["tune"] = {k: tuned[k] for k in ("grid", "selection", "trials", "selected")}
-    return out
+    write_json_atomic(W / "results.json", out)
 
 
 def model_flags(s, dropout=None, attention_dropout=None) -> list:
@@ -374,9 +344,7 @@ def write_run_card(s):
         common.decode_plan(s, ev["beam"], s.max_len_b, decode_batch_size(s), alpha=ev["alpha"]))
 
 
-# ---------------------------------------------------------------------------
-# The stages: each a function of the run's settings ``s`` and the stage's Context
-# ---------------------------------------------------------------------------
+# ---------------------------- the stages, each a function of the run's settings ``s`` and the stage's Context
 def prepare(s, ctx):
     prep = s.workdir / "prep"
     with ctx.output(prep) as tmp:
@@ -402,14 +370,10 @@ def binarize_data(s, ctx):
     binarize(ctx, SRC, TGT, s.workdir / "bpe", s.workdir / "data-bin", s.workers)
 
 
-def _train_tail(s):
-    return _smoke_progress if s.smoke else None
-
-
 def train(s, ctx):
     cmd = common.train_command(s, s.workdir / "data-bin", s.workdir / "checkpoints",
                                model_flags(s, s.p_drop, s.attention_dropout))
-    common.run_training(ctx, s, cmd, tail=_train_tail(s), model=model_flags(s))
+    common.run_training(ctx, s, cmd, tail=_smoke_progress if s.smoke else None, model=model_flags(s))
 
 
 def average(s, ctx):
@@ -424,7 +388,8 @@ def decode(s, ctx, checkpoint, split, beam, alpha, out: Path):
         return
     with ctx.output(out) as tmp, watch_output(ctx, tmp, s.workdir / "prep" / f"{split}.{SRC}", f"parse {split}",
                                               "sentences", b"D-"):
-        ctx.sh(decode_command(s, checkpoint, split, beam, alpha), stdout=tmp, tail=progress_line, env=common.thread_env(s))
+        ctx.sh(decode_command(s, checkpoint, split, beam, alpha), stdout=tmp, tail=progress_line,
+               env=common.thread_env(s))
 
 
 def generate(s, ctx):
@@ -443,7 +408,8 @@ def train_trial(s, trial: dict, ctx):
         cmd = common.train_command(s, s.workdir / "data-bin", t_ckpt,
                                    model_flags(s, trial["dropout"], trial["attention_dropout"]),
                                    lr_scale=trial["lr_scale"])
-        common.run_training(ctx, s, cmd, tail=_train_tail(s), record=folder / "train_command.json", model=s.model)
+        common.run_training(ctx, s, cmd, tail=_smoke_progress if s.smoke else None,
+                            record=folder / "train_command.json", model=s.model)
         ctx.step(f"mark {done}", lambda: write_json_atomic(done, {"updates": common.last_update(stage_log)}))
     if t_avg.exists() and not ctx.dry_run:
         print(f"  # average: done already ({t_avg})", flush=True)
@@ -504,26 +470,26 @@ def generate_selected(s, ctx):
     decode(s, ctx, sel["checkpoint"], "test", sel["beam"], sel["alpha"], gen / "test.out")
 
 
-def rebuild_all(s, ctx):
-    """The trees stage's work: every output sequence of dev and test back to a tree."""
-    prep, gen, ev = s.workdir / "prep", s.workdir / "gen", s.workdir / "eval"
-    ev.mkdir(parents=True, exist_ok=True)
-    counts = {}
-    for split in ("valid", "test"):
-        with ctx.output(ev / f"{split}.parsed") as tmp:
-            counts[split] = rebuild_trees(prep, gen / f"{split}.out", tmp, split, s.pos_tags)
-        log(f"{split}: {counts[split]['repaired_sentences']} of {counts[split]['sentences']} outputs needed repairs")
-    with ctx.output(ev / "test.trees") as tmp:  # as scripts/translate.py parses test.words
-        rebuild_trees(prep, gen / "test.out", tmp, "test", s.pos_tags, gold_tags=False)
-    write_json_atomic(ev / "repairs.json", counts)
-    write_run_card(s)
-
-
 def trees(s, ctx):
-    W = s.workdir
+    """Every output sequence of dev and test back to a tree; the repair counts; the run card."""
+    prep, gen, ev = s.workdir / "prep", s.workdir / "gen", s.workdir / "eval"
+
+    def rebuild_all():
+        ev.mkdir(parents=True, exist_ok=True)
+        counts = {}
+        for split in ("valid", "test"):
+            with ctx.output(ev / f"{split}.parsed") as tmp:
+                counts[split] = rebuild_trees(prep, gen / f"{split}.out", tmp, split, s.pos_tags)
+            log(f"{split}: {counts[split]['repaired_sentences']} of {counts[split]['sentences']} outputs needed "
+                "repairs")
+        with ctx.output(ev / "test.trees") as tmp:  # as scripts/translate.py parses test.words
+            rebuild_trees(prep, gen / "test.out", tmp, "test", s.pos_tags, gold_tags=False)
+        write_json_atomic(ev / "repairs.json", counts)
+        write_run_card(s)
+
     gold = " (gold POS tags for the XX leaves)" if s.pos_tags == "xx" else ""
-    ctx.step(f"delinearize {W / 'gen'}/{{valid,test}}.out with the input words into "
-             f"{W / 'eval'}/{{valid,test}}.parsed, repairing malformed output{gold}", rebuild_all, s, ctx)
+    ctx.step(f"delinearize {gen}/{{valid,test}}.out with the input words into {ev}/{{valid,test}}.parsed, "
+             f"repairing malformed output{gold}", rebuild_all)
 
 
 def score(s, ctx):
@@ -536,9 +502,7 @@ def score(s, ctx):
     ctx.step(f"write {W / 'results.json'}: EVALB F1 on dev and test, repair counts", write_results, s)
 
 
-# ---------------------------------------------------------------------------
-# The stage lists of each kind of run
-# ---------------------------------------------------------------------------
+# ------------------------------------------------------------------------ the stage lists of each kind of run
 def train_data(s) -> list:
     """What a training reads: the binarized train and valid splits and the dictionaries."""
     data_bin = s.workdir / "data-bin"
@@ -554,7 +518,7 @@ def data_stages(s) -> list:
         Stage("prepare", partial(prepare, s), "read the treebank, strip, linearize", inputs=s.source.inputs,
               outputs=[prep / f"{split}.{ext}" for split in SPLITS for ext in (SRC, TGT, "tags")]
               + [prep / "valid.gold", prep / "test.gold", prep / "stats.json"],
-              options={"sections": s.sections, "pos_tags": s.pos_tags}),
+              options={"sections": s.source.sections, "pos_tags": s.pos_tags}),
         Stage("bpe", partial(learn_apply_bpe, s), f"BPE on the input words, {s.vocab} symbols (subword-nmt)",
               inputs=[prep / t for t in texts], outputs=[bpe / "codes", *(bpe / t for t in texts)],
               options=options.shaping(s, "bpe")),

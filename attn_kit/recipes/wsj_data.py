@@ -1,10 +1,7 @@
-"""Where the WSJ recipe's trees come from: one data source per mode (Sec. 6.3).
-
-:class:`Treebank` reads WSJ sections from your Penn Treebank (``--ptb``) or from the
-repo's own hand-written trees (``--smoke``: data/wsj-smoke); :class:`SilverTrees` adds a
-file of silver trees to a treebank's training sections (``--extra-trees``, the
-semi-supervised setting). :func:`prepare_data` writes any source's splits the same way.
-"""
+"""Where the WSJ recipe's trees come from (Sec. 6.3): :class:`Treebank`, WSJ sections of your Penn Treebank
+(``--ptb``) or of the repo's hand-written trees (``--smoke``: data/wsj-smoke); :class:`SilverTrees`, a treebank
+with silver trees added to training (``--extra-trees``). :func:`prepare_data` writes any source's splits."""
+import contextlib
 import json
 import re
 from dataclasses import dataclass
@@ -36,8 +33,7 @@ def section_list(spec: str) -> List[str]:
 
 
 def find_wsj(ptb: Optional[Path], sections) -> Path:
-    """The folder holding the section folders NN/ of ``ptb``, checked to hold
-    every section the recipe needs; a clear error otherwise."""
+    """The folder of ``ptb`` holding the section folders NN/, checked to hold every section the recipe needs."""
     expected = (f"expected the Penn Treebank WSJ files as DIR/parsed/mrg/wsj/NN/wsj_NNNN.mrg (NN = 00..24), "
                 f"from {LDC}")
     if ptb is None:
@@ -61,8 +57,7 @@ def find_wsj(ptb: Optional[Path], sections) -> Path:
 
 @dataclass
 class Trees:
-    """An opened data source: ``stats`` (what it read from, written to stats.json first),
-    ``trees(split)`` (the split's trees), ``extra()`` (stats known once read: counts)."""
+    """An opened data source: ``stats`` (what it read from), ``trees(split)``, ``extra()`` (stats known once read)."""
     stats: dict
     trees: Callable[[str], Iterator[Tree]]
     extra: Callable[[], dict] = dict
@@ -70,8 +65,7 @@ class Trees:
 
 @dataclass(frozen=True)
 class Treebank:
-    """WSJ sections of a Penn Treebank folder: yours (--ptb) or the repo's (--smoke).
-    ``specs``: the train, dev and test section lists as given ("02-21", "22", "23")."""
+    """WSJ sections of a Penn Treebank folder; ``specs``: the train, dev and test lists ("02-21", "22", "23")."""
     ptb: Optional[Path]
     specs: Tuple[str, str, str]
 
@@ -103,8 +97,7 @@ class Treebank:
 
 @dataclass(frozen=True)
 class SilverTrees:
-    """The semi-supervised setting (--extra-trees FILE): a treebank, with FILE's trees
-    (one bracketed tree per line) added to its training sections."""
+    """--extra-trees FILE: a treebank with FILE's trees (one bracketed tree per line) added to training."""
     treebank: Treebank
     extra_trees: Path
 
@@ -137,12 +130,13 @@ class SilverTrees:
 
 
 def write_split(out: Path, split: str, trees, pos_tags: str, gold: bool) -> Tuple[int, int]:
-    """Strip and linearize ``trees`` into ``out``/SPLIT.{words,tree,tags} (and ``.gold``, the
-    treebank's trees for EVALB, one per line); (trees written, trees left empty by stripping)."""
+    """Strip and linearize ``trees`` into ``out``/SPLIT.{words,tree,tags} (and ``.gold``, the treebank's trees for
+    EVALB); (trees written, trees left empty by stripping)."""
     n = skipped = 0
     names = [SRC, TGT, "tags"] + (["gold"] if gold else [])
-    files = {k: open(out / f"{split}.{k}", "w", encoding="utf-8", errors="surrogateescape") for k in names}
-    try:
+    with contextlib.ExitStack() as stack:
+        files = {k: stack.enter_context(open(out / f"{split}.{k}", "w", encoding="utf-8", errors="surrogateescape"))
+                 for k in names}
         for tree in trees:
             stripped = strip_tree(tree)
             if stripped is None:  # nothing but empty elements
@@ -154,15 +148,11 @@ def write_split(out: Path, split: str, trees, pos_tags: str, gold: bool) -> Tupl
             if gold:
                 files["gold"].write(str(gold_tree(tree)) + "\n")
             n += 1
-    finally:
-        for f in files.values():
-            f.close()
     return n, skipped
 
 
 def prepare_data(source, pos_tags: str, out: Path):
-    """Read ``source``'s splits, strip and linearize the trees (:func:`write_split`), and
-    write ``stats.json``: where they came from and how many each split holds."""
+    """``source``'s splits stripped and linearized (:func:`write_split`), and stats.json: where from, how many."""
     found = source.open()
     out.mkdir(parents=True, exist_ok=True)
     stats = {**found.stats, "pos_tags": pos_tags}

@@ -1,9 +1,6 @@
-"""The WSJ recipe's --tune (Sec. 6.3: dropout, learning rates and beam size chosen on
-section 22): the grid, its trials, each trial's record and the selection.
-
-A trial is one training setting (TRAIN_KEYS), decoded on section 22 with every decoding
-setting (DECODE_KEYS); the best dev F1 over all of them is selected.
-"""
+"""The WSJ recipe's --tune (Sec. 6.3: dropout, learning rates and beam size chosen on section 22): a trial is
+one training setting (TRAIN_KEYS), decoded on section 22 with every decoding setting (DECODE_KEYS); the best dev
+F1 over all of them is selected."""
 import itertools
 import json
 import math
@@ -90,9 +87,9 @@ def _spec_items(spec: str):
 
 
 def parse_tune_grid(spec: str) -> dict:
-    """``--tune-grid``: 'dropout=0.1,0.2;lr_scale=0.5,1;beam=21' or the path of a JSON
-    file {"dropout": [0.1, 0.2], "beam": 21, ...} -> {key: [values]} in the order
-    given, repeated values dropped. Keys: TRAIN_KEYS + DECODE_KEYS (- or _; KEY_ALIASES)."""
+    """``--tune-grid``: 'dropout=0.1,0.2;lr_scale=0.5,1;beam=21' or the path of a JSON file {"dropout": [0.1,
+    0.2], "beam": 21, ...} -> {key: [values]} in the order given, repeated values dropped. Keys: TRAIN_KEYS +
+    DECODE_KEYS (- or _; KEY_ALIASES)."""
     keys = TRAIN_KEYS + DECODE_KEYS
     items, where = _spec_items(spec)
     grid = {}
@@ -112,17 +109,15 @@ def parse_tune_grid(spec: str) -> dict:
 
 
 def arch_dropouts(arch: str) -> dict:
-    """``arch``'s own dropout and attention dropout (the values a --tune key takes when
-    neither the grid nor an option sets it), as fairseq-train would parse them."""
+    """``arch``'s own dropout and attention dropout, as fairseq-train parses them (for keys nothing sets)."""
     parsed = parse_train_args(plugin_flags(arch=arch))
     return {"dropout": parsed.dropout, "attention_dropout": parsed.attention_dropout}
 
 
 def tune_grid(given_grid: Optional[dict], default_grid: dict, fixed: dict, fallback: dict, arch: str) -> dict:
-    """The full --tune grid: ``given_grid`` (--tune-grid's), else ``default_grid``; ``fixed``
-    (each key's option as given on the command line, None where not) fixes its key (an error
-    if --tune-grid also sets it); keys still unset take ``fallback`` (lr_scale, beam, alpha:
-    the options' values), the dropouts ``arch``'s."""
+    """The full --tune grid: ``given_grid`` (--tune-grid's), else ``default_grid``; ``fixed`` (each key's option
+    as given on the command line, None where not) fixes its key (an error if --tune-grid also sets it); keys still
+    unset take ``fallback`` (lr_scale, beam, alpha: the options' values), the dropouts ``arch``'s."""
     grid = dict(given_grid) if given_grid else {k: list(v) for k, v in default_grid.items()}
     for key, value in fixed.items():
         if value is None:
@@ -137,8 +132,7 @@ def tune_grid(given_grid: Optional[dict], default_grid: dict, fixed: dict, fallb
 
 
 def tune_trials(grid: dict) -> List[dict]:
-    """The training settings of ``grid``, in grid order: name (its folder under
-    WORKDIR/tune), stage (its stage name) and the TRAIN_KEYS values."""
+    """The training settings of ``grid`` in grid order: name (its folder in WORKDIR/tune), stage, TRAIN_KEYS."""
     out = []
     for d, a, lr in itertools.product(*(grid[k] for k in TRAIN_KEYS)):
         name = f"d{d:g}-a{a:g}-lr{lr:g}"
@@ -196,9 +190,9 @@ def select_trial(workdir: Path, grid: dict) -> dict:
 
 
 def forget_stale_selection(workdir: Path, grid: dict):
-    """When ``grid`` differs from the one WORKDIR/tune/selected.json was chosen from, or a
-    trial was scored again since, remove it, so that the select stage (and the section 23
-    stages after it) run again. Trained trials are kept."""
+    """Remove WORKDIR/tune/selected.json when ``grid`` differs from the one it was chosen from, or a trial was
+    scored again since, so that the select stage and the section 23 stages after it run again (trained trials
+    are kept)."""
     path = workdir / "tune" / "selected.json"
     if not path.exists():
         return
@@ -220,8 +214,7 @@ def forget_stale_selection(workdir: Path, grid: dict):
 
 
 def write_trial(trial: dict, folder: Path, decodings: list):
-    """WORKDIR/tune/NAME/trial.json: the training setting, its updates, and the
-    section 22 F1 of each decoding setting."""
+    """WORKDIR/tune/NAME/trial.json: the training setting, its updates, the section 22 F1 of each decoding."""
     avg = folder / "checkpoint_avg.pt"
     done = json.loads((folder / "train.done").read_text())
     info = {"name": trial["name"], "stage": trial["stage"], "workdir": str(folder),
