@@ -118,9 +118,10 @@ def test_the_script_prints_table2_and_an_estimate():
 
 
 def test_recipe_dry_run_prints_the_cost():
-    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.translation", "--dry-run", "--ngpus", "8",
-                           "--arch", "attn_paper_big", "--gpu", "H100", "--workdir", "/tmp/never-created-cost"],
-                          capture_output=True, text=True)
+    # the recipe's main() here (conftest.run_main): its process would import torch again (~2 s of CPU); what the
+    # dry run prints is the check
+    proc = run_main(translation.main, "--dry-run", "--ngpus", "8", "--arch", "attn_paper_big", "--gpu", "H100",
+                    "--workdir", "/tmp/never-created-cost")
     assert proc.returncode == 0, proc.stderr
     shape = cost.model_shape("attn_paper_big", (), 37000)
     total = cost.train_flops_per_update(shape, 28000) * 300000  # the recipe's 28000 padded tokens, 300K updates
@@ -135,10 +136,10 @@ def test_the_script_and_the_recipes_dry_run_print_the_same_cost():
     for arch in ("attn_paper_base", "attn_paper_big"):
         script = subprocess.run([sys.executable, SCRIPT, "--arch", arch, "--gpu", "H100", "--ngpus", "8"],
                                 capture_output=True, text=True, check=True).stdout
-        recipe = subprocess.run([sys.executable, "-m", "attn_kit.recipes.translation", "--dry-run", "--ngpus", "8",
-                                 "--arch", arch, "--gpu", "H100", "--workdir", "/tmp/never-created-cost",
-                                 "--stage", "train", "--stop-stage", "train"], capture_output=True, text=True,
-                                check=True).stdout
+        dry = run_main(translation.main, "--dry-run", "--ngpus", "8", "--arch", arch, "--gpu", "H100",
+                       "--workdir", "/tmp/never-created-cost", "--stage", "train", "--stop-stage", "train")
+        assert dry.returncode == 0, dry.stderr
+        recipe = dry.stdout
         ours = [line.removeprefix("  # ") for line in recipe.splitlines() if line.startswith("  # ")]
         ours = [line.replace(" (the paper's; the binarize stage prints the real one)", "") for line in ours]
         theirs = script.split("\n\n", 1)[1].strip().splitlines()

@@ -212,3 +212,22 @@ def test_watch_lines_counts_what_a_command_writes(tmp_path):
             f.write("\tv\n")
         time.sleep(0.3)
     assert reported[-1].startswith("translate: 3/3 sentences (100%)")
+
+
+def test_the_png_is_redrawn_at_most_every_minute_and_when_training_ends(tmp_path, monkeypatch):
+    """The CSV at every validation line; the PNG at the first, then only once PNG_SECONDS have passed,
+    and always when training's block ends (a small run validates every few seconds, and each drawing
+    costs a CPU-second)."""
+    log, drawn, now = tmp_path / "train.log", [], [1000.0]
+    log.write_text(LOG)
+    valid = next(line for line in LOG.splitlines() if "| valid |" in line)
+    monkeypatch.setattr(curves, "plot", lambda points, path, title="": drawn.append(len(points)))
+    monkeypatch.setattr(curves.time, "monotonic", lambda: now[0])
+    with curves.CurveWriter(log, tmp_path, None) as writer:
+        for seconds in (0, 10, curves.PNG_SECONDS - 11, 1):  # at 0, 10, 59 and 60 s after the first
+            now[0] += seconds
+            (tmp_path / "curves.csv").unlink(missing_ok=True)
+            writer(valid)
+            assert (tmp_path / "curves.csv").exists()
+        assert len(drawn) == 2
+    assert len(drawn) == 3 and writer.written

@@ -18,15 +18,22 @@ from conftest import DATA_STAGES, REPO, SMOKE_RUN, assert_one_error_line, assert
 from attn_kit.cli import UserError
 from attn_kit.pipeline.lock import workdir_lock
 from attn_kit.pipeline.stages import Pipeline, Stage
+from attn_kit.recipes import table3, translation
 
 RECIPE = [sys.executable, "-m", "attn_kit.recipes.translation"]
-TABLE3 = [sys.executable, "-m", "attn_kit.recipes.table3"]
 TRANSLATE = [sys.executable, str(REPO / "scripts" / "translate.py")]
 
 
 def command(cmd, *args, timeout=900):
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def dry_run(main, *args):
+    """A recipe's --dry-run through its main() in this process (conftest.run_main): what it prints is the
+    check, and each recipe's process costs ~2 s of CPU (it imports torch); the recipes' processes run in
+    the --smoke tests below and in their own test files."""
+    return conftest.run_main(main, *args)
 
 
 def stage_lines(out: str) -> dict:
@@ -46,7 +53,7 @@ def test_base_and_big_dry_runs_prepare_one_data_folder_and_train_in_their_own(tm
     runs = tmp_path / "runs"
     out = {}
     for arch, name in (("attn_paper_base", "base"), ("attn_paper_big", "big")):
-        proc = command(RECIPE, "--pair", "en-de", "--dry-run", "--ngpus", "8", "--arch", arch,
+        proc = dry_run(translation.main, "--pair", "en-de", "--dry-run", "--ngpus", "8", "--arch", arch,
                        "--workdir", runs / f"wmt14_en_de_{name}")
         assert proc.returncode == 0, proc.stderr
         out[name] = stage_lines(proc.stdout)
@@ -63,7 +70,7 @@ def test_base_and_big_dry_runs_prepare_one_data_folder_and_train_in_their_own(tm
         assert str(runs / f"wmt14_en_de_{name}" / "inference.json") in "\n".join(out[name]["generate"])
     assert not runs.exists()  # a dry run creates nothing
     # Table 3's rows train on the same folder by default
-    proc = command(TABLE3, "--dry-run", "--ngpus", "8", "--rows", "base", "--workdir", runs / "table3")
+    proc = dry_run(table3.main, "--dry-run", "--ngpus", "8", "--rows", "base", "--workdir", runs / "table3")
     assert proc.returncode == 0, proc.stderr
     assert f"--data-workdir {data} --stop-stage binarize" in proc.stdout
     assert f"{data}/data-bin " in proc.stdout and str(runs / "wmt14_en_de_base") not in proc.stdout
@@ -71,10 +78,11 @@ def test_base_and_big_dry_runs_prepare_one_data_folder_and_train_in_their_own(tm
 
 def test_bundled_and_smoke_keep_their_data_in_the_work_directory_unless_told(tmp_path):
     for mode in ("--bundled", "--smoke"):
-        proc = command(RECIPE, mode, "--dry-run", "--workdir", tmp_path / "w")
+        proc = dry_run(translation.main, mode, "--dry-run", "--workdir", tmp_path / "w")
         assert proc.returncode == 0, proc.stderr
         assert f"{tmp_path / 'w'}/data-bin" in proc.stdout and "_data" not in proc.stdout
-        proc = command(RECIPE, mode, "--dry-run", "--workdir", tmp_path / "w", "--data-workdir", tmp_path / "d")
+        proc = dry_run(translation.main, mode, "--dry-run", "--workdir", tmp_path / "w", "--data-workdir",
+                       tmp_path / "d")
         assert proc.returncode == 0, proc.stderr
         data = stage_lines(proc.stdout)["binarize"]
         assert f"in {tmp_path / 'd'})" in data[0] and f"--destdir {tmp_path / 'd'}/data-bin" in data[1]

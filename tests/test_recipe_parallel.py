@@ -6,10 +6,19 @@ run, under Slurm stand-ins: tests/test_slurm.py; how the files are decoded: test
 import subprocess
 
 import pytest
-from conftest import REPO, assert_one_error_line
+from conftest import REPO, assert_one_error_line, run_main
 from test_slurm import corpus, parallel
 
+from attn_kit.recipes import parallel as parallel_recipe
+
 SH = ["bash", str(REPO / "recipes" / "parallel.sh")]
+
+
+def here(argv):
+    """The recipe's main() in this process (conftest.run_main): what it prints and its error line, without a
+    process of its own (~0.7 s of CPU each; ~2 s for a dry run, which imports torch). The recipe's process and
+    its process-level contract: test_help_through_the_shell_script, test_bad_languages_are_one_line."""
+    return run_main(parallel_recipe.main, *argv)
 
 
 def test_help_through_the_shell_script(tmp_path):
@@ -22,10 +31,10 @@ def test_help_through_the_shell_script(tmp_path):
     assert "\n  --bundled" not in proc.stdout and "\n  --smoke" not in proc.stdout  # the WMT14 modes are not its
 
 
-def test_dry_run_is_the_wmt14_pipeline_on_the_users_files(tmp_path):
-    proc = parallel(["--dry-run", "--src", "fr", "--tgt", "en", "--train", "c/train", "--valid", "c/dev", "--test",
-                     "c/test", "--ngpus", "1", "--layers", "3", "--d-model", "256", "--bpe-merges", "8000"],
-                    cwd=tmp_path)
+def test_dry_run_is_the_wmt14_pipeline_on_the_users_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the relative paths below, and the default work directory, are the caller's
+    proc = here(["--dry-run", "--src", "fr", "--tgt", "en", "--train", "c/train", "--valid", "c/dev", "--test",
+                 "c/test", "--ngpus", "1", "--layers", "3", "--d-model", "256", "--bpe-merges", "8000"])
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for i, name in enumerate(("check", "copy", "tokenize", "bpe", "binarize", "train", "average", "generate",
@@ -52,8 +61,8 @@ def test_dry_run_is_the_wmt14_pipeline_on_the_users_files(tmp_path):
 def test_bad_files_are_one_line_naming_the_file(tmp_path, damage, fragments):
     data = corpus(tmp_path / "c", sizes=(("train", 300), ("valid", 40), ("test", 40)))
     damage(data)
-    proc = parallel(["--src", "en", "--tgt", "de", "--train", data / "train", "--valid", data / "valid", "--test",
-                     data / "test", "--workdir", tmp_path / "w", "--ngpus", "0", "--stop-stage", "check"])
+    proc = here(["--src", "en", "--tgt", "de", "--train", data / "train", "--valid", data / "valid", "--test",
+                 data / "test", "--workdir", tmp_path / "w", "--ngpus", "0", "--stop-stage", "check"])
     assert_one_error_line(proc, *fragments)
     assert not (tmp_path / "w" / ".stages" / "check.done").exists()
 
@@ -71,8 +80,8 @@ def test_bad_languages_are_one_line(argv, message):
 def check(tmp_path, train, valid, test):
     """Run the check stage on these prefixes; (its process, whether the stage finished)."""
     work = tmp_path / "w"
-    proc = parallel(["--src", "en", "--tgt", "de", "--train", train, "--valid", valid, "--test", test, "--workdir",
-                     work, "--ngpus", "0", "--stop-stage", "check"])
+    proc = here(["--src", "en", "--tgt", "de", "--train", train, "--valid", valid, "--test", test, "--workdir",
+                 work, "--ngpus", "0", "--stop-stage", "check"])
     return proc, (work / ".stages" / "check.done").exists()
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, assert_one_error_line, copy_prepared
+from conftest import REPO, assert_one_error_line, copy_prepared, run_main
 from attn_kit.fairseq_layer.fairseq_commands import batch_plan
+from attn_kit.recipes import translation
 
 RECIPE = [sys.executable, "-m", "attn_kit.recipes.translation"]
 
@@ -24,6 +25,14 @@ RECIPE = [sys.executable, "-m", "attn_kit.recipes.translation"]
 def recipe(*args, timeout=600):
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     return subprocess.run(RECIPE + [str(a) for a in args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def dry_run(*args):
+    """The recipe's main() in this process (conftest.run_main), for what a dry run prints: its process
+    imports torch (~2 s of CPU each); the recipe's process and its one error line are what
+    test_bad_options_are_one_line, test_a_pair_other_than_the_scripts_is_one_error_line and the --smoke
+    runs check."""
+    return run_main(translation.main, *args)
 
 
 def train_line(out: str) -> list:
@@ -50,7 +59,8 @@ def test_batch_plan_keeps_25000_tokens_per_update(devices):
 def test_8_and_2_gpus_give_the_same_tokens_per_update():
     cmds = {}
     for n in (8, 2):
-        proc = recipe("--pair", "en-de", "--dry-run", "--ngpus", n, "--max-tokens-per-gpu", "4096", "--workdir", "/tmp/never-created")
+        proc = dry_run("--pair", "en-de", "--dry-run", "--ngpus", n, "--max-tokens-per-gpu", "4096", "--workdir",
+                       "/tmp/never-created")
         assert proc.returncode == 0, proc.stderr
         cmds[n] = train_line(proc.stdout)
     tokens = {n: int(flag(c, "--nproc-per-node")) * int(flag(c, "--max-tokens")) * int(flag(c, "--update-freq"))
@@ -61,7 +71,7 @@ def test_8_and_2_gpus_give_the_same_tokens_per_update():
 
 
 def test_dry_run_prints_the_paper_setup():
-    proc = recipe("--pair", "en-de", "--dry-run", "--ngpus", "8", "--arch", "attn_paper_big", "--workdir", "/tmp/x")
+    proc = dry_run("--pair", "en-de", "--dry-run", "--ngpus", "8", "--arch", "attn_paper_big", "--workdir", "/tmp/x")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for url in ("/wmt13/training-parallel-europarl-v7.tgz", "/wmt13/training-parallel-commoncrawl.tgz",
@@ -83,8 +93,8 @@ def test_dry_run_prints_the_paper_setup():
 
 
 def test_en_fr_big_is_the_en_fr_variant_and_multi_node_uses_torchrun():
-    proc = recipe("--pair", "en-fr", "--dry-run", "--arch", "attn_paper_big", "--ngpus", "8", "--gpu", "H100", "--nnodes", "2",
-                  "--node-rank", "1", "--master-addr", "10.0.0.1", "--workdir", "/tmp/x")
+    proc = dry_run("--pair", "en-fr", "--dry-run", "--arch", "attn_paper_big", "--ngpus", "8", "--gpu", "H100",
+                   "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--workdir", "/tmp/x")
     assert proc.returncode == 0, proc.stderr
     cmd = train_line(proc.stdout)
     assert flag(cmd, "--arch") == "attn_paper_big_en_fr"
@@ -94,8 +104,8 @@ def test_en_fr_big_is_the_en_fr_variant_and_multi_node_uses_torchrun():
 
 
 def test_one_gpu_on_each_of_two_nodes_is_one_job():
-    proc = recipe("--dry-run", "--ngpus", "1", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1",
-                  "--workdir", "/tmp/x")
+    proc = dry_run("--dry-run", "--ngpus", "1", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1",
+                   "--workdir", "/tmp/x")
     assert proc.returncode == 0, proc.stderr
     cmd = train_line(proc.stdout)
     assert Path(cmd[0]).name == "torchrun" and flag(cmd, "--nproc-per-node") == "1"
@@ -125,7 +135,8 @@ def test_a_pair_other_than_the_scripts_is_one_error_line():
 
 def test_gnmt_alpha_is_the_options_one_name(tmp_path):
     """--gnmt-alpha is the option's name in every command; --alpha, its name before, is refused saying so."""
-    proc = recipe("--bundled", "--dry-run", "--length-penalty", "gnmt", "--workdir", tmp_path / "w", "--gnmt-alpha", "0.8")
+    proc = dry_run("--bundled", "--dry-run", "--length-penalty", "gnmt", "--workdir", tmp_path / "w", "--gnmt-alpha",
+                   "0.8")
     assert proc.returncode == 0, proc.stderr
     assert "--gnmt-alpha 0.8" in proc.stdout and "GNMT alpha 0.8" in proc.stdout
     old = recipe("--bundled", "--dry-run", "--length-penalty", "gnmt", "--workdir", tmp_path / "w", "--alpha", "0.8")

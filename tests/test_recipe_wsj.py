@@ -36,6 +36,14 @@ def recipe(argv, cwd=None, cmd=RECIPE, timeout=120):
                           timeout=timeout)
 
 
+def here(argv):
+    """The recipe's main() in this process (conftest.run_main), for what it prints and its error line: its
+    process costs ~0.2 s of CPU, ~2 s where it imports torch or fairseq. Its process-level contract (one
+    error line, exit status, no traceback) is test_missing_ptb_says_what_is_expected_and_where_it_comes_from's,
+    the shell script's test_help_through_the_shell_script's and test_dry_run_prints_the_papers_commands_...'s."""
+    return run_main(wsj.main, *argv)
+
+
 def fake_ptb(root, sections=("02", "22", "23"), tree="( (S (NP-SBJ (DT A) (NN test)) (VP (VBZ works)) (. .)) )\n"):
     """A treebank laid out as LDC's: root/parsed/mrg/wsj/NN/wsj_NN01.mrg."""
     for s in sections:
@@ -60,7 +68,7 @@ def test_help_through_the_shell_script(tmp_path):
 
 
 def _dry_run_lines(argv, tmp_path):
-    proc = recipe(["--smoke", "--dry-run", "--workdir", tmp_path / "w", *argv])
+    proc = here(["--smoke", "--dry-run", "--workdir", tmp_path / "w", *argv])
     assert proc.returncode == 0, proc.stderr
     return [line.split("] ", 1)[-1] for line in proc.stdout.splitlines()]  # without the time stamps
 
@@ -102,8 +110,8 @@ def test_dry_run_prints_the_papers_commands_and_creates_nothing(tmp_path):
 
 
 def test_dry_run_of_the_semi_supervised_setting_uses_32k(tmp_path):
-    proc = recipe(["--dry-run", "--ptb", tmp_path, "--extra-trees", tmp_path / "silver.txt",
-                   "--workdir", tmp_path / "w"])
+    proc = here(["--dry-run", "--ptb", tmp_path, "--extra-trees", tmp_path / "silver.txt",
+                 "--workdir", tmp_path / "w"])
     assert proc.returncode == 0, proc.stderr
     assert "subword-nmt learn-bpe -s 32000" in proc.stdout
     assert f"add {tmp_path / 'silver.txt'} to training" in proc.stdout
@@ -112,6 +120,7 @@ def test_dry_run_of_the_semi_supervised_setting_uses_32k(tmp_path):
 # --------------------------------------------------------------------------- bad input: one line each
 # --ngpus 0: a run that trains on GPUs checks them first (tests/test_devices.py); these are about the treebank
 def test_missing_ptb_says_what_is_expected_and_where_it_comes_from(tmp_path):
+    # the recipe's own process: its process-level contract (the other bad inputs below run its main() here)
     line = assert_one_error_line(recipe(["--workdir", tmp_path / "w", "--ngpus", "0"]), "--ptb DIR is required")
     assert "parsed/mrg/wsj/NN/wsj_NNNN.mrg" in line and "LDC99T42" in line and "--smoke" in line
 
@@ -127,7 +136,7 @@ def test_missing_ptb_says_what_is_expected_and_where_it_comes_from(tmp_path):
 ])
 def test_bad_treebanks_are_one_error_line(tmp_path, setup, fragments):
     ptb = setup(tmp_path)
-    proc = recipe(["--ptb", ptb, "--train-sections", "02", "--workdir", tmp_path / "w", "--ngpus", "0"])
+    proc = here(["--ptb", ptb, "--train-sections", "02", "--workdir", tmp_path / "w", "--ngpus", "0"])
     assert_one_error_line(proc, *fragments)
     # nothing made, nothing marked done (.stages/prepare.started records what it started from: if the treebank
     # is fixed before the rerun, the stage starts over instead of resuming)
@@ -136,8 +145,8 @@ def test_bad_treebanks_are_one_error_line(tmp_path, setup, fragments):
 
 def test_the_wsj_folder_itself_is_accepted(tmp_path):
     ptb = fake_ptb(tmp_path / "p")
-    proc = recipe(["--ptb", ptb / "parsed" / "mrg" / "wsj", "--train-sections", "02", "--workdir", tmp_path / "w",
-                   "--stop-stage", "prepare"])
+    proc = here(["--ptb", ptb / "parsed" / "mrg" / "wsj", "--train-sections", "02", "--workdir", tmp_path / "w",
+                 "--stop-stage", "prepare"])
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "w" / "prep" / "train.tree").read_text() == "(S (NP XX XX )NP (VP XX )VP XX )S\n"
     assert (tmp_path / "w" / "prep" / "test.gold").read_text() == \
@@ -153,16 +162,16 @@ def test_bad_extra_trees_are_one_error_line(tmp_path, content, fragments):
     silver = tmp_path / "silver.txt"
     if content is not None:
         silver.write_text(content)
-    proc = recipe(["--ptb", fake_ptb(tmp_path / "p"), "--train-sections", "02", "--extra-trees", silver,
-                   "--workdir", tmp_path / "w", "--ngpus", "0"])
+    proc = here(["--ptb", fake_ptb(tmp_path / "p"), "--train-sections", "02", "--extra-trees", silver,
+                 "--workdir", tmp_path / "w", "--ngpus", "0"])
     assert_one_error_line(proc, *fragments)
 
 
 def test_extra_trees_join_the_training_data(tmp_path):
     silver = tmp_path / "silver.txt"
     silver.write_text("(TOP (S (NP (PRP It)) (VP (VBD worked)) (. .)))\n\n( (S (NP (NNS Trees)) (VP (VBP grow))) )\n")
-    proc = recipe(["--ptb", fake_ptb(tmp_path / "p"), "--train-sections", "02", "--extra-trees", silver,
-                   "--workdir", tmp_path / "w", "--stop-stage", "prepare"])
+    proc = here(["--ptb", fake_ptb(tmp_path / "p"), "--train-sections", "02", "--extra-trees", silver,
+                 "--workdir", tmp_path / "w", "--stop-stage", "prepare"])
     assert proc.returncode == 0, proc.stderr
     prep = tmp_path / "w" / "prep"
     assert prep.joinpath("train.words").read_text() == "A test works .\nIt worked .\nTrees grow\n"
@@ -192,7 +201,7 @@ def test_extra_trees_join_the_training_data(tmp_path):
     (["--smoke", "--tune-grid", "/nonexistent/grid.json"], "--tune-grid /nonexistent/grid.json: cannot read it"),
 ])
 def test_bad_options_are_one_error_line(tmp_path, argv, fragment):
-    assert_one_error_line(recipe([*argv, "--workdir", tmp_path / "w"]), fragment)
+    assert_one_error_line(here([*argv, "--workdir", tmp_path / "w"]), fragment)
 
 
 # --------------------------------------------------------------------------- --tune: the grid
@@ -225,7 +234,7 @@ def test_tune_grid_syntax_and_defaults(tmp_path):
 def test_dry_run_tune_prints_every_trials_commands(tmp_path):
     """--dry-run --tune, the paper setting: 8 trainings, each decoded 4 ways on section 22,
     section 23 decoded once (with the selected setting); nothing is created."""
-    proc = recipe(["--dry-run", "--tune", "--ngpus", "8", "--ptb", tmp_path / "ptb", "--workdir", tmp_path / "w"])
+    proc = here(["--dry-run", "--tune", "--ngpus", "8", "--ptb", tmp_path / "ptb", "--workdir", tmp_path / "w"])
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     names = [f"tune-d{d}-a{a}-lr{lr}" for d in ("0.1", "0.2") for a in ("0.1", "0.2") for lr in ("0.5", "1")]

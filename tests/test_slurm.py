@@ -337,10 +337,18 @@ def test_without_signal_seconds_the_job_runs_the_recipe_itself(tmp_path, slurm_p
     assert "--no-requeue" in directives(script) and "--signal" not in script
 
 
+def translation_here(*argv):
+    """The WMT14 recipe's main() in this process (conftest.run_main), for what its dry run prints and its error
+    lines: its process and that process's one error line are tests/test_recipe_wmt14.py's
+    (test_bad_options_are_one_line) and the runs above."""
+    from attn_kit.recipes import translation
+
+    return run_main(translation.main, *argv)
+
+
 def dry_run_scripts(argv, tmp_path) -> dict:
     """--dry-run of the WMT14 recipe with --launcher slurm: {script name: its #SBATCH directives}."""
-    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.translation", "--dry-run", "--launcher", "slurm",
-                           "--workdir", tmp_path / "w", *argv], capture_output=True, text=True)
+    proc = translation_here("--dry-run", "--launcher", "slurm", "--workdir", tmp_path / "w", *argv)
     assert proc.returncode == 0, proc.stderr
     scripts, name = {}, None
     for line in proc.stdout.splitlines():
@@ -376,9 +384,8 @@ def test_memory_cpus_and_signal_of_both_jobs(tmp_path, argv, train, prep):
 
 
 def test_dry_run_prints_both_scripts_and_what_the_jobs_run(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.translation", "--dry-run", "--ngpus", "8", "--nnodes",
-                           "4", "--launcher", "slurm", "--gpu", "H100", "--time", "2-00:00:00", "--workdir",
-                           tmp_path / "w", "--", "--tensorboard-logdir", "tb"], capture_output=True, text=True)
+    proc = translation_here("--dry-run", "--ngpus", "8", "--nnodes", "4", "--launcher", "slurm", "--gpu", "H100",
+                            "--time", "2-00:00:00", "--workdir", tmp_path / "w", "--", "--tensorboard-logdir", "tb")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for line in ("  | #SBATCH --nodes=4", "  | #SBATCH --ntasks-per-node=8", "  | #SBATCH --gpus-per-node=8",
@@ -399,9 +406,10 @@ def test_dry_run_prints_both_scripts_and_what_the_jobs_run(tmp_path):
 
 def test_table3_prepares_the_en_de_data_as_its_data_job(tmp_path):
     # Table 3's rows train on the EN-DE recipe's data, in that recipe's work directory
-    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.table3", "--smoke", "--rows", "base", "--dry-run",
-                           "--launcher", "slurm", "--workdir", tmp_path / "t3", "--data-workdir", tmp_path / "data"],
-                          capture_output=True, text=True)
+    from attn_kit.recipes import table3
+
+    proc = run_main(table3.main, "--smoke", "--rows", "base", "--dry-run", "--launcher", "slurm", "--workdir",
+                    tmp_path / "t3", "--data-workdir", tmp_path / "data")  # as translation_here
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     prep = job_command(out[out.index("prepare.sbatch:"):out.index("train.sbatch:")].replace("  | ", ""))
@@ -429,9 +437,7 @@ def test_table3_prepares_the_en_de_data_as_its_data_job(tmp_path):
     (["--gpu", "Z80"], "unknown --gpu 'Z80'"),
 ])
 def test_options_that_would_break_the_run_are_one_line(argv, message):
-    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.translation", "--dry-run", "--smoke", *argv],
-                          capture_output=True, text=True)
-    assert_one_error_line(proc, message)
+    assert_one_error_line(translation_here("--dry-run", "--smoke", *argv), message)
 
 
 def test_passed_through_options_end_the_training_command_of_every_recipe(tmp_path):
@@ -514,13 +520,13 @@ def test_every_script_holds_hostile_but_legal_values_only_quoted(tmp_path):
 
 
 @pytest.mark.parametrize("argv,cpus", [([], 16), (["--prep-cpus", "32"], 32), (["--workers", "6"], 6)])
-def test_the_data_job_is_sized_for_the_cluster_not_the_login_node(tmp_path, argv, cpus):
+def test_the_data_job_is_sized_for_the_cluster_not_the_login_node(tmp_path, argv, cpus, monkeypatch):
     """The data job took its CPUs and --workers from the machine the command was typed on (a login
     node's 2) and projected 40 minutes of preparation from them: --prep-cpus, else --workers where
     given, else 16; the job's dry run projects the data stages for that many."""
-    proc = subprocess.run([sys.executable, "-m", "attn_kit.recipes.translation", "--dry-run", "--launcher", "slurm",
-                           "--ngpus", "8", "--workdir", tmp_path / "w", "--data-workdir", tmp_path / "d", *argv],
-                          capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as the recipe's process had it
+    proc = translation_here("--dry-run", "--launcher", "slurm", "--ngpus", "8", "--workdir", tmp_path / "w",
+                            "--data-workdir", tmp_path / "d", *argv)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert f"  | #SBATCH --cpus-per-task={cpus}" in out

@@ -1,6 +1,7 @@
 """Training curves from fairseq-train's log: the loss curve results.json keeps (:func:`loss_curve`),
 ``curves.csv`` (:data:`COLUMNS`: hours summed over a resumed training's runs, losses in bits, tokens_per_s is
-fairseq's wps) and ``curves.png`` (needs matplotlib), refreshed at every validation (:class:`CurveWriter`).
+fairseq's wps) and ``curves.png`` (needs matplotlib), refreshed at every validation (the PNG at most every
+minute: :class:`CurveWriter`).
 Each update appears once (a resumed training's repeated updates replace the killed run's).
 
     python -m attn_kit.fairseq_layer.curves LOG [OUT_DIR]    # for any fairseq-train --log-format json log
@@ -8,12 +9,14 @@ Each update appears once (a resumed training's repeated updates replace the kill
 import csv
 import io
 import sys
+import time
 from pathlib import Path
 from typing import Iterable, List, Optional
 
 from ..cli import UsageError, atomic_output, log, main_guard, write_text_atomic
 from .fairseq_log import echo_text, read
 
+PNG_SECONDS = 60  # the training curves' PNG is redrawn at most this often during training
 COLUMNS = ("split", "update", "hours", "loss", "nll_loss", "ppl", "lr", "tokens_per_s", "bleu")
 _FIELDS = {"loss": "loss", "nll_loss": "nll_loss", "ppl": "ppl", "lr": "lr", "wps": "tokens_per_s", "bleu": "bleu"}
 _SPLITS = {"train_inner": "train", "valid": "valid"}
@@ -104,9 +107,9 @@ def plot(points: List[dict], path: Path, title: str = ""):
     plt.close(fig)
 
 
-def write(log_path: Path, out_dir: Path, title: str = "") -> Optional[List[dict]]:
-    """``out_dir/curves.csv`` and ``curves.png`` (where matplotlib imports) from the fairseq-train log
-    ``log_path``; None if it has no point yet."""
+def write(log_path: Path, out_dir: Path, title: str = "", png: bool = True) -> Optional[List[dict]]:
+    """``out_dir/curves.csv`` and (``png``) ``curves.png`` (where matplotlib imports) from the fairseq-train
+    log ``log_path``; None if it has no point yet."""
     try:
         with open(log_path, encoding="utf-8", errors="replace") as f:
             points = parse(f)
@@ -117,7 +120,8 @@ def write(log_path: Path, out_dir: Path, title: str = "") -> Optional[List[dict]
     out_dir = Path(out_dir)
     write_text_atomic(out_dir / "curves.csv", to_csv(points))
     try:
-        plot(points, out_dir / "curves.png", title)
+        if png:
+            plot(points, out_dir / "curves.png", title)
     except ImportError:
         pass  # the CSV holds the same numbers; the set-up (scripts/env.sh) installs matplotlib
     return points
@@ -125,14 +129,15 @@ def write(log_path: Path, out_dir: Path, title: str = "") -> Optional[List[dict]
 
 class CurveWriter:
     """A ``tail`` filter for :meth:`Context.sh` around another (``tail``): at every validation line it rewrites
-    the curves from ``log_path`` into ``out_dir``. As a context manager around the training (``final``: False
-    with --dry-run) it writes them once more when the block ends, also when training failed, but not after
-    Ctrl-C or SIGTERM (a signal that cut short ``import matplotlib`` would leave it half-loaded)."""
+    the curves from ``log_path`` into ``out_dir`` (the PNG at most every :data:`PNG_SECONDS`: drawing it
+    costs a CPU-second, and a small run validates every few seconds). As a context manager around the training
+    (``final``: False with --dry-run) it writes them once more when the block ends, also when training failed,
+    but not after Ctrl-C or SIGTERM (a signal that cut short ``import matplotlib`` would leave it half-loaded)."""
 
     def __init__(self, log_path: Path, out_dir: Path, tail, title: str = "", final: bool = True):
         self.log_path, self.out_dir, self.tail, self.title = Path(log_path), Path(out_dir), tail, title
         self.final = final
-        self.written = False
+        self.written, self.drawn = False, None  # drawn: time.monotonic() of the last PNG
 
     def __enter__(self):
         return self
@@ -145,12 +150,15 @@ class CurveWriter:
     def __call__(self, line: str):
         echo = self.tail(line) if callable(self.tail) else False
         if read(line).tag == "valid":
-            self.finish()
+            self.finish(png=self.drawn is None or time.monotonic() - self.drawn >= PNG_SECONDS)
         return echo_text(line) if echo is True else echo
 
-    def finish(self):
-        if write(self.log_path, self.out_dir, self.title) and not self.written:
-            log(f"training curves: {self.out_dir / 'curves.png'} and curves.csv (refreshed at each validation)")
+    def finish(self, png: bool = True):
+        if png:
+            self.drawn = time.monotonic()
+        if write(self.log_path, self.out_dir, self.title, png) and not self.written:
+            log(f"training curves: {self.out_dir / 'curves.png'} and curves.csv (refreshed at each validation, the "
+                "PNG at most every minute)")
             self.written = True
 
 
