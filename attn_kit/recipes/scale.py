@@ -51,11 +51,7 @@ REFUSED = {
 }
 
 
-# ---------------------------------------------------------------------------------------------- options
-# AUTO (--max-tokens-per-gpu, --save-interval-updates): sized for the GPU (size_forward, size_save_interval);
-# still AUTO in the settings where the GPU is not known yet (a dry run, a Slurm submission): the job sizes it
-
-
+# ---------------------------------------------------------------------------------------------- checks
 def check(s):
     """Check the options of this module, as composed (typed settings or a Namespace)."""
     if s.launcher == "torchrun" and s.nnodes > 1 and not s.master_addr:

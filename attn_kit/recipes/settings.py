@@ -18,6 +18,7 @@ from types import SimpleNamespace
 from typing import Callable, Mapping, Optional, Sequence
 
 from .. import options
+from ..options import AUTO  # sized for the GPU (attn_kit.recipes.scale: size_forward, size_save_interval)
 from ..cli import UsageError, UserError
 from ..fairseq_layer.fairseq_commands import paper_optimization
 from ..planning.sizes import ModelSize
@@ -140,9 +141,6 @@ def compose(cls, given: argparse.Namespace, config: Mapping, derive: Optional[Ca
     if values.get("save_interval_updates") == AUTO:
         values["save_interval_updates"] = scale.size_save_interval(SimpleNamespace(**values))
     return cls(**values)
-
-
-AUTO = options.AUTO
 
 
 def option_of(name: str) -> str:
