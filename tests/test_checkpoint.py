@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, USER_DIR, cli, last_line, run, run_main
+from conftest import REPO, USER_DIR, assert_one_error_line, cli, last_line, run, run_main
 
 from attn_kit.fairseq_layer.checkpoints import main as average_main
 from attn_kit.fairseq_layer.checkpoints import update_candidates, update_checkpoints
@@ -178,6 +178,33 @@ def test_average_checkpoints_too_few_is_one_clear_error(plugin_run, tmp_path):
     assert proc.returncode == 1
     assert last_line(proc).startswith("error: found") and "need 50" in last_line(proc)
     assert not (tmp_path / "x.pt").exists()
+
+
+# The average stage's own process, watched: whether fairseq was imported by the time it exits
+WATCHED_AVERAGE = ("import atexit, runpy, sys\n"
+                   "atexit.register(lambda: print('fairseq imported:', 'fairseq' in sys.modules))\n"
+                   "sys.argv[0] = 'checkpoints'\n"
+                   "runpy.run_module('attn_kit.fairseq_layer.checkpoints', run_name='__main__')\n")
+
+
+def test_averaging_imports_no_fairseq_and_a_bad_file_is_the_plugins_one_line(tmp_path):
+    """The average stage's command (python -m attn_kit.fairseq_layer.checkpoints) loads checkpoints with the
+    plugin's safe loader (attn_plugin/checkpoint.py) without importing fairseq, seconds of CPU a run: the
+    mean of the two, and a file that is not a checkpoint refused in the plugin's words, one line, exit 1."""
+    folder, out = tmp_path / "ckpts", tmp_path / "avg.pt"
+    folder.mkdir()
+    for update, value in ((10, 1.0), (20, 4.0)):
+        torch.save({"model": {"w": torch.full((2,), value)}, "optimizer_history": [{"num_updates": update}]},
+                   folder / f"checkpoint_1_{update}.pt")
+    ok = subprocess.run([sys.executable, "-c", WATCHED_AVERAGE, "--inputs", folder, "--num-update-checkpoints", "2",
+                         "--output", out], capture_output=True, text=True)
+    assert ok.returncode == 0 and "fairseq imported: False" in ok.stdout, ok.stdout + ok.stderr
+    assert torch.equal(torch.load(out, weights_only=True)["model"]["w"], torch.full((2,), 2.5))
+    (folder / "checkpoint_1_30.pt").write_bytes(b"garbage\n")
+    bad = subprocess.run([sys.executable, "-c", WATCHED_AVERAGE, "--inputs", folder, "--num-update-checkpoints", "2",
+                          "--output", tmp_path / "bad.pt"], capture_output=True, text=True)
+    assert_one_error_line(bad, "checkpoint_1_30.pt is not a PyTorch checkpoint: it begins with b'garbage\\n'")
+    assert bad.returncode == 1 and "fairseq imported: False" in bad.stdout and not (tmp_path / "bad.pt").exists()
 
 
 # --------------------------------------------------------------------------- which checkpoints are averaged

@@ -21,14 +21,19 @@ from typing import Optional
 
 from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, add_output_option, atomic_output,
                    check_output, log, write_text_atomic)
-from .plugin import load
+from .plugin import standalone
 
 UPDATE_CHECKPOINT = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")  # fairseq's checkpoint_{epoch}_{update}.pt
 
 
 def load_checkpoint(path, mmap: bool = False) -> dict:
-    """:func:`attn_plugin.checkpoint.load_checkpoint`, the plugin imported when first needed."""
-    return load("attn_plugin.checkpoint").load_checkpoint(path, mmap=mmap)
+    """:func:`attn_plugin.checkpoint.load_checkpoint` (torch's safe loading, the types fairseq checkpoints
+    need allowed), without importing fairseq; its refusal is the same one line, as a :class:`UserError`."""
+    safe = standalone("checkpoint")
+    try:
+        return safe.load_checkpoint(path, mmap=mmap)
+    except safe.CheckpointError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _numbered(directory, pattern, upper_bound=None):
@@ -290,7 +295,7 @@ def recover_last(directory) -> None:
     interval = _numbered(directory, UPDATE_CHECKPOINT)[::-1] if os.path.isdir(directory) else []  # newest first
     if not interval and not os.path.exists(last):
         return  # a first start
-    damaged = load("attn_plugin.checkpoint").damaged
+    damaged = standalone("checkpoint").damaged
     if os.path.exists(last):
         why = damaged(last)
         if why is None:

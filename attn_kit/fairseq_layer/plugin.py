@@ -7,9 +7,11 @@ library's debug and info lines reach the console. :func:`load` imports a plugin
 module without those side effects; commands import the plugin through it, and
 only when they need it.
 """
-import functools
 import importlib
+import importlib.util
 import logging
+import sys
+import types
 import warnings
 
 
@@ -33,16 +35,18 @@ def quiet_inference():
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
 
 
-@functools.lru_cache(maxsize=None)
-def standalone(module: str):
-    """A plugin module that imports nothing (``beam_stop``), loaded from its file without importing the
-    plugin package, which imports fairseq: the kit reads the plugin's own rule, not a copy, in a command
-    that never loads a model."""
-    import importlib.util
+# The plugin's folder as a package of another name: its modules that import no fairseq, loaded without running
+# attn_plugin/__init__.py (which imports fairseq, seconds of CPU, and registers the plugin's components)
+STANDALONE = "attn_plugin_standalone"
 
-    package = importlib.util.find_spec("attn_plugin")  # finds the package without running its __init__
-    name = f"attn_plugin_{module}"
-    spec = importlib.util.spec_from_file_location(name, f"{package.submodule_search_locations[0]}/{module}.py")
-    loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
-    return loaded
+
+def standalone(module: str):
+    """A plugin module that imports no fairseq (``beam_stop``; ``checkpoint``, with the ``errors`` it imports)
+    as a submodule of :data:`STANDALONE`: the kit applies the plugin's own rules, not copies of them, in
+    commands that never build a model. Its classes are not the plugin's (``attn_plugin.errors.CheckpointError``
+    is another class than this copy's)."""
+    if STANDALONE not in sys.modules:
+        package = types.ModuleType(STANDALONE, "attn_plugin's modules that import no fairseq")
+        package.__path__ = list(importlib.util.find_spec("attn_plugin").submodule_search_locations)  # runs no code
+        sys.modules[STANDALONE] = package
+    return importlib.import_module(f"{STANDALONE}.{module}")
