@@ -162,12 +162,16 @@ def pytest_configure(config):
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# The files that take longest (recipes run end to end, several times) run first, so that pytest-xdist's
-# workers (whole files each, in this order) do not end on one of them while the others are idle.
-LONGEST_FIRST = ("test_recipe_wsj.py", "test_faults.py", "test_data_workdir.py", "test_recipe_wmt14.py",
-                 "test_canary.py", "test_table3.py", "test_ctranslate2.py", "test_decode_rules.py", "test_checkpoint.py",
-                 "test_compare_baselines.py", "test_data_parallel.py", "test_translate.py", "test_slurm.py",
-                 "test_model.py", "test_corpus_source.py")
+# The files that take longest (recipes run end to end, several times) run first, longest first, so that
+# pytest-xdist's workers (whole files each, in this order) do not end on one of them while the others are idle.
+# The order is the per-file sum of `bash scripts/test.sh --durations=80` on the 2-core AMD EPYC (a file over
+# about 15 s belongs here: one left to run last, alphabetically, was the suite's idle tail).
+LONGEST_FIRST = ("test_faults.py", "test_recipe_wsj.py", "test_recipe_wmt14.py", "test_table3.py", "test_step_model.py",
+                 "test_canary.py", "test_compare_baselines.py", "test_data_workdir.py", "test_slurm.py",
+                 "test_export_hf.py", "test_decode_rules.py", "test_translate.py", "test_data_parallel.py",
+                 "test_sync_free_step.py", "test_corpus_source.py", "test_model.py", "test_registration.py",
+                 "test_ctranslate2.py", "test_pipeline.py", "test_interval_checkpoints.py", "test_devices.py",
+                 "test_checkpoint.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's -m selection reads the marks
@@ -175,6 +179,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         slow = item.get_closest_marker("slow") or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
         item.add_marker(pytest.mark.slow if slow else pytest.mark.quick)
+    missing = [name for name in LONGEST_FIRST if not (Path(__file__).parent / name).is_file()]
+    if missing:  # a renamed file would silently run last again
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names no such file: {', '.join(missing)}")
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests keep their order
 
