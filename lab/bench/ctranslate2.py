@@ -25,6 +25,7 @@ medians, and medians of the per-trial ratios. "same output": best hypotheses who
 plugin's (float32 agrees but for near-ties: CTranslate2 masks ``</s>`` before its softmax, fairseq after; int8
 changes the numbers). A trained model's outputs are shorter; the work per token is the same.
 """
+import copy
 import math
 import tempfile
 from pathlib import Path
@@ -52,11 +53,8 @@ def engines(args):
 def sources(sample, dictionary):
     """The sample's left-padded sources as token strings, without padding and the final </s>
     (CTranslate2 appends it, as the export's config says)."""
-    out = []
-    for row in sample["net_input"]["src_tokens"].tolist():
-        ids = [i for i in row if i != dictionary.pad()]
-        out.append([dictionary[i] for i in ids[:-1]])
-    return out
+    rows = sample["net_input"]["src_tokens"].tolist()
+    return [[dictionary[i] for i in [t for t in row if t != dictionary.pad()][:-1]] for row in rows]
 
 
 def subsample(sample, rows):
@@ -156,7 +154,9 @@ def bench_shape(shape, args, log):
             outputs[name] = [[dictionary.index(t) for t in r.hypotheses[0][:length]] for r in results]
         runs[name] = run
 
-    cpu_model = model.float().cpu() if args.device == "cuda" or args.dtype != "fp32" else model
+    # the export reads float32 weights on the CPU: from a copy (.float() and .cpu() change a module in place, which
+    # left the plugin's own runs in float32 on the CPU whatever --ngpus and --dtype asked)
+    cpu_model = copy.deepcopy(model).float().cpu() if args.device == "cuda" or args.dtype != "fp32" else model
     with tempfile.TemporaryDirectory() as tmp:
         for ctype in engines(args):
             out = Path(tmp) / ctype
@@ -168,8 +168,6 @@ def bench_shape(shape, args, log):
                 many = ct2.Translator(str(out), device=args.device, intra_threads=1, inter_threads=threads,
                                       compute_type=ctype)
                 ct2_run(f"ct2 {ctype}, {threads} x 1 thread", many, math.ceil(sentences / threads))
-    if cpu_model is not model:
-        model.to(device=args.device, dtype=measure.torch_dtype(args.dtype))
     names = list(runs)
     for name in names:
         for _ in range(args.warmup):
