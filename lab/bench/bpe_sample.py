@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import List
 
 from attn_kit.checkout import REPO
-from attn_kit.cli import ArgumentParser, UserError, add_output_option, log, write_json_atomic
+from attn_kit.cli import ArgumentParser, UserError, add_output_option, log, write_json_atomic, write_text_atomic
 from attn_kit.recipes import config
 from attn_kit.recipes.wmt14_data import PAIRS
 from attn_kit.results import provenance
@@ -30,8 +30,8 @@ def bundled_argv() -> List[str]:
     own = {k: v for k, v in config.load("wmt14")["bundled"].items() if k not in ("pair", "data")}
     argv = []
     for key, value in own.items():
-        flag = "--" + key.replace("_", "-")
-        argv += ([flag] if value else [f"--no-{key.replace('_', '-')}"]) if isinstance(value, bool) else [flag, str(value)]
+        flag = key.replace("_", "-")
+        argv += ([f"--{flag}"] if value else [f"--no-{flag}"]) if isinstance(value, bool) else [f"--{flag}", str(value)]
     return argv
 
 
@@ -67,8 +67,7 @@ def split(args) -> Path:
             with lzma.open(folder / f"{name}.en-{args.lang}.tsv.xz", "rt", encoding="utf-8") as f:
                 pairs = [line.rstrip("\n").split("\t") for line in f]
             for i, lang in enumerate(("en", args.lang)):
-                (text / f"{name}.{lang}.tmp").write_text("".join(p[i] + "\n" for p in pairs), encoding="utf-8")
-                (text / f"{name}.{lang}.tmp").replace(text / f"{name}.{lang}")
+                write_text_atomic(text / f"{name}.{lang}", "".join(p[i] + "\n" for p in pairs))
     return text
 
 
@@ -96,7 +95,7 @@ def main(argv=None) -> int:
     out = {"benchmark": "bpe_sample", **provenance(), "settings": {"bundled": bundled_argv(), "seeds": args.seeds},
            "bpe_learn": learn, "runs": []}
     if args.out.exists():  # runs filed by an earlier call are kept
-        out["runs"] = [r for r in json.loads(args.out.read_text())["runs"]]
+        out["runs"] = json.loads(args.out.read_text())["runs"]
     done = {(r["way"], r["seed"]) for r in out["runs"]}
     for seed in args.seeds:
         for way in ("sample", "all"):

@@ -3,10 +3,10 @@ benchmark (lab.bench.data_prep): real sentence shapes with words drawn from word
 Zipfian lists (:func:`generate`), and the type/token check that says how alike it is to real
 text (:func:`type_growth`, :func:`heaps_fit`: Heaps' law, V = K * n^beta, in the results file);
 a corpus of repeated sentences would make BPE learning cheap."""
-import itertools
 import math
 import re
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -69,8 +69,6 @@ def wordfreq_vocabulary(lang: str) -> Vocabulary:
 
 def version_of(package: str) -> Optional[str]:
     """The installed version of ``package``, or None."""
-    from importlib.metadata import version
-
     try:
         return version(package)
     except Exception:
@@ -216,32 +214,26 @@ def _add_noise(words: List[str], counts: List[int], joined: List[bool], rng: np.
     return out
 
 
-def write_corpus(pairs: Iterable[Tuple[str, str]], src: Path, tgt: Path) -> int:
-    n = 0
+def write_corpus(pairs: Iterable[Tuple[str, str]], src: Path, tgt: Path):
     with open(src, "w", encoding="utf-8") as fs, open(tgt, "w", encoding="utf-8") as ft:
-        for n, (s, t) in enumerate(pairs, 1):
+        for s, t in pairs:
             fs.write(s + "\n")
             ft.write(t + "\n")
-    return n
 
 
 # ---------------------------------------------------------------------------------------------- type growth
-def checkpoints(start: int = 1000, stop: int = 10 ** 9, per_decade: int = 4) -> List[int]:
-    """Token counts at which types are counted: ``per_decade`` log-spaced points per decade."""
-    points = (int(round(start * 10 ** (k / per_decade))) for k in itertools.count())
-    return list(itertools.takewhile(lambda n: n <= stop, points))
+CHECKPOINTS = [round(1000 * 10 ** (k / 4)) for k in range(25)]  # 4 log-spaced token counts a decade, 1000 to 10^9
 
 
-def type_growth(lines: Iterable[str], points: Optional[Sequence[int]] = None) -> List[Tuple[int, int]]:
-    """(tokens, distinct types) after each of ``points`` tokens (``\\w+`` runs, case kept) of
+def type_growth(lines: Iterable[str]) -> List[Tuple[int, int]]:
+    """(tokens, distinct types) after each of :data:`CHECKPOINTS` tokens (``\\w+`` runs, case kept) of
     ``lines``, and at the end of the text."""
-    points = list(points or checkpoints())
     seen, n, out, i = set(), 0, [], 0
     for line in lines:
         for token in _TOKEN.findall(line):
             seen.add(token)
             n += 1
-            if i < len(points) and n == points[i]:
+            if i < len(CHECKPOINTS) and n == CHECKPOINTS[i]:
                 out.append((n, len(seen)))
                 i += 1
     if not out or out[-1][0] != n:

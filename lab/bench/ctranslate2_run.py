@@ -30,8 +30,7 @@ import time
 from pathlib import Path
 
 from attn_kit.cli import UserError
-from attn_kit.fairseq_layer.fairseq_commands import DecodePlan, thread_env
-from attn_kit.fairseq_layer.fairseq_commands import generate_command as generate_command_of
+from attn_kit.fairseq_layer.fairseq_commands import DecodePlan, generate_command as generate_command_of, thread_env
 from attn_kit.inference.ctranslate2 import CT2Translator, export, fairseq_batches
 from attn_kit.metrics.scores import sacrebleu_score
 from attn_kit.pipeline.process import console_script
@@ -111,16 +110,11 @@ def run_fairseq(cmd, threads: int, sentences: int):
         return float(rate), read_hypotheses(out, sentences)
 
 
-def remove_bpe(tokens) -> str:
-    from fairseq.data.data_utils import post_process
-
-    return post_process(" ".join(tokens), "subword_nmt")  # what fairseq-generate --remove-bpe prints
-
-
 def bench_run(run_dir: Path, info: dict, args, log) -> dict:
     """The trials of every engine on ``run_dir``'s test set (``info``: its inference.json as :func:`_card`
     checked it, with its results.json under ``results``)."""
     import torch
+    from fairseq.data.data_utils import post_process
 
     results = info["results"]
     gpu = args.device == "cuda"
@@ -162,7 +156,10 @@ def bench_run(run_dir: Path, info: dict, args, log) -> dict:
             ct2(f"ct2 {ctype}", one, False)
             if not gpu and threads > 1:
                 ct2(f"ct2 {ctype}, {threads} x 1 thread", CT2Translator(out, threads=threads), True)
-        names, sps, ratios = trials(runs, args.repeats, log)
+        names = list(runs)  # fairseq-generate first; every engine warmed up once, then the trials, the order rotating
+        for name in names[1:]:  # fairseq-generate's start-up is outside its timer; CTranslate2's warm-up is this
+            runs[name]()
+        sps, ratios = measure.rotating_trials(names, lambda name: runs[name](), args.repeats, log)
 
     refs = Path(results["test_reference"]).read_text(encoding="utf-8").split("\n")[:len(sources)] \
         if results.get("test_reference") else None
@@ -174,7 +171,8 @@ def bench_run(run_dir: Path, info: dict, args, log) -> dict:
     if "sacrebleu" in results:
         result["run_sacrebleu"] = results["sacrebleu"]
     for name in names:
-        lines = reference if name == FAIRSEQ else [remove_bpe(t) for t in outputs[name]]
+        # what fairseq-generate --remove-bpe prints
+        lines = reference if name == FAIRSEQ else [post_process(" ".join(t), "subword_nmt") for t in outputs[name]]
         e = {"sentences_per_s": measure.median(sps[name]), "trials_sentences_per_s": sps[name]}
         if name != FAIRSEQ:
             e.update(ratio_sentences_per_s=measure.median(ratios[name]), trial_ratios=ratios[name],
@@ -184,16 +182,6 @@ def bench_run(run_dir: Path, info: dict, args, log) -> dict:
             e["sacrebleu"] = sacrebleu_score([detok(h) for h in lines], refs)
         result["engines"][name] = e
     return result
-
-
-def trials(runs: dict, repeats: int, log):
-    """(engine names, sentences/s of each trial, each trial's ratio to fairseq-generate): ``runs``
-    (name: a function that runs the engine once and returns its rate; fairseq-generate first)
-    warmed up once, then run ``repeats`` times, the order rotating."""
-    names = list(runs)
-    for name in names[1:]:  # fairseq-generate's start-up is outside its timer; CTranslate2's warm-up is this
-        runs[name]()
-    return (names, *measure.rotating_trials(names, lambda name: runs[name](), repeats, log))
 
 
 def table(result: dict) -> tuple:

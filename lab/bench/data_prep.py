@@ -35,9 +35,11 @@ and after; beside them, the projection for --workers at each measured size again
 says how much the machine's other work stretched the measurements.
 """
 import argparse
+import itertools
 import json
 import math
 import os
+import platform
 import resource
 import shutil
 import subprocess
@@ -48,11 +50,12 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from attn_kit.cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, add_output_option, check_output,
-                   log, write_json_atomic)
+from attn_kit.cli import (ArgumentParser, Number, UsageError, UserError, add_force_option, add_output_option,
+                          check_output, log, main_guard, write_json_atomic)
 from attn_kit.checkout import REPO
 from attn_kit.results import provenance
 from attn_kit.planning import prep_cost
+from attn_kit.pipeline.process import cpu_ticks, descendants
 from attn_kit.pipeline.stages import Context
 from attn_kit.pipeline.text import sample_pairs
 from attn_kit.recipes import config, parallel, translation
@@ -138,8 +141,6 @@ def parse_args(argv=None):
     if args.shapes is None:
         plain = SHARED / "wmt14" / "plain"
         args.shapes = [plain / f"newstest{y}.{args.pair}.{l}" for l in ("en", args.tgt) for y in (2013, 2014)]
-    else:
-        args.shapes = [args.shapes[0], args.shapes[1]]
     for path in args.shapes:
         if not Path(path).exists():
             raise UserError(f"{path}: no such file (the sentence shapes; give --shapes EN DE)")
@@ -154,36 +155,18 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 def _processes(root: int) -> Dict[int, Tuple[int, int]]:
     """``{pid: (depth below root, CPU ticks so far)}`` of ``root`` and its descendants."""
-    parents, ticks = {}, {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            parents.setdefault(int(fields[1]), []).append(int(name))
-            ticks[int(name)] = int(fields[11]) + int(fields[12])  # utime + stime
-        except (OSError, ValueError, IndexError):
-            continue
-    out, todo = {}, [(root, 0)]
-    while todo:
-        pid, depth = todo.pop()
-        out[pid] = (depth, ticks.get(pid, 0))
-        todo += [(child, depth + 1) for child in parents.get(pid, [])]
-    return out
+    depth = {root: 0}
+    for pid, parent in descendants(root).items():  # each after its parent
+        depth[pid] = depth[parent] + 1
+    return {pid: (d, cpu_ticks([pid])) for pid, d in depth.items()}
 
 
 def _memory(pid: int):
     """(RSS, PSS) of ``pid`` in kB, or None when it is gone."""
     try:
         with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
-            rss = pss = 0
-            for line in f:
-                if line.startswith(b"Rss:"):
-                    rss = int(line.split()[1])
-                elif line.startswith(b"Pss:"):
-                    pss = int(line.split()[1])
-            return rss, pss
+            kb = {line.split()[0]: int(line.split()[1]) for line in f if line.startswith((b"Rss:", b"Pss:"))}
+        return kb.get(b"Rss:", 0), kb.get(b"Pss:", 0)
     except (OSError, ValueError):
         return None
 
@@ -436,12 +419,8 @@ def lay_out(args, corpus: Path, workdir: Path, n: int):
     raw = {Path(p).name: Path(p) for p in next(s for s in translation.stages(rargs) if s.name == "tokenize").inputs}
     for name, path in raw.items():
         path.parent.mkdir(parents=True, exist_ok=True)
-        split = name.split(".")[0]
         with open(corpus / name, "rb") as fin, open(path, "wb") as fout:
-            for i, line in enumerate(fin):
-                if split == "train" and i >= n:
-                    break
-                fout.write(line)
+            fout.writelines(itertools.islice(fin, n) if name.split(".")[0] == "train" else fin)
 
 
 def measure(args, corpus: Path, workdir: Path, what: str, workers: int, n: int, **extra) -> dict:
@@ -558,14 +537,8 @@ def main(argv=None):
         run_child(args.child)
         return 0
     if args.refit:
-        saved = args.saved
-        results = saved["result"]
-        results["fits"] = fits_of(args, results["measurements"])
-        results["projections"] = projections(results["fits"], results["measurements"])
         refit = {k: v for k, v in provenance().items() if k not in ("machine", "cpu")}  # the measurement's
-        out = {**saved, "refitted": refit, "result": results,
-               "table": measured_table(results["measurements"], args.workers)}
-        return report(args, out)
+        return report(args, fitted(args, {**args.saved, "refitted": refit}, args.saved["result"]))
     scratch = args.scratch or Path(tempfile.mkdtemp(prefix="attn_data_prep_"))
     scratch.mkdir(parents=True, exist_ok=True)
     start_uptime = uptime()
@@ -591,7 +564,6 @@ def main(argv=None):
             todo += [("sample", {"sample_pairs": max(1, n // 4)})] if workers == args.workers else []
             for what, extra in todo:
                 runs.append(measure(args, corpus, workdir, what, workers, n, **extra))
-                PARTIAL.parent.mkdir(parents=True, exist_ok=True)
                 write_json_atomic(PARTIAL, {**head, "result": {"settings": settings, "uptime": {
                     "start": start_uptime}, "corpus": about, "measurements": runs}})
             shutil.rmtree(workdir)
@@ -602,14 +574,19 @@ def main(argv=None):
                "measurements": runs}
     if len(args.sizes) < 2:  # measurements only, for --refit with a run of more sizes
         write_json_atomic(args.out, {**head, "result": results})
-        PARTIAL.unlink()
         print(f"wrote {args.out} (one size: measurements only)")
-        return 0
-    results["fits"] = fits_of(args, runs)
-    results["projections"] = projections(results["fits"], runs)
-    report(args, {**head, "result": results, "table": measured_table(runs, args.workers)})
+    else:
+        report(args, fitted(args, head, results))
     PARTIAL.unlink()
     return 0
+
+
+def fitted(args, head: dict, results: dict) -> dict:
+    """``head`` with ``results`` (their fits and projections added) and the table of their measurements."""
+    runs = results["measurements"]
+    results["fits"] = fits_of(args, runs)
+    results["projections"] = projections(results["fits"], runs)
+    return {**head, "result": results, "table": measured_table(runs, args.workers)}
 
 
 def report(args, out: dict) -> int:
@@ -626,13 +603,9 @@ def report(args, out: dict) -> int:
 
 
 def environment() -> dict:
-    import platform
-
     return {"python": platform.python_version(), "cpu_count": os.cpu_count(),
             **{name: C.version_of(name) for name in ("sacremoses", "subword-nmt", "fairseq-fixed", "wordfreq")}}
 
 
 if __name__ == "__main__":
-    from attn_kit.cli import main_guard
-
     main_guard(main)

@@ -39,6 +39,9 @@ DECODINGS = {  # name: how it changes the run's own decoding plan (attn_kit.fair
 }
 NAMES = {"own": "the run's own", "t2t": "paper, t2t stop", "fairseq": "paper, fairseq stop",
          "min0": "paper, t2t stop, --min-len 0", "alignment": "paper, t2t stop, --print-alignment"}  # --decodings
+NOTES = {"same_output_t2t_vs_fairseq_stop": ": same translation under both stopping rules {}",  # a test set's, printed
+         "same_output_min_len_1_vs_0": "; the same with --min-len 1 and 0 {}",
+         "print_alignment_time_ratio": "; --print-alignment takes {:.2f}x the time"}
 
 
 def parse_args(argv=None):
@@ -111,12 +114,11 @@ def main(argv=None) -> int:
     result = {"run": str(args.run), "run_decoding": own, "paper_decoding": dict(PAPER, max_len="input + 50"),
               "threads": args.threads, "trials": args.trials, "test_sets": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        sets = {"the run's test set": (run_dir / info["data"], Path(info["results"]["test_reference"]), None)}
+        sets = {"the run's test set": (run_dir / info["data"], Path(info["results"]["test_reference"]))}
         for name, source, reference in args.test_set:
             log(f"{name}: the run's pre-processing (tokenize, BPE, binarize)")
-            sets[name] = (prepare(run_dir, info, name.replace(" ", "_"), Path(source), Path(tmp)), Path(reference),
-                          name)
-        for name, (data, reference, _) in sets.items():
+            sets[name] = (prepare(run_dir, info, name.replace(" ", "_"), Path(source), Path(tmp)), Path(reference))
+        for name, (data, reference) in sets.items():
             refs = read_lines(reference)
             rates, outputs = {k: [] for k in decodings}, {}
             for trial in range(args.trials):
@@ -144,13 +146,8 @@ def main(argv=None) -> int:
     write_results_file(args.out, [Path(sys.executable).name, "benchmarks/decode_rules.py", *(argv or sys.argv[1:])],
                        result)
     for name, t in result["test_sets"].items():
-        print(f"\n{name} ({t['sentences']} sentences)"
-              + (f": same translation under both stopping rules {t['same_output_t2t_vs_fairseq_stop']}"
-                 if "same_output_t2t_vs_fairseq_stop" in t else "")
-              + (f"; the same with --min-len 1 and 0 {t['same_output_min_len_1_vs_0']}"
-                 if "same_output_min_len_1_vs_0" in t else "")
-              + (f"; --print-alignment takes {t['print_alignment_time_ratio']:.2f}x the time"
-                 if "print_alignment_time_ratio" in t else ""))
+        notes = "".join(note.format(t[k]) for k, note in NOTES.items() if k in t)
+        print(f"\n{name} ({t['sentences']} sentences){notes}")
         for decoding, row in t["decodings"].items():
             print(f"  {decoding:36s} {row['sentences_per_s']:7.1f} sent/s"
                   + (f"  sacreBLEU {row['sacrebleu']:.2f}  t2t {row['bleu_t2t']:.2f}  t2t-2018 {row['bleu_t2t_2018']:.2f}"

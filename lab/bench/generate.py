@@ -82,22 +82,17 @@ def build_pair(shape, dictionary, args):
     return {w: m.to(device=args.device, dtype=dtype).eval() for w, m in (("plugin", plugin), ("stock", stock))}
 
 
-def make_generator(model, dictionary, args, max_len):
-    from fairseq.sequence_generator import SequenceGenerator
-
-    return SequenceGenerator([model], dictionary, beam_size=args.beam, max_len_a=1, max_len_b=0,
-                             max_len=max_len + 2, min_len=1)
-
-
 def bench_shape(shape, args, log):
     import torch
+    from fairseq.sequence_generator import SequenceGenerator
 
     dictionary = make_dictionary(SHAPES[shape].vocab)
     sentences, length = BATCH[args.device][shape]
     sentences, length = args.sentences or sentences, args.length or length
     sample = make_sample(dictionary, sentences, length, length, args.seed, args.device)
     models = build_pair(shape, dictionary, args)
-    gens = {w: make_generator(m, dictionary, args, length) for w, m in models.items()}
+    gens = {w: SequenceGenerator([m], dictionary, beam_size=args.beam, max_len_a=1, max_len_b=0, max_len=length + 2,
+                                 min_len=1) for w, m in models.items()}
     outputs = {}
 
     def generate(w):
@@ -107,21 +102,12 @@ def bench_shape(shape, args, log):
     for w in MODELS:
         for _ in range(args.warmup):
             generate(w)
-    sps = {w: [] for w in MODELS}
-    ratios = []
-    for r, order in measure.alternating(args.repeats):
-        trial = {}
-        for w in order:
-            trial[w] = sentences / measure.time_calls(args.device, lambda: generate(w), 1)
-            sps[w].append(trial[w])
-        ratios.append(trial["plugin"] / trial["stock"])
-        log(f"  {shape} trial {r + 1}/{args.repeats}: plugin {trial['plugin']:.2f} sent/s, "
-            f"stock {trial['stock']:.2f} sent/s, ratio {ratios[-1]:.3f}")
+    rate = lambda w: sentences / measure.time_calls(args.device, lambda: generate(w), 1)  # noqa: E731
+    sps, ratios = measure.alternating_trials(rate, args.repeats, log, shape, "sent/s", ".2f")
     same = sum(a[0]["tokens"].tolist() == b[0]["tokens"].tolist()
                for a, b in zip(outputs["plugin"], outputs["stock"]))
     out_tokens = sum(len(h[0]["tokens"]) for h in outputs["stock"])
-    peak = {w: measure.measure_peak(args.device, [p for p in models[w].parameters()], lambda: generate(w))
-            for w in MODELS}
+    peak = {w: measure.measure_peak(args.device, list(models[w].parameters()), lambda: generate(w)) for w in MODELS}
     result = {"batch": {"sentences": sentences, "max_length": length, "beam": args.beam,
                         "output_tokens": out_tokens},
               "same_best_hypothesis": f"{same}/{sentences}",

@@ -17,12 +17,17 @@ then ``run --rehearse``: the run's own code (forked trainings, profile, rates, t
 file) on the plan's first trainings with a model small enough for a CPU, before a GPU session spends on it.
 """
 import argparse
+import datetime
 import json
+import math
 import os
+import platform
 import shutil
+import statistics
+import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import List, Optional
 
@@ -35,7 +40,7 @@ from attn_kit.recipes.sources import Layout
 from attn_kit.recipes.wmt14_data import PAIRS, TRAIN_TO_NEWSTEST_BYTES
 from attn_kit.recipes.wmt14_smoke import read_sample
 from attn_kit.results import provenance
-from . import train
+from . import measure, train
 from .data_prep import SHARED, make_corpus
 
 HERE = REPO / ".gpu_check"
@@ -102,6 +107,10 @@ REHEARSAL_MODEL = ["--cpu", *(f for side in ("encoder", "decoder") for f in (
     f"--{side}-attention-heads", "2"))]
 REHEARSAL_UPDATES = PROFILE_STEPS[1] + 1  # the profile ends at its last step
 REHEARSAL_MINUTES = 0.2  # bundled:base's budget, rehearsed
+# Variant's switches and the fairseq-train options each adds, in this order
+SWITCHES = {"compile_layers": ["--compile-layers"], "pad8": ["--required-seq-len-multiple", "8"],
+            "whole_loss": ["--loss-chunk-tokens", "0"], "compile_loss": ["--compile-loss"],
+            "sync_every_update": ["--check-finite-every-update"], "bf16_residual": ["--bf16-residual"]}
 
 
 @dataclass(frozen=True)
@@ -122,12 +131,7 @@ class Variant:
     updates: Optional[int] = None   # stop at this many updates (--max-update) if the budget lasts that long
 
     def extra(self) -> List[str]:
-        return [*(["--compile-layers"] if self.compile_layers else []),
-                *(["--required-seq-len-multiple", "8"] if self.pad8 else []),
-                *(["--loss-chunk-tokens", "0"] if self.whole_loss else []),
-                *(["--compile-loss"] if self.compile_loss else []),
-                *(["--check-finite-every-update"] if self.sync_every_update else []),
-                *(["--bf16-residual"] if self.bf16_residual else [])]
+        return [flag for name, flags in SWITCHES.items() if getattr(self, name) for flag in flags]
 
 
 def plan() -> List[object]:
@@ -183,41 +187,25 @@ def recipe_argv(data: Path, model: str, workdir: Path, max_tokens_per_gpu: int =
     return [*argv, "--", *extra] if extra else argv
 
 
-def wmt14_epoch_pairs() -> int:
-    """WMT14 EN-DE's epoch in newstest-shaped pairs (as many bytes as its 4.5M training pairs), so that the
-    canaries predict the paper's run with WMT14's epochs, not the synthetic corpus's short ones."""
-    return round(PAIRS["en-de"].train_pairs * TRAIN_TO_NEWSTEST_BYTES["de"])
-
-
 def canary_argv(data: Path, model: str, runs: Path) -> List[str]:
+    """The recipe's --canary, its epoch WMT14 EN-DE's in newstest-shaped pairs (as many bytes as its 4.5M training
+    pairs), so that the canaries predict the paper's run with WMT14's epochs, not the synthetic corpus's short ones."""
+    epoch_pairs = round(PAIRS["en-de"].train_pairs * TRAIN_TO_NEWSTEST_BYTES["de"])
     return [*recipe_argv(data, model, runs / f"canary_{model}"), "--canary", "--canary-minutes", str(CANARY_MINUTES),
-            "--canary-epoch-pairs", str(wmt14_epoch_pairs()), "--stage", "canary"]
+            "--canary-epoch-pairs", str(epoch_pairs), "--stage", "canary"]
 
 
 def sweep_command(data: Path, v: Variant, runs: Path) -> List[str]:
     """The recipe's own fairseq-train command (attn_kit.recipes.common.train_command) for ``v``,
     with a time budget of ``v.seconds``, no checkpoints and no validation."""
-    import dataclasses as dc
-
     s = parallel.build(recipe_argv(data, v.model, runs / v.name, v.max_tokens_per_gpu, v.extra()))
-    s = dc.replace(s, precision_used="bf16", train_minutes=v.seconds / 60, log_interval=10,
-                   **({"max_update": v.updates} if v.updates else {}))
+    s = replace(s, precision_used="bf16", train_minutes=v.seconds / 60, log_interval=10,
+                **({"max_update": v.updates} if v.updates else {}))
     cmd = common.train_command(s, Layout.of(s).data_bin, runs / v.name / "checkpoints", s.model)
     cmd = [*cmd, "--no-save", "--disable-validation"]
     if v.optimizer != "attn_adam":
         cmd[cmd.index("attn_adam")] = v.optimizer
     return cmd
-
-
-def check_parses(cmd: List[str]):
-    """fairseq-train's own parser (the plugin's options included) accepts ``cmd``."""
-    from fairseq import options
-
-    parser = options.get_training_parser()
-    try:
-        options.parse_args_and_arch(parser, input_args=[str(c) for c in cmd[1:]])
-    except SystemExit:
-        raise UserError(f"fairseq-train does not parse: {' '.join(map(str, cmd))}") from None
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -231,21 +219,17 @@ def profile_steps(path: str, steps=PROFILE_STEPS):
     cuda = torch.cuda.is_available()
     activities = [torch.profiler.ProfilerActivity.CPU, *([torch.profiler.ProfilerActivity.CUDA] if cuda else [])]
     prof = torch.profiler.profile(activities=activities)
-    clock = {}
-
-    def sync():
-        if cuda:
-            torch.cuda.synchronize()
+    clock, device = {}, "cuda" if cuda else "cpu"
 
     def train_step(self, samples, raise_oom=False):
         calls[0] += 1
         if calls[0] == steps[0]:
-            sync()
+            measure.synchronize(device)
             prof.start()
             clock["start"] = time.perf_counter()
         out = original(self, samples, raise_oom)
         if calls[0] == steps[1] - 1:
-            sync()
+            measure.synchronize(device)
             seconds = time.perf_counter() - clock["start"]
             prof.stop()
             write_json_atomic(Path(path), profile_summary(prof, seconds, steps[1] - steps[0]))
@@ -291,8 +275,6 @@ def profile_summary(prof, seconds: float, steps: int) -> dict:
 def timed_updates(ends: dict):
     """(first, last): the updates whose span is timed, the first 30% (at least 3: start-up, allocator growth,
     compilation) left out. ``ends``: {update: when it ended} (canary.update_times)."""
-    import math
-
     updates = list(ends)
     return updates[max(3, math.ceil(0.3 * len(updates))) - 1], updates[-1]
 
@@ -300,8 +282,6 @@ def timed_updates(ends: dict):
 def sweep_result(v: Variant, cmd: List[str], folder: Path, rc: int, matmul: Optional[float]) -> dict:
     """What one sweep run did: updates, seconds per update, target and padded tokens/s, model FLOP utilization
     of the real tokens (against the measured matmul rate: ``mfu``; and the datasheet's), padding, peak memory."""
-    import math
-
     out = {"name": v.name, "model": v.model, "max_tokens": int(cmd[cmd.index("--max-tokens") + 1]),
            "update_freq": int(cmd[cmd.index("--update-freq") + 1]), "optimizer": v.optimizer,
            "compile_layers": v.compile_layers, "pad_to_multiple": 8 if v.pad8 else 1, "train_seconds": v.seconds,
@@ -313,22 +293,19 @@ def sweep_result(v: Variant, cmd: List[str], folder: Path, rc: int, matmul: Opti
         out["log_tail"] = text.splitlines()[-12:]
         return out
     ends = canary.update_times(records[0])
-    updates = list(ends)
-    if len(updates) < 6:
-        out["updates"] = len(updates)
+    if len(ends) < 6:
+        out["updates"] = len(ends)
         return out
     first, last = timed_updates(ends)
     window = ends[last] - ends[first]
     steps = [st for st in records[0]["steps"] if first < st[0] + 1 <= last]
-    data_bin = Path(cmd[1])
-    vocab = common.dictionary_size(next(iter(sorted(data_bin.glob("dict.*.txt")))))
-    model_flags = cmd[cmd.index("--arch"):cmd.index("--arch") + 2]
-    shape = cost.model_shape(model_flags[1], cmd[2:], vocab)
+    vocab = common.dictionary_size(next(iter(sorted(Path(cmd[1]).glob("dict.*.txt")))))
+    shape = cost.model_shape(cmd[cmd.index("--arch") + 1], cmd[2:], vocab)
     peak = canary.device_peak(records[0], "bf16")
     u = canary.utilization(records, first, last, shape, window, matmul, peak and peak * 1e12)
     rec = records[0]
     out.update({
-        "updates": len(updates), "timed_updates": last - first, "seconds_per_update": round(window / (last - first), 5),
+        "updates": len(ends), "timed_updates": last - first, "seconds_per_update": round(window / (last - first), 5),
         "target_tokens_per_second": round(sum(st[2] for st in steps) / window, 1),
         "padded_tokens_per_second": round(sum(st[3] + st[4] for st in steps) / 2 / window, 1),
         "target_tokens_per_update": round(sum(st[2] for st in steps) / (last - first), 1),
@@ -345,9 +322,6 @@ def sweep_result(v: Variant, cmd: List[str], folder: Path, rc: int, matmul: Opti
 def smi_utilization(smi: Path, start: float, end: float) -> Optional[float]:
     """The median of nvidia-smi's utilization.gpu samples in ``smi`` ("2026/11/27 15:15:48.820, 37 %, ...",
     local time; gpu_check.sh writes them) from ``start`` to ``end``: the share of time a kernel ran."""
-    import datetime
-    import statistics
-
     samples = []
     try:
         lines = smi.read_text().splitlines()
@@ -377,8 +351,6 @@ def add_utilization(entry: dict, folder: Path, smi: Path):
 
 
 def environment() -> dict:
-    import platform
-
     import torch
 
     env = {"python": platform.python_version(), "torch": torch.__version__}
@@ -414,15 +386,6 @@ def bundled_argv(kind: str, runs: Path, rehearse: bool, minutes: float = BASE_MI
     return argv
 
 
-def outcome(status, t0: float, output: str, written: Path, key: str) -> dict:
-    """What a command did: its exit status, seconds since ``t0``, last 25 lines of output, and the JSON file
-    it wrote (a bundled run's results.json, a canary's canary.json), if any, under ``key``."""
-    entry = {"exit_status": status, "seconds": round(time.time() - t0, 1), "output_tail": output.splitlines()[-25:]}
-    if written.exists():
-        entry[key] = json.loads(written.read_text())
-    return entry
-
-
 # ---------------------------------------------------------------------------------------------- the run
 def item_seconds(item) -> float:
     """How long ``item`` is expected to take, for the deadline."""
@@ -438,12 +401,10 @@ def chosen_items(args) -> List[object]:
     """The plan, or its --only part; rehearsing, the plan's first trainings at base size, uncompiled
     (compiling takes minutes on a CPU): the profile, the lean step and each of its changes off, each to its
     updates (the time budget only a cap: a busy CPU must not cut them short); and the bundled runs."""
-    import dataclasses as dc
-
     chosen = [item for item in plan() if not args.only or item_name(item) in args.only]
     if args.rehearse:
         first = chosen[:next((i for i, item in enumerate(chosen) if not isinstance(item, Variant)), len(chosen))]
-        trainings = [dc.replace(v, seconds=120, updates=REHEARSAL_UPDATES) for v in first
+        trainings = [replace(v, seconds=120, updates=REHEARSAL_UPDATES) for v in first
                      if v.model == "base" and not v.compile_layers and not v.compile_loss]
         chosen = trainings + [item for item in chosen if item_name(item).startswith("bundled:")]
     return chosen
@@ -478,26 +439,30 @@ class Check:
         self.result["seconds"] = round(time.time() - self.start, 1)
         write_json_atomic(self.args.out, self.result)
 
-    def recipe(self, script: str, argv: List[str], written: Path, key: str) -> dict:
-        import subprocess
-
-        t0 = time.time()
-        proc = subprocess.run(["bash", str(REPO / "recipes" / script), *argv], capture_output=True, text=True)
-        return outcome(proc.returncode, t0, proc.stdout + proc.stderr, written, key)
-
-    def bench(self, model: str, cmd: List[str]):
-        import subprocess
-
+    @staticmethod
+    def call(cmd: List[str], written: Path, key: str, timeout: Optional[float] = None) -> dict:
+        """What a command did: its exit status ("timeout" after ``timeout`` seconds), its seconds, last 25 lines
+        of output, and the JSON file it wrote (a bundled run's results.json, a canary's canary.json), if any,
+        under ``key``."""
         t0 = time.time()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3 * BENCH_SECONDS)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
             status, output = proc.returncode, proc.stdout + proc.stderr
         except subprocess.TimeoutExpired as exc:
             status, output = "timeout", str(exc.stdout or "") + str(exc.stderr or "")
-        entry = {"command": " ".join(cmd[1:]), **outcome(status, t0, output, Path(cmd[cmd.index("--output") + 1]),
-                                                           "result")}
+        entry = {"exit_status": status, "seconds": round(time.time() - t0, 1), "output_tail": output.splitlines()[-25:]}
+        if written.exists():
+            entry[key] = json.loads(written.read_text())
+        return entry
+
+    def recipe(self, script: str, argv: List[str], written: Path, key: str) -> dict:
+        return self.call(["bash", str(REPO / "recipes" / script), *argv], written, key)
+
+    def bench(self, model: str, cmd: List[str]):
+        entry = {"command": " ".join(cmd[1:]),
+                 **self.call(cmd, Path(cmd[cmd.index("--output") + 1]), "result", timeout=3 * BENCH_SECONDS)}
         self.result.setdefault("bench", {})[model] = entry
-        log(f"bench:{model}: exit {status} in {entry['seconds']} s")
+        log(f"bench:{model}: exit {entry['exit_status']} in {entry['seconds']} s")
 
     def canary(self, model: str, cmd: List[str]):
         written = self.runs / f"canary_{model}" / "canary" / "canary.json"
@@ -571,10 +536,14 @@ def show(check: Check):
 
 
 def dry_run(check: Check) -> int:
-    show(check)
+    from fairseq import options
+
     trainings = [check.command(item) for item in check.items if isinstance(item, Variant)]
-    for cmd in trainings:
-        check_parses(cmd)
+    for cmd in trainings:  # fairseq-train's own parser (the plugin's options included) accepts each
+        try:
+            options.parse_args_and_arch(options.get_training_parser(), input_args=[str(c) for c in cmd[1:]])
+        except SystemExit:
+            raise UserError(f"fairseq-train does not parse: {' '.join(map(str, cmd))}") from None
     log(f"fairseq-train's parser accepts the {len(trainings)} training commands")
     for item in check.items:
         name = item_name(item)
@@ -592,9 +561,9 @@ def dry_run(check: Check) -> int:
 
 def run(args) -> int:
     check = Check(args)
+    show(check)
     if args.dry_run:
         return dry_run(check)
-    show(check)
     if not check.data.joinpath("data-bin").exists():
         raise UserError(f"{check.data}/data-bin: not there; run bash benchmarks/gpu_check.sh --prepare first (where "
                         "../shared is) and carry .gpu_check/data")

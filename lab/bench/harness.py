@@ -5,6 +5,7 @@ import logging
 import os
 import platform
 import sys
+import warnings
 from pathlib import Path
 
 from attn_kit.cli import (ArgumentParser, Number, UsageError, add_force_option, add_output_option, check_output, log,
@@ -16,8 +17,6 @@ from .models import SHAPES
 
 def quiet_fairseq():
     """fairseq logs a line per model build and warns about optional packages."""
-    import warnings
-
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
 
@@ -43,8 +42,7 @@ def base_parser(description: str, default_out: str) -> argparse.ArgumentParser:
     return p
 
 
-def check_common_args(args, default_shapes_cpu="small,base", default_shapes_cuda="base,big",
-                      default_repeats_cpu=5):
+def check_common_args(args, default_repeats_cpu=5):
     import torch
 
     # --ngpus/--precision, or the old --device/--dtype; the code below reads device and dtype
@@ -56,7 +54,7 @@ def check_common_args(args, default_shapes_cpu="small,base", default_shapes_cuda
         raise UsageError("--ngpus 1: no CUDA GPU is visible to torch")
     if args.dtype == "bf16" and args.device == "cuda" and not torch.cuda.is_bf16_supported():
         raise UsageError("--precision bf16: this GPU does not support bfloat16; use --precision fp16")
-    spec = args.shapes or (default_shapes_cuda if args.device == "cuda" else default_shapes_cpu)
+    spec = args.shapes or ("base,big" if args.device == "cuda" else "small,base")
     shapes = list(SHAPES) if spec == "all" else [s.strip() for s in spec.split(",") if s.strip()]
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown or not shapes:
@@ -76,12 +74,6 @@ def start(args) -> dict:
     import torch
 
     torch.manual_seed(args.seed)
-    return environment(args)
-
-
-def environment(args) -> dict:
-    import torch
-
     env = {"python": platform.python_version(), "torch": torch.__version__, "device": args.device,
            "dtype": args.dtype, "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
            "cpu_count": os.cpu_count()}
@@ -130,15 +122,11 @@ def progress(message: str):
     log(message, sys.stderr)
 
 
-def default_out(name: str, args) -> Path:
-    return REPO / "runs" / "benchmarks" / f"{name}_{args.device}_{args.dtype}.json"
-
-
 def resolve_out(args, name: str) -> Path:
     """``--output``, checked before any work (an existing file is replaced only with ``--force``); without
-    it the benchmark's own file in runs/benchmarks/ (:func:`default_out`), which a rerun replaces."""
+    it the benchmark's own file, runs/benchmarks/NAME_DEVICE_DTYPE.json, which a rerun replaces."""
     if args.out is None:
-        path = default_out(name, args)
+        path = REPO / "runs" / "benchmarks" / f"{name}_{args.device}_{args.dtype}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
     return check_output(args.out, "--output", args.force)
@@ -166,4 +154,3 @@ def markdown_table(header, rows) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
-

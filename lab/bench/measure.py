@@ -153,11 +153,18 @@ def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-def alternating(repeats: int):
-    """The order of the two models in each trial: plugin first, then stock first, ..."""
+def alternating_trials(rate, repeats: int, log, shape: str, unit: str, spec: str):
+    """(each model's rates, each trial's ratio plugin/stock): ``repeats`` trials that run ``rate(model)`` (its rate
+    in ``unit``, printed with ``spec``) for both models, plugin first, then stock first, ..."""
+    rates, ratios = {w: [] for w in MODELS}, []
     for r in range(repeats):
-        yield r, (MODELS if r % 2 == 0 else MODELS[::-1])
-
+        trial = {w: rate(w) for w in (MODELS if r % 2 == 0 else MODELS[::-1])}
+        for w in MODELS:
+            rates[w].append(trial[w])
+        ratios.append(trial["plugin"] / trial["stock"])
+        log(f"  {shape} trial {r + 1}/{repeats}: plugin {trial['plugin']:{spec}} {unit}, "
+            f"stock {trial['stock']:{spec}} {unit}, ratio {ratios[-1]:.3f}")
+    return rates, ratios
 
 
 def rotating_trials(names, rate, repeats: int, log, label: str = ""):

@@ -50,6 +50,7 @@ def make_sample(dictionary, n_sentences: int, src_len: int, tgt_len: int, seed: 
     """A fairseq translation batch: left-padded sources with lengths between 70% and 100% of ``src_len``,
     right-padded targets likewise (as fairseq batches them), random tokens."""
     import torch
+    from fairseq.utils import apply_to_sample
 
     g = torch.Generator().manual_seed(seed)
     pad, eos, V = dictionary.pad(), dictionary.eos(), len(dictionary)
@@ -74,15 +75,4 @@ def make_sample(dictionary, n_sentences: int, src_len: int, tgt_len: int, seed: 
         "net_input": {"src_tokens": src, "src_lengths": src_lengths, "prev_output_tokens": prev},
         "target": target,
     }
-    return move(sample, device)
-
-
-def move(obj, device):
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, dict):
-        return {k: move(v, device) for k, v in obj.items()}
-    return obj
-
+    return apply_to_sample(lambda t: t.to(device), sample)

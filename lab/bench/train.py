@@ -131,17 +131,9 @@ def bench_shape(shape, args, log):
         for _ in range(args.warmup):
             m.step(sample)
     tokens = sample["ntokens"]
-    tps = {w: [] for w in MODELS}
-    ratios = []
-    for r, order in measure.alternating(args.repeats):
-        trial = {}
-        for w in order:
-            seconds = measure.time_calls(args.device, lambda: models[w].step(sample), args.steps)
-            trial[w] = tokens * args.steps / seconds
-            tps[w].append(trial[w])
-        ratios.append(trial["plugin"] / trial["stock"])
-        log(f"  {shape} trial {r + 1}/{args.repeats}: plugin {trial['plugin']:.0f} tok/s, "
-            f"stock {trial['stock']:.0f} tok/s, ratio {ratios[-1]:.3f}")
+    tps, ratios = measure.alternating_trials(
+        lambda w: tokens * args.steps / measure.time_calls(args.device, lambda: models[w].step(sample), args.steps),
+        args.repeats, log, shape, "tok/s", ".0f")
     peak = {w: measure.measure_peak(args.device, m.resident(), lambda: m.step(sample)) for w, m in models.items()}
     result = {"batch": {"sentences": sentences, "max_length": length, "target_tokens": tokens},
               "ratio_tokens_per_s": measure.median(ratios), "trial_ratios": ratios,

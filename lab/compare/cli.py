@@ -41,21 +41,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bundled-workdir", type=Path, default=REPO / "runs" / "wmt14_en_de_bundled",
                    help="--bundled: the bundled recipe's workdir holding data-bin (default, shared with "
                         "recipes/wmt14_en_de.sh --bundled: runs/wmt14_en_de_bundled)")
-    add_model_options(p)
-    add_training_options(p)
-    add_evaluation_options(p)
-    return p
-
-
-def add_model_options(p):
     g = p.add_argument_group("model size (applied to both models; default: the arch's, with --bundled the "
                              f"bundled recipe's small configuration: {SIZES['bundled'].describe()})")
     for name in ("layers", "d_model", "d_ff", "h"):
         options.add(g, name, **HERE)
     options.add(g, "p_drop", "default: the arch's, base 0.1, big 0.3", **HERE)
-
-
-def add_training_options(p):
     g = p.add_argument_group("training (identical for both)")
     options.add(g, "max_tokens", f"default {DEFAULT_TRAINING['max_tokens']}; --bundled "
                                  f"{BUNDLED_TRAINING['max_tokens']}", **HERE)
@@ -77,9 +67,6 @@ def add_training_options(p):
                 metavar="{" + ",".join(PRECISIONS) + "}", choices=None)
     options.add(g, "threads", "default: torch's choice, all cores; on a machine other jobs share, 1 avoids "
                               "oversubscription", **HERE)
-
-
-def add_evaluation_options(p):
     g = p.add_argument_group("evaluation (identical for both)")
     g.add_argument("--gen-subset", default="test", help="split to translate for BLEU (default test; "
                                                         "valid if there is no test split)")
@@ -88,6 +75,7 @@ def add_evaluation_options(p):
     g.add_argument("--remove-bpe", default="subword_nmt",
                    help="fairseq-generate --remove-bpe for BLEU (default subword_nmt: '@@ ')")
     g.add_argument("--no-bleu", action="store_true", help="skip generation and BLEU")
+    return p
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,8 +164,7 @@ def model_size(bundled: bool, arch: str, given: argparse.Namespace) -> Optional[
     """The size both models get: --bundled's (attn_kit.planning.sizes.SIZES["bundled"]) or, when
     --layers/--d-model/--d-ff/--h/--p-drop resize them, ``arch``'s with those
     changes; None: the archs' own."""
-    changes = {k: v for k, v in dict(layers=given.layers, d_model=given.d_model, d_ff=given.d_ff, h=given.h,
-                                     p_drop=given.p_drop).items() if v is not None}
+    changes = {k: v for k in ("layers", "d_model", "d_ff", "h", "p_drop") if (v := getattr(given, k)) is not None}
     if bundled:
         return SIZES["bundled"].replace(**changes)
     return arch_size(arch).replace(**changes) if changes else None

@@ -15,8 +15,7 @@ from attn_kit.fairseq_layer import fairseq_commands
 from attn_kit.checkout import PLUGIN_DIR, REPO
 from attn_kit.planning.paper import PAPER_MAX_LEN_B
 from attn_kit.fairseq_layer.fairseq_commands import launcher
-from ..pairs import arch_size
-from ..pairs import model_flags as pair_flags
+from ..pairs import arch_size, model_flags as pair_flags
 from attn_kit.recipes.config import settings
 
 WORKER = "lab.compare.worker"  # python -m WORKER STATS_JSON FAIRSEQ_TRAIN_ARGS...

@@ -52,13 +52,11 @@ def inspect_data(data: Path, gen_subset: str):
     if not (data / f"valid.{src}-{tgt}.{src}.idx").exists():
         raise UserError(f"{data} has no valid split (valid.{src}-{tgt}.{src}.idx); validation needs one")
     joined = (data / f"dict.{src}.txt").read_bytes() == (data / f"dict.{tgt}.txt").read_bytes()
-    subset = gen_subset
-    if not (data / f"{subset}.{src}-{tgt}.{src}.idx").exists():
-        if subset == "test":
-            subset = "valid"
-        else:
-            raise UserError(f"{data} has no {subset} split to translate")
-    return src, tgt, joined, subset
+    if not (data / f"{gen_subset}.{src}-{tgt}.{src}.idx").exists():
+        if gen_subset != "test":
+            raise UserError(f"{data} has no {gen_subset} split to translate")
+        gen_subset = "valid"
+    return src, tgt, joined, gen_subset
 
 
 def run_training(cmd, run_dir: Path, tag: str, env: dict) -> dict:

@@ -48,10 +48,7 @@ def common_update(runs) -> Optional[int]:
 
 
 def at_update(run, update):
-    for v in run["valid_curve"]:
-        if v["num_updates"] == update:
-            return v
-    return None
+    return next((v for v in run["valid_curve"] if v["num_updates"] == update), None)
 
 
 def summarize(runs, seeds) -> dict:

@@ -11,7 +11,9 @@ unsmoothed losses with the training time at which it ran. Writes them to
 STATS_JSON (``STATS_JSON.rankR`` per rank with several GPUs).
 """
 import json
+import logging
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -43,9 +45,6 @@ def read_stats(path: Path) -> dict:
 
 def fairseq_train(stats_file: str, fairseq_argv):
     """Run fairseq-train with ``fairseq_argv``; write the numbers (see the module) to ``stats_file``."""
-    import logging
-    import resource
-
     import torch
     from fairseq.trainer import Trainer
 
@@ -81,13 +80,9 @@ def fairseq_train(stats_file: str, fairseq_argv):
 
     def patched_get_valid_stats(cfg, trainer, valid_stats, *a, **kw):
         out = get_valid_stats(cfg, trainer, valid_stats, *a, **kw)
-        stats["valid"].append({
-            "num_updates": trainer.get_num_updates(),
-            "loss": float(out.get("loss", float("nan"))),
-            "nll_loss": float(out.get("nll_loss", float("nan"))),
-            "ppl": float(out.get("ppl", float("nan"))),
-            "train_seconds": time.perf_counter() - clock["start"] if clock["start"] else 0.0,
-        })
+        stats["valid"].append({"num_updates": trainer.get_num_updates(),
+                               **{k: float(out.get(k, float("nan"))) for k in ("loss", "nll_loss", "ppl")},
+                               "train_seconds": time.perf_counter() - clock["start"] if clock["start"] else 0.0})
         return out
 
     Trainer.__init__, Trainer.train_step = patched_init, patched_train_step
