@@ -14,7 +14,7 @@ import math
 import statistics
 import sys
 from pathlib import Path
-from typing import List, Tuple
+from typing import List
 
 import numpy as np
 
@@ -26,13 +26,6 @@ from attn_kit.planning.step_model import BYTES_PER_PARAMETER, CALIBRATION, Fit
 
 RESULTS = REPO / "benchmarks" / "results"
 GPU_CHECKS = "*gpu_check*.json"
-
-
-def _least_squares(xs: List[float], ys: List[float]) -> Tuple[float, float]:
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    return my - slope * mx, slope
 
 
 def padded_tflops(run: dict) -> float:
@@ -71,8 +64,8 @@ def fits_of(path: Path) -> List[Fit]:
         w = np.sqrt([r["timed_updates"] for r in runs]) / y
         coef = np.linalg.lstsq(np.array(rows) * w[:, None], y * w, rcond=None)[0]
         c, inv_rate = float(coef[0]), float(coef[1])
-        base_mem, per_token = _least_squares([r["max_tokens"] for r in runs],
-                                             [r["peak_reserved_gib"] * 2 ** 30 for r in runs])
+        per_token, base_mem = statistics.linear_regression([r["max_tokens"] for r in runs],
+                                                           [r["peak_reserved_gib"] * 2 ** 30 for r in runs])
         size = ARCH_SIZES[f"attn_paper_{model}"]
         params = model_shape(f"attn_paper_{model}").parameters()
         out.append(Fit(source=Path(path).name, gpu=env.get("gpu", "?"), model=model, d_model=size.d_model,
@@ -109,10 +102,6 @@ def table() -> dict:
             "data_extract": filed("*data_extract*.json", DATA_EXTRACT_KEYS)}
 
 
-def text(data: dict) -> str:
-    return json.dumps(data, indent=1) + "\n"
-
-
 def same(a, b) -> bool:
     """Whether two tables hold the same values, numbers to 1e-9 relative (a least-squares fit's last
     digits follow the BLAS it ran on)."""
@@ -135,7 +124,7 @@ def main(argv=None):
         print(f"{CALIBRATION.relative_to(REPO)}: " + ("as the results files give" if ok else
                                                        "differs from the results files: run python -m lab.calibration"))
         sys.exit(0 if ok else 1)
-    write_text_atomic(CALIBRATION, text(want))
+    write_text_atomic(CALIBRATION, json.dumps(want, indent=1) + "\n")
     print(f"wrote {CALIBRATION.relative_to(REPO)}")
 
 

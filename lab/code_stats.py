@@ -5,9 +5,12 @@ share of docstring lines and the import cycles between attn_kit's modules (funct
 numbers issue 28 asks for before and after a restructuring. Nothing is imported or run; only parsed.
 """
 import ast
+import importlib.util
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Dict, List
+import networkx
 from attn_kit.cli import ArgumentParser
 
 FOLDERS = ("attn_plugin", "attn_kit", "lab", "recipes", "scripts", "benchmarks", "tests")
@@ -24,14 +27,9 @@ def module_name(root: Path, path: Path) -> str:
 
 def docstring_lines(tree: ast.AST) -> int:
     """Lines of every docstring (module, class, function) in ``tree``."""
-    total = 0
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
-                    and isinstance(first.value.value, str):
-                total += first.end_lineno - first.lineno + 1
-    return total
+    return sum(node.body[0].end_lineno - node.body[0].lineno + 1 for node in ast.walk(tree)
+               if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+               and ast.get_docstring(node, clean=False) is not None)
 
 
 def functions(tree: ast.AST):
@@ -61,11 +59,7 @@ def imports_of(tree: ast.AST, module: str, is_package: bool, known: set) -> set:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = package.split(".")
-                parent = parent[:len(parent) - node.level + 1]
-                base = ".".join(parent + ([base] if base else []))
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
             names = [f"{base}.{a.name}" for a in node.names] + [base]
         else:
             continue
@@ -89,34 +83,12 @@ def import_graph(root: Path, trees: Dict[Path, ast.AST] = None, folders=("attn_k
 
 
 def cycles(graph: Dict[str, set]) -> List[List[str]]:
-    """Strongly connected components of more than one module (Tarjan's algorithm)."""
-    index, low, stack, on, out = {}, {}, [], set(), []
-
-    def strong(v):
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                strong(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            group = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                group.append(w)
-                if w == v:
-                    break
-            if len(group) > 1:
-                out.append(sorted(group))
-
-    for v in sorted(graph):
-        if v not in index:
-            strong(v)
-    return out
+    """Strongly connected components of more than one module (networkx's Tarjan, modules and their imports
+    visited in sorted order)."""
+    g = networkx.DiGraph()
+    g.add_nodes_from(sorted(graph))
+    g.add_edges_from((v, w) for v in sorted(graph) for w in sorted(graph[v]))
+    return [sorted(group) for group in networkx.strongly_connected_components(g) if len(group) > 1]
 
 
 def is_args_attribute(node) -> bool:
@@ -176,7 +148,8 @@ def measure(root: Path) -> dict:
                  for leaf in ast.walk(target) if is_args_attribute(leaf))
     setattrs = sum(1 for _, node in nodes if isinstance(node, ast.Call)
                    and isinstance(node.func, ast.Name) and node.func.id == "setattr")
-    long_docs = sorted((n, str(p.relative_to(root))) for p, t in kit_trees.items() if (n := _module_doc_lines(t)) >= 30)
+    long_docs = sorted((n, str(p.relative_to(root))) for p, t in kit_trees.items()
+                       if (n := len((ast.get_docstring(t, clean=False) or "").splitlines())) >= 30)
     many = sorted(f"{p.relative_to(root)}:{f.name} ({parameter_count(f)})" for p, f in defs
                   if parameter_count(f) > MAX_PARAMETERS)
     readme = root / "README.md"
@@ -195,11 +168,6 @@ def measure(root: Path) -> dict:
         "import_cycles": cycles(import_graph(root, kit_trees)),
         "readme_lines": len(readme.read_text(encoding="utf-8").splitlines()) if readme.exists() else None,
     }
-
-
-def _module_doc_lines(tree: ast.Module) -> int:
-    doc = ast.get_docstring(tree, clean=False)
-    return len(doc.splitlines()) if doc else 0
 
 
 def report(stats: dict) -> str:
@@ -225,8 +193,6 @@ def report(stats: dict) -> str:
 
 
 def main(argv=None):
-    import json
-
     p = ArgumentParser(prog="scripts/code_stats.py", description=__doc__)
     p.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1],
                    help="a checkout to measure (default this one; e.g. a `git worktree add` of an older commit)")

@@ -20,6 +20,7 @@ from attn_kit.checkout import REPO
 from attn_kit.cli import ArgumentParser, UserError, log, main_guard
 
 TRANSLATION = ("translation", "--pair", "en-de")
+CORPUS = ["--src", "en", "--tgt", "de", "--train", "c/train", "--valid", "c/dev", "--test", "c/test"]  # parallel.sh's
 # name: (module and its fixed arguments, the options) of each dry run
 RUNS = {
     "en_de_base": (TRANSLATION, []),
@@ -32,10 +33,8 @@ RUNS = {
     "en_de_bundled": (TRANSLATION, ["--bundled"]),
     "en_de_smoke": (TRANSLATION, ["--smoke"]),
     "en_fr_big": (("translation", "--pair", "en-fr"), ["--arch", "attn_paper_big", "--gpu", "H100"]),
-    "parallel_small": (("parallel",), ["--src", "en", "--tgt", "de", "--train", "c/train", "--valid", "c/dev",
-                                       "--test", "c/test", "--preset", "small"]),
-    "parallel_paper": (("parallel",), ["--src", "en", "--tgt", "de", "--train", "c/train", "--valid", "c/dev",
-                                       "--test", "c/test", "--gpu", "H100"]),
+    "parallel_small": (("parallel",), [*CORPUS, "--preset", "small"]),
+    "parallel_paper": (("parallel",), [*CORPUS, "--gpu", "H100"]),
     "wsj_smoke": (("wsj",), ["--smoke"]),
     "wsj_8xH100": (("wsj",), ["--ngpus", "8", "--gpu", "H100", "--ptb", "treebank"]),
     "wsj_tune": (("wsj",), ["--tune", "--ngpus", "8", "--gpu", "H100", "--ptb", "treebank"]),

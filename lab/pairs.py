@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 from attn_kit.fairseq_layer.build import plugin_flags
-from attn_kit.planning.paper import TABLE3
-from attn_kit.planning.sizes import ModelSize
+from attn_kit.planning.sizes import ARCH_SIZES, ModelSize
 
 
 @dataclass(frozen=True)
@@ -30,9 +29,8 @@ LABEL = {"plugin": "attn_plugin", "stock": "stock fairseq"}
 
 def arch_size(pair: str) -> ModelSize:
     """The size both archs of ``pair`` have by default: Table 3's row of that name
-    (N, d_model, d_ff, h, P_drop)."""
-    s = next(row for row in TABLE3 if row.name == pair).settings
-    return ModelSize(layers=s["N"], d_model=s["d_model"], d_ff=s["d_ff"], h=s["h"], p_drop=s["P_drop"])
+    (N, d_model, d_ff, h, P_drop), as attn_kit.planning.sizes holds it for the plugin's arch."""
+    return ARCH_SIZES[PAIRS[pair].plugin_arch]
 
 
 def model_flags(which: str, pair: str, size: Optional[ModelSize] = None, label_smoothing: float = 0.1,

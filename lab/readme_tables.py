@@ -12,7 +12,9 @@ import argparse
 import glob
 import json
 import re
+import shlex
 import statistics
+import subprocess
 from pathlib import Path
 
 from attn_kit.planning import prep_cost
@@ -177,15 +179,11 @@ CORPUS_OPTIONS = ("--src", "--tgt", "--train", "--valid", "--test", "--workdir")
 
 def recipe_options(command: str) -> str:
     """A recipes/parallel.sh command line without the script and the corpus options."""
-    import shlex
-
-    words, out, skip = shlex.split(command), [], False
-    words = words[words.index("recipes/parallel.sh") + 1:] if "recipes/parallel.sh" in words else words
+    words, out = shlex.split(command), []
+    words = iter(words[words.index("recipes/parallel.sh") + 1:] if "recipes/parallel.sh" in words else words)
     for word in words:
-        if skip:
-            skip = False
-        elif word in CORPUS_OPTIONS:
-            skip = True
+        if word in CORPUS_OPTIONS:
+            next(words, None)  # and its value
         else:
             out.append(word)
     return " ".join(out)
@@ -226,12 +224,10 @@ def tokens_per_update() -> str:
     if not path.exists():
         return "(not filed yet)"
     r = load(path)["result"]
-    rows = []
-    for key, label in (("at_max_tokens", "{} (the paper's number taken as fairseq's cap)"),
-                       ("closest_to_target", "{} (the recipes round it to 28000)")):
-        s = r[key]
-        rows.append([label.format(s["budget_per_update"]), f"{s['max_tokens']} x {s['batches_per_update']}", f"{s['source_per_update']:.0f}",
-                     f"{s['target_per_update']:.0f}", f"{s['padded_per_update']:.0f}"])
+    rows = [[label.format(s["budget_per_update"]), f"{s['max_tokens']} x {s['batches_per_update']}",
+             f"{s['source_per_update']:.0f}", f"{s['target_per_update']:.0f}", f"{s['padded_per_update']:.0f}"]
+            for s, label in ((r["at_max_tokens"], "{} (the paper's number taken as fairseq's cap)"),
+                             (r["closest_to_target"], "{} (the recipes round it to 28000)"))]
     return table(["padded tokens per update", "--max-tokens x GPUs", "real source tokens", "real target tokens",
                   "padded"], rows) + source(path)
 
@@ -241,14 +237,10 @@ def cpu_benchmarks() -> str:
     train = [BENCH / "cpu2core_train_fp32.json", BENCH / "cpu2core_train_fp32_run2.json"]
     gen = [BENCH / "cpu2core_generate_fp32.json", BENCH / "cpu2core_generate_fp32_run2.json"]
     t, g = [load(p)["results"] for p in train], [load(p)["results"] for p in gen]
-    rows = []
-    for shape in ("small", "base", "big"):
-        params = t[0][shape]["plugin"]["params"] / 1e6
-        rows.append([f"{shape} ({params:.1f}M)",
-                     " / ".join(f"{x[shape]['ratio_tokens_per_s']:.3f}" for x in t),
-                     f"{t[-1][shape]['ratio_peak_bytes']:.3f}",
-                     " / ".join(f"{x[shape]['ratio_sentences_per_s']:.3f}" for x in g),
-                     f"{g[-1][shape]['ratio_peak_bytes']:.3f}"])
+    rows = [[f"{shape} ({t[0][shape]['plugin']['params'] / 1e6:.1f}M)",
+             " / ".join(f"{x[shape]['ratio_tokens_per_s']:.3f}" for x in t), f"{t[-1][shape]['ratio_peak_bytes']:.3f}",
+             " / ".join(f"{x[shape]['ratio_sentences_per_s']:.3f}" for x in g),
+             f"{g[-1][shape]['ratio_peak_bytes']:.3f}"] for shape in ("small", "base", "big")]
     big30 = load(BENCH / "cpu2core_train_fp32_big_1step_x30.json")["results"]["big"]
     trials = big30["trial_ratios"]
     se = statistics.stdev(trials) / len(trials) ** 0.5
@@ -265,13 +257,11 @@ def gpu_benchmarks() -> str:
     auto = load(BENCH / "h100_train_bf16_autocast.json")["results"]
     gen = load(BENCH / "h100_generate_bf16.json")["results"]
     env = main["environment"]
-    rows = []
-    for shape, r, label in [("base", main["results"]["base"], "base"), ("big", main["results"]["big"], "big"),
-                            ("big", big400, "big, 400 sentences")]:
-        b = r["batch"]
-        rows.append([label, b["target_tokens"], f"{r['plugin']['tokens_per_s']:.0f}", f"{r['stock']['tokens_per_s']:.0f}",
-                     f"**{r['ratio_tokens_per_s']:.3f}**", f"{r['ratio_peak_bytes']:.3f}",
-                     f"{100 * bench_mfu(r, 'plugin'):.1f}%", f"{100 * bench_mfu(r, 'stock'):.1f}%"])
+    rows = [[label, r["batch"]["target_tokens"], f"{r['plugin']['tokens_per_s']:.0f}",
+             f"{r['stock']['tokens_per_s']:.0f}", f"**{r['ratio_tokens_per_s']:.3f}**", f"{r['ratio_peak_bytes']:.3f}",
+             f"{100 * bench_mfu(r, 'plugin'):.1f}%", f"{100 * bench_mfu(r, 'stock'):.1f}%"]
+            for label, r in [("base", main["results"]["base"]), ("big", main["results"]["big"]),
+                             ("big, 400 sentences", big400)]]
     out = table(["shape", "target tokens/step", "plugin tok/s", "stock tok/s", "ratio", "peak memory ratio",
                  "plugin MFU", "stock MFU"], rows)
     out += (f"\n\n{env['gpu']}, bf16, measured bf16 matmul rate {env['matmul_tflops']:.0f} TFLOP/s; MFU on the "
@@ -575,11 +565,9 @@ def decode_rules() -> str:
     r = run["result"]
     rows, notes = [], []
     for name, t in r["test_sets"].items():
-        for decoding, d in t["decodings"].items():
-            if "sacrebleu" not in d:
-                continue
-            rows.append([name, decoding, f"{d['sacrebleu']:.2f}", f"{d['bleu_t2t']:.2f}", f"{d['bleu_t2t_2018']:.2f}",
-                         f"{d['bleu_compound_split']:.2f}", f"{d['sentences_per_s']:.0f}"])
+        rows += [[name, decoding, f"{d['sacrebleu']:.2f}", f"{d['bleu_t2t']:.2f}", f"{d['bleu_t2t_2018']:.2f}",
+                  f"{d['bleu_compound_split']:.2f}", f"{d['sentences_per_s']:.0f}"]
+                 for decoding, d in t["decodings"].items() if "sacrebleu" in d]
         d = t["decodings"]
         speed = d["paper, t2t stop"]["sentences_per_s"] / d["paper, fairseq stop"]["sentences_per_s"]
         min0 = d.get("paper, t2t stop, --min-len 0")
@@ -658,8 +646,6 @@ def table3() -> str:
 # ---------------------------------------------------------------------------------------------- CTranslate2
 def commit_time(sha: str) -> int:
     """When commit ``sha`` was made (seconds; 0 where git does not know it): orders runs filed the same day."""
-    import subprocess
-
     proc = subprocess.run(["git", "log", "-1", "--format=%ct", sha], cwd=REPO, capture_output=True, text=True)
     return int(proc.stdout.strip() or 0) if proc.returncode == 0 else 0
 
@@ -676,10 +662,8 @@ def ctranslate2() -> str:
     if not paths:
         return "(not filed yet)"
     first = runs[0]
-    header = ["shape", "engine"]
-    for run in runs:
-        header += [f"sent/s, {cpu_name(run)}", f"x plugin, {cpu_name(run)}"]
-    header += ["same best hypothesis", "CTranslate2 model.bin"]
+    header = ["shape", "engine", *(f"{what}, {cpu_name(run)}" for run in runs for what in ("sent/s", "x plugin")),
+              "same best hypothesis", "CTranslate2 model.bin"]
     rows = []
     for shape, r in first["results"].items():
         for name, e in r["engines"].items():
@@ -714,14 +698,10 @@ def ctranslate2_run() -> str:
     if not paths:
         return "(not filed yet)"
     paths, runs = zip(*sorted(((p, load(p)) for p in paths), key=lambda pr: pr[1]["results"]["batch_size"]))
-    rows = []
-    for run in runs:
-        r = run["results"]
-        for name, e in r["engines"].items():
-            rows.append([str(r["batch_size"]) if name == "fairseq-generate" else "", name,
-                         f"{e['sentences_per_s']:.1f}",
-                         f"**{e['ratio_sentences_per_s']:.2f}**" if "ratio_sentences_per_s" in e else "1",
-                         e.get("same_output", ""), f"{e['sacrebleu']:.2f}" if "sacrebleu" in e else ""])
+    rows = [[str(r["batch_size"]) if name == "fairseq-generate" else "", name, f"{e['sentences_per_s']:.1f}",
+             f"**{e['ratio_sentences_per_s']:.2f}**" if "ratio_sentences_per_s" in e else "1",
+             e.get("same_output", ""), f"{e['sacrebleu']:.2f}" if "sacrebleu" in e else ""]
+            for r in (run["results"] for run in runs) for name, e in r["engines"].items()]
     first, r = runs[0], runs[0]["results"]
     return (table(["batch", "engine", "sentences/s", "x fairseq-generate (median of trials)",
                    "same output as fairseq-generate", "sacreBLEU"], rows)
@@ -934,7 +914,7 @@ def canary_check() -> str:
         return "(not filed yet: recipes/results/canary_check_*.json)"
     parts = ("data preparation", "training, validations, checkpoint writes", "averaging", "generation and scoring",
              "total")
-    columns, notes = [], []
+    columns, notes = [], []  # columns: per results file, (predicted, measured, error) of each part
     for r in checks:
         c, seconds = r["result"]["canary"], r["result"]["full_run"]["stage_seconds"]
         data = sum(seconds.get(s, 0.0) for s in ("download", "extract", "tokenize", "bpe", "binarize"))
@@ -943,20 +923,15 @@ def canary_check() -> str:
         p = c["predicted_seconds"]
         predicted = [p["data_preparation"], p["training"] + p["validations"] + p["checkpoint_writes"], p["averaging"],
                      p["generation"], p["total"]]
-        columns.append((r["result"]["mode"], predicted, measured))
+        columns.append([(minutes(x), minutes(y), f"{x / y - 1:+.1%}" if y else "-")
+                        for x, y in zip(predicted, measured)])
         threads = re.search(r"--threads (\d+)", r["command"])
         notes.append(f"`--{r['result']['mode']}`{f' --threads {threads.group(1)}' if threads else ''}: the canary "
                      f"trained {c['canary_minutes']:g} minutes ({c['updates']} of the run's {c['plan']['max_update']} "
                      f"updates); {r['machine']}, {r['date']}, {r['result']['load_average']}")
-    header = ["part of the run"] + [f"`--{mode}`: {what}" for mode, _, _ in columns
+    header = ["part of the run"] + [f"`--{r['result']['mode']}`: {what}" for r in checks
                                      for what in ("predicted", "measured", "error")]
-    rows = []
-    for i, part in enumerate(parts):
-        row = [part]
-        for _, predicted, measured in columns:
-            row += [minutes(predicted[i]), minutes(measured[i]),
-                    f"{predicted[i] / measured[i] - 1:+.1%}" if measured[i] else "-"]
-        rows.append(row)
+    rows = [[part, *(cell for column in columns for cell in column[i])] for i, part in enumerate(parts)]
     return table(header, rows) + "\n\n" + "; ".join(notes) + "." + source(*paths)
 
 

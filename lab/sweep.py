@@ -45,9 +45,7 @@ DEFAULT_CONFIGS = {
 
 # Decodings tried on the validation split for every configuration.
 DECODINGS = {
-    "beam4_lenpen1.0": DecodePlan(beam=4, max_len_b=50, batch_size=128, lenpen=1.0),
-    "beam4_lenpen0.6": DecodePlan(beam=4, max_len_b=50, batch_size=128, lenpen=0.6),
-    "beam4_lenpen1.4": DecodePlan(beam=4, max_len_b=50, batch_size=128, lenpen=1.4),
+    **{f"beam4_lenpen{p}": DecodePlan(beam=4, max_len_b=50, batch_size=128, lenpen=p) for p in (1.0, 0.6, 1.4)},
     "beam4_gnmt0.6": DecodePlan(beam=4, max_len_b=50, batch_size=128, alpha=0.6),
     "beam1": DecodePlan(beam=1, max_len_b=50, batch_size=128),
 }
@@ -182,11 +180,10 @@ def evaluate(s: SweepSettings, work: Path, flags: str) -> dict:
     decodings = {}
     saved = len(list((work / "checkpoints").glob("checkpoint_*_*.pt")))
     many = min(10, saved)
-    for which, ckpt in (("avg5", average(work, 5, final)), (f"avg{many}", average(work, many, final)),
-                        ("last", work / "checkpoints" / "checkpoint_last.pt")):
-        for dname in DECODINGS:
-            if which != "avg5" and dname != "beam4_lenpen1.0":
-                continue
+    for which, ckpt, names in (("avg5", average(work, 5, final), DECODINGS),
+                               (f"avg{many}", average(work, many, final), ["beam4_lenpen1.0"]),
+                               ("last", work / "checkpoints" / "checkpoint_last.pt", ["beam4_lenpen1.0"])):
+        for dname in names:
             decodings[f"{which}_{dname}"] = valid_bleu(s, work, ckpt, dname)
     entry["valid_bleu_final"] = decodings
     log(f"{name}: {json.dumps(entry['valid_bleu_final'])}", sys.stderr)
