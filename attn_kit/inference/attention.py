@@ -61,16 +61,14 @@ def parse_heads(spec: Optional[str], h: int) -> List[int]:
 def word_positions(tokens: List[str], word: str, separator: str = "@@") -> List[int]:
     """The positions of the BPE pieces of every occurrence of ``word`` in ``tokens`` (a piece
     ending in ``separator`` continues into the next one, as subword-nmt writes them)."""
-    spans, span = [], []
+    out, span = [], []
     for i, token in enumerate(tokens):
         span.append(i)
-        if not token.endswith(separator):
-            spans.append(span)
+        if not token.endswith(separator) or i == len(tokens) - 1:  # a word's last piece
+            if "".join(tokens[k].removesuffix(separator) for k in span) == word:
+                out += span
             span = []
-    if span:
-        spans.append(span)
-    text = lambda span: "".join(tokens[i].removesuffix(separator) for i in span)  # noqa: E731
-    return [i for span in spans if text(span) == word for i in span]
+    return out
 
 
 def attention_of(translator, sentence: str) -> dict:

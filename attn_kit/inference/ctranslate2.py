@@ -43,7 +43,8 @@ def require_ctranslate2():
 # --------------------------------------------------------------------------------------------- export
 def load_run(run_dir: Path, checkpoint: Optional[str], ignore_changed_files: bool, **options):
     """(the run's card, its resolved args, fairseq's hub of its model in eval mode; ``options`` for
-    from_pretrained): the card and every file it names checked before anything loads. Also hf_export's."""
+    from_pretrained): the card and every file it names checked before anything loads. Also hf_export's and
+    translate's."""
     quiet_inference()
     run_cards = load("attn_plugin.run_cards")
     info = run_cards.read_run_card(run_dir, not ignore_changed_files)
@@ -241,11 +242,9 @@ def read_card(out_dir) -> dict:
     return load("attn_plugin.run_cards").read_ct2_card(card)  # its schema; every file it names in OUT_DIR
 
 
-_ENCODERS = {("tokenizer", "attn_moses"): ("attn_plugin.encoders.attn_moses", "AttnMosesTokenizer", "AttnMosesConfig"),
-             ("tokenizer", "attn_treebank"): ("attn_plugin.encoders.attn_treebank", "AttnTreebankTokenizer",
-                                              "AttnTreebankConfig"),
-             ("bpe", "attn_subword_nmt"): ("attn_plugin.encoders.attn_subword_nmt", "AttnSubwordNMTBPE",
-                                           "AttnSubwordNMTConfig")}
+# the plugin's encoders: module attn_plugin.encoders.NAME, classes PREFIX + Tokenizer / BPE and PREFIX + Config
+_ENCODERS = {("tokenizer", "attn_moses"): "AttnMoses", ("tokenizer", "attn_treebank"): "AttnTreebank",
+             ("bpe", "attn_subword_nmt"): "AttnSubwordNMT"}
 
 
 def _encoder(kind: str, name: Optional[str], args: dict):
@@ -256,11 +255,10 @@ def _encoder(kind: str, name: Optional[str], args: dict):
     if (kind, name) not in _ENCODERS:
         raise UserError(f"--{kind} {name}: the CTranslate2 engine knows the plugin's "
                         f"{', '.join(n for k, n in _ENCODERS if k == kind)}")
-    module, cls, config = _ENCODERS[(kind, name)]
-    module = load(module)
-    Config = getattr(module, config)
+    prefix, module = _ENCODERS[(kind, name)], load(f"attn_plugin.encoders.{name}")
+    Config = getattr(module, prefix + "Config")
     options = {f: args[f] for f in Config.__dataclass_fields__ if f in args and args[f] is not None}
-    return getattr(module, cls)(Config(**options))
+    return getattr(module, prefix + ("Tokenizer" if kind == "tokenizer" else "BPE"))(Config(**options))
 
 
 def fairseq_batches(lengths: Sequence[int], batch_size: int) -> List[List[int]]:
@@ -459,14 +457,16 @@ class CT2Translator:
 
 
 # --------------------------------------------------------------------------------------------- command line
-def check_export_folder(out: Path, card: str, option: str, force: bool, inputs: Sequence):
-    """Before any work: ``out`` must be new, empty or an earlier export (holding ``card``), which the export
-    replaces (:func:`attn_kit.cli.check_output`). Also hf_export's."""
+def check_export_folder(out: Path, card: str, option: str, args):
+    """Before any work: ``out`` must differ from ``args.run_dir`` and be new, empty or an earlier export (holding
+    ``card``), which the export replaces (:func:`attn_kit.cli.check_output`). Also hf_export's."""
+    if out.resolve() == args.run_dir.resolve():
+        raise UsageError(f"{option} must differ from RUN_DIR")
     empty = out.is_dir() and not out.is_symlink() and not any(out.iterdir())
     if (out.exists() or out.is_symlink()) and not (empty or (out.is_dir() and (out / card).is_file())):
         raise UsageError(f"{out} exists and is not an earlier export (no {card}), which the export would replace: "
                          "give a new folder")
-    check_output(out, option, force=force or empty, folder=True, inputs=inputs)
+    check_output(out, option, force=args.force or empty, folder=True, inputs=[args.run_dir, args.checkpoint])
 
 
 def parse_args(argv=None):
@@ -484,15 +484,12 @@ def parse_args(argv=None):
     add_force_option(p, "an earlier export in OUT_DIR")
     add_ignore_changed_option(p)
     args = p.parse_args(argv)
-    if args.out_dir.resolve() == args.run_dir.resolve():
-        raise UsageError("OUT_DIR must differ from RUN_DIR")
-    check_export_folder(args.out_dir, CARD, "OUT_DIR", args.force, [args.run_dir, args.checkpoint])
+    check_export_folder(args.out_dir, CARD, "OUT_DIR", args)
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
-    require_ctranslate2()
     card = export(args.run_dir, args.out_dir, args.quantization,
                   str(args.checkpoint.resolve()) if args.checkpoint else None, args.ignore_changed_files)
     penalty = (f"GNMT alpha {card['args']['gnmt_alpha']:g} (reranked n-best)" if card["args"].get("gnmt_alpha")

@@ -45,15 +45,6 @@ FALLBACK_SENTENCES = ("The house is small.", "I would like a cup of coffee, plea
                       "Where is the station?")
 
 
-def require_transformers():
-    """The ``transformers`` module, or a one-line UserError saying how to install it."""
-    try:
-        import transformers
-    except ImportError:
-        raise UserError(INSTALL) from None
-    return transformers
-
-
 # --------------------------------------------------------------------------------------------- what fits
 def unsupported(model, card: dict, args: dict) -> List[str]:
     """What FSMT (model or tokenizer) cannot represent in the run, one phrase per problem naming the option
@@ -250,12 +241,8 @@ def escaped_merges(merges: Sequence[Tuple[str, str]], escaped: bool) -> List[Tup
         return list(merges)
     first = []
     for _, entity in ESCAPES:
-        for end in (entity[-1], entity[-1] + EOW):  # the entity inside a word and at its end
-            for i in range(1, len(entity) - 1):
-                pair = (entity[:i], entity[i])
-                if pair not in first:
-                    first.append(pair)
-            first.append((entity[:-1], end))
+        first += [pair for pair in ((entity[:i], entity[i]) for i in range(1, len(entity) - 1)) if pair not in first]
+        first += [(entity[:-1], entity[-1]), (entity[:-1], entity[-1] + EOW)]  # inside a word and at its end
 
     def spelled(unit: str) -> str:  # the end-of-word mark is not text: not escaped
         return escape(unit[:-len(EOW)]) + EOW if unit.endswith(EOW) else escape(unit)
@@ -472,7 +459,10 @@ def export(run_dir, out_dir, checkpoint: Optional[str] = None, ignore_changed_fi
     """Export RUN_DIR's evaluated model (or ``checkpoint``) to ``out_dir`` (replaced whole, atomically) as
     FSMTForConditionalGeneration with FSMTTokenizer's files and :data:`CARD`, checked against fairseq
     (:func:`check_export`) before it is moved into place; returns the card."""
-    transformers = require_transformers()
+    try:
+        import transformers
+    except ImportError:
+        raise UserError(INSTALL) from None
     quiet_transformers()
     run_dir = Path(run_dir)
     info, args, hub = load_run(run_dir, checkpoint, ignore_changed_files, beam_stop="fairseq")
@@ -638,9 +628,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.out is None:
         raise UsageError("give --output DIR, the folder to write")
-    if args.out.resolve() == args.run_dir.resolve():
-        raise UsageError("--output must differ from RUN_DIR")
-    check_export_folder(args.out, CARD, "--output", args.force, [args.run_dir, args.checkpoint])
+    check_export_folder(args.out, CARD, "--output", args)
     if args.compare_test_set:
         check_output(args.compare_test_set, "--compare-test-set", args.force, inputs=[args.run_dir, args.out])
     return args
@@ -648,7 +636,6 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    require_transformers()
     card = export(args.run_dir, args.out, str(args.checkpoint.resolve()) if args.checkpoint else None,
                   args.ignore_changed_files, args.check_sentences)
     check = card["check"]

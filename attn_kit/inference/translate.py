@@ -19,9 +19,9 @@ from ..cli import (ArgumentParser, Number, UsageError, UserError, add_force_opti
 from ..metrics.scores import sacrebleu_score
 from ..metrics.trees import delinearize
 from ..pipeline.progress import Progress
-from ..fairseq_layer.plugin import load, quiet_inference
+from ..fairseq_layer.plugin import load
 from ..textio import add_errors_option, read_lines
-from .ctranslate2 import CT2Translator, read_card
+from .ctranslate2 import CT2Translator, load_run, read_card
 
 ENGINES = ("fairseq", "ctranslate2")
 
@@ -100,14 +100,9 @@ class Translator:
     """A run's model with its pre- and post-processing (fairseq's hub interface)."""
 
     def __init__(self, run_dir: Path, options: dict, gpu: bool = False):
-        quiet_inference()
-        check = not options.get("ignore_changed_files")
-        self.card = load("attn_plugin.run_cards").read_run_card(run_dir, check)  # checked before anything loads
-        AttnTransformerModel = load("attn_plugin.models.attn_transformer").AttnTransformerModel
+        self.card, _, self.hub = load_run(run_dir, options.pop("checkpoint_file", None),  # the card checked first
+                                          bool(options.pop("ignore_changed_files", False)), **options)
         self.parsing = self.card["kind"] == "parsing"
-        checkpoint = options.pop("checkpoint_file", None)
-        self.hub = AttnTransformerModel.from_pretrained(str(run_dir), checkpoint_file=checkpoint, **options)
-        self.hub.eval()
         if gpu:
             self.hub.cuda()
         self.max_source = self.hub.max_positions[0] if isinstance(self.hub.max_positions, tuple) else None
@@ -137,16 +132,14 @@ class Translator:
 
         with open_dict(self.hub.cfg):
             self.hub.cfg.dataset.batch_size, self.hub.cfg.dataset.max_tokens = batch_size, None
-        done = 0
         chunk = batch_size * 8  # fairseq sorts each chunk by length into batches of batch_size
         for start in range(0, len(todo), chunk):
             part = todo[start:start + chunk]
             hypos = self.hub.generate([t for _, t in part], beam=self.hub.cfg.generation.beam)
             for (i, _), best in zip(part, hypos):
                 out[i] = self.decode(lines[i], best[0]["tokens"].cpu())
-            done += len(part)
             if progress:
-                progress.update(done)
+                progress.update(start + len(part))
         return out
 
 

@@ -9,6 +9,7 @@ statistics come from sacreBLEU; inputs follow the one text policy (attn_kit.text
 Where this differs from multi-bleu.perl (inputs a WMT test set never has): docs/wmt14.md.
 """
 import argparse
+import functools
 import math
 import re
 import string
@@ -114,19 +115,16 @@ def multi_bleu(hyps: Sequence[str], refs: Union[Sequence[str], Sequence[Sequence
             raise ScoreError(f"{len(hyps)} hypotheses but {len(stream)} lines in reference {i + 1}")
     hyp_words = [words(h, lowercase) for h in hyps]
     ref_words = [[words(r, lowercase) for r in stream] for stream in streams]
-    hyp_text = [" ".join(w) for w in hyp_words]
-    ref_text = [[" ".join(w) for w in stream] for stream in ref_words]
     # sacreBLEU's str.split() also breaks at non-ASCII spaces (no-break space, U+2009, ...), part of a word for
     # multi-bleu.perl: should a word hold one, sacreBLEU gets word ids instead (the same n-gram counts).
-    if any(t.split() != w for t, w in zip(hyp_text, hyp_words)) or any(
-            t.split() != w for s_t, s_w in zip(ref_text, ref_words) for t, w in zip(s_t, s_w)):
-        ids = {}
+    odd = any(w.split() != [w] for line in hyp_words + [r for s in ref_words for r in s] for w in line)
+    ids = {}
 
-        def encode(ws):
-            return " ".join(str(ids.setdefault(w, len(ids))) for w in ws)
+    def join(ws: List[str]) -> str:
+        return " ".join(str(ids.setdefault(w, len(ids))) for w in ws) if odd else " ".join(ws)
 
-        hyp_text = [encode(w) for w in hyp_words]
-        ref_text = [[encode(w) for w in stream] for stream in ref_words]
+    hyp_text = [join(w) for w in hyp_words]
+    ref_text = [[join(w) for w in stream] for stream in ref_words]
     ref_len = 0
     if hyps:
         stats = BLEU(tokenize="none", smooth_method="none", force=True, max_ngram_order=MAX_ORDER
@@ -175,14 +173,9 @@ def replace_unicode_punctuation(line: str) -> str:
     return line
 
 
-_TOKENIZERS = {}
-
-
+@functools.lru_cache(maxsize=None)
 def _moses_tokenizer(lang: str):
-    """sacremoses' MosesTokenizer, patched where it differs from tokenizer.perl."""
-    tok = _TOKENIZERS.get(lang)
-    if tok is not None:
-        return tok
+    """sacremoses' MosesTokenizer, patched where it differs from tokenizer.perl (one per language)."""
     from sacremoses import MosesTokenizer
     from sacremoses.corpus import Perluniprops
     from sacremoses.indic import NUKTAS, VIRAMAS
@@ -208,7 +201,6 @@ def _moses_tokenizer(lang: str):
     alnum = set(Perluniprops().chars("IsAlnum"))
     marks = "".join(sorted(set(VIRAMAS + NUKTAS) - alnum))
     tok.perl_pad_marks = re.compile(f"[{re.escape(marks)}]") if marks else None
-    _TOKENIZERS[lang] = tok
     return tok
 
 

@@ -38,7 +38,8 @@ EQ_LABEL ADVP PRT
 """
 
 _SPACE = " \t\n\v\f\r"  # C isspace() in the C locale
-_TERMINATORS = _SPACE + "()"
+# "(" and its label, then maybe spaces, a word and what ends the word: ")" of a "(TAG word)" pair, "(" or nothing
+_OPEN = re.compile(r"\(([^ \t\n\v\f\r()]*)(?:[ \t\n\v\f\r]+([^ \t\n\v\f\r()]*)([()]?))?")
 
 
 class TooManyErrors(UserError):
@@ -56,10 +57,10 @@ class Params:
     eq_words: List[Tuple[str, str]] = field(default_factory=list)
 
     def label_eq(self, a: str, b: str) -> bool:
-        return a == b or any((a == x and b == y) or (a == y and b == x) for x, y in self.eq_labels)
+        return a == b or (a, b) in self.eq_labels or (b, a) in self.eq_labels
 
     def word_eq(self, a: str, b: str) -> bool:
-        return a == b or any((a == x and b == y) or (a == y and b == x) for x, y in self.eq_words)
+        return a == b or (a, b) in self.eq_words or (b, a) in self.eq_words
 
 
 def parse_params(text: str, name: str = "parameter file") -> Params:
@@ -118,29 +119,20 @@ def read_tree(line: str, params: Params) -> Sentence:
         if c in _SPACE:
             i += 1
         elif c == "(":
-            j = i + 1
-            while j < n and line[j] not in _TERMINATORS:
-                j += 1
-            label, i = line[i + 1:j], j
-            if i < n and line[i] in _SPACE:  # maybe "(TAG word)"
-                k = i
-                while k < n and line[k] in _SPACE:
-                    k += 1
-                m = k
-                while m < n and line[m] not in _TERMINATORS:
-                    m += 1
-                word = line[k:m]
-                if m < n and line[m] == ")":
-                    if label not in params.delete_for_length:
-                        length += 1
-                    if label not in params.delete_labels:
-                        words.append((word, label))
-                    i = m + 1
-                    continue
-                if m >= n or line[m] != "(":
-                    errors.append("More than two elements in a bracket")
-                    break
-            brackets.append([len(words), None, label])
+            match = _OPEN.match(line, i)
+            label, word, after = match.groups()
+            i = match.end(1)
+            if after == ")":
+                if label not in params.delete_for_length:
+                    length += 1
+                if label not in params.delete_labels:
+                    words.append((word, label))
+                i = match.end()
+                continue
+            if word is not None and after != "(":
+                errors.append("More than two elements in a bracket")
+                break
+            brackets.append([len(words), -1, label])  # a bracket left open keeps EVALB's initial end, -1
             stack.append(len(brackets) - 1)
         elif c == ")":
             if not stack:
@@ -153,15 +145,7 @@ def read_tree(line: str, params: Params) -> Sentence:
             break
     if stack and not errors:
         errors.append("Bracketing is unbalanced (too many open bracket)")
-    for b in brackets:  # a bracket left open keeps EVALB's initial end, -1
-        if b[1] is None:
-            b[1] = -1
     return Sentence(words, brackets, length, errors)
-
-
-def _bare_label(label: str) -> str:
-    """Cut function tags: everything from the first '-' or '=' (as EVALB does, even at position 0)."""
-    return re.split("[-=]", label, maxsplit=1)[0]
 
 
 def _scored(sentence: Sentence, params: Params) -> List[Tuple[int, int, str]]:
@@ -170,7 +154,7 @@ def _scored(sentence: Sentence, params: Params) -> List[Tuple[int, int, str]]:
     for start, end, label in sentence.brackets:
         if start == end:
             continue
-        label = _bare_label(label)
+        label = re.split("[-=]", label, maxsplit=1)[0]  # no function tags: cut at the first '-' or '=', even at 0
         if any(params.label_eq(label, d) for d in params.delete_labels):
             continue
         out.append((start, end, label))
@@ -202,23 +186,19 @@ class SentenceResult:
 
 def score_sentence(gold: Sentence, test: Sentence, params: Params, line: int, report) -> SentenceResult:
     """Compare one pair of sentences; ``report(line, message)`` is EVALB's Error()."""
-    status = 0
     for message in gold.errors + test.errors:
         report(line, message)
-        status = 1
-    result = SentenceResult(line, gold.length, status)
+    result = SentenceResult(line, gold.length, 1 if gold.errors or test.errors else 0)
     if not test.words:
         result.status = 2
         return result
-    if len(gold.words) != len(test.words):
-        report(line, f"Length unmatch ({len(gold.words)}|{len(test.words)})")
+    unmatched = (f"Length unmatch ({len(gold.words)}|{len(test.words)})" if len(gold.words) != len(test.words)
+                 else next((f"Words unmatch ({gw}|{tw})" for (gw, _), (tw, _) in zip(gold.words, test.words)
+                            if not params.word_eq(gw, tw)), None))
+    if unmatched:
+        report(line, unmatched)
         result.status = 1
         return result
-    for (gw, _), (tw, _) in zip(gold.words, test.words):
-        if not params.word_eq(gw, tw):
-            report(line, f"Words unmatch ({gw}|{tw})")
-            result.status = 1
-            return result
     gold_b, test_b = _scored(gold, params), _scored(test, params)
     # each gold bracket takes the first unused test bracket with its span and label
     used = [False] * len(test_b)
@@ -259,15 +239,11 @@ class Totals:
         elif r.status == 2:
             self.skipped += 1
         else:
-            self.gold += r.gold
-            self.test += r.test
-            self.match += r.match
+            for name in ("gold", "test", "match", "words", "crossing", "correct_tags"):
+                setattr(self, name, getattr(self, name) + getattr(r, name))
             self.complete += r.gold == r.test == r.match
-            self.words += r.words
-            self.crossing += r.crossing
             self.no_crossing += r.crossing == 0
             self.two_or_less += r.crossing <= 2
-            self.correct_tags += r.correct_tags
 
     def summary(self) -> Dict[str, float]:
         valid = self.sentences - self.errors - self.skipped
@@ -362,12 +338,11 @@ def evaluate(gold_lines: List[str], test_lines: List[str], params: Params = COLL
             report(len(gold_lines) + 1, "Number of lines unmatch (too many lines in test file)")
     if out is not None:
         out.write("=" * 76 + "\n")
+        s = all_.summary()
         if all_.gold > 0 and all_.test > 0:
-            s = all_.summary()
             out.write("                %6.2f %6.2f %6d %5d %5d  %5d" % (
                 s["recall"], s["precision"], all_.match, all_.gold, all_.test, all_.crossing))
-        acc = 100.0 * all_.correct_tags / all_.words if all_.words > 0 else 0.0
-        out.write("  %5d %5d   %6.2f\n" % (all_.words, all_.correct_tags, acc))
+        out.write("  %5d %5d   %6.2f\n" % (all_.words, all_.correct_tags, s["tagging_accuracy"]))
         out.write(format_summary(all_, short, params.cutoff_len))
     return all_, short, results
 
@@ -403,34 +378,28 @@ def parse_summary(text: str) -> Dict[str, Dict[str, float]]:
 
 
 # --------------------------------------------------------------------------- command line
-def _open(path: str, what: str):
-    try:
-        return open(path, "rb")
-    except OSError as exc:
-        raise UserError(f"cannot read the {what} file {path}: {exc.strerror}") from None
-
-
 def _read_lines(path: str, what: str, errors: str) -> List[str]:
     """The lines of a file under attn_kit.textio's policy; a file that cannot be opened is one error."""
-    with _open(path, what) as f:
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise UserError(f"cannot read the {what} file {path}: {exc.strerror}") from None
+    with f:
         return read_lines(f, path, errors)
 
 
 def run_official(binary: str, params_text: str, args) -> int:
-    """Run EVALB itself with the same parameters; its output is ours."""
+    """Run EVALB itself with the same parameters (main has read both files); its output is ours."""
     if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
         raise UserError(f"--evalb {binary}: not an executable file (build EVALB with 'make' in its folder; "
                         "https://nlp.cs.nyu.edu/evalb/)")
-    for path, what in ((args.gold, "gold"), (args.test, "test")):
-        _open(path, what).close()
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".prm", delete=False) as prm:
         prm.write(params_text)
     try:
         cmd = [binary, "-p", prm.name]
-        if args.max_error is not None:
-            cmd += ["-e", str(args.max_error)]
-        if args.cutoff is not None:
-            cmd += ["-c", str(args.cutoff)]
+        for flag, value in (("-e", args.max_error), ("-c", args.cutoff)):
+            if value is not None:
+                cmd += [flag, str(value)]
         sys.stdout.flush()
         return subprocess.call(cmd + [args.gold, args.test])
     finally:

@@ -61,25 +61,17 @@ class Tree:
 
 
 # --------------------------------------------------------------------------- reading
+_TOKEN = re.compile(r"\n|[()]|[^\s()]+")  # a line's end, a bracket or an atom (\s: str.isspace's characters)
+
+
 def _tokens(text: str, first_line: int = 1) -> Iterator[Tuple[str, int]]:
     """'(' , ')' and atoms, each with its line number."""
-    line, i, n = first_line, 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\n":
+    line = first_line
+    for match in _TOKEN.finditer(text):
+        if match.group() == "\n":
             line += 1
-            i += 1
-        elif c.isspace():
-            i += 1
-        elif c in "()":
-            yield c, line
-            i += 1
         else:
-            j = i
-            while j < n and not text[j].isspace() and text[j] not in "()":
-                j += 1
-            yield text[i:j], line
-            i = j
+            yield match.group(), line
 
 
 def parse_trees(text: str, source: str = "<string>", first_line: int = 1) -> Iterator[Tuple[Tree, int]]:
@@ -170,11 +162,8 @@ def _strip(node: Tree) -> Optional[Tree]:
 def strip_tree(tree: Tree) -> Optional[Tree]:
     """The tree as parsers see it: no empty elements, no function tags, a TOP root.
     None when nothing but empty elements is left."""
-    if tree.label in ("", "TOP", "ROOT") and not tree.is_preterminal:
-        children = [c for c in (_strip(child) for child in tree.children) if c is not None]
-    else:
-        child = _strip(tree)
-        children = [child] if child else []
+    wrapper = tree.label in ("", "TOP", "ROOT") and not tree.is_preterminal
+    children = [c for c in map(_strip, tree.children if wrapper else [tree]) if c is not None]
     return Tree("TOP", children) if children else None
 
 
@@ -227,10 +216,9 @@ def delinearize(tokens: Sequence[str], words: Sequence[str], tags: Optional[Sequ
     stack = [root]
     n_leaves = 0
 
-    def leaf(i: int) -> Tree:
-        return Tree(tags[i] if tags is not None else leaf_tokens[i], [words[i]])
+    def leaf(i: int, tok: str) -> Tree:
+        return Tree(tags[i] if tags is not None else tok, [words[i]])
 
-    leaf_tokens: List[str] = []
     for tok in tokens:
         if len(tok) > 1 and tok[0] == "(":
             node = Tree(tok[1:], [])
@@ -247,8 +235,7 @@ def delinearize(tokens: Sequence[str], words: Sequence[str], tags: Optional[Sequ
             if n_leaves >= len(words):
                 repairs["extra_leaves"] += 1
                 continue
-            leaf_tokens.append(tok)
-            stack[-1].children.append(leaf(n_leaves))
+            stack[-1].children.append(leaf(n_leaves, tok))
             n_leaves += 1
     if len(stack) > 1:
         repairs["unclosed"] += len(stack) - 1
@@ -263,8 +250,7 @@ def delinearize(tokens: Sequence[str], words: Sequence[str], tags: Optional[Sequ
         else:
             host = root
         for i in range(n_leaves, len(words)):
-            leaf_tokens.append(XX)
-            host.children.append(leaf(i))
+            host.children.append(leaf(i, XX))
         repairs["missing_leaves"] += len(words) - n_leaves
 
     def prune(node: Tree) -> Optional[Tree]:
