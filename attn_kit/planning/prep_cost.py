@@ -6,12 +6,12 @@ Per part, CPU seconds (not wall time, which other work on a shared machine chang
 that many more: ``words_scale``); before them the download and extraction (:class:`Fetch`), and the disk
 every stage's output takes (:func:`disk_bytes`). The model in full: docs/scaling.md.
 """
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..pipeline.download import read_json_or
 from .step_model import calibration
 
 # The results files the projections read: by name, what the calibration table holds of them ("data_prep",
@@ -169,10 +169,7 @@ def load(path: Optional[Path] = None) -> Optional[dict]:
     if path == Path(path.name):  # a bare name: the calibration table's
         table = calibration()
         return table["data_prep"].get(path.name) or table["data_extract"].get(path.name)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    return read_json_or(path)
 
 
 def _read(path: Path) -> Tuple[Optional[dict], str]:

@@ -136,10 +136,6 @@ def paper_update_time(shape: Shape, tokens_per_update: int, mean_length: float =
     return UpdateTime.of(shape, forward, t["gpu"], "fp32", link_of(t["gpu"], t["gpus"], 1), mean_length)
 
 
-def paper_gpu_seconds(shape: Shape, tokens_per_update: int, updates: int, mean_length: float = MEAN_LENGTH) -> float:
-    return updates * paper_update_time(shape, tokens_per_update, mean_length).estimate
-
-
 # ---------------------------------------------------------------------------------------------- layouts
 @dataclass(frozen=True)
 class Layout:

@@ -5,7 +5,6 @@ and generation timed on what it left; canary.json holds the measurements and the
 part. A run that would fail (diverged or flat loss, out of memory, throughput below the floor, a disk too small)
 exits non-zero with one line."""
 import dataclasses
-import json
 import math
 import re
 import shutil
@@ -19,6 +18,7 @@ from ..planning import cost, step_model
 from ..checkout import REPO
 from ..cli import UserError, write_json_atomic
 from ..pipeline.canary_check import checked_against, data_seconds
+from ..pipeline.download import read_json_or
 from ..pipeline.stages import Stage
 from ..results import provenance
 from . import common
@@ -110,13 +110,8 @@ def training_failure(train_log: Path, message: str) -> str:
 
 def read_stats(folder: Path) -> List[dict]:
     """The records of :mod:`attn_plugin.run_stats`, one per training process, rank 0 first."""
-    records = []
-    for path in sorted(folder.glob("stats.*.json")):
-        try:
-            records.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    return sorted(records, key=lambda r: r.get("rank", 0))
+    records = (read_json_or(path) for path in sorted(folder.glob("stats.*.json")))
+    return sorted((r for r in records if r is not None), key=lambda r: r.get("rank", 0))
 
 
 def update_times(record: dict) -> Dict[int, float]:
@@ -201,14 +196,13 @@ def matmul_rate(device: str, precision: str) -> float:
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     reps, best = (10 if device == "cuda" else 3), float("inf")
+    sync = torch.cuda.synchronize if device == "cuda" else lambda: None
     for trial in range(8):  # three to warm up, five timed
-        if device == "cuda":
-            torch.cuda.synchronize()
+        sync()
         start = time.perf_counter()
         for _ in range(reps):
             a @ b
-        if device == "cuda":
-            torch.cuda.synchronize()
+        sync()
         if trial >= 3:
             best = min(best, (time.perf_counter() - start) / reps)
     return 2 * n ** 3 / best
@@ -289,10 +283,8 @@ TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in (
 
 def token_ratio(decoded: Sequence[Sequence[Path]]) -> float:
     """Target tokens per source token of the reference pairs (source, target) the run decodes."""
-    src = tgt = 0
-    for source, target in decoded:
-        src += sum(len(line.split()) for line in open(source, encoding="utf-8"))
-        tgt += sum(len(line.split()) for line in open(target, encoding="utf-8"))
+    src, tgt = (sum(len(line.split()) for path in paths for line in open(path, encoding="utf-8"))
+                for paths in zip(*decoded))
     return tgt / max(src, 1)
 
 

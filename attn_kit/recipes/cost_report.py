@@ -8,7 +8,6 @@ recipe's --dry-run plan the same run.
     python scripts/training_cost.py --arch transformer_wmt_en_de --max-update 50000 -- --encoder-layers 8
 """
 import argparse
-import sys
 
 from ..fairseq_layer.fairseq_commands import batch_plan
 from ..planning import training_cost
@@ -16,7 +15,7 @@ from ..cli import ArgumentParser, Number, UsageError, main_guard
 from ..planning.cost import GPUS, MEAN_LENGTH, describe_table2, gpu_name, model_shape, paper_updates
 from ..planning.paper import EN_DE_VOCAB
 from .. import options
-from . import config
+from . import config, scale
 
 
 def check_args(args):
@@ -53,9 +52,8 @@ def main(argv=None):
     options.add(p, "max_tokens_per_gpu", "default: with --gpu, the recipes' auto; without, each GPU kind's", **here)
     p.add_argument("--table2", action="store_true", help="only Table 2's arithmetic beside the analytic counts")
     p.add_argument("--gpus", action="store_true", help="list the GPUs and their dense peaks")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    flags = argv[argv.index("--") + 1:] if "--" in argv else []  # fairseq-train's model flags, after --
-    args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)  # a typo is an error, not a flag
+    own, flags = scale.split_passthrough(argv)  # fairseq-train's model flags, after --
+    args = p.parse_args(own)  # a typo is an error, not a flag
     check_args(args)
     if args.gpus:
         print("| GPU | bf16 | fp16 | fp32 (TFLOPS, dense) |\n|---|---|---|---|")

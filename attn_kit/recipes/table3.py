@@ -17,6 +17,7 @@ from ..cli import (ArgumentParser, UsageError, UserError, atomic_output, log, ma
 from ..planning.paper import BASE, EN_DE_VOCAB, PAPER_ALPHA, PAPER_BEAM, PAPER_MAX_LEN_B, TABLE3, Table3Row
 from ..results import provenance
 from ..pipeline import slurm
+from ..pipeline.download import read_json_or
 from ..pipeline.lock import workdir_lock
 from ..pipeline.process import stream
 from ..pipeline.stages import Pipeline, Stage
@@ -73,10 +74,9 @@ def model_flags(s: dict) -> List[str]:
     for side in ("encoder", "decoder"):
         flags += [f"--{side}-layers", s["N"], f"--{side}-embed-dim", s["d_model"],
                   f"--{side}-ffn-embed-dim", s["d_ff"], f"--{side}-attention-heads", s["h"]]
-    if s["d_k"] != s["d_model"] // s["h"]:
-        flags += ["--attention-key-dim", s["d_k"]]
-    if s["d_v"] != s["d_model"] // s["h"]:
-        flags += ["--attention-value-dim", s["d_v"]]
+    for key, flag in (("d_k", "--attention-key-dim"), ("d_v", "--attention-value-dim")):
+        if s[key] != s["d_model"] // s["h"]:
+            flags += [flag, s[key]]
     flags += ["--dropout", f"{s['P_drop']:g}"]
     if s["positional_encoding"] != "sinusoidal":
         flags += ["--positional-encoding", s["positional_encoding"]]
@@ -208,21 +208,17 @@ def reused_runs(specs: List[str], rows, mode: str, max_update: int) -> dict:
     by_name, out = {r.name: r for r in rows}, {}
     for spec in specs:
         name, _, folder = spec.partition("=")
-        if not folder:
-            raise UsageError(f"--reuse {spec!r}: give ROW=RUN_DIR, e.g. --reuse base=runs/wmt14_en_de_base")
-        if name not in ("base", "big"):
-            raise UsageError(f"--reuse {spec!r}: only the base and big rows are Table 2 runs")
-        row = by_name.get(name)
-        if row is None:
-            raise UsageError(f"--reuse {spec!r}: --rows does not hold {name}")
-        if mode != "paper":
-            raise UsageError(f"--reuse {spec!r}: the Table 2 runs are paper-scale; this is --{mode}")
-        folder = Path(folder).resolve()
-        try:
-            r = json.loads((folder / "results.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        usage = ("give ROW=RUN_DIR, e.g. --reuse base=runs/wmt14_en_de_base" if not folder else
+                 "only the base and big rows are Table 2 runs" if name not in ("base", "big") else
+                 f"--rows does not hold {name}" if name not in by_name else
+                 f"the Table 2 runs are paper-scale; this is --{mode}" if mode != "paper" else None)
+        if usage:
+            raise UsageError(f"--reuse {spec!r}: {usage}")
+        row, folder = by_name[name], Path(folder).resolve()
+        r = read_json_or(folder / "results.json")
+        if r is None:
             raise UsageError(f"--reuse {spec!r}: {folder / 'results.json'} is not there or not readable: the run "
-                             "must have finished") from None
+                             "must have finished")
         updates = row_updates(row, max_update)
         problem = (f"its arch is {r.get('arch')}, the row's {row.arch}" if r.get("arch") != row.arch else
                    f"it trained {r.get('updates')} updates, the row {updates}" if r.get("updates") != updates else
@@ -403,9 +399,8 @@ def merge_tables(s: Table3Settings):
             raise UserError(f"--merge {folder}/table3.json is not a Table 3 run's table (damaged or edited: "
                             "its rows are not Table 3's); run that Table 3 run's command again to write it")
         run = {k: info.get(k) for k in SHARED_BY_MERGED}
-        if first is None:
-            first = (folder, run)
-        elif run != first[1]:
+        first = first or (folder, run)
+        if run != first[1]:
             key = next(k for k in SHARED_BY_MERGED if run[k] != first[1][k])
             raise UserError(f"--merge: {folder} and {first[0]} differ in {key} ({run[key]!r} vs {first[1][key]!r}); "
                             "a table holds rows of one setting")
@@ -557,7 +552,7 @@ def row_costs(s: Table3Settings) -> dict:
         forward = None if plan.max_tokens == settings.AUTO else (plan.max_tokens, plan.update_freq)
         on_gpus = training_cost.gpu_seconds(shape, r.max_update, forward, r.precision_used,
                                             tokens_per_update=r.tokens_per_update, devices=common.devices(r))
-        out[row.name] = (on_gpus, training_cost.paper_gpu_seconds(shape, r.tokens_per_update, r.max_update))
+        out[row.name] = (on_gpus, r.max_update * training_cost.paper_update_time(shape, r.tokens_per_update).estimate)
     return out
 
 

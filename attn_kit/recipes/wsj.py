@@ -165,7 +165,6 @@ class WsjSettings(settings.TrainSettings):
     test_sections: str
     pos_tags: str
     vocab: int
-    workers: int
     p_drop: Optional[float]  # None: the arch's
     attention_dropout: Optional[float]
     max_len_b: int
@@ -366,19 +365,10 @@ def learn_apply_bpe(s, ctx):
                      "need no BPE)", lambda name=f"{split}.{TGT}": (tmp / name).write_bytes((prep / name).read_bytes()))
 
 
-def binarize_data(s, ctx):
-    binarize(ctx, SRC, TGT, s.workdir / "bpe", s.workdir / "data-bin", s.workers)
-
-
 def train(s, ctx):
     cmd = common.train_command(s, s.workdir / "data-bin", s.workdir / "checkpoints",
                                model_flags(s, s.p_drop, s.attention_dropout))
     common.run_training(ctx, s, cmd, tail=_smoke_progress if s.smoke else None, model=model_flags(s))
-
-
-def average(s, ctx):
-    average_checkpoints(ctx, s.workdir / "checkpoints", s.workdir / "checkpoint_avg.pt", s.average,
-                        s.warmup_updates)
 
 
 def decode(s, ctx, checkpoint, split, beam, alpha, out: Path):
@@ -522,7 +512,8 @@ def data_stages(s) -> list:
         Stage("bpe", partial(learn_apply_bpe, s), f"BPE on the input words, {s.vocab} symbols (subword-nmt)",
               inputs=[prep / t for t in texts], outputs=[bpe / "codes", *(bpe / t for t in texts)],
               options=options.shaping(s, "bpe")),
-        Stage("binarize", partial(binarize_data, s), "fairseq-preprocess --joined-dictionary",
+        Stage("binarize", lambda ctx: binarize(ctx, SRC, TGT, bpe, data_bin, s.workers),
+              "fairseq-preprocess --joined-dictionary",
               inputs=[bpe / t for t in texts], outputs=[data_bin / f"dict.{SRC}.txt", data_bin / f"dict.{TGT}.txt"],
               check=lambda: fairseq_data.binarized(data_bin, SRC, TGT, SPLITS)),
     ]
@@ -578,8 +569,8 @@ def train_stages(s) -> list:
               inputs=train_data(s), outputs=[ckpt / "checkpoint_last.pt"], scratch=[ckpt, *common.train_records(s)],
               options=common.train_options(s, model_flags(s, s.p_drop, s.attention_dropout)),
               resumable=common.RESUMABLE_TRAIN_OPTIONS, legacy=common.recorded_option(W / "train_command.json")),
-        Stage("average", partial(average, s), f"average the last {s.average} checkpoints", inputs=[ckpt],
-              outputs=[avg]),
+        Stage("average", lambda ctx: average_checkpoints(ctx, ckpt, avg, s.average, s.warmup_updates),
+              f"average the last {s.average} checkpoints", inputs=[ckpt], outputs=[avg]),
         Stage("generate", partial(generate, s), f"fairseq-generate on dev and test: beam {s.beam}, GNMT alpha "
                                                 f"{s.alpha:g}, max length input + {s.max_len_b}, "
                                                 f"{common.BEAM_STOP_NAMES[common.beam_stop(s)]}",

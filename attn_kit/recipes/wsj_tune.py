@@ -10,20 +10,22 @@ from typing import List, Optional
 from ..fairseq_layer.build import parse_train_args, plugin_flags
 from ..cli import UsageError, UserError, log, write_json_atomic
 from ..metrics.evalb import parse_summary
+from .. import options
+from ..pipeline.download import read_json_or
 from . import common
+from .settings import option_of
 
 # training keys (one training each) and decoding keys (tried on section 22 with every trained model,
 # no retraining); the default grids are in recipes/configs/wsj.yaml
 TRAIN_KEYS = ("dropout", "attention_dropout", "lr_scale")
 DECODE_KEYS = ("beam", "alpha")
 KEY_ALIASES = {"p_drop": "dropout", "gnmt_alpha": "alpha"}  # the recipe's option names for two keys
-OPTIONS = {"dropout": "--p-drop", "attention_dropout": "--attention-dropout", "lr_scale": "--lr-scale",
-           "beam": "--beam", "alpha": "--gnmt-alpha"}  # the option that fixes each key
 HELP = ("the --tune grid: 'KEY=V,V,...;KEY=V,...' or a JSON file {\"KEY\": [V, ...], ...}; keys "
         "dropout (or p_drop), attention_dropout, lr_scale (one training per combination), beam, alpha (or "
         "gnmt_alpha) (each tried on section 22 with every trained model). A key left out is fixed at its option's "
-        f"value ({', '.join(OPTIONS.values())}). Implies --tune. An option given on the command line fixes its "
-        "key in the default grid (recipes/configs/wsj.yaml). E.g. 'dropout=0.1,0.2,0.3;beam=21'.")
+        f"value ({', '.join(map(option_of, TRAIN_KEYS + DECODE_KEYS))}). Implies --tune. An option given on the "
+        "command line fixes its key in the default grid (recipes/configs/wsj.yaml). E.g. "
+        "'dropout=0.1,0.2,0.3;beam=21'.")
 SELECTION = ("the highest section 22 (dev) EVALB F1 over every training x decoding setting; "
              "a tie goes to the earlier setting in trials")
 
@@ -49,12 +51,10 @@ def _grid_value(key: str, text, where: str):
     except (TypeError, ValueError):
         kind = "an integer >= 1" if key == "beam" else "a number"
         raise UserError(f"--tune-grid {where}: {key} value {text!r} is not {kind}") from None
-    if key in ("dropout", "attention_dropout") and not 0 <= value < 1:
-        raise UserError(f"--tune-grid {where}: {key} {value:g} is not in [0, 1)")
-    if key == "lr_scale" and value <= 0:
-        raise UserError(f"--tune-grid {where}: lr_scale {value:g} must be > 0")
-    if key == "alpha" and value < 0:
-        raise UserError(f"--tune-grid {where}: alpha {value:g} must be >= 0")
+    option = options.OPTIONS[{"dropout": "p_drop"}.get(key, key)]  # the range of the option that fixes the key
+    if not option.in_range(value):
+        raise UserError(f"--tune-grid {where}: {key} {value:g} {'is not' if 'dropout' in key else 'must be'} "
+                        f"{option.range_text()}")
     return value
 
 
@@ -123,7 +123,7 @@ def tune_grid(given_grid: Optional[dict], default_grid: dict, fixed: dict, fallb
         if value is None:
             continue
         if given_grid and key in given_grid:
-            raise UsageError(f"{OPTIONS[key]} and --tune-grid both set {key}; give it in one place")
+            raise UsageError(f"{option_of(key)} and --tune-grid both set {key}; give it in one place")
         grid[key] = [value]
     fallback = dict(fallback)
     if any(key not in grid for key in ("dropout", "attention_dropout")):
@@ -161,12 +161,6 @@ def evalb_blocks(path: Path):
     return _clean(summary["all"]), _clean(summary.get("len<=40", {}))
 
 
-def _f1_key(i_trial):
-    """max() key: the highest dev F1 (an undefined F1 lowest), ties to the earlier trial."""
-    i, trial = i_trial
-    return (trial["dev_f1"] is not None, trial["dev_f1"] or 0.0, -i)
-
-
 def select_trial(workdir: Path, grid: dict) -> dict:
     """Gather every trial's section-22 F1, pick the best, write WORKDIR/tune/selected.json."""
     trials, wanted = [], [d["name"] for d in decode_settings(grid)]
@@ -181,7 +175,8 @@ def select_trial(workdir: Path, grid: dict) -> dict:
                            **{k: t[k] for k in TRAIN_KEYS}, "beam": dec["beam"], "alpha": dec["alpha"],
                            "dev_f1": dec["dev_f1"], "dev_output": dec["output"], "updates": info["updates"],
                            "checkpoint": info["checkpoint"], "averaged_updates": info.get("averaged_updates")})
-    best = max(enumerate(trials), key=_f1_key)[1]
+    # the highest dev F1 (an undefined F1 lowest); max() keeps the first of equals: a tie goes to the earlier trial
+    best = max(trials, key=lambda trial: (trial["dev_f1"] is not None, trial["dev_f1"] or 0.0))
     selected = {"grid": grid, "selection": SELECTION, "trials": trials, "selected": best}
     write_json_atomic(workdir / "tune" / "selected.json", selected)
     f1 = "n/a" if best["dev_f1"] is None else f"{best['dev_f1']:.2f}"
@@ -196,11 +191,7 @@ def forget_stale_selection(workdir: Path, grid: dict):
     path = workdir / "tune" / "selected.json"
     if not path.exists():
         return
-    try:
-        chosen_from = json.loads(path.read_text()).get("grid")
-    except ValueError:
-        chosen_from = None
-    if chosen_from != json.loads(json.dumps(grid)):
+    if (read_json_or(path) or {}).get("grid") != json.loads(json.dumps(grid)):
         log("the --tune grid changed since the last selection: selecting again")
         path.unlink()
         return
