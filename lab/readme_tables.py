@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 from attn_kit.planning import prep_cost
+from .bench.data_prep import planning_table
 from attn_kit.planning import training_cost as planned_cost
 from attn_kit.cli import ArgumentParser, UserError
 from attn_kit.planning.cost import GPUS, describe_table2, hours_text, model_shape, paper_updates
@@ -772,7 +773,7 @@ def data_prep() -> str:
                 f"at the start, {r['result']['uptime']['end'].strip()} at the end).")
 
     fallback = [name.upper() for name in PAIRS if name not in own]
-    return (prep_cost.planning_table(fits, PAIRS, config.settings("wmt14", "paper")["bpe_learn_pairs"],
+    return (planning_table(fits, PAIRS, config.settings("wmt14", "paper")["bpe_learn_pairs"],
                                      fitted_words=prep_cost.fitted_words_per_pair(run), own=own)
             + "\n\nWhere a cell is a range, it runs from the benchmark corpus's words per pair to the pair's "
               "training text's: the parts work per word, so the projection scales by words, not pairs (the "

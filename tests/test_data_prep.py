@@ -13,7 +13,7 @@ import pytest
 
 from attn_kit.planning import prep_cost
 from lab.bench import corpus as C
-from lab.bench.data_prep import part_of_command, part_of_step
+from lab.bench.data_prep import part_of_command, part_of_step, planning_table
 
 SENTENCES = [  # shapes: punctuation, capitals, numbers
     ("The 3 houses, near Berlin, were sold on Monday.", "Die 3 Häuser bei Berlin wurden am Montag verkauft."),
@@ -137,7 +137,7 @@ def test_projection_by_hand():
 def test_planning_table_is_the_projection():
     from attn_kit.recipes.wmt14_data import PAIRS
 
-    table = prep_cost.planning_table(FITS, PAIRS, 1_000_000).splitlines()
+    table = planning_table(FITS, PAIRS, 1_000_000).splitlines()
     assert len(table) == 2 + 2 * 2 * 2  # header, rule; 2 pairs x 2 core counts x before/now
     p = prep_cost.project(FITS, 36_000_000, 16, 1_000_000)
     row = next(r for r in table if r.startswith("| EN-FR | 36M | 16 | now"))
@@ -145,7 +145,7 @@ def test_planning_table_is_the_projection():
     # a pair measured on a corpus of its own (docs/scaling.md's table once EN-FR's file is filed): its rows
     # come from its own fits and words per pair, the other pair's stay as they were
     slower = {**FITS, "cpu_parallel": {**FITS["cpu_parallel"], "tokenize": {"a": 4e-3, "b": 1.0}}}
-    own = prep_cost.planning_table(FITS, PAIRS, 1_000_000, own={"en-fr": (slower, None)}).splitlines()
+    own = planning_table(FITS, PAIRS, 1_000_000, own={"en-fr": (slower, None)}).splitlines()
     q = prep_cost.project(slower, 36_000_000, 16, 1_000_000)
     assert f"**{prep_cost.minutes_text(q['total_seconds'])}**" in next(
         r for r in own if r.startswith("| EN-FR | 36M | 16 | now")) and q["total_seconds"] > p["total_seconds"]

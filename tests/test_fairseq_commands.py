@@ -1,11 +1,13 @@
-"""attn_kit.fairseq_layer.fairseq_commands, the one place fairseq command lines are built: the recipes' and the
-comparison's training share the paper's Adam and log JSON lines that attn_kit.fairseq_layer.fairseq_log reads."""
+"""attn_kit.fairseq_layer.fairseq_commands, the one place the kit's fairseq command lines are built: the recipes' and
+the comparison's training (lab.compare.commands, on the kit's pieces) share the paper's Adam settings and log JSON
+lines that attn_kit.fairseq_layer.fairseq_log reads."""
 from pathlib import Path
 
 import pytest
 
 from attn_kit.fairseq_layer import fairseq_commands as fc
 from attn_kit.fairseq_layer.fairseq_log import read
+from lab.compare.commands import ADAM, ComparisonPlan
 
 
 PLAN = fc.TrainPlan(arch="attn_paper_base", warmup_updates=4000, max_tokens=4096, update_freq=1,
@@ -19,15 +21,15 @@ def contains(cmd, part):
 
 def test_both_training_commands_share_adam_and_log_json():
     recipe = PLAN.command(["fairseq-train"], "bin", "ckpt")
-    compare = fc.ComparisonPlan(model=("--arch", "transformer"), max_tokens=4096, update_freq=1, seed=1,
-                                max_update=10, validate_every=5, log_every=10).command(["worker"], "bin", "ckpt")
-    for cmd, adam in ((recipe, fc.PAPER_ADAM), (compare, fc.ADAM)):  # the plugin's Adam; fairseq's for comparisons
+    compare = ComparisonPlan(model=("--arch", "transformer"), max_tokens=4096, update_freq=1, seed=1,
+                             max_update=10, validate_every=5, log_every=10).command(["worker"], "bin", "ckpt")
+    for cmd, adam in ((recipe, fc.PAPER_ADAM), (compare, ADAM)):  # the plugin's Adam; fairseq's for comparisons
         assert contains(cmd, adam) and contains(cmd, ["--log-format", "json"]) and "--cpu" in cmd
         assert all(isinstance(c, str) for c in cmd)
     assert contains(recipe, ["--lr-scheduler", "attn_inverse_sqrt", "--warmup-updates", "4000", "--lr", "1"])
     assert "--lr-scale" not in recipe and "--stop-time-hours" not in recipe  # eq. 3 as written; no time budget
-    timed = fc.ComparisonPlan(model=(), max_tokens=1, update_freq=1, seed=1, train_minutes=3.0, precision="bf16",
-                              gpus=1, validate_every=5, log_every=10).command(["worker"], "bin", "ckpt")
+    timed = ComparisonPlan(model=(), max_tokens=1, update_freq=1, seed=1, train_minutes=3.0, precision="bf16",
+                           gpus=1, validate_every=5, log_every=10).command(["worker"], "bin", "ckpt")
     assert contains(timed, ["--stop-time-hours", repr(0.05), fc.BF16_FLAG]) and "--cpu" not in timed
 
 

@@ -62,7 +62,6 @@ ADAM_SETTINGS = ["--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-9"]  # Sec. 5.
 # The recipes' Adam: the plugin's attn_adam, fairseq's arithmetic in multi-tensor kernels (the same
 # parameters bit for bit on a CPU; far fewer GPU kernel launches per update: attn_plugin/optim).
 PAPER_ADAM = ["--optimizer", "attn_adam", *ADAM_SETTINGS]
-ADAM = ["--optimizer", "adam", *ADAM_SETTINGS]  # fairseq's own: both sides of a comparison with stock fairseq
 
 
 def paper_optimization(warmup_updates: int, lr_scale: float = 1.0, label_smoothing: float = 0.1,
@@ -166,11 +165,6 @@ def flags_for(used: str) -> List[str]:
     """fairseq-train flags of a precision :func:`used_precision` returned: ``--fp16``,
     :data:`BF16_FLAG` (the plugin task's; needs ``--task attn_translation``) or none."""
     return {"fp16": ["--fp16"], "bf16": [BF16_FLAG]}.get(used, [])
-
-
-def precision_flags(precision: str, gpus: int) -> List[str]:
-    """fairseq flags for ``--precision`` on ``gpus`` GPUs: those of :func:`used_precision`."""
-    return flags_for(used_precision(precision, gpus))
 
 
 def precision_of(argv: List[str]) -> str:
@@ -331,37 +325,6 @@ class TrainPlan:
             if key and not (f.metadata["when_set"] and value == f.default):
                 out[f.name if key is True else key] = list(value) if isinstance(value, tuple) else value
         return out
-
-
-@dataclass(frozen=True)
-class ComparisonPlan:
-    """How one side of lab.compare trains: ``model`` (the side's model, criterion, schedule and
-    task flags), fairseq's Adam, the batch, a budget of ``max_update`` updates or ``train_minutes``,
-    no checkpoints but the last (without the optimizer's state), validations every
-    ``validate_every`` updates only, JSON logs every ``log_every``."""
-    model: Tuple[str, ...]
-    max_tokens: int
-    update_freq: int
-    seed: int
-    validate_every: int
-    log_every: int
-    max_update: Optional[int] = None
-    train_minutes: Optional[float] = None
-    precision: str = "fp32"
-    gpus: int = 0
-
-    def command(self, launch: Sequence, data, save_dir) -> List[str]:
-        """fairseq-train after ``launch`` (the comparison's worker)."""
-        budget = (["--max-update", str(self.max_update)] if self.max_update
-                  else ["--stop-time-hours", repr(self.train_minutes / 60)])
-        cmd = [*launch, data, *self.model, *ADAM,
-               "--max-tokens", self.max_tokens, "--update-freq", self.update_freq,
-               "--required-batch-size-multiple", "1", "--seed", self.seed, *budget, *cpu_flag(self.gpus),
-               *flags_for(self.precision), "--save-dir", save_dir, "--no-epoch-checkpoints",
-               "--no-save-optimizer-state",
-               "--save-interval", "1000000", "--validate-interval", "1000000",  # no per-epoch saves/validations
-               "--validate-interval-updates", self.validate_every, *log_flags(self.log_every)]
-        return [str(c) for c in cmd]
 
 
 # ---------------------------------------------------------------------------------------------- decoding

@@ -121,35 +121,12 @@ def project(fits: dict, pairs: int, workers: int, bpe_learn_pairs: Optional[int]
             "peak_mb_max": max(peak.values()) if peak else None, "learn_pairs": learn_pairs}
 
 
-def planning_table(fits: dict, pairs: dict, bpe_learn_pairs: int, cores=(2, 16),
-                   fitted_words: Optional[float] = None, own: Optional[Dict[str, tuple]] = None) -> str:
-    """The projections for ``pairs`` (name -> wmt14_data.Pair) on ``cores`` (workers = cores), the recipe
-    before its speed-ups and now, as docs/scaling.md's markdown table. ``fitted_words``: the benchmark
-    corpus's words per pair; then each cell is a range, from it to the pair's. ``own``: name -> (fits,
-    fitted_words) of the pairs measured on a corpus of their own, used instead of ``fits``."""
-    lines = ["| pair | training pairs | cores | recipe | " + " | ".join(p.replace("_", " ") for p in PARTS)
-             + " | all data stages | peak memory |", "|" + "---|" * (len(PARTS) + 6)]
-    for name, pair in pairs.items():
-        fit, words = (own or {}).get(name, (fits, fitted_words))
-        scales = (1.0, pair.words_per_pair / words) if words else (1.0,)
-        for n in cores:
-            for legacy in (True, False):
-                ps = [project(fit, pair.train_pairs, n, bpe_learn_pairs, legacy=legacy, words_scale=x)
-                      for x in sorted(scales)]  # low to high: a corpus may have longer pairs than the pair's
-                recipe = ("before: BPE learned on every pair; learn and apply in one process" if legacy else
-                          f"now: BPE learned on {ps[0]['learn_pairs'] / 1e6:g}M sampled pairs; --workers {n}")
-                parts, total, memory = _spans(ps)
-                lines.append(f"| {name.upper()} | {pair.train_pairs / 1e6:g}M | {n} | {recipe} | "
-                             + " | ".join(parts.get(k, "-") for k in PARTS) + f" | **{total}** | {memory} GB |")
-    return "\n".join(lines)
-
-
 def span(texts: Sequence[str]) -> str:
     """A value, or a range "low to high" of two that differ as printed."""
     return texts[0] if len(set(texts)) == 1 else " to ".join(texts)
 
 
-def _spans(ps: Sequence[dict], before: float = 0.0) -> Tuple[Dict[str, str], str, str]:
+def spans(ps: Sequence[dict], before: float = 0.0) -> Tuple[Dict[str, str], str, str]:
     """Over projections ``ps`` (low to high), as :func:`span`: each part's time, the total's (with ``before``
     seconds added) and the peak memory's, in GB."""
     return ({part: span([minutes_text(p["seconds"][part]) for p in ps]) for part in ps[0]["seconds"]},
@@ -228,7 +205,7 @@ def recipe_lines(pair: str, train_pairs: int, workers: int, bpe_learn_pairs: Opt
                    for scale, why in sorted(ends, key=lambda end: end[0])]  # low to high
     first = projections[0][0]
     learn = "every pair" if first["learn_pairs"] >= train_pairs else f"{first['learn_pairs']} sampled pairs"
-    each, total, memory = _spans([p for p, _ in projections], sum(before.values()))
+    each, total, memory = spans([p for p, _ in projections], sum(before.values()))
     parts = ", ".join([f"{part} {minutes_text(s)}" for part, s in before.items()]
                       + [f"{part.replace('_', ' ')} {text}" for part, text in each.items()])
     left = ("" if "extract" in before else "extraction not included; ") if fetch else \

@@ -55,6 +55,7 @@ from attn_kit.cli import (ArgumentParser, Number, UsageError, UserError, add_for
 from attn_kit.checkout import REPO
 from attn_kit.results import provenance
 from attn_kit.planning import prep_cost
+from attn_kit.planning.prep_cost import PARTS
 from attn_kit.pipeline.process import cpu_ticks, descendants
 from attn_kit.pipeline.stages import Context
 from attn_kit.pipeline.text import sample_pairs
@@ -72,6 +73,29 @@ PARTIAL = REPO / "runs" / "benchmarks" / "data_prep.partial.json"  # the measure
 SIZES = (30000, 100000, 300000, 1000000)
 HELD_OUT = 3000  # synthetic valid and test pairs (newstest's size)
 PROJECTED_CORES = (2, 16)
+
+
+def planning_table(fits: dict, pairs: dict, bpe_learn_pairs: int, cores=(2, 16),
+                   fitted_words: Optional[float] = None, own: Optional[Dict[str, tuple]] = None) -> str:
+    """The projections for ``pairs`` (name -> wmt14_data.Pair) on ``cores`` (workers = cores), the recipe
+    before its speed-ups and now, as docs/scaling.md's markdown table. ``fitted_words``: the benchmark
+    corpus's words per pair; then each cell is a range, from it to the pair's. ``own``: name -> (fits,
+    fitted_words) of the pairs measured on a corpus of their own, used instead of ``fits``."""
+    lines = ["| pair | training pairs | cores | recipe | " + " | ".join(p.replace("_", " ") for p in PARTS)
+             + " | all data stages | peak memory |", "|" + "---|" * (len(PARTS) + 6)]
+    for name, pair in pairs.items():
+        fit, words = (own or {}).get(name, (fits, fitted_words))
+        scales = (1.0, pair.words_per_pair / words) if words else (1.0,)
+        for n in cores:
+            for legacy in (True, False):
+                ps = [prep_cost.project(fit, pair.train_pairs, n, bpe_learn_pairs, legacy=legacy, words_scale=x)
+                      for x in sorted(scales)]  # low to high: a corpus may have longer pairs than the pair's
+                recipe = ("before: BPE learned on every pair; learn and apply in one process" if legacy else
+                          f"now: BPE learned on {ps[0]['learn_pairs'] / 1e6:g}M sampled pairs; --workers {n}")
+                parts, total, memory = prep_cost.spans(ps)
+                lines.append(f"| {name.upper()} | {pair.train_pairs / 1e6:g}M | {n} | {recipe} | "
+                             + " | ".join(parts.get(k, "-") for k in PARTS) + f" | **{total}** | {memory} GB |")
+    return "\n".join(lines)
 
 
 def long_share_for(shapes, pair: str) -> float:
@@ -596,7 +620,7 @@ def report(args, out: dict) -> int:
           f"seconds and peak memory (PSS of all the stage's processes)\n")
     print(out["table"])
     print()
-    print(prep_cost.planning_table(r["fits"], PAIRS, config.settings("wmt14", "paper")["bpe_learn_pairs"],
+    print(planning_table(r["fits"], PAIRS, config.settings("wmt14", "paper")["bpe_learn_pairs"],
                                    fitted_words=prep_cost.fitted_words_per_pair(out)))
     print(f"\n{r['uptime']['start']}\n{r['uptime'].get('end', '')}\nwrote {args.out}")
     return 0

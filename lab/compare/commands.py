@@ -8,17 +8,51 @@ for the archs' own), the budget, batch, schedule and evaluation settings, and
 """
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List
+from typing import List, Optional, Sequence, Tuple
 
 from attn_kit.fairseq_layer import fairseq_commands
 from attn_kit.checkout import PLUGIN_DIR, REPO
 from attn_kit.planning.paper import PAPER_MAX_LEN_B
-from attn_kit.fairseq_layer.fairseq_commands import launcher
+from attn_kit.fairseq_layer.fairseq_commands import ADAM_SETTINGS, cpu_flag, flags_for, launcher, log_flags
 from ..pairs import arch_size, model_flags as pair_flags
 from attn_kit.recipes.config import settings
 
 WORKER = "lab.compare.worker"  # python -m WORKER STATS_JSON FAIRSEQ_TRAIN_ARGS...
+ADAM = ["--optimizer", "adam", *ADAM_SETTINGS]  # fairseq's own: both sides of a comparison with stock fairseq
+
+
+@dataclass(frozen=True)
+class ComparisonPlan:
+    """How one side of the comparison trains: ``model`` (the side's model, criterion, schedule and
+    task flags), fairseq's Adam, the batch, a budget of ``max_update`` updates or ``train_minutes``,
+    no checkpoints but the last (without the optimizer's state), validations every
+    ``validate_every`` updates only, JSON logs every ``log_every``."""
+    model: Tuple[str, ...]
+    max_tokens: int
+    update_freq: int
+    seed: int
+    validate_every: int
+    log_every: int
+    max_update: Optional[int] = None
+    train_minutes: Optional[float] = None
+    precision: str = "fp32"
+    gpus: int = 0
+
+    def command(self, launch: Sequence, data, save_dir) -> List[str]:
+        """fairseq-train after ``launch`` (the comparison's worker)."""
+        budget = (["--max-update", str(self.max_update)] if self.max_update
+                  else ["--stop-time-hours", repr(self.train_minutes / 60)])
+        cmd = [*launch, data, *self.model, *ADAM,
+               "--max-tokens", self.max_tokens, "--update-freq", self.update_freq,
+               "--required-batch-size-multiple", "1", "--seed", self.seed, *budget, *cpu_flag(self.gpus),
+               *flags_for(self.precision), "--save-dir", save_dir, "--no-epoch-checkpoints",
+               "--no-save-optimizer-state",
+               "--save-interval", "1000000", "--validate-interval", "1000000",  # no per-epoch saves/validations
+               "--validate-interval-updates", self.validate_every, *log_flags(self.log_every)]
+        return [str(c) for c in cmd]
+
 
 def _recipe_training(mode=None) -> dict:
     """The WMT14 recipe's batch and schedule (recipes/configs/wmt14.yaml), in ``mode``."""
@@ -72,7 +106,7 @@ def train_command(which: str, args, data: Path, joined: bool, seed: int, run_dir
     """fairseq-train of one side for one seed, run by the worker (through torchrun
     with several GPUs); the worker writes its numbers to ``run_dir/stats.json``."""
     launch = launcher(args.ngpus, 0, module=WORKER) if args.ngpus > 1 else [sys.executable, "-m", WORKER]
-    plan = fairseq_commands.ComparisonPlan(
+    plan = ComparisonPlan(
         model=(*model_flags(which, args, joined), *precision_task(which, args)), max_tokens=args.max_tokens,
         update_freq=args.update_freq, seed=seed, max_update=args.max_update,
         train_minutes=None if args.max_update else args.train_minutes, precision=args.precision, gpus=args.ngpus,
