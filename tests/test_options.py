@@ -15,12 +15,8 @@ from attn_kit.planning import paper
 RECIPES = ("translation", "parallel", "wsj", "table3")
 # The same name for another thing in another command, each with its reason (a results file on record uses it)
 ON_RECORD = "text files: the command of recipes/results/tokens_per_update_newstest_en_de.json"
-COUNTS = "pair counts of the bundled data's split: scripts/make_bundled_data.py, as data/tatoeba-en-de was made"
 OTHER_MEANING = {("--src", "attn_kit/planning/tokens_per_update.py"): ON_RECORD,
-                 ("--tgt", "attn_kit/planning/tokens_per_update.py"): ON_RECORD,
-                 **{(f"--{split}", "attn_kit/recipes/bundled_data.py"): COUNTS for split in ("train", "valid", "test")},
-                 ("--lang", "attn_kit/recipes/bundled_data.py"): "the file names' language, as "
-                                                                 "data/tatoeba-en-fr-sample/ABOUT.md's command"}
+                 ("--tgt", "attn_kit/planning/tokens_per_update.py"): ON_RECORD}
 
 
 def literal_declarations():

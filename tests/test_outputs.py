@@ -35,7 +35,7 @@ def sweep(out, marker, *force):
 
 
 def bundled_data(out, marker, *force):
-    from attn_kit.recipes import bundled_data
+    from lab import bundled_data
 
     sys.argv = ["make_bundled_data.py", "--out", str(out.parent / "sweep.x.json"), *force]
     return bundled_data.main()
@@ -69,7 +69,7 @@ def test_a_command_that_writes_a_folder_never_replaces_a_file(tmp_path, monkeypa
 
 
 def test_bundled_data_refuses_the_repos_own_corpus_without_force(monkeypatch):
-    from attn_kit.recipes import bundled_data
+    from lab import bundled_data
 
     monkeypatch.setattr(sys, "argv", ["make_bundled_data.py"])  # --out defaults to data/tatoeba-en-de
     with pytest.raises(UsageError, match="tatoeba-en-de: the folder exists; pass --force"):

@@ -12,9 +12,9 @@ import random
 from collections import OrderedDict
 from pathlib import Path
 
-from .. import options
-from ..cli import ArgumentParser, Number, add_force_option, add_output_option, check_output
-from ..checkout import REPO
+from attn_kit import options
+from attn_kit.cli import ArgumentParser, Number, add_force_option, add_output_option, check_output
+from attn_kit.checkout import REPO
 
 
 
